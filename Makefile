@@ -1,0 +1,40 @@
+# Two commands for a newcomer: `make demo` and `make test`.
+# Each creates .venv if it is missing and installs what it needs.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test lint doctest pytest notebooks bench clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): $(PY) requirements.txt requirements-dev.txt pyproject.toml
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements-dev.txt
+	$(PY) -m pip install --quiet --no-deps -e .
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(PY) -m ppo_numpy demo
+
+lint: $(STAMP)
+	$(PY) -m ruff check ppo_numpy tests benchmarks examples
+
+doctest: $(STAMP)
+	$(PY) -m pytest -q --doctest-modules ppo_numpy
+
+pytest: $(STAMP)
+	$(PY) -m pytest -q tests
+
+test: lint doctest pytest
+
+notebooks: $(STAMP)
+	$(PY) -m tests.notebook_runner --write notebooks/*.ipynb
+
+bench: $(STAMP)
+	$(PY) -m benchmarks
+
+clean:
+	rm -rf $(VENV)

@@ -1,0 +1,59 @@
+"""ppo_numpy: the PPO objective for language models, written out in NumPy.
+
+Each quantity of the seed text has one pure function in a module named for it:
+
+=====================  ==========================  ===========================
+quantity               function                    module
+=====================  ==========================  ===========================
+rho_t                  probability_ratio           ppo_numpy.ratio
+min(rho A, clip A)     clipped_surrogate           ppo_numpy.clipping
+KL_t estimators        kl_estimate                 ppo_numpy.kl
+r~_t                   kl_shaped_rewards           ppo_numpy.kl
+delta_t                td_errors                   ppo_numpy.td
+A_hat_t, R_t           gae                         ppo_numpy.gae
+whitening              whiten                      ppo_numpy.whitening
+value loss             value_loss                  ppo_numpy.value_loss
+token/sequence means   aggregate                   ppo_numpy.aggregation
+L_PPO                  ppo_objective               ppo_numpy.objective
+policy loss + stats    ppo_policy_loss             ppo_numpy.objective
+H_t                    entropy_from_logits         ppo_numpy.entropy
+beta schedule          Adaptive/FixedKLController  ppo_numpy.kl_controllers
+=====================  ==========================  ===========================
+"""
+
+from .aggregation import MODES as AGGREGATION_MODES
+from .aggregation import aggregate
+from .clipping import clipped_surrogate
+from .entropy import entropy_from_logits, log_softmax
+from .gae import gae
+from .kl import ESTIMATORS as KL_ESTIMATORS
+from .kl import kl_estimate, kl_shaped_rewards
+from .kl_controllers import AdaptiveKLController, FixedKLController
+from .objective import ppo_objective, ppo_policy_loss
+from .ratio import probability_ratio
+from .td import td_errors
+from .value_loss import value_loss
+from .whitening import masked_mean, whiten
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AGGREGATION_MODES",
+    "AdaptiveKLController",
+    "FixedKLController",
+    "KL_ESTIMATORS",
+    "aggregate",
+    "clipped_surrogate",
+    "entropy_from_logits",
+    "gae",
+    "kl_estimate",
+    "kl_shaped_rewards",
+    "log_softmax",
+    "masked_mean",
+    "ppo_objective",
+    "ppo_policy_loss",
+    "probability_ratio",
+    "td_errors",
+    "value_loss",
+    "whiten",
+]

@@ -1,0 +1,178 @@
+"""Input checks shared by every public function.
+
+Each check names the argument it is looking at and says what was wrong, so a
+user who passes a wrong shape or a NaN sees which of their arrays to fix.
+
+Arrays are converted to float64 (integer, bool and float32 input accepted) and
+always copied, so no public function can write into its caller's arrays.
+Arrays of ``fractions.Fraction`` stay exact (object dtype): see
+``docs/hand-calculations.md``.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from numbers import Real
+
+import numpy as np
+
+
+def is_exact(x) -> bool:
+    """True when ``x`` holds ``fractions.Fraction`` values (exact arithmetic)."""
+    if isinstance(x, Fraction):
+        return True
+    if isinstance(x, np.ndarray):
+        return x.dtype == object and x.size > 0 and isinstance(x.flat[0], Fraction)
+    if isinstance(x, (list, tuple)) and len(x) > 0:
+        return is_exact(x[0]) if isinstance(x[0], (list, tuple, Fraction)) else False
+    return False
+
+
+def as_array(x, name: str, *, exact: bool | None = None) -> np.ndarray:
+    """Return a new float64 array (or an object array of Fractions) made from ``x``.
+
+    Raises TypeError for values that are not real numbers (strings, complex,
+    None) and names ``name`` in the message.
+    """
+    if exact is None:
+        exact = is_exact(x)
+    if exact:
+        try:
+            arr = np.array(x, dtype=object)
+            arr = np.vectorize(Fraction, otypes=[object])(arr) if arr.size else arr
+        except (TypeError, ValueError) as err:
+            raise TypeError(f"{name}: cannot be read as exact fractions ({err})") from None
+        return arr
+    if isinstance(x, np.ndarray):
+        if x.dtype.kind not in "biuf":
+            raise TypeError(
+                f"{name}: expected an array of real numbers, got dtype {x.dtype}"
+            )
+        return np.array(x, dtype=np.float64, copy=True)
+    try:
+        arr = np.array(x)
+    except ValueError as err:  # ragged lists
+        raise ValueError(f"{name}: not a rectangular array ({err})") from None
+    if arr.dtype.kind not in "biuf":
+        raise TypeError(f"{name}: expected real numbers, got {arr.dtype} values")
+    return arr.astype(np.float64)
+
+
+def check_scalar(x, name: str, *, low=None, high=None, low_open=False,
+                 allow_exact=True):
+    """Check that ``x`` is a finite real number in ``[low, high]`` and return it.
+
+    Floats come back as ``float``; ``Fraction`` is kept as it is.
+    """
+    if isinstance(x, (bool, np.bool_)) or not isinstance(x, Real):
+        raise TypeError(f"{name}: expected a real number, got {type(x).__name__} {x!r}")
+    if isinstance(x, Fraction) and allow_exact:
+        value = x
+    else:
+        value = float(x)
+        if not np.isfinite(value):
+            raise ValueError(f"{name}: must be finite, got {value}")
+    if low is not None and (value <= low if low_open else value < low):
+        bound = f"> {low}" if low_open else f">= {low}"
+        raise ValueError(f"{name}: must be {bound}, got {x}")
+    if high is not None and value > high:
+        raise ValueError(f"{name}: must be <= {high}, got {x}")
+    return value
+
+
+def check_rank(arr: np.ndarray, name: str, ranks=(1, 2)) -> None:
+    if arr.ndim not in ranks:
+        want = " or ".join(("(T,)" if r == 1 else "(B, T)" if r == 2 else f"{r}-d")
+                           for r in ranks)
+        raise ValueError(f"{name}: expected shape {want}, got shape {arr.shape}")
+
+
+def check_same_shape(ref: np.ndarray, ref_name: str, arr: np.ndarray, name: str) -> None:
+    if arr.shape != ref.shape:
+        raise ValueError(
+            f"{name}: shape {arr.shape} does not match {ref_name} shape {ref.shape} "
+            "(no broadcasting: pass arrays of the same shape)"
+        )
+
+
+def as_mask(mask, like: np.ndarray, like_name: str) -> np.ndarray:
+    """Return a bool copy of ``mask`` (1 = response token, 0 = padding).
+
+    ``None`` means every position is valid. Values other than 0 and 1 raise.
+    """
+    if mask is None:
+        return np.ones(like.shape, dtype=bool)
+    m = np.asarray(mask)
+    if m.dtype.kind not in "biuf" and m.dtype != object:
+        raise TypeError(f"mask: expected 0/1 or bool values, got dtype {m.dtype}")
+    if m.shape != like.shape:
+        raise ValueError(
+            f"mask: shape {m.shape} does not match {like_name} shape {like.shape}"
+        )
+    if m.dtype != bool:
+        ok = (m == 0) | (m == 1)
+        if not np.all(ok):
+            bad = np.argwhere(~ok)[0]
+            raise ValueError(
+                f"mask: must contain only 0 and 1, found {m[tuple(bad)]!r} at index "
+                f"{tuple(int(i) for i in bad)}"
+            )
+    return m.astype(bool)
+
+
+def check_finite(arr: np.ndarray, name: str, mask: np.ndarray) -> None:
+    """Raise if ``arr`` has NaN or inf at a valid (mask = 1) position."""
+    if arr.dtype == object:
+        return
+    bad = mask & ~np.isfinite(arr)
+    if np.any(bad):
+        idx = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise ValueError(
+            f"{name}: non-finite value {arr[idx]} at valid position {idx} "
+            "(NaN and inf are allowed only where mask is 0)"
+        )
+
+
+def where_valid(mask: np.ndarray, arr: np.ndarray) -> np.ndarray:
+    """``arr`` at valid positions and exactly 0 at padding (never ``0 * inf``)."""
+    zero = Fraction(0) if arr.dtype == object else 0.0
+    return np.where(mask, arr, zero)
+
+
+def prepare(arrays: dict, mask, *, ranks=(1, 2), exact: bool | None = None):
+    """Convert the named arrays, check shapes, the mask and finiteness.
+
+    ``arrays`` maps argument names to values; the first one sets the shape.
+    Returns ``(converted_arrays_in_order, mask_bool)``; padding positions of
+    the converted arrays are replaced by 0 so that nothing there can leak.
+    """
+    names = list(arrays)
+    if exact is None:
+        exact = any(is_exact(v) for v in arrays.values())
+    out = [as_array(arrays[n], n, exact=exact) for n in names]
+    check_rank(out[0], names[0], ranks)
+    for n, a in zip(names[1:], out[1:]):
+        check_same_shape(out[0], names[0], a, n)
+    m = as_mask(mask, out[0], names[0])
+    for n, a in zip(names, out):
+        check_finite(a, n, m)
+    return [where_valid(m, a) for a in out], m
+
+
+def zero_like(arr: np.ndarray):
+    return Fraction(0) if arr.dtype == object else 0.0
+
+
+def one_like(arr: np.ndarray):
+    return Fraction(1) if arr.dtype == object else 1.0
+
+
+def scalar_for(value, arr: np.ndarray):
+    """``value`` in the arithmetic of ``arr``: a Fraction for exact arrays.
+
+    A float such as 0.95 becomes Fraction('0.95') = 19/20 (the number as
+    written), not the binary approximation Fraction(0.95).
+    """
+    if arr.dtype != object:
+        return float(value)
+    return value if isinstance(value, Fraction) else Fraction(str(value))

@@ -1,0 +1,164 @@
+"""Per-token KL estimators and the KL-shaped rewards r~_t of the seed
+(notebook ``03_kl_shaped_rewards``).
+
+The policy is pulled back towards a frozen reference model pi_ref by a
+per-token penalty, and the reward model's score is added at the last token:
+
+    r~_t = -beta * KL_t + [t == T] * score
+
+KL_t estimates KL(pi_theta || pi_ref) from the sampled token y_t ~ pi_theta.
+With ``log_r = logp_ref - logp`` (r = pi_ref / pi_theta), the estimators of
+J. Schulman, "Approximating KL Divergence" (2020) are
+
+    k1 = -log r            = logp - logp_ref        unbiased, can be negative
+    k2 = (log r)^2 / 2                               biased, always >= 0
+    k3 = (r - 1) - log r                             unbiased, always >= 0
+    abs = |log r|
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._validation import as_array, as_mask, check_scalar, prepare, scalar_for, where_valid
+
+ESTIMATORS = ("k1", "k2", "k3", "abs")
+
+
+def _check_estimator(estimator):
+    if estimator not in ESTIMATORS:
+        raise ValueError(
+            f"estimator: unknown estimator {estimator!r}; valid ones are {', '.join(ESTIMATORS)}"
+        )
+
+
+def kl_estimate(logp, logp_ref, estimator="k1", mask=None, *, clamp=None):
+    """Per-token estimate of KL(pi_theta || pi_ref) from tokens sampled from pi_theta.
+
+    Parameters
+    ----------
+    logp : array (T,) or (B, T)
+        log pi_theta(y_t | x, y_<t) of the sampled tokens.
+    logp_ref : array, same shape
+        log pi_ref(y_t | x, y_<t) of the same tokens under the reference model.
+    estimator : {"k1", "k2", "k3", "abs"}
+        See the module docstring. Default ``"k1"``.
+    mask : array of 0/1, optional
+        1 for response tokens; the output is exactly 0 at padding.
+    clamp : float > 0, optional
+        Clip the estimate to ``[-clamp, clamp]`` afterwards (verl clamps its
+        low-variance KL to [-10, 10]). ``None`` (default): no clamp.
+
+    Returns
+    -------
+    float64 array, same shape. ``k1``, ``k2`` and ``abs`` stay exact for
+    Fraction input; ``k3`` needs ``exp`` and is float.
+
+    Examples
+    --------
+    Identical policies give 0 for every estimator. For logp - logp_ref = 0.5:
+
+    >>> {e: round(float(kl_estimate([0.0], [-0.5], e)[0]), 6) for e in ESTIMATORS}
+    {'k1': 0.5, 'k2': 0.125, 'k3': 0.106531, 'abs': 0.5}
+
+    (k3 = exp(-0.5) - 1 + 0.5 = 0.1065306...). Identical policies give 0:
+
+    >>> [float(kl_estimate([-1.2], [-1.2], e)[0]) for e in ESTIMATORS]
+    [0.0, 0.0, 0.0, 0.0]
+    """
+    _check_estimator(estimator)
+    # k3 needs exp: it is never exact
+    exact = False if estimator == "k3" else None
+    (logp, logp_ref), m = prepare({"logp": logp, "logp_ref": logp_ref}, mask, exact=exact)
+    if estimator == "k1":
+        kl = logp - logp_ref
+    elif estimator == "k2":
+        kl = (logp - logp_ref) ** 2 / 2
+    elif estimator == "abs":
+        kl = np.abs(logp - logp_ref)
+    else:
+        log_r = logp_ref - logp
+        kl = np.expm1(log_r) - log_r
+    if clamp is not None:
+        c = check_scalar(clamp, "clamp", low=0, low_open=True)
+        kl = np.minimum(np.maximum(kl, -c), c)
+    return where_valid(m, kl)
+
+
+def last_valid_index(mask: np.ndarray) -> np.ndarray:
+    """Index of the last 1 in each row of a (B, T) bool mask, as (B,) ints.
+
+    Raises ValueError for a row without any response token.
+    """
+    has = mask.any(axis=-1)
+    if not np.all(has):
+        row = int(np.argwhere(~has)[0][0])
+        raise ValueError(f"mask: row {row} has no response token, so it has no last token "
+                         "to receive the score")
+    T = mask.shape[-1]
+    return T - 1 - np.argmax(mask[..., ::-1], axis=-1)
+
+
+def kl_shaped_rewards(scores, logp, logp_ref, beta, mask=None, estimator="k1", *,
+                      kl_clamp=None):
+    """KL-shaped rewards r~_t = -beta * KL_t, plus the score at the last response token.
+
+    Parameters
+    ----------
+    scores : float for a (T,) response, or array (B,) for a (B, T) batch
+        The reward model's score of each whole response.
+    logp, logp_ref : array (T,) or (B, T)
+        Log-probabilities of the sampled tokens under pi_theta and pi_ref.
+    beta : float >= 0
+        Weight of the KL penalty.
+    mask : array of 0/1, optional
+        1 for response tokens. The score goes to the *last* 1 of each row
+        (with right padding: the EOS token, or the final token of a
+        truncated response).
+    estimator : {"k1", "k2", "k3", "abs"}
+        Per-token KL estimator (see :func:`kl_estimate`). Default ``"k1"``.
+    kl_clamp : float > 0, optional
+        Passed to :func:`kl_estimate` as ``clamp``.
+
+    Returns
+    -------
+    float64 array, same shape as ``logp``; exactly 0 at padding.
+
+    Examples
+    --------
+    The seed's running example has no KL (logp == logp_ref) and score 1:
+
+    >>> [float(v) for v in kl_shaped_rewards(1.0, [-1.0, -2.0, -0.5], [-1.0, -2.0, -0.5], 0.1)]
+    [0.0, 0.0, 1.0]
+
+    With k1 = logp - logp_ref = [0.5, -0.2, 0.1] and beta = 0.1:
+
+    >>> r = kl_shaped_rewards(1.0, [-1.0, -2.0, -0.5], [-1.5, -1.8, -0.6], 0.1)
+    >>> [round(float(v), 12) for v in r]
+    [-0.05, 0.02, 0.99]
+    """
+    _check_estimator(estimator)
+    beta = check_scalar(beta, "beta", low=0)
+    kl = kl_estimate(logp, logp_ref, estimator, mask, clamp=kl_clamp)
+    m = as_mask(mask, kl, "logp")
+    exact = kl.dtype == object
+    beta = scalar_for(beta, kl)
+    s = as_array(scores, "scores", exact=exact)
+    want = kl.shape[:-1]
+    if s.shape != want:
+        raise ValueError(
+            f"scores: expected shape {want} (one score per response) for logp of shape "
+            f"{kl.shape}, got shape {s.shape}"
+        )
+    if s.dtype != object and not np.all(np.isfinite(s)):
+        raise ValueError("scores: must be finite")
+    # r~_t = -beta * KL_t
+    rewards = -beta * kl + 0  # (+ 0 prints -0.0 as 0.0)
+    # ... + score at the last response token t = T
+    last = last_valid_index(m)
+    if rewards.ndim == 1:
+        rewards[last] = rewards[last] + s[()]
+    else:
+        rows = np.arange(rewards.shape[0])
+        rewards[rows, last] = rewards[rows, last] + s
+    return where_valid(m, rewards)

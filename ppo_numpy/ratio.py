@@ -1,0 +1,50 @@
+"""The probability ratio rho_t of the seed (notebook ``01_probability_ratio``).
+
+    rho_t(theta) = pi_theta(y_t | x, y_<t) / pi_theta_old(y_t | x, y_<t)
+                 = exp(logp_t - logp_old_t)
+
+Computed from log-probabilities, never from probabilities, so tiny
+probabilities do not underflow before the division.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._validation import check_scalar, prepare, where_valid
+
+
+def probability_ratio(logp, logp_old, mask=None, *, log_ratio_clamp=None):
+    """Per-token probability ratio rho_t = exp(logp_t - logp_old_t).
+
+    Parameters
+    ----------
+    logp : array (T,) or (B, T)
+        log pi_theta(y_t | x, y_<t) of the taken tokens under the current policy.
+    logp_old : array, same shape
+        log pi_theta_old(y_t | x, y_<t) recorded when the data was collected.
+    mask : array of 0/1, same shape, optional
+        1 for response tokens, 0 for padding. ``None``: all tokens are valid.
+    log_ratio_clamp : float > 0, optional
+        Clamp ``logp - logp_old`` to ``[-c, c]`` before ``exp`` (some frameworks
+        do this to avoid overflow). ``None`` (default): no clamp.
+
+    Returns
+    -------
+    rho : float64 array, same shape; exactly 0 at padding.
+
+    Examples
+    --------
+    A token whose probability rose from 0.5 to 0.6, and one that is unchanged:
+
+    >>> import numpy as np
+    >>> rho = probability_ratio(np.log([0.6, 0.3]), np.log([0.5, 0.3]))
+    >>> [round(float(v), 12) for v in rho]
+    [1.2, 1.0]
+    """
+    (logp, logp_old), m = prepare({"logp": logp, "logp_old": logp_old}, mask, exact=False)
+    log_ratio = logp - logp_old
+    if log_ratio_clamp is not None:
+        c = check_scalar(log_ratio_clamp, "log_ratio_clamp", low=0, low_open=True)
+        log_ratio = np.clip(log_ratio, -c, c)
+    return where_valid(m, np.exp(log_ratio))

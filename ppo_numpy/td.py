@@ -1,0 +1,68 @@
+"""TD errors delta_t of the seed (notebook ``04_td_errors``).
+
+    delta_t = r~_t + gamma V(s_{t+1}) - V(s_t),   V(s_{T+1}) = 0
+
+s_{t+1} is the state after the response token y_t. After the last response
+token there is no next state: its value is 0, whatever the value head says
+about the padding that follows.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._validation import check_scalar, prepare, scalar_for, where_valid
+
+
+def next_valid_values(values: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """V(s_{t+1}) for each position: the value at the next response token, 0 after the last.
+
+    Padding between response tokens (a mask with holes, e.g. a multi-turn
+    conversation with the user's turns masked out) is skipped: the next state
+    of a response token is the next *response* token. For the usual contiguous
+    mask this is simply ``values[t + 1]`` inside the response and 0 after it.
+    """
+    T = values.shape[-1]
+    # index of the next valid position strictly after t (T when there is none)
+    pos = np.where(mask, np.arange(T), T)
+    nxt = np.minimum.accumulate(pos[..., ::-1], axis=-1)[..., ::-1]
+    nxt = np.concatenate([nxt[..., 1:], np.full(nxt.shape[:-1] + (1,), T)], axis=-1)
+    zero = values[..., :1] * 0
+    padded = np.concatenate([values, zero], axis=-1)
+    return np.take_along_axis(padded, nxt, axis=-1)
+
+
+def td_errors(rewards, values, gamma=1.0, mask=None):
+    """TD errors delta_t = r_t + gamma V(s_{t+1}) - V(s_t), with V(s_{T+1}) = 0.
+
+    Parameters
+    ----------
+    rewards : array (T,) or (B, T)
+        Per-token rewards r~_t (e.g. from :func:`kl_shaped_rewards`).
+    values : array, same shape
+        V(s_t): the value of the state *before* response token y_t.
+    gamma : float in [0, 1]
+        Discount factor. Default 1.0 (usual for RLHF).
+    mask : array of 0/1, optional
+        1 for response tokens. V(s_{t+1}) is the value at the next response
+        token, and 0 after the last one; padding is ignored whatever it holds.
+
+    Returns
+    -------
+    delta : float64 array (exact Fractions for Fraction input), same shape;
+    exactly 0 at padding.
+
+    Examples
+    --------
+    The seed's running example: rewards [0, 0, 1], values [0.5, 0.6, 0.7], gamma 1:
+    delta = [0 + 0.6 - 0.5, 0 + 0.7 - 0.6, 1 + 0 - 0.7].
+
+    >>> [round(float(d), 12) for d in td_errors([0, 0, 1], [0.5, 0.6, 0.7])]
+    [0.1, 0.1, 0.3]
+    """
+    gamma = check_scalar(gamma, "gamma", low=0, high=1)
+    (r, v), m = prepare({"rewards": rewards, "values": values}, mask)
+    # delta_t = r_t + gamma V(s_{t+1}) - V(s_t)
+    gamma = scalar_for(gamma, v)
+    delta = r + gamma * next_valid_values(v, m) - v
+    return where_valid(m, delta)

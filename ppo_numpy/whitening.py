@@ -1,0 +1,84 @@
+"""Advantage whitening (notebook ``06_advantages_in_practice``).
+
+    whiten(x) = (x - mean(x)) / sqrt(var(x) + eps)
+
+mean and var over every response token of the whole batch (not per row).
+Conventions, each a parameter: the variance's ddof (1, Bessel-corrected, by
+default, as TRL's ``masked_whiten``/``masked_var`` and verl's
+``masked_whiten`` do), eps *inside* the square root (1e-8 by default, as in
+both), and ``shift_mean=False`` adding the mean back (TRL and verl whiten
+advantages with ``shift_mean=True`` and rewards with ``shift_mean=False``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._validation import check_scalar, prepare, where_valid
+
+
+def masked_mean(x, mask=None):
+    """Mean of ``x`` over the positions where ``mask`` is 1 (all positions if None).
+
+    >>> masked_mean([1.0, 2.0, 3.0, 99.0], [1, 1, 1, 0])
+    2.0
+    """
+    (x,), m = prepare({"x": x}, mask, ranks=(1, 2), exact=False)
+    n = int(m.sum())
+    if n == 0:
+        raise ValueError("mask: no valid element to average")
+    return float(x.sum() / n)
+
+
+def whiten(x, mask=None, shift_mean=True, *, ddof=1, eps=1e-8):
+    """Masked whitening (x - mean) / sqrt(var + eps) over all valid elements of the batch.
+
+    Parameters
+    ----------
+    x : array (T,) or (B, T)
+        Values to whiten, typically advantages.
+    mask : array of 0/1, optional
+        1 for response tokens; statistics use only these, the output is 0 at padding.
+    shift_mean : bool
+        ``True`` (default): the output has mean 0. ``False``: the mean is added
+        back, ``(x - mean) / sqrt(var + eps) + mean``.
+    ddof : {1, 0}
+        Variance divisor n - ddof. Default 1 (Bessel-corrected).
+    eps : float >= 0
+        Added to the variance inside the square root. Default 1e-8.
+
+    Returns
+    -------
+    float64 array, same shape.
+
+    Examples
+    --------
+    x = [1, 2, 3, 4]: mean 2.5; with ddof=1 var = (2.25 + 0.25 + 0.25 + 2.25) / 3 = 5/3,
+    with ddof=0 var = 5/4 (eps=0 for round numbers):
+
+    >>> [round(float(v), 6) for v in whiten([1, 2, 3, 4], eps=0)]
+    [-1.161895, -0.387298, 0.387298, 1.161895]
+    >>> [round(float(v), 6) for v in whiten([1, 2, 3, 4], ddof=0, eps=0)]
+    [-1.341641, -0.447214, 0.447214, 1.341641]
+    >>> [round(float(v), 6) for v in whiten([1, 2, 3, 4], shift_mean=False, ddof=0, eps=0)]
+    [1.158359, 2.052786, 2.947214, 3.841641]
+    """
+    if ddof not in (0, 1) or isinstance(ddof, bool):
+        raise ValueError(f"ddof: must be 0 or 1, got {ddof!r}")
+    eps = check_scalar(eps, "eps", low=0, allow_exact=False)
+    if not isinstance(shift_mean, (bool, np.bool_)):
+        raise TypeError(f"shift_mean: expected a bool, got {type(shift_mean).__name__}")
+    (x,), m = prepare({"x": x}, mask, exact=False)
+    n = int(m.sum())
+    if n < 2:
+        raise ValueError(
+            f"mask: whitening needs at least 2 valid elements, got {n} "
+            "(the variance of fewer is undefined)"
+        )
+    mean = x.sum() / n
+    centred = where_valid(m, x - mean)
+    var = (centred**2).sum() / (n - ddof)
+    out = centred / np.sqrt(var + eps)
+    if not shift_mean:
+        out = out + mean
+    return where_valid(m, out)
