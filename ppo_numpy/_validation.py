@@ -43,6 +43,9 @@ def as_array(x, name: str, *, exact: bool | None = None) -> np.ndarray:
         except (TypeError, ValueError) as err:
             raise TypeError(f"{name}: cannot be read as exact fractions ({err})") from None
         return arr
+    if is_exact(x):
+        # Fractions where the formula needs exp/log/sqrt: computed in float64
+        return np.array(x, dtype=object).astype(np.float64)
     if isinstance(x, np.ndarray):
         if x.dtype.kind not in "biuf":
             raise TypeError(

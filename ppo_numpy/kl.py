@@ -80,7 +80,7 @@ def kl_estimate(logp, logp_ref, estimator="k1", mask=None, *, clamp=None):
         log_r = logp_ref - logp
         kl = np.expm1(log_r) - log_r
     if clamp is not None:
-        c = check_scalar(clamp, "clamp", low=0, low_open=True)
+        c = scalar_for(check_scalar(clamp, "clamp", low=0, low_open=True), kl)
         kl = np.minimum(np.maximum(kl, -c), c)
     return where_valid(m, kl)
 
