@@ -18,6 +18,8 @@ L_PPO                  ppo_objective               ppo_numpy.objective
 policy loss + stats    ppo_policy_loss             ppo_numpy.objective
 H_t                    entropy_from_logits         ppo_numpy.entropy
 beta schedule          Adaptive/FixedKLController  ppo_numpy.kl_controllers
+d loss / d inputs      policy_loss_grad, ...       ppo_numpy.loss_grads
+finite differences     gradcheck, cmp              ppo_numpy.gradcheck
 =====================  ==========================  ===========================
 """
 
@@ -26,9 +28,17 @@ from .aggregation import aggregate
 from .clipping import clipped_surrogate
 from .entropy import entropy_from_logits, log_softmax
 from .gae import gae
+from .gradcheck import cmp, gradcheck, numerical_grad
 from .kl import ESTIMATORS as KL_ESTIMATORS
 from .kl import kl_estimate, kl_shaped_rewards
 from .kl_controllers import AdaptiveKLController, FixedKLController
+from .loss_grads import (
+    aggregate_grad,
+    entropy_grad,
+    kl_estimate_grad,
+    policy_loss_grad,
+    value_loss_grad,
+)
 from .objective import ppo_objective, ppo_policy_loss
 from .ratio import probability_ratio
 from .td import td_errors
@@ -43,17 +53,25 @@ __all__ = [
     "FixedKLController",
     "KL_ESTIMATORS",
     "aggregate",
+    "aggregate_grad",
     "clipped_surrogate",
+    "cmp",
     "entropy_from_logits",
+    "entropy_grad",
     "gae",
+    "gradcheck",
     "kl_estimate",
+    "kl_estimate_grad",
     "kl_shaped_rewards",
     "log_softmax",
     "masked_mean",
+    "numerical_grad",
+    "policy_loss_grad",
     "ppo_objective",
     "ppo_policy_loss",
     "probability_ratio",
     "td_errors",
     "value_loss",
+    "value_loss_grad",
     "whiten",
 ]
