@@ -1,0 +1,165 @@
+"""Shared helpers for the tests of the core PPO maths.
+
+* comparisons that, on failure, print what was expected, what came out, and the inputs;
+* hypothesis strategies for padded batches: rows of different lengths placed in a (B, T)
+  array with right, left or arbitrary (contiguous) placement, padding filled with garbage
+  including NaN and inf.
+
+Import as ``from tests._helpers import ...`` (pytest is run from the repository root).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+
+import numpy as np
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+
+# Property tests stay small: the whole core suite must run in a few seconds.
+FAST = settings(max_examples=40, deadline=None,
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+# Values that must never leak out of padding positions.
+GARBAGE = (np.nan, np.inf, -np.inf, 1e300, -1e300, -7.5, 0.0, 3.0)
+
+
+def show(**inputs) -> str:
+    """The inputs of a failing check, one per line, at full precision."""
+    lines = []
+    for name, value in inputs.items():
+        if isinstance(value, np.ndarray) and value.dtype != object:
+            text = np.array2string(value, precision=17, separator=", ", max_line_width=100)
+        else:
+            text = repr(value)
+        lines.append(f"  {name} = {text}")
+    return "inputs:\n" + "\n".join(lines)
+
+
+def assert_close(actual, expected, /, *, rtol=1e-12, atol=1e-12, **inputs):
+    """Element-wise closeness in float64; the message shows expected, actual and inputs."""
+    actual_f = np.asarray(actual, dtype=np.float64)
+    expected_f = np.asarray(expected, dtype=np.float64)
+    np.testing.assert_allclose(actual_f, expected_f, rtol=rtol, atol=atol,
+                               err_msg=show(**inputs))
+
+
+def assert_same(actual, expected, /, **inputs):
+    """Bit-identical float arrays (NaN == NaN), same shape."""
+    actual = np.asarray(actual)
+    expected = np.asarray(expected)
+    assert actual.shape == expected.shape, (
+        f"shape: expected {expected.shape}, got {actual.shape}\n{show(**inputs)}")
+    np.testing.assert_array_equal(actual, expected, err_msg=show(**inputs))
+
+
+def assert_exact(actual, expected, /, **inputs):
+    """Every element is a ``Fraction`` equal to the expected rational."""
+    actual_l = np.asarray(actual, dtype=object).ravel().tolist()
+    expected_l = [Fraction(e) for e in np.asarray(expected, dtype=object).ravel().tolist()]
+    assert np.shape(actual) == np.shape(expected), (
+        f"shape: expected {np.shape(expected)}, got {np.shape(actual)}\n{show(**inputs)}")
+    for i, (a, e) in enumerate(zip(actual_l, expected_l)):
+        assert isinstance(a, Fraction), (
+            f"element {i}: expected the exact Fraction {e}, got {type(a).__name__} {a!r}\n"
+            f"{show(**inputs)}")
+        assert a == e, (
+            f"element {i}: expected {e} ({float(e)!r}), got {a} ({float(a)!r})\n"
+            f"  expected all: {[str(x) for x in expected_l]}\n"
+            f"  actual all:   {[str(x) for x in actual_l]}\n{show(**inputs)}")
+
+
+def assert_zero_at_padding(out, mask, name="output", /, **inputs):
+    """``out`` is exactly 0 wherever ``mask`` is 0."""
+    out = np.asarray(out)
+    pad = ~np.asarray(mask, dtype=bool)
+    bad = pad & (out != 0)
+    assert not np.any(bad), (
+        f"{name}: expected exactly 0 at padding, got {out[bad]!r} at "
+        f"{[tuple(int(i) for i in ix) for ix in np.argwhere(bad)]}\n{show(**inputs)}")
+
+
+def rand_fractions(rng, shape, *, num=9, den=9):
+    """Random rationals p / q with |p| <= num, 1 <= q <= den, as an object array."""
+    p = rng.integers(-num, num + 1, size=shape)
+    q = rng.integers(1, den + 1, size=shape)
+    out = np.empty(shape, dtype=object)
+    for idx in np.ndindex(*shape):
+        out[idx] = Fraction(int(p[idx]), int(q[idx]))
+    return out
+
+
+def finite(lo=-5.0, hi=5.0):
+    return st.floats(lo, hi, allow_nan=False, allow_infinity=False)
+
+
+@dataclass
+class PaddedBatch:
+    """Rows of different lengths and the padded (B, T) arrays built from them.
+
+    ``rows[i][k]`` is the i-th row of the k-th array (a float64 (n_i,) array);
+    ``arrays[k]`` is the (B, T) array with the row at ``starts[i]`` and garbage elsewhere.
+    """
+
+    rows: list
+    arrays: list
+    mask: np.ndarray
+    starts: list
+    lengths: list
+    placement: str
+
+    def valid(self, out, i):
+        """The slice of row ``i`` of a batch output that holds the row's own result."""
+        s, n = self.starts[i], self.lengths[i]
+        return np.asarray(out)[i, s:s + n]
+
+
+@st.composite
+def padded_batches(draw, elements, *, max_rows=4, min_len=1, max_len=6, placement=None,
+                   garbage=GARBAGE):
+    """A :class:`PaddedBatch` with one array per strategy in ``elements``.
+
+    ``placement``: "right" (response then padding), "left" (padding then response),
+    "any" (one contiguous run anywhere), or None to let hypothesis choose.
+    """
+    B = draw(st.integers(1, max_rows))
+    lengths = draw(st.lists(st.integers(min_len, max_len), min_size=B, max_size=B))
+    T = max(max(lengths), 1) + draw(st.integers(0, 3))
+    if placement is None:
+        placement = draw(st.sampled_from(["right", "left", "any"]))
+    starts = []
+    for n in lengths:
+        if placement == "right":
+            starts.append(0)
+        elif placement == "left":
+            starts.append(T - n)
+        else:
+            starts.append(draw(st.integers(0, T - n)))
+    mask = np.zeros((B, T), dtype=np.int64)
+    for i, (s, n) in enumerate(zip(starts, lengths)):
+        mask[i, s:s + n] = 1
+    rows = [[np.array(draw(st.lists(el, min_size=n, max_size=n)), dtype=np.float64)
+             for el in elements] for n in lengths]
+    arrays = []
+    for k in range(len(elements)):
+        a = np.array(draw(st.lists(st.sampled_from(garbage), min_size=B * T, max_size=B * T)),
+                     dtype=np.float64).reshape(B, T)
+        for i, (s, n) in enumerate(zip(starts, lengths)):
+            a[i, s:s + n] = rows[i][k]
+        arrays.append(a)
+    return PaddedBatch(rows, arrays, mask, starts, lengths, placement)
+
+
+@st.composite
+def masks_with_holes(draw, T_max=8, B_max=3):
+    """A (B, T) 0/1 mask whose rows may have several runs of ones (each row has >= 1 one)."""
+    B = draw(st.integers(1, B_max))
+    T = draw(st.integers(1, T_max))
+    rows = []
+    for _ in range(B):
+        row = draw(st.lists(st.integers(0, 1), min_size=T, max_size=T))
+        if not any(row):
+            row[draw(st.integers(0, T - 1))] = 1
+        rows.append(row)
+    return np.array(rows, dtype=np.int64)
