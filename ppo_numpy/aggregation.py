@@ -25,9 +25,10 @@ from ._validation import check_scalar, prepare, scalar_for
 MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 
 
-def check_mode(mode):
+def check_mode(mode, name="mode"):
     if mode not in MODES:
-        raise ValueError(f"mode: unknown aggregation {mode!r}; valid ones are {', '.join(MODES)}")
+        raise ValueError(f"{name}: unknown aggregation mode {mode!r}; valid ones are "
+                         f"{', '.join(MODES)}")
 
 
 def aggregate(per_token, mask=None, mode="token-mean", *, norm=None):

@@ -19,11 +19,20 @@ import numpy as np
 from ._validation import check_scalar, prepare, scalar_for, where_valid
 
 
-def clip_bounds(epsilon, epsilon_high=None):
-    """Return ``(1 - eps, 1 + eps_high)`` after checking both epsilons."""
+def clip_bounds(epsilon, epsilon_high=None, like=None):
+    """Return ``(1 - eps, 1 + eps_high)`` after checking both epsilons.
+
+    ``like``: an array whose arithmetic (float, or exact Fractions) the bounds take.
+    """
     eps = check_scalar(epsilon, "epsilon", low=0)
     eps_high = eps if epsilon_high is None else check_scalar(epsilon_high, "epsilon_high", low=0)
-    return 1 - eps, 1 + eps_high
+    if like is None:
+        return 1 - eps, 1 + eps_high
+    if like.dtype == object:
+        # why: the epsilons become Fractions before the subtraction, since
+        # 1 - 0.7 in floating point is 0.30000000000000004, not 3/10
+        eps, eps_high = scalar_for(eps, like), scalar_for(eps_high, like)
+    return scalar_for(1 - eps, like), scalar_for(1 + eps_high, like)
 
 
 def clipped_surrogate(rho, advantages, epsilon=0.2, *, epsilon_high=None, dual_clip=None,
@@ -69,7 +78,7 @@ def clipped_surrogate(rho, advantages, epsilon=0.2, *, epsilon_high=None, dual_c
     if np.any(rho < 0):
         idx = tuple(int(i) for i in np.argwhere(rho < 0)[0])
         raise ValueError(f"rho: ratios must be >= 0, got {rho[idx]} at index {idx}")
-    lo, hi = (scalar_for(b, rho) for b in clip_bounds(epsilon, epsilon_high))
+    lo, hi = clip_bounds(epsilon, epsilon_high, like=rho)
     # min( rho_t A_t , clip(rho_t, 1-eps, 1+eps) A_t )
     unclipped = rho * adv
     clipped = np.minimum(np.maximum(rho, lo), hi) * adv

@@ -105,17 +105,20 @@ def ppo_policy_loss(logp, logp_old, advantages, mask=None, epsilon=0.2, agg="tok
     >>> round(loss, 12), round(stats["clipfrac_active"], 6)
     (-0.9, 0.666667)
     """
-    check_mode(agg)
+    check_mode(agg, "agg")
     rho = probability_ratio(logp, logp_old, mask, log_ratio_clamp=log_ratio_clamp)
     term = clipped_surrogate(rho, advantages, epsilon, epsilon_high=epsilon_high,
                              dual_clip=dual_clip, mask=mask)
     loss = -float(aggregate(term, mask, agg, norm=norm))
 
-    (_, _, A), m = prepare({"logp": logp, "logp_old": logp_old, "advantages": advantages},
+    (lp, lp_old, A), m = prepare({"logp": logp, "logp_old": logp_old, "advantages": advantages},
                                  mask, exact=False)
     n = int(m.sum())
     lo, hi = clip_bounds(epsilon, epsilon_high)
-    log_rho = np.log(np.where(m, rho, 1.0))
+    # why: log rho from the log-probs, not log(rho): rho underflows to 0 for log rho < -745
+    log_rho = lp - lp_old
+    if log_ratio_clamp is not None:
+        log_rho = np.clip(log_rho, -log_ratio_clamp, log_ratio_clamp)
     unclipped = rho * A
     before_dual = np.minimum(unclipped, np.minimum(np.maximum(rho, lo), hi) * A)
 
