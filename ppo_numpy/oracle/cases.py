@@ -1,0 +1,334 @@
+"""Test cases for the oracle: seeded random batches and named edge cases (``docs/oracle.md``).
+
+A case is a plain dict::
+
+    {"name": "left-padding",
+     "description": "one sentence",
+     "inputs": {"logp": (B, T), "logp_old": (B, T), "logp_ref": (B, T),
+                "values": (B, T), "old_values": (B, T), "scores": (B,), "mask": (B, T)},
+     "params": {"gamma": 1.0, "lam": 0.0}}     # overrides of the preset's defaults
+
+All arrays are float64; ``mask`` holds 0.0 and 1.0 (1 = response token).
+``values`` is the value head being trained, ``old_values`` the values
+recorded at rollout time. Every case stays inside the core's input checks:
+each row has at least one response token, gamma and lambda lie in [0, 1],
+and NaN or inf appear only where mask is 0.
+
+The edge cases (:data:`EDGE_CASES`):
+
+======================  ======================================================
+name                    what it exercises
+======================  ======================================================
+length-1                every response is one token long
+left-padding            padding before the response (score at the last column)
+right-padding           padding after the response (the usual layout)
+multi-turn-holes        masks with holes: V(s_{t+1}) skips masked turns
+garbage-in-padding      NaN, +-inf and +-1e30 at every padding position
+extreme-log-ratios      logp - logp_old = +-50 and +-20 (rho = e^50 ~ 5e21)
+extreme-kl              logp - logp_ref and logp_old - logp_ref = +-50
+all-equal-rewards       equal scores, no KL, zero values, gamma = lam = 1:
+                        every advantage is 1 and whitening divides 0 by sqrt(eps)
+gamma0-lam0 ...         gamma and lambda at 0 and 1 (four cases)
+one-valid-token         one response token in the whole batch (whitening
+                        needs two: presets that whiten reject it)
+======================  ======================================================
+
+Extreme log-ratios: frameworks that clamp the log-ratio before ``exp`` (a
+preset's ``log_ratio_clamp``) or the KL estimate (``kl_clamp``) give other
+numbers there than those that do not, so a candidate must be compared
+against the preset of its own framework on these cases.
+
+Every case draws from its own generator, seeded by ``(seed, crc32(name))``:
+the same seed and name give bit-identical arrays, whatever other cases are
+generated with it.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+import numpy as np
+
+INPUT_NAMES = ("logp", "logp_old", "logp_ref", "values", "old_values", "scores", "mask")
+
+N_RANDOM = 8
+"""Number of random cases :func:`generate_cases` makes by default."""
+
+GARBAGE = (np.nan, np.inf, -np.inf, 1e30, -1e30)
+"""Values written into the padding of ``garbage-in-padding``, in turn."""
+
+
+def case_rng(seed: int, name: str) -> np.random.Generator:
+    """The generator of case ``name``: seeded by ``(seed, crc32(name))``."""
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"seed: must be a non-negative integer, got {seed!r}")
+    return np.random.default_rng([int(seed), zlib.crc32(name.encode())])
+
+
+def mask_from_lengths(lengths, T: int, *, padding: str = "right") -> np.ndarray:
+    """A (B, T) float mask with ``lengths[i]`` response tokens per row.
+
+    ``padding="right"`` puts the response first, ``"left"`` last.
+
+    >>> mask_from_lengths([3, 1], 4).tolist()
+    [[1.0, 1.0, 1.0, 0.0], [1.0, 0.0, 0.0, 0.0]]
+    >>> mask_from_lengths([3, 1], 4, padding="left").tolist()
+    [[0.0, 1.0, 1.0, 1.0], [0.0, 0.0, 0.0, 1.0]]
+    """
+    if padding not in ("right", "left"):
+        raise ValueError(f"padding: expected 'right' or 'left', got {padding!r}")
+    lengths = np.asarray(lengths)
+    if np.any(lengths < 1) or np.any(lengths > T):
+        raise ValueError(f"lengths: each must be in [1, {T}], got {lengths.tolist()}")
+    t = np.arange(T)[None, :]
+    if padding == "right":
+        return (t < lengths[:, None]).astype(np.float64)
+    return (t >= T - lengths[:, None]).astype(np.float64)
+
+
+def sample_inputs(rng: np.random.Generator, mask, *, log_ratio_std: float = 0.15,
+                  ref_std: float = 0.3, value_std: float = 0.25) -> dict:
+    """Draw the seven inputs for a given (B, T) mask; padding positions hold 0.
+
+    Log-probabilities are negative (a Gamma(2, 0.5) draw, mean -1);
+    ``logp - logp_old`` has standard deviation ``log_ratio_std`` (0.15: about
+    a fifth of the tokens fall outside rho in [0.8, 1.2]); ``values`` differ
+    from ``old_values`` by ``value_std`` (0.25: value clipping at 0.2 is active
+    on about 40% of them). Scores are N(0, 1.5^2).
+    """
+    m = np.asarray(mask, dtype=np.float64)
+    shape = m.shape
+    logp_old = -rng.gamma(2.0, 0.5, size=shape)
+    logp = np.minimum(logp_old + rng.normal(0.0, log_ratio_std, size=shape), -1e-4)
+    logp_ref = np.minimum(logp_old + rng.normal(0.0, ref_std, size=shape), -1e-4)
+    old_values = rng.normal(0.0, 1.0, size=shape)
+    values = old_values + rng.normal(0.0, value_std, size=shape)
+    scores = rng.normal(0.0, 1.5, size=shape[0])
+    valid = m == 1
+    inputs = {"logp": logp, "logp_old": logp_old, "logp_ref": logp_ref, "values": values,
+              "old_values": old_values, "scores": scores, "mask": m.copy()}
+    for name in ("logp", "logp_old", "logp_ref", "values", "old_values"):
+        inputs[name] = np.where(valid, inputs[name], 0.0)
+    return inputs
+
+
+def make_case(name: str, description: str, inputs: dict, params: dict | None = None) -> dict:
+    """Assemble a case dict after checking that ``inputs`` has every input, well shaped."""
+    missing = [n for n in INPUT_NAMES if n not in inputs]
+    if missing:
+        raise ValueError(f"inputs: missing {', '.join(missing)}")
+    arrays = {n: np.array(inputs[n], dtype=np.float64) for n in INPUT_NAMES}
+    shape = arrays["mask"].shape
+    if len(shape) != 2:
+        raise ValueError(f"mask: expected shape (B, T), got {shape}")
+    for n in INPUT_NAMES:
+        want = shape[:1] if n == "scores" else shape
+        if arrays[n].shape != want:
+            raise ValueError(f"{n}: expected shape {want}, got {arrays[n].shape}")
+    return {"name": name, "description": description, "inputs": arrays,
+            "params": dict(params or {})}
+
+
+def random_case(rng: np.random.Generator, *, name: str = "random", params=None) -> dict:
+    """A random right-padded batch: B in [2, 6], T in [3, 16], row lengths in [1, T]."""
+    B = int(rng.integers(2, 7))
+    T = int(rng.integers(3, 17))
+    lengths = rng.integers(1, T + 1, size=B)
+    mask = mask_from_lengths(lengths, T)
+    return make_case(name, f"random batch B={B}, T={T}, right padding, row lengths "
+                     f"{lengths.tolist()}", sample_inputs(rng, mask), params)
+
+
+def random_params(rng: np.random.Generator) -> dict:
+    """gamma in [0.9, 1] and lam in [0.8, 1], rounded to 3 decimals (printable)."""
+    return {"gamma": round(float(rng.uniform(0.9, 1.0)), 3),
+            "lam": round(float(rng.uniform(0.8, 1.0)), 3)}
+
+
+def _length_1(rng):
+    mask = mask_from_lengths([1, 1, 1, 1], 5)
+    return "every response is one token long", sample_inputs(rng, mask), {}
+
+
+def _left_padding(rng):
+    mask = mask_from_lengths([8, 5, 3, 1], 8, padding="left")
+    return ("left padding: responses end at the last column, the score goes there",
+            sample_inputs(rng, mask), {})
+
+
+def _right_padding(rng):
+    mask = mask_from_lengths([8, 5, 3, 1], 8, padding="right")
+    return "right padding: responses start at column 0", sample_inputs(rng, mask), {}
+
+
+def _multi_turn_holes(rng):
+    mask = np.array([[1, 1, 1, 0, 0, 1, 1, 0, 1, 1, 1, 0],
+                     [0, 0, 1, 1, 0, 0, 0, 1, 1, 1, 1, 1],
+                     [1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 0, 0]], dtype=np.float64)
+    return ("masks with holes (multi-turn): V(s_{t+1}) is the value at the next "
+            "response token", sample_inputs(rng, mask), {})
+
+
+def _garbage_in_padding(rng):
+    mask = mask_from_lengths([6, 4, 2, 1], 7)
+    inputs = sample_inputs(rng, mask)
+    pad = mask == 0
+    garbage = np.resize(np.array(GARBAGE), int(pad.sum()))
+    for k, name in enumerate(("logp", "logp_old", "logp_ref", "values", "old_values")):
+        filled = inputs[name].copy()
+        filled[pad] = np.roll(garbage, k)
+        inputs[name] = filled
+    return ("NaN, +-inf and +-1e30 at every padding position of every (B, T) input",
+            inputs, {})
+
+
+def _extreme_log_ratios(rng):
+    mask = mask_from_lengths([6, 6, 4], 6)
+    inputs = sample_inputs(rng, mask)
+    # logp - logp_old per row: the first four columns; log-probs stay <= 0
+    shifts = np.array([[50.0, -50.0, 20.0, -20.0],
+                       [-50.0, 50.0, -5.0, 5.0],
+                       [50.0, 0.0, -50.0, 0.0]])
+    logp_old = inputs["logp_old"].copy()
+    logp = inputs["logp"].copy()
+    up = shifts > 0
+    logp[:, :4] = np.where(up, -0.05, logp_old[:, :4] - np.abs(shifts))
+    logp_old[:, :4] = np.where(up, -0.05 - shifts, logp_old[:, :4])
+    logp_ref = inputs["logp_ref"].copy()
+    logp_ref[:, :4] = logp_old[:, :4] + rng.normal(0.0, 0.3, size=(3, 4))
+    inputs.update(logp=logp, logp_old=logp_old, logp_ref=np.minimum(logp_ref, -1e-4))
+    return ("logp - logp_old = +-50, +-20, +-5 (rho up to e^50 ~ 5e21); presets that clamp "
+            "the log-ratio differ here", inputs, {})
+
+
+def _extreme_kl(rng):
+    mask = mask_from_lengths([5, 5, 3], 5)
+    inputs = sample_inputs(rng, mask)
+    # log-ratio to the reference per row, first three columns
+    shifts = np.array([[50.0, -50.0, 20.0],
+                       [-50.0, 50.0, -20.0],
+                       [50.0, -50.0, 0.0]])
+    logp, logp_old, logp_ref = (inputs[n][:, :3].copy() for n in ("logp", "logp_old", "logp_ref"))
+    log_rho = logp - logp_old
+    # shift > 0: logp_ref far below both policies; shift < 0: both policies far below logp_ref
+    new_ref = np.where(shifts > 0, np.minimum(logp, logp_old) - shifts, logp_ref)
+    new_old = np.where(shifts < 0, logp_ref + shifts - np.maximum(log_rho, 0.0), logp_old)
+    new_logp = np.where(shifts < 0, new_old + log_rho, logp)
+    for name, block in (("logp", new_logp), ("logp_old", new_old), ("logp_ref", new_ref)):
+        full = inputs[name].copy()
+        full[:, :3] = block
+        inputs[name] = full
+    return ("log-ratios to the reference of +-50 and +-20 (k3 = e^50 there); presets that "
+            "clamp the KL estimate differ here", inputs, {})
+
+
+def _all_equal_rewards(rng):
+    mask = mask_from_lengths([5, 5, 3, 2], 5)
+    inputs = sample_inputs(rng, mask)
+    zero = np.zeros_like(mask)
+    inputs.update(logp_old=inputs["logp"].copy(), logp_ref=inputs["logp"].copy(),
+                  values=zero.copy(), old_values=zero.copy(), scores=np.ones(4))
+    return ("every score 1, no KL (logp = logp_old = logp_ref), zero values, gamma = lam = 1: "
+            "every advantage is exactly 1, so its variance is 0", inputs,
+            {"gamma": 1.0, "lam": 1.0})
+
+
+def _gamma_lam(gamma, lam):
+    def build(rng):
+        mask = mask_from_lengths([6, 3, 1], 6)
+        return (f"gamma = {gamma:g}, lam = {lam:g}", sample_inputs(rng, mask),
+                {"gamma": gamma, "lam": lam})
+    return build
+
+
+def _one_valid_token(rng):
+    mask = np.array([[0.0, 0.0, 1.0, 0.0, 0.0, 0.0]])
+    return ("a single response token in the whole batch (whitening needs two)",
+            sample_inputs(rng, mask), {})
+
+
+EDGE_CASES = {
+    "length-1": _length_1,
+    "left-padding": _left_padding,
+    "right-padding": _right_padding,
+    "multi-turn-holes": _multi_turn_holes,
+    "garbage-in-padding": _garbage_in_padding,
+    "extreme-log-ratios": _extreme_log_ratios,
+    "extreme-kl": _extreme_kl,
+    "all-equal-rewards": _all_equal_rewards,
+    "gamma0-lam0": _gamma_lam(0.0, 0.0),
+    "gamma0-lam1": _gamma_lam(0.0, 1.0),
+    "gamma1-lam0": _gamma_lam(1.0, 0.0),
+    "gamma1-lam1": _gamma_lam(1.0, 1.0),
+    "one-valid-token": _one_valid_token,
+}
+"""Builders of the named edge cases: ``builder(rng) -> (description, inputs, params)``."""
+
+
+def edge_case(name: str, seed: int = 0) -> dict:
+    """The named edge case ``name`` (a key of :data:`EDGE_CASES`) for ``seed``."""
+    if name not in EDGE_CASES:
+        raise ValueError(f"name: unknown edge case {name!r}; valid ones are "
+                         f"{', '.join(EDGE_CASES)}")
+    description, inputs, params = EDGE_CASES[name](case_rng(seed, name))
+    return make_case(name, description, inputs, params)
+
+
+def case_names(n_random: int = N_RANDOM) -> list:
+    """Names :func:`generate_cases` makes: ``random-0`` ... then every edge case."""
+    return [f"random-{k}" for k in range(n_random)] + list(EDGE_CASES)
+
+
+def generate_cases(seed: int = 0, names=None, *, n_random: int = N_RANDOM) -> list:
+    """Random cases ``random-0`` ... ``random-{n_random - 1}``, then the edge cases.
+
+    Parameters
+    ----------
+    seed : int >= 0
+        Same seed, same arrays (bit for bit).
+    names : list of str, optional
+        Only these cases, in this order: edge case names, ``"random-K"``
+        (any K >= 0), or ``"random"`` for all ``n_random`` random cases,
+        ``"edge"`` for all edge cases. ``None``: all of them.
+    n_random : int >= 0
+        Number of random cases. The odd-numbered ones override gamma and lam
+        (:func:`random_params`); the even ones use the preset's defaults.
+
+    Returns
+    -------
+    list of case dicts (see the module docstring).
+
+    Examples
+    --------
+    >>> cases = generate_cases(0, ["random-1", "length-1"])
+    >>> [c["name"] for c in cases], cases[1]["inputs"]["mask"].sum(axis=1).tolist()
+    (['random-1', 'length-1'], [1.0, 1.0, 1.0, 1.0])
+    """
+    if isinstance(n_random, bool) or not isinstance(n_random, int) or n_random < 0:
+        raise ValueError(f"n_random: must be a non-negative integer, got {n_random!r}")
+    if names is None:
+        names = case_names(n_random)
+    elif isinstance(names, str):
+        raise TypeError("names: expected a list of case names, got a single string")
+    expanded = []
+    for name in names:
+        if name == "random":
+            expanded += [f"random-{k}" for k in range(n_random)]
+        elif name == "edge":
+            expanded += list(EDGE_CASES)
+        else:
+            expanded.append(name)
+    cases = []
+    for name in expanded:
+        if name.startswith("random-") and name[7:].isdigit():
+            k = int(name[7:])
+            rng = case_rng(seed, name)
+            params = random_params(rng) if k % 2 == 1 else {}
+            cases.append(random_case(rng, name=name, params=params))
+        elif name in EDGE_CASES:
+            cases.append(edge_case(name, seed))
+        else:
+            raise ValueError(f"names: unknown case {name!r}; valid ones are 'random', 'edge', "
+                             f"'random-K' and {', '.join(EDGE_CASES)}")
+    return cases
+

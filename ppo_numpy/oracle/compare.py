@@ -1,0 +1,510 @@
+"""Compare a candidate implementation with the oracle, output by output (``docs/oracle.md``).
+
+:func:`compare` runs a candidate and a reference (a preset, or any callable
+``case -> outputs``) on the same cases; :func:`assert_matches` compares two
+output dicts inside a test. Both return a :class:`ComparisonReport` that
+gives, per output, the largest absolute and relative error, the index of
+the worst element, the inputs at that index, and pass or fail.
+
+An element passes when
+
+    |actual - expected| <= atol + rtol |expected|
+
+with (rtol, atol) from :data:`TOLERANCES`, by the dtype the candidate
+computes in. u is the dtype's unit roundoff (half its machine epsilon):
+
+=========  ========  =======  =======  ============================================
+dtype      u         rtol     atol     why
+=========  ========  =======  =======  ============================================
+float64    1.1e-16   1e-9     1e-10    two float64 codes that sum in another order
+                                       (GAE's loop vs a matrix product, a mean over
+                                       N tokens) differ by up to ~N u in a sum and
+                                       ~N u / std after whitening; N = 1e4 tokens,
+                                       a std of 1e-2 and a margin of 10 give 1e-9
+float32    6.0e-8    1e-4     1e-5     the same growth of ~1e3 on u_32 (6e-5),
+                                       rounded up; atol covers elements that are
+                                       differences of O(1) numbers (whitened
+                                       advantages near 0, gradients of size 1/N)
+bfloat16   3.9e-3    5e-2     5e-2     8 significant bits: a single rounding is
+                                       already 4e-3; a 16-step GAE loop in bf16 and
+                                       the division by the std reach a few 1e-2
+=========  ========  =======  =======  ============================================
+
+The float32 and bfloat16 rows were checked against ``examples/torch_ppo.py``
+computing in those dtypes (figures in ``docs/oracle.md``). They assume
+inputs of order 1 (log-probabilities, values and scores as
+:mod:`ppo_numpy.oracle.cases` draws them); pass ``tolerance=`` for others.
+
+Conventions of the comparison:
+
+* The candidate gets the case's inputs rounded to its dtype (bfloat16:
+  float32 arrays whose values are rounded to 8 significant bits by
+  :func:`to_bfloat16`), and the reference gets *the same rounded values* in
+  float64: the comparison measures the candidate's arithmetic, not the
+  rounding of its inputs.
+* Per-token outputs (arrays shaped like ``mask``) are compared where mask
+  is 1 only; NaN or garbage at padding never fails a comparison.
+* Kinks. clip, min and max make losses' gradients and clip fractions jump:
+  a token whose rho sits within rounding of 1 + eps is clipped in one
+  precision and not in the other. The reference is therefore also run on
+  ``probes`` copies of the inputs, each element moved by
+  +-4 u max(|x|, 1) with random signs, and an element passes if it matches
+  the reference on any of them. Such elements are counted in the report
+  (``n_kinks``); elsewhere these probes change the reference by far less
+  than the tolerance.
+* A case the reference rejects with ValueError (e.g. ``one-valid-token``
+  under a preset that whitens) is listed as rejected and not compared.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .cases import INPUT_NAMES
+
+PROBE_SCALE = 4.0
+"""Probe perturbations are +-PROBE_SCALE * u * max(|x|, 1)."""
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """Pass rule |actual - expected| <= atol + rtol |expected| for one dtype."""
+
+    rtol: float
+    atol: float
+    unit_roundoff: float
+
+
+TOLERANCES = {
+    "float64": Tolerance(rtol=1e-9, atol=1e-10, unit_roundoff=2.0**-53),
+    "float32": Tolerance(rtol=1e-4, atol=1e-5, unit_roundoff=2.0**-24),
+    "bfloat16": Tolerance(rtol=5e-2, atol=5e-2, unit_roundoff=2.0**-9),
+}
+"""Tolerance by the dtype the candidate computes in (see the module docstring)."""
+
+DTYPES = tuple(TOLERANCES)
+
+
+def check_dtype(dtype) -> str:
+    name = (getattr(dtype, "__name__", None) or str(dtype)).removeprefix("torch.")
+    name = {"float": "float64", "double": "float64", "bf16": "bfloat16"}.get(name, name)
+    if name not in TOLERANCES:
+        raise ValueError(f"dtype: expected one of {', '.join(DTYPES)}, got {dtype!r}")
+    return name
+
+
+def to_bfloat16(x) -> np.ndarray:
+    """Round to the nearest bfloat16 (ties to even); a float32 array holding those values.
+
+    bfloat16 keeps float32's 8 exponent bits and the top 7 of its 23 stored
+    mantissa bits (8 significant bits): round the float32 bit pattern at bit
+    16 and zero the lower 16 bits. NaN stays NaN; values beyond bfloat16's
+    largest (~3.39e38) become inf.
+
+    >>> to_bfloat16([1.0, 1.00390625, 1.01171875, 3.14159265]).tolist()
+    [1.0, 1.0, 1.015625, 3.140625]
+
+    (1 + 2^-8 is halfway between 1 and 1 + 2^-7: the tie goes to the even 1.0.)
+    """
+    f = np.array(x, dtype=np.float32)
+    bits = f.view(np.uint32).astype(np.uint64)
+    # round half to even on the 16 bits that are dropped
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+    out = bits.astype(np.uint32).view(np.float32)
+    return np.where(np.isnan(f), np.float32(np.nan), out)
+
+
+def round_to_dtype(x, dtype) -> np.ndarray:
+    """``x`` stored as the candidate would hold it: float64, float32, or bf16 values in float32."""
+    dtype = check_dtype(dtype)
+    if dtype == "float64":
+        return np.array(x, dtype=np.float64)
+    if dtype == "float32":
+        return np.array(x, dtype=np.float32)
+    return to_bfloat16(x)
+
+
+def cast_case(case: dict, dtype) -> dict:
+    """A copy of ``case`` whose inputs are rounded to ``dtype`` (see :func:`round_to_dtype`)."""
+    out = dict(case)
+    out["inputs"] = {n: round_to_dtype(v, dtype) for n, v in case["inputs"].items()}
+    out["params"] = dict(case.get("params", {}))
+    return out
+
+
+def as_float64_case(case: dict) -> dict:
+    out = dict(case)
+    out["inputs"] = {n: np.array(v, dtype=np.float64) for n, v in case["inputs"].items()}
+    return out
+
+
+def probe_cases(case: dict, dtype, n: int, *, seed: int = 0) -> list:
+    """``n`` float64 copies of ``case`` with each valid input moved by +-4 u max(|x|, 1)."""
+    u = TOLERANCES[check_dtype(dtype)].unit_roundoff
+    rng = np.random.default_rng([seed, n])
+    valid = np.asarray(case["inputs"]["mask"]) == 1
+    probes = []
+    for _ in range(n):
+        inputs = {}
+        for name, x in case["inputs"].items():
+            x = np.array(x, dtype=np.float64)
+            if name == "mask":
+                inputs[name] = x
+                continue
+            sign = rng.choice([-1.0, 1.0], size=x.shape)
+            with np.errstate(invalid="ignore", over="ignore"):
+                moved = x + sign * PROBE_SCALE * u * np.maximum(np.abs(x), 1.0)
+            where = valid if x.shape == valid.shape else np.ones(x.shape, dtype=bool)
+            inputs[name] = np.where(where, moved, x)
+        probes.append({**case, "inputs": inputs})
+    return probes
+
+
+@dataclass
+class OutputComparison:
+    """One output of one case: errors, the worst element and pass/fail."""
+
+    case: str
+    output: str
+    passed: bool
+    max_abs_err: float = float("nan")
+    max_rel_err: float = float("nan")
+    worst_index: tuple = ()
+    expected: float = float("nan")
+    actual: float = float("nan")
+    allowed: float = float("nan")
+    inputs: dict = field(default_factory=dict)
+    params: dict = field(default_factory=dict)
+    n_compared: int = 0
+    n_kinks: int = 0
+    note: str = ""
+
+    def describe(self) -> str:
+        """Several lines: what was expected, what came out, and the inputs that produced it."""
+        where = f" at {self.worst_index}" if self.worst_index else ""
+        lines = [f"{self.case} / {self.output}{where}: " + (
+            self.note if self.note and np.isnan(self.max_abs_err) else
+            f"expected {self.expected!r}, got {self.actual!r} "
+            f"(abs err {self.max_abs_err:.3g}, allowed {self.allowed:.3g})")]
+        if self.inputs:
+            lines.append("    inputs" + where + ": " + ", ".join(
+                f"{k}={v!r}" for k, v in self.inputs.items()))
+        if self.params:
+            lines.append("    params: " + ", ".join(f"{k}={v!r}" for k, v in self.params.items()))
+        if self.note and not np.isnan(self.max_abs_err):
+            lines.append("    " + self.note)
+        return "\n".join(lines)
+
+
+@dataclass
+class ComparisonReport:
+    """Rows of :class:`OutputComparison`; ``str()`` is a table per output plus every failure."""
+
+    dtype: str
+    tolerance: Tolerance
+    rows: list = field(default_factory=list)
+    rejected: dict = field(default_factory=dict)
+    unchecked: dict = field(default_factory=dict)
+    title: str = "candidate vs reference"
+
+    @property
+    def passed(self) -> bool:
+        return all(r.passed for r in self.rows)
+
+    @property
+    def failures(self) -> list:
+        return [r for r in self.rows if not r.passed]
+
+    @property
+    def cases(self) -> list:
+        return list(dict.fromkeys(r.case for r in self.rows))
+
+    def max_errors(self) -> dict:
+        """``{output: (max abs err, max rel err)}`` over every case."""
+        out = {}
+        for r in self.rows:
+            a, b = out.get(r.output, (0.0, 0.0))
+            out[r.output] = (_nanmax(a, r.max_abs_err), _nanmax(b, r.max_rel_err))
+        return out
+
+    def worst(self, output: str) -> OutputComparison:
+        """The row of ``output`` closest to (or furthest beyond) its tolerance."""
+        rows = [r for r in self.rows if r.output == output]
+        if not rows:
+            raise KeyError(f"output: {output!r} was not compared")
+        return max(rows, key=_badness)
+
+    def extend(self, other: ComparisonReport) -> None:
+        self.rows += other.rows
+        self.rejected.update(other.rejected)
+        for k, v in other.unchecked.items():
+            self.unchecked.setdefault(k, []).extend(v)
+
+    def __str__(self) -> str:
+        t = self.tolerance
+        n_fail = len(self.failures)
+        lines = [f"oracle comparison, {self.title}: dtype {self.dtype} (rtol {t.rtol:g}, "
+                 f"atol {t.atol:g}), {len(self.cases)} cases compared, "
+                 f"{len(self.rejected)} rejected by the reference",
+                 f"{'output':<24} {'max abs err':>11} {'max rel err':>11}  {'worst case':<20} "
+                 f"{'worst index':<12} {'kinks':>5}  result"]
+        for output, (abs_err, rel_err) in self.max_errors().items():
+            w = self.worst(output)
+            n_kinks = sum(r.n_kinks for r in self.rows if r.output == output)
+            ok = all(r.passed for r in self.rows if r.output == output)
+            lines.append(f"{output:<24} {abs_err:>11.3g} {rel_err:>11.3g}  {w.case:<20} "
+                         f"{str(w.worst_index):<12} {n_kinks:>5}  {'ok' if ok else 'FAIL'}")
+        for name, reason in self.rejected.items():
+            lines.append(f"rejected by the reference, not compared: {name}: {reason}")
+        for output, names in self.unchecked.items():
+            lines.append(f"not returned by the candidate, not compared: {output} "
+                         f"({len(names)} cases)")
+        if n_fail:
+            lines.append(f"FAILED: {n_fail} of {len(self.rows)} output comparisons")
+            lines += [r.describe() for r in sorted(self.failures, key=_badness, reverse=True)]
+        else:
+            lines.append(f"passed: {len(self.rows)} output comparisons")
+        return "\n".join(lines)
+
+
+def _nanmax(a, b):
+    return a if np.isnan(b) else b if np.isnan(a) else max(a, b)
+
+
+def _badness(row: OutputComparison) -> float:
+    if not row.passed and np.isnan(row.max_abs_err):
+        return np.inf
+    if row.allowed > 0:
+        return row.max_abs_err / row.allowed
+    return 0.0 if row.max_abs_err == 0 else np.inf
+
+
+def _as_output(x) -> np.ndarray:
+    if hasattr(x, "detach"):
+        x = x.detach().cpu()
+        if str(getattr(x, "dtype", "")) == "torch.bfloat16":
+            x = x.float()
+        x = x.numpy()
+    return np.array(x, dtype=np.float64)
+
+
+def _inputs_at(inputs: dict, index: tuple, mask_shape: tuple) -> dict:
+    if not inputs or not index:
+        return {}
+    out = {}
+    for name in INPUT_NAMES:
+        if name not in inputs:
+            continue
+        x = np.asarray(inputs[name])
+        if x.shape == mask_shape and len(index) == len(mask_shape):
+            out[name] = float(x[index])
+        elif name == "scores" and x.ndim == 1 and len(index) >= 1 and index[0] < x.shape[0]:
+            out[f"scores[{index[0]}]"] = float(x[index[0]])
+    return out
+
+
+def compare_output(name: str, actual, expected, *, alternatives=(), mask=None, inputs=None,
+                   params=None, case_name: str = "", tolerance: Tolerance) -> OutputComparison:
+    """Compare one output (array or scalar) with the expected one and its probe alternatives."""
+    row = OutputComparison(case=case_name, output=name, passed=False, params=dict(params or {}))
+    e = _as_output(expected)
+    try:
+        a = _as_output(actual)
+    except (TypeError, ValueError) as err:
+        row.note = f"candidate output cannot be read as float64: {err}"
+        return row
+    if a.shape != e.shape:
+        row.note = f"shape {a.shape} does not match the expected shape {e.shape}"
+        return row
+    alts = [_as_output(x) for x in alternatives]
+    alts = [x for x in alts if x.shape == e.shape]
+    if mask is not None and e.shape == np.shape(mask):
+        valid = np.asarray(mask) == 1
+    else:
+        valid = np.ones(e.shape, dtype=bool)
+    refs = np.stack([e] + alts)  # (1 + n_probes, *shape)
+    with np.errstate(invalid="ignore", over="ignore"):
+        same = (refs == a) | (np.isnan(refs) & np.isnan(a))
+        err = np.where(same, 0.0, np.abs(a - refs))
+    err = np.where(np.isnan(err), np.inf, err)
+    allowed = tolerance.atol + tolerance.rtol * np.where(np.isfinite(refs), np.abs(refs), 0.0)
+    ratio = err / allowed
+    best = np.argmin(ratio, axis=0)  # which reference each element matches best
+    pick = np.take_along_axis(ratio, best[None], axis=0)[0]
+    err_b = np.take_along_axis(err, best[None], axis=0)[0]
+    ref_b = np.take_along_axis(refs, best[None], axis=0)[0]
+    allowed_b = np.take_along_axis(allowed, best[None], axis=0)[0]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rel = np.where(err_b == 0, 0.0, err_b / np.abs(ref_b))
+    row.n_compared = int(valid.sum())
+    if row.n_compared == 0:
+        row.passed, row.max_abs_err, row.max_rel_err, row.allowed = True, 0.0, 0.0, 0.0
+        return row
+    ratio_v = np.where(valid, pick, -1.0)
+    flat = int(np.argmax(ratio_v))
+    idx = np.unravel_index(flat, e.shape) if e.ndim else ()
+    row.worst_index = tuple(int(i) for i in idx)
+    row.max_abs_err = float(np.max(err_b[valid]))
+    row.max_rel_err = float(np.max(rel[valid]))
+    row.expected = float(e[idx]) if e.ndim else float(e)
+    row.actual = float(a[idx]) if a.ndim else float(a)
+    row.allowed = float(allowed_b[idx]) if e.ndim else float(allowed_b)
+    row.passed = bool(np.all(pick[valid] <= 1.0))
+    row.n_kinks = int(np.sum(valid & (ratio[0] > 1.0) & (pick <= 1.0)))
+    if mask is not None:
+        row.inputs = _inputs_at(inputs or {}, row.worst_index, np.shape(mask))
+    if row.n_kinks:
+        row.note = (f"{row.n_kinks} element(s) matched only a probe of the reference "
+                    "(a kink within rounding)")
+    return row
+
+
+def compare_outputs(actual: dict, expected: dict, *, dtype="float64", case=None, outputs=None,
+                    tolerance: Tolerance | None = None, alternatives=()) -> ComparisonReport:
+    """Compare two output dicts of one case; the report of :func:`assert_matches`."""
+    dtype = check_dtype(dtype)
+    tol = tolerance or TOLERANCES[dtype]
+    report = ComparisonReport(dtype, tol)
+    case = case or {}
+    name = case.get("name", "case")
+    inputs = case.get("inputs", {})
+    mask = inputs.get("mask")
+    names = list(expected) if outputs is None else list(outputs)
+    for out in names:
+        if out not in expected:
+            report.rows.append(OutputComparison(name, out, False,
+                                                note="not in the expected outputs"))
+            continue
+        if out not in actual:
+            if outputs is None:
+                report.unchecked.setdefault(out, []).append(name)
+            else:
+                report.rows.append(OutputComparison(name, out, False,
+                                                    note="not returned by the candidate"))
+            continue
+        alts = [alt[out] for alt in alternatives if out in alt]
+        report.rows.append(compare_output(out, actual[out], expected[out], alternatives=alts,
+                                          mask=mask, inputs=inputs, params=case.get("params"),
+                                          case_name=name, tolerance=tol))
+    return report
+
+
+def assert_matches(actual: dict, expected: dict, dtype="float64", case=None, *, outputs=None,
+                   tolerance: Tolerance | None = None) -> ComparisonReport:
+    """Raise AssertionError with the full report unless every output matches; else return it.
+
+    Parameters
+    ----------
+    actual, expected : dict
+        Output name -> array or float (numpy arrays, floats, or CPU torch tensors).
+    dtype : {"float64", "float32", "bfloat16"}
+        Chooses the tolerance of :data:`TOLERANCES`.
+    case : dict, optional
+        The case both came from: its mask restricts per-token comparisons to
+        response tokens, and its inputs are printed for the worst element.
+    outputs : list of str, optional
+        Outputs that must be present and match. ``None``: every expected
+        output the candidate returned.
+    tolerance : Tolerance, optional
+        Overrides the dtype's tolerance.
+
+    Examples
+    --------
+    >>> m = np.array([[1.0, 1.0, 0.0]])
+    >>> case = {"name": "toy", "inputs": {"mask": m}}
+    >>> expected = {"advantages": np.array([[0.5, 0.25, 0.0]]), "policy_loss": -0.375}
+    >>> actual = {"advantages": np.array([[0.5, 0.25, np.nan]]), "policy_loss": -0.375}
+    >>> assert_matches(actual, expected, case=case).passed
+    True
+    >>> assert_matches({"advantages": np.array([[0.5, 0.3, 0.0]])}, expected, case=case)
+    ... # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    AssertionError: oracle comparison, candidate vs reference: dtype float64 (rtol 1e-09, ...
+    """
+    report = compare_outputs(actual, expected, dtype=dtype, case=case, outputs=outputs,
+                             tolerance=tolerance)
+    if not report.passed:
+        raise AssertionError(str(report))
+    return report
+
+
+def compare(candidate, reference, cases=None, dtype="float64", *, outputs=None,
+            tolerance: Tolerance | None = None, probes: int = 8) -> ComparisonReport:
+    """Run ``candidate`` and ``reference`` on every case and compare their outputs.
+
+    Parameters
+    ----------
+    candidate : callable ``case -> dict``
+        The implementation under test. It receives the case with inputs
+        rounded to ``dtype`` (NumPy arrays: float64, float32, or float32 holding
+        bfloat16 values) and ``case["params"]``, and returns outputs named as
+        the presets name them (``"advantages"``, ``"dlogp"``, ``"stat/..."``).
+    reference : callable ``case -> dict``, or a preset name
+        Usually a preset of :mod:`ppo_numpy.oracle.presets`. It receives the
+        same rounded inputs in float64.
+    cases : list of case dicts, optional
+        Default: :func:`ppo_numpy.oracle.cases.generate_cases` with seed 0.
+    dtype : {"float64", "float32", "bfloat16"}
+        The precision the candidate computes in; chooses the input rounding
+        and the tolerance.
+    outputs : list of str, optional
+        Outputs that must be returned and match. ``None``: every output the
+        reference returns that the candidate also returns (the others are
+        listed in the report as not compared).
+    tolerance : Tolerance, optional
+        Overrides :data:`TOLERANCES`.
+    probes : int >= 0
+        Number of perturbed reference runs per case used to recognise kinks
+        (module docstring). 0 turns the check off.
+
+    Returns
+    -------
+    ComparisonReport; ``report.passed`` and ``print(report)``.
+    """
+    from .cases import generate_cases
+
+    dtype = check_dtype(dtype)
+    if isinstance(reference, str):
+        from .presets import get_preset
+
+        reference = get_preset(reference)
+    if isinstance(probes, bool) or not isinstance(probes, int) or probes < 0:
+        raise ValueError(f"probes: must be a non-negative integer, got {probes!r}")
+    if cases is None:
+        cases = generate_cases(0)
+    tol = tolerance or TOLERANCES[dtype]
+    report = ComparisonReport(dtype, tol, title=f"{_label(candidate)} vs {_label(reference)}")
+    for case in cases:
+        cast = cast_case(case, dtype)
+        ref_case = as_float64_case(cast)
+        try:
+            expected = reference(ref_case)
+        except ValueError as err:
+            report.rejected[case["name"]] = f"{type(err).__name__}: {err}"
+            continue
+        try:
+            actual = candidate(cast)
+        except Exception as err:  # reported as a failure with the case, not raised
+            report.rows.append(OutputComparison(
+                case["name"], "(candidate)", False, params=dict(case.get("params", {})),
+                note=f"candidate raised {type(err).__name__}: {err}"))
+            continue
+        alternatives = []
+        for probe in probe_cases(ref_case, dtype, probes) if probes else ():
+            try:
+                alternatives.append(reference(probe))
+            except ValueError:
+                continue
+        report.extend(compare_outputs(actual, expected, dtype=dtype, case=ref_case,
+                                      outputs=outputs, tolerance=tol, alternatives=alternatives))
+    return report
+
+
+def _label(fn) -> str:
+    name = getattr(fn, "name", None)
+    if isinstance(name, str):
+        return f"preset {name!r}"
+    return getattr(fn, "__name__", type(fn).__name__)

@@ -1,0 +1,261 @@
+"""Golden files: the oracle's cases and expected outputs, for code that cannot import ppo_numpy.
+
+``python -m ppo_numpy oracle export DIR --preset NAME`` writes
+
+    DIR/manifest.json         what every case is, its parameters, the expected scalars,
+                              tolerances by dtype, the preset and the ppo_numpy version
+    DIR/cases/<name>.npz      one file per case: the inputs under their own names
+                              (logp, logp_old, ...) and the expected arrays under
+                              "expected/<name>" (rewards, advantages, returns, dlogp, dvalues)
+
+Nothing but NumPy and ``json`` is needed to read them (``docs/oracle.md`` has
+a ten-line loader). :func:`load` reads them back into case dicts and
+:func:`verify` recomputes every expected output with the named preset.
+
+Format version 1. Manifest keys: ``format``, ``format_version``,
+``ppo_numpy_version``, ``numpy_version``, ``preset`` (name, description,
+defaults, sources), ``seed``, ``input_names``, ``per_token_outputs``,
+``conventions``, ``tolerances`` ({dtype: {rtol, atol}}), ``cases``. Each case
+has ``name``, ``description``, ``file``, ``shape`` [B, T], ``overrides`` (the
+case's own parameters), ``params`` (the preset's defaults updated by the
+overrides: everything needed to recompute it) and either ``expected_arrays``
+(names) with ``expected_scalars`` ({name: number}) or ``rejected`` (the
+preset's ValueError message: a conforming implementation refuses this input
+too, or at least must not be compared on it). Scalars are JSON numbers,
+written with Python's shortest round-trip repr (read back bit for bit);
+a non-finite one is the string "nan", "inf" or "-inf", which ``float()``
+reads.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from .cases import INPUT_NAMES, generate_cases
+from .compare import TOLERANCES, ComparisonReport, compare_outputs
+
+FORMAT = "ppo_numpy.oracle.golden"
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+CONVENTIONS = {
+    "layout": "arrays are (B, T) batch-major, scores (B,); mask 1 = response token",
+    "padding": "inputs may hold NaN or inf where mask is 0; compare per-token outputs only "
+               "where mask is 1",
+    "values": "values = the value head being trained; old_values = values at rollout time",
+    "gradients": "dlogp = d policy_loss / d logp, dvalues = d value_loss / d values; "
+                 "advantages and returns are constants (no gradient through them)",
+    "rejected": "a case with 'rejected' is one the preset refuses (ValueError); it has no "
+                "expected outputs",
+}
+
+
+def _resolve(preset):
+    if isinstance(preset, str):
+        from .presets import get_preset
+
+        return get_preset(preset)
+    return preset
+
+
+def _jsonable(x):
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, (bool, np.bool_)):
+        return bool(x)
+    if isinstance(x, (int, np.integer)):
+        return int(x)
+    if isinstance(x, (float, np.floating)):
+        return _number(float(x))
+    if x is None or isinstance(x, str):
+        return x
+    return str(x)
+
+
+def _number(v: float):
+    return v if np.isfinite(v) else ("nan" if np.isnan(v) else ("inf" if v > 0 else "-inf"))
+
+
+def _safe_name(name: str) -> str:
+    if not name or any(c in name for c in "/\\") or name.startswith("."):
+        raise ValueError(f"cases: case name {name!r} cannot be used as a file name")
+    return name
+
+
+def export(directory, preset, cases=None, *, seed: int = 0) -> Path:
+    """Write the golden files of ``preset`` on ``cases`` into ``directory``; return the manifest.
+
+    Parameters
+    ----------
+    directory : path
+        Created if missing. Existing files of the same names are overwritten.
+    preset : Preset or str
+        A preset object of :mod:`ppo_numpy.oracle.presets` (or its name).
+    cases : list of case dicts, optional
+        Default: :func:`generate_cases` with ``seed`` (every random and edge case).
+    seed : int
+        Seed of the default cases; recorded in the manifest.
+    """
+    from .. import __version__
+
+    preset = _resolve(preset)
+    if cases is None:
+        cases = generate_cases(seed)
+    root = Path(directory)
+    (root / "cases").mkdir(parents=True, exist_ok=True)
+    entries = []
+    per_token = set()
+    seen = set()
+    for case in cases:
+        name = _safe_name(case["name"])
+        if name in seen:
+            raise ValueError(f"cases: two cases are named {name!r}")
+        seen.add(name)
+        inputs = {n: np.asarray(case["inputs"][n], dtype=np.float64) for n in INPUT_NAMES}
+        overrides = dict(case.get("params", {}))
+        entry = {"name": name, "description": case.get("description", ""),
+                 "file": f"cases/{name}.npz", "shape": list(inputs["mask"].shape),
+                 "overrides": _jsonable(overrides),
+                 "params": _jsonable({**preset.defaults, **overrides})}
+        arrays = dict(inputs)
+        try:
+            outputs = preset({"name": name, "inputs": inputs, "params": overrides})
+        except ValueError as err:
+            entry["rejected"] = f"{type(err).__name__}: {err}"
+        else:
+            entry["expected_arrays"], entry["expected_scalars"] = [], {}
+            for out, value in outputs.items():
+                value = np.asarray(value, dtype=np.float64)
+                if value.ndim == 0:
+                    entry["expected_scalars"][out] = _number(float(value))
+                else:
+                    entry["expected_arrays"].append(out)
+                    arrays[f"expected/{out}"] = value
+                    if value.shape == inputs["mask"].shape:
+                        per_token.add(out)
+        np.savez(root / entry["file"], **arrays)
+        entries.append(entry)
+    manifest = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "ppo_numpy_version": __version__,
+        "numpy_version": np.__version__,
+        "preset": {"name": preset.name, "description": preset.description,
+                   "defaults": _jsonable(preset.defaults), "sources": _jsonable(preset.sources)},
+        "seed": int(seed),
+        "input_names": list(INPUT_NAMES),
+        "per_token_outputs": sorted(per_token),
+        "conventions": CONVENTIONS,
+        "tolerances": {d: {"rtol": t.rtol, "atol": t.atol} for d, t in TOLERANCES.items()},
+        "cases": entries,
+    }
+    path = root / MANIFEST
+    path.write_text(json.dumps(manifest, indent=1, allow_nan=False) + "\n")
+    return path
+
+
+def read_manifest(directory) -> dict:
+    """The manifest of a golden directory, after checking its format and version."""
+    path = Path(directory) / MANIFEST
+    if not path.is_file():
+        raise FileNotFoundError(f"directory: no {MANIFEST} in {str(directory)!r}")
+    manifest = json.loads(path.read_text())
+    if manifest.get("format") != FORMAT:
+        raise ValueError(f"{path}: not a ppo_numpy golden manifest (format "
+                         f"{manifest.get('format')!r})")
+    if manifest.get("format_version") != FORMAT_VERSION:
+        raise ValueError(f"{path}: format version {manifest.get('format_version')!r}, this "
+                         f"ppo_numpy reads version {FORMAT_VERSION}")
+    return manifest
+
+
+def load(directory) -> tuple:
+    """Read golden files back: ``(manifest, cases)``.
+
+    Each case is a dict with ``name``, ``description``, ``inputs`` (float64
+    arrays), ``params`` (the overrides, as :func:`generate_cases` makes them,
+    so ``preset(case)`` recomputes it), ``effective_params``, ``expected``
+    (arrays and floats; empty for a rejected case) and ``rejected`` (None or
+    the preset's error message).
+    """
+    root = Path(directory)
+    manifest = read_manifest(root)
+    cases = []
+    for entry in manifest["cases"]:
+        with np.load(root / entry["file"]) as data:
+            inputs = {n: np.array(data[n]) for n in manifest["input_names"]}
+            expected = {n: np.array(data[f"expected/{n}"])
+                        for n in entry.get("expected_arrays", [])}
+        expected.update({k: float(v) for k, v in entry.get("expected_scalars", {}).items()})
+        cases.append({"name": entry["name"], "description": entry["description"],
+                      "inputs": inputs, "params": dict(entry["overrides"]),
+                      "effective_params": dict(entry["params"]), "expected": expected,
+                      "rejected": entry.get("rejected")})
+    return manifest, cases
+
+
+def verify(directory, preset=None) -> tuple:
+    """Reload golden files and recompute every case with the preset: ``(report, problems)``.
+
+    ``report`` compares the stored expected outputs with a fresh computation
+    (float64 tolerance). ``problems`` lists what else disagrees: the preset's
+    defaults or a case's effective parameters changed since the export, a
+    rejected case that the preset now accepts, a golden without an output
+    the preset returns. All is well when ``report.passed and not problems``.
+
+    Parameters
+    ----------
+    directory : path
+        Written by :func:`export`.
+    preset : Preset or str, optional
+        Default: the preset named in the manifest.
+    """
+    manifest, cases = load(directory)
+    preset = _resolve(preset if preset is not None else manifest["preset"]["name"])
+    report = ComparisonReport("float64", TOLERANCES["float64"],
+                              title=f"preset {preset.name!r} now vs golden files")
+    problems = []
+    if manifest["preset"]["defaults"] != _jsonable(preset.defaults):
+        problems.append(f"preset {preset.name!r}: defaults changed since the export: "
+                        f"{manifest['preset']['defaults']} -> {_jsonable(preset.defaults)}")
+    for case in cases:
+        name = case["name"]
+        if case["effective_params"] != _jsonable({**preset.defaults, **case["params"]}):
+            problems.append(f"{name}: effective parameters differ from the preset's defaults "
+                            "updated by the case's overrides")
+        try:
+            outputs = preset(case)
+        except ValueError as err:
+            report.rejected[name] = f"{type(err).__name__}: {err}"
+            if case["rejected"] is None:
+                problems.append(f"{name}: the preset now rejects it ({err})")
+            continue
+        if case["rejected"] is not None:
+            problems.append(f"{name}: rejected at export ({case['rejected']}), accepted now")
+            continue
+        missing = sorted(set(outputs) - set(case["expected"]))
+        if missing:
+            problems.append(f"{name}: no expected value for {', '.join(missing)}")
+        report.extend(compare_outputs(outputs, case["expected"], dtype="float64", case=case,
+                                      outputs=list(case["expected"])))
+    return report, problems
+
+
+def bit_identical(directory, preset=None) -> tuple:
+    """``(n_identical, n_outputs)``: stored outputs a fresh computation reproduces bit for bit."""
+    manifest, cases = load(directory)
+    preset = _resolve(preset if preset is not None else manifest["preset"]["name"])
+    same = total = 0
+    for case in cases:
+        if case["rejected"] is not None:
+            continue
+        outputs = preset(case)
+        for k, e in case["expected"].items():
+            total += 1
+            a = np.asarray(outputs.get(k, np.nan), dtype=np.float64)
+            same += bool(a.shape == np.shape(e) and np.array_equal(a, e, equal_nan=True))
+    return same, total
