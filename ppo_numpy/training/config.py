@@ -1,0 +1,141 @@
+"""The configuration of a PPO run: one dataclass, each field named for its symbol.
+
+Every field has a ``symbol`` (the seed's notation where it has one) and a
+``help`` text in its metadata; ``python -m ppo_numpy train --help`` is
+generated from them, so the two never disagree. The defaults train the
+default task (``length``) to 90% of its optimum in a few seconds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass, field
+
+from ..aggregation import MODES
+from ..kl import ESTIMATORS
+from .tasks import TASKS
+
+MODELS = ("mlp", "bigram")
+KL_CONTROLLERS = ("fixed", "adaptive")
+
+#: fields that may change between an interrupted run and its resumption
+RUN_LENGTH_FIELDS = ("iterations",)
+
+
+def _f(default, symbol, help_, **extra):
+    return field(default=default, metadata={"symbol": symbol, "help": help_, **extra})
+
+
+@dataclass(frozen=True)
+class PPOConfig:
+    """Hyperparameters of :func:`ppo_numpy.training.train`, grouped by loop step."""
+
+    # the run
+    task: str = _f("length", "", "toy task", choices=tuple(TASKS))
+    seed: int = _f(0, "", "seed of the one np.random.Generator of the run")
+    iterations: int = _f(120, "", "PPO iterations (rollout + update) after the warm-up")
+    # the policy and its warm-up (which becomes the frozen reference pi_ref)
+    model: str = _f("mlp", "pi_theta", "policy architecture", choices=MODELS)
+    context: int = _f(8, "", "tokens the MLP sees (the last `context` of prompt + response)")
+    d_embed: int = _f(16, "", "MLP embedding width")
+    d_hidden: int = _f(64, "", "MLP hidden width")
+    warmup_steps: int = _f(150, "", "supervised steps on the task's prior before PPO "
+                                    "(the result is frozen as pi_ref)")
+    warmup_lr: float = _f(1e-2, "", "Adam learning rate of the warm-up")
+    warmup_batch: int = _f(64, "", "prior responses per warm-up step")
+    # 1. rollout
+    batch_size: int = _f(64, "B", "prompts (and sampled responses) per iteration")
+    # 2. KL-shaped rewards r~_t = -beta KL_t + [t = T] score
+    beta: float = _f(0.05, "beta", "KL penalty coefficient (initial value if adaptive)")
+    kl_estimator: str = _f("k1", "KL_t", "per-token KL estimator in the rewards",
+                           choices=ESTIMATORS)
+    kl_controller: str = _f("fixed", "", "how beta moves", choices=KL_CONTROLLERS)
+    kl_target: float = _f(2.0, "KL_target", "adaptive controller: target KL per sequence (nats)")
+    kl_horizon: float = _f(10000.0, "horizon", "adaptive controller: horizon in sequences")
+    # 3. TD errors, GAE, returns, whitening
+    gamma: float = _f(1.0, "gamma", "discount factor")
+    lam: float = _f(0.95, "lambda", "GAE parameter")
+    whiten_advantages: bool = _f(True, "", "whiten A_hat over the batch before the update")
+    # 4. K epochs x minibatches of updates
+    epochs: int = _f(4, "K", "passes over each batch")
+    minibatches: int = _f(4, "", "minibatches per epoch (must divide B)")
+    eps: float = _f(0.2, "epsilon", "clip range of the ratio rho")
+    agg: str = _f("token-mean", "", "loss aggregation", choices=MODES)
+    c_v: float = _f(0.5, "c_V", "value loss coefficient")
+    value_clip: float | None = _f(None, "c", "value clip range (none: no clipping)")
+    c_H: float = _f(0.0, "c_H", "entropy bonus coefficient")
+    lr: float = _f(3e-3, "alpha", "Adam learning rate of the PPO updates")
+    max_grad_norm: float | None = _f(1.0, "", "clip the global gradient norm (none: no clip)")
+
+    def __post_init__(self):
+        check_config(self)
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> PPOConfig:
+        data = json.loads(text)
+        unknown = set(data) - {f.name for f in dataclasses.fields(cls)}
+        if unknown:
+            raise ValueError(f"config: unknown fields {sorted(unknown)}")
+        return cls(**data)
+
+    def replace(self, **changes) -> PPOConfig:
+        return dataclasses.replace(self, **changes)
+
+    def differences(self, other: PPOConfig, ignore=RUN_LENGTH_FIELDS) -> dict:
+        """``{name: (self's value, other's value)}`` for every field that differs."""
+        return {f.name: (getattr(self, f.name), getattr(other, f.name))
+                for f in dataclasses.fields(self)
+                if f.name not in ignore and getattr(self, f.name) != getattr(other, f.name)}
+
+
+FIELD_TYPES = {"int": int, "float": float, "str": str, "bool": bool, "float | None": float}
+
+
+def field_kind(f) -> tuple[type, bool]:
+    """(base type, optional?) of a config field, from its annotation."""
+    return FIELD_TYPES[f.type], f.type.endswith("| None")
+
+
+def check_config(c: PPOConfig) -> None:
+    """Raise ValueError/TypeError naming the first bad field of ``c``."""
+    for f in dataclasses.fields(c):
+        value = getattr(c, f.name)
+        kind, optional = field_kind(f)
+        if value is None and optional:
+            continue
+        ok = (isinstance(value, bool) if kind is bool
+              else isinstance(value, int) and not isinstance(value, bool) if kind is int
+              else isinstance(value, (int, float)) and not isinstance(value, bool)
+              if kind is float else isinstance(value, str))
+        if not ok:
+            raise TypeError(f"{f.name}: expected {f.type}, got {type(value).__name__} {value!r}")
+        if kind is float and not math.isfinite(value):
+            raise ValueError(f"{f.name}: must be finite, got {value}")
+        choices = f.metadata.get("choices")
+        if choices and value not in choices:
+            raise ValueError(f"{f.name}: unknown value {value!r}; valid ones are "
+                             f"{', '.join(choices)}")
+    positive = ("context", "d_embed", "d_hidden", "warmup_batch", "batch_size", "epochs",
+                "minibatches", "warmup_lr", "lr", "kl_target", "kl_horizon")
+    for name in positive:
+        if getattr(c, name) <= 0:
+            raise ValueError(f"{name}: must be > 0, got {getattr(c, name)}")
+    for name in ("iterations", "warmup_steps", "beta", "c_v", "c_H", "eps"):
+        if getattr(c, name) < 0:
+            raise ValueError(f"{name}: must be >= 0, got {getattr(c, name)}")
+    for name in ("gamma", "lam"):
+        if not 0 <= getattr(c, name) <= 1:
+            raise ValueError(f"{name}: must be in [0, 1], got {getattr(c, name)}")
+    for name in ("value_clip", "max_grad_norm"):
+        if getattr(c, name) is not None and getattr(c, name) <= 0:
+            raise ValueError(f"{name}: must be > 0 or None, got {getattr(c, name)}")
+    if c.batch_size % c.minibatches:
+        raise ValueError(f"minibatches: must divide batch_size={c.batch_size}, "
+                         f"got {c.minibatches}")
+    if c.whiten_advantages and c.batch_size < 2:
+        raise ValueError("batch_size: whitening the advantages needs at least 2 responses")

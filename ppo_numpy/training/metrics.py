@@ -1,0 +1,123 @@
+"""What a PPO run logs per iteration, and ``metrics.csv`` (one row per iteration).
+
+Floats are written with ``repr`` (the shortest text that reads back to the
+same float), so a CSV read back holds exactly the values that were logged and
+two runs with the same seed give byte-identical files. Wall-clock time is
+printed on the progress line but never written here, for that reason.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+
+import numpy as np
+
+from .._validation import prepare
+
+#: column -> what it is. Statistics of the update are means over its minibatches.
+COLUMNS = {
+    "iteration": "PPO iteration, 1-based",
+    "score": "mean score of the rollout's responses (the reward model's number)",
+    "score_frac": "score / the task's optimum",
+    "kl_ref": "KL(pi_theta || pi_ref): sum over tokens of k1 = logp - logp_ref, mean over "
+              "sequences, on the rollout",
+    "beta": "beta used for this iteration's rewards",
+    "clipfrac": "fraction of tokens where the clipped branch is active (clipfrac_active)",
+    "approx_kl_k1": "KL(pi_old || pi_theta) estimate k1 = -log rho, token mean",
+    "approx_kl_k3": "KL(pi_old || pi_theta) estimate k3 = (rho - 1) - log rho, token mean",
+    "entropy": "policy entropy per token (token mean)",
+    "policy_loss": "clipped surrogate loss (aggregated with agg)",
+    "value_loss": "value loss 1/2 (V - R)^2 (aggregated with agg)",
+    "explained_variance": "1 - Var(R - V) / Var(R) over the rollout's tokens (values before "
+                          "the update)",
+    "response_length": "mean number of response tokens, EOS included",
+    "eos_frac": "fraction of responses that end with EOS (the rest are truncated)",
+    "grad_norm": "global gradient norm before clipping",
+    "ratio_first_min": "min of rho on the first minibatch (must be exactly 1)",
+    "ratio_first_max": "max of rho on the first minibatch (must be exactly 1)",
+    "ratio_first_mean": "mean of rho on the first minibatch (must be exactly 1)",
+}
+
+
+def explained_variance(values, returns, mask=None) -> float:
+    """1 - Var(R - V) / Var(R) over the valid tokens (population variances).
+
+    1 when V predicts R exactly, 0 when V is no better than the mean of R,
+    negative when worse; NaN when R is constant.
+
+    R = [1, 3, 2] has variance 2/3; R - V = [0, 1, 0] has variance 2/9, so 1 - 1/3:
+
+    >>> round(explained_variance([1.0, 2.0, 2.0], [1.0, 3.0, 2.0]), 12)
+    0.666666666667
+    """
+    (v, R), m = prepare({"values": values, "returns": returns}, mask, exact=False)
+    n = int(m.sum())
+    if n == 0:
+        raise ValueError("mask: no valid token")
+
+    def var(x):
+        mu = x[m].sum() / n
+        return float(((x[m] - mu) ** 2).sum() / n)
+
+    var_R = var(R)
+    if var_R == 0.0:
+        return math.nan
+    return 1.0 - var(R - v) / var_R
+
+
+def format_value(x) -> str:
+    """``repr`` of a float (exact round trip), ``str`` of an int."""
+    if isinstance(x, (int, np.integer)) and not isinstance(x, bool):
+        return str(int(x))
+    return repr(float(x))
+
+
+class MetricsWriter:
+    """Appends rows to ``metrics.csv``, flushing each one (a run killed mid-way keeps them)."""
+
+    def __init__(self, path, keep_rows: int = 0):
+        """Open ``path``; ``keep_rows > 0`` keeps that many existing data rows (resume)."""
+        self.path = Path(path)
+        kept = read_rows(self.path)[:keep_rows] if keep_rows else []
+        if len(kept) < keep_rows:
+            raise ValueError(f"{self.path}: has {len(kept)} rows, the checkpoint needs "
+                             f"{keep_rows}")
+        self._file = open(self.path, "w", newline="")
+        self._csv = csv.writer(self._file, lineterminator="\n")
+        self._csv.writerow(COLUMNS)
+        for row in kept:
+            self._csv.writerow(row)
+        self._file.flush()
+
+    def write(self, row: dict) -> None:
+        self._csv.writerow([format_value(row[c]) for c in COLUMNS])
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def read_rows(path) -> list[list[str]]:
+    """The data rows of a metrics.csv, as strings (header checked)."""
+    with open(path, newline="") as f:
+        rows = list(csv.reader(f))
+    if not rows or tuple(rows[0]) != tuple(COLUMNS):
+        raise ValueError(f"{path}: not a metrics.csv of this version (header differs)")
+    return rows[1:]
+
+
+def read_metrics(path) -> dict[str, np.ndarray]:
+    """metrics.csv as ``{column: float64 array}`` (``iteration`` as int64)."""
+    rows = read_rows(path)
+    out = {}
+    for j, name in enumerate(COLUMNS):
+        dtype = np.int64 if name == "iteration" else np.float64
+        out[name] = np.array([r[j] for r in rows], dtype=dtype)
+    return out
+
+
+def history_to_columns(history: list[dict]) -> dict[str, np.ndarray]:
+    """A list of per-iteration rows (as :func:`~ppo_numpy.training.train` returns) as columns."""
+    return {name: np.array([row[name] for row in history]) for name in COLUMNS}

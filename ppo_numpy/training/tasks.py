@@ -1,0 +1,370 @@
+"""Toy prompt -> response tasks, each with a rule-based "reward model" (``docs/training.md``).
+
+A task draws prompts, scores whole responses with a rule (the stand-in for a
+learned reward model: one scalar per response, placed at the last token by
+:func:`ppo_numpy.kl_shaped_rewards`), knows its optimal score, and describes a
+*prior*: the distribution of responses the reference model is warmed up on
+before PPO starts, so that pi_ref is a sensible language model and the KL
+penalty has something to pull towards.
+
+Token ids (``ppo_numpy.policy.vocab``): PAD 0, BOS 1, EOS 2, content tokens
+3 .. 3 + N - 1. Every prompt is BOS followed by ``prompt_tokens`` content tokens
+(fixed length, no padding). A response is right-padded: ``mask`` is 1 for its
+tokens, EOS included, and 0 after. A response that fills all ``max_new_tokens``
+slots without EOS is *truncated*.
+
+=========  ===============================================  =======  =================
+task       the rule                                         optimum  prior (reference)
+=========  ===============================================  =======  =================
+target     say the prompt's token c in every slot           1        random content,
+                                                                     stops early
+length     prompt token c_i asks for i + 1 tokens, then EOS 1        random length
+reverse    the prompt's content reversed, then EOS          1        noisy copy
+sort       the prompt's content sorted ascending, then EOS  1        noisy copy
+=========  ===============================================  =======  =================
+
+The *random policy* of every task picks, at each step, uniformly among the N
+content tokens and EOS (it never emits PAD or BOS). :meth:`Task.random_score`
+is its exact expected score, a Fraction; ``tests/test_tasks.py`` checks it by
+enumerating every response of small tasks.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import numpy as np
+
+from ..policy.vocab import BOS, EOS, FIRST_CONTENT
+
+
+def _check_int(x, name, low):
+    if isinstance(x, bool) or not isinstance(x, (int, np.integer)) or x < low:
+        raise ValueError(f"{name}: must be an integer >= {low}, got {x!r}")
+    return int(x)
+
+
+def _check_rng(rng):
+    if not isinstance(rng, np.random.Generator):
+        raise TypeError(f"rng: expected a numpy.random.Generator, got {type(rng).__name__}")
+
+
+def response_lengths(responses, mask):
+    """Number of tokens before EOS and whether the response stopped, from a right-padded batch.
+
+    Parameters
+    ----------
+    responses : int array (B, T)
+    mask : array of 0/1 (B, T)
+        1 for the response's tokens (EOS included), then 0: right padding only.
+
+    Returns
+    -------
+    n : int array (B,)
+        Tokens before the first EOS (all of them for a truncated response).
+    stopped : bool array (B,)
+        True when the response contains EOS. A sampler stops at EOS; tokens
+        after an EOS (which it never produces) are ignored.
+
+    Examples
+    --------
+    >>> n, stopped = response_lengths([[5, 2, 0], [5, 6, 7], [2, 0, 0]],
+    ...                               [[1, 1, 0], [1, 1, 1], [1, 0, 0]])
+    >>> n.tolist(), stopped.tolist()
+    ([1, 3, 0], [True, False, True])
+    """
+    y = np.asarray(responses)
+    m = np.asarray(mask)
+    if y.ndim != 2 or y.dtype.kind not in "iu":
+        raise ValueError(f"responses: expected an int array (B, T), got {y.dtype} {y.shape}")
+    if m.shape != y.shape:
+        raise ValueError(f"mask: shape {m.shape} does not match responses shape {y.shape}")
+    if not np.all((m == 0) | (m == 1)):
+        raise ValueError("mask: must contain only 0 and 1")
+    m = m.astype(bool)
+    length = m.sum(axis=1)
+    # right padding: the mask is 1 exactly on the first `length` positions
+    if not np.array_equal(m, np.arange(y.shape[1])[None, :] < length[:, None]):
+        raise ValueError("mask: responses must be right-padded (1s, then 0s in every row)")
+    if np.any(length == 0):
+        raise ValueError("mask: every response needs at least one token")
+    is_eos = m & (y == EOS)
+    stopped = is_eos.any(axis=1)
+    return np.where(stopped, is_eos.argmax(axis=1), length), stopped
+
+
+def _prefix(responses, n):
+    """The response tokens before EOS, as a (B, T) array with -1 beyond them."""
+    y = np.asarray(responses)
+    keep = np.arange(y.shape[1])[None, :] < n[:, None]
+    return np.where(keep, y, -1)
+
+
+class Task:
+    """A prompt -> response task with a rule-based score (see the module docstring).
+
+    Subclasses define ``_score``, ``_prior`` and ``random_score``.
+
+    Attributes
+    ----------
+    name : str
+    n_content : int
+        N, the number of content tokens; ``vocab_size = 3 + N``.
+    prompt_tokens : int
+        Content tokens per prompt; ``prompt_length = 1 + prompt_tokens`` (BOS first).
+    max_new_tokens : int
+        T, the longest response.
+    optimum : float
+        The best achievable score.
+    """
+
+    name = ""
+    summary = ""
+    optimum = 1.0
+
+    def __init__(self, n_content, prompt_tokens, max_new_tokens):
+        self.n_content = _check_int(n_content, "n_content", 2)
+        self.prompt_tokens = _check_int(prompt_tokens, "prompt_tokens", 1)
+        self.max_new_tokens = _check_int(max_new_tokens, "max_new_tokens", 1)
+
+    @property
+    def vocab_size(self):
+        return FIRST_CONTENT + self.n_content
+
+    @property
+    def prompt_length(self):
+        return 1 + self.prompt_tokens
+
+    def __repr__(self):
+        return (f"{type(self).__name__}(n_content={self.n_content}, "
+                f"prompt_tokens={self.prompt_tokens}, max_new_tokens={self.max_new_tokens})")
+
+    def sample_prompts(self, rng, n):
+        """``n`` prompts: BOS then ``prompt_tokens`` uniform content tokens; int64 (n, P)."""
+        _check_rng(rng)
+        n = _check_int(n, "n", 1)
+        content = rng.integers(FIRST_CONTENT, self.vocab_size, size=(n, self.prompt_tokens))
+        return np.concatenate([np.full((n, 1), BOS, dtype=np.int64), content], axis=1)
+
+    def _check_prompts(self, prompts):
+        x = np.asarray(prompts)
+        if x.ndim != 2 or x.shape[1] != self.prompt_length or x.dtype.kind not in "iu":
+            raise ValueError(f"prompts: expected an int array (B, {self.prompt_length}) for "
+                             f"task {self.name!r}, got {x.dtype} {x.shape}")
+        return x
+
+    def score(self, prompts, responses, mask):
+        """The rule-based score of each response: float64 (B,), in [0, optimum].
+
+        Parameters
+        ----------
+        prompts : int array (B, P)
+        responses : int array (B, T') with T' <= max_new_tokens
+        mask : array of 0/1 (B, T'), right-padded
+        """
+        x = self._check_prompts(prompts)
+        y = np.asarray(responses)
+        n, stopped = response_lengths(y, mask)
+        if y.shape[0] != x.shape[0]:
+            raise ValueError(f"responses: {y.shape[0]} rows for {x.shape[0]} prompts")
+        if y.shape[1] > self.max_new_tokens:
+            raise ValueError(f"responses: at most {self.max_new_tokens} tokens for task "
+                             f"{self.name!r}, got {y.shape[1]}")
+        return self._score(x[:, 1:], y, n, stopped).astype(np.float64)
+
+    def sample_prior(self, prompts, rng):
+        """Responses of the prior the reference model is warmed up on: (responses, mask).
+
+        ``responses`` int64 (B, T) right-padded with PAD, ``mask`` float64 (B, T).
+        """
+        _check_rng(rng)
+        x = self._check_prompts(prompts)
+        content, n = self._prior(x[:, 1:], rng)
+        return _assemble(content, n, self.max_new_tokens)
+
+    def sample_random(self, prompts, rng):
+        """Responses of the random policy (uniform over content tokens and EOS at each step)."""
+        _check_rng(rng)
+        x = self._check_prompts(prompts)
+        B, T = x.shape[0], self.max_new_tokens
+        y = rng.integers(FIRST_CONTENT - 1, self.vocab_size, size=(B, T))
+        # token FIRST_CONTENT - 1 is EOS: the response ends at the first one
+        is_eos = y == EOS
+        length = np.where(is_eos.any(axis=1), is_eos.argmax(axis=1) + 1, T)
+        mask = np.arange(T)[None, :] < length[:, None]
+        return np.where(mask, y, 0).astype(np.int64), mask.astype(np.float64)
+
+    def random_score(self):
+        """Exact expected score of the random policy (a Fraction)."""
+        raise NotImplementedError
+
+    def _q(self):
+        """Probability that one random-policy token is not EOS, and that it is a given token."""
+        N = self.n_content
+        return Fraction(N, N + 1), Fraction(1, N + 1)
+
+    def _matching_random_score(self):
+        """Random score of the tasks scoring (matches + [EOS at P]) / (P + 1)."""
+        P = self.prompt_tokens
+        q, p = self._q()
+        # a match at position i needs i non-EOS tokens before it, then the right token
+        total = sum(q**i * p for i in range(P)) + q**P * p
+        return total / (P + 1)
+
+
+def _assemble(content, n, T):
+    """Right-padded responses ``content[:, :n]`` + EOS (when n < T), and their mask."""
+    B = content.shape[0]
+    pos = np.arange(T)[None, :]
+    y = np.zeros((B, T), dtype=np.int64)
+    width = min(content.shape[1], T)
+    y[:, :width] = content[:, :width]
+    y = np.where(pos < n[:, None], y, 0)
+    y = np.where(pos == n[:, None], EOS, y)
+    length = np.minimum(n + 1, T)
+    mask = (pos < length[:, None]).astype(np.float64)
+    return y, mask
+
+
+class TargetTask(Task):
+    """Say the prompt's token c in every one of the T slots.
+
+    score = (number of slots t < T holding c before EOS) / T. Optimum 1: c, T
+    times, truncated (never stopping). The prior stops after a uniform 1 .. T - 1
+    random content tokens, so the reference model has learned to end with EOS
+    and to use c only 1/N of the time: reaching the optimum costs KL.
+    """
+
+    name = "target"
+    summary = "say the prompt's token in every slot (the prior stops early)"
+
+    def __init__(self, n_content=6, max_new_tokens=6):
+        super().__init__(n_content, 1, max_new_tokens)
+        if self.max_new_tokens < 2:
+            raise ValueError("max_new_tokens: the target task needs at least 2")
+
+    def _score(self, content, y, n, stopped):
+        hits = _prefix(y, n) == content[:, :1]
+        return hits.sum(axis=1) / self.max_new_tokens
+
+    def _prior(self, content, rng):
+        B, T = content.shape[0], self.max_new_tokens
+        n = rng.integers(1, T, size=B)
+        return rng.integers(FIRST_CONTENT, self.vocab_size, size=(B, T)), n
+
+    def random_score(self):
+        T = self.max_new_tokens
+        q, p = self._q()
+        # slot t holds c when the t tokens before it are not EOS and it is c
+        return sum(q**t * p for t in range(T)) / T
+
+
+class LengthTask(Task):
+    """Stop at the right length: the prompt's token c_i (i = 0 .. N-1) asks for L = i + 1 tokens.
+
+    With n tokens before EOS: score 1 if n = L, 1/2 if |n - L| = 1, else 0; a
+    truncated response (no EOS in T = N + 1 slots) scores 0. Which content
+    tokens are used does not matter. The prior ignores the prompt: a uniform
+    length 1 .. N of random content tokens, then EOS.
+    """
+
+    name = "length"
+    summary = "the prompt's token asks for a length; stop there with EOS"
+
+    def __init__(self, n_content=6):
+        super().__init__(n_content, 1, n_content + 1)
+
+    def _score(self, content, y, n, stopped):
+        L = content[:, 0] - FIRST_CONTENT + 1
+        off = np.abs(n - L)
+        s = np.where(off == 0, 1.0, np.where(off == 1, 0.5, 0.0))
+        return np.where(stopped, s, 0.0)
+
+    def _prior(self, content, rng):
+        B, T = content.shape[0], self.max_new_tokens
+        n = rng.integers(1, self.n_content + 1, size=B)
+        return rng.integers(FIRST_CONTENT, self.vocab_size, size=(B, T)), n
+
+    def random_score(self):
+        N = self.n_content
+        q, p = self._q()
+        total = Fraction(0)
+        for L in range(1, N + 1):
+            # n tokens then EOS, n = 0 .. T - 1 = N, has probability q^n p
+            for n in range(0, N + 1):
+                s = 1 if n == L else Fraction(1, 2) if abs(n - L) == 1 else 0
+                total += q**n * p * s
+        return total / N
+
+
+class _MatchTask(Task):
+    """Score (matches with the wanted content before EOS + [EOS right after them]) / (P + 1)."""
+
+    #: probability that a prior token copies the prompt (else a uniform content token)
+    copy_prob = 0.5
+
+    def __init__(self, n_content=6, prompt_tokens=4):
+        super().__init__(n_content, prompt_tokens, prompt_tokens + 1)
+
+    def _wanted(self, content):
+        raise NotImplementedError
+
+    def _score(self, content, y, n, stopped):
+        P = self.prompt_tokens
+        matches = (_prefix(y, n)[:, :P] == self._wanted(content)).sum(axis=1)
+        eos_right = stopped & (n == P)
+        return (matches + eos_right) / (P + 1)
+
+    def _prior(self, content, rng):
+        B, P = content.shape
+        noise = rng.integers(FIRST_CONTENT, self.vocab_size, size=(B, P))
+        copy = rng.random((B, P)) < self.copy_prob
+        return np.where(copy, content, noise), np.full(B, P)
+
+    def random_score(self):
+        return self._matching_random_score()
+
+
+class ReverseTask(_MatchTask):
+    """Reverse the prompt's P content tokens, then EOS.
+
+    score = (number of i < P with y_i = x_{P-1-i}, among tokens before EOS,
+    + 1 if EOS comes right after P tokens) / (P + 1); optimum 1. The prior is
+    a noisy copy: each token is the prompt's token at the same position with
+    probability 1/2, else uniform; then EOS.
+    """
+
+    name = "reverse"
+    summary = "the prompt's content reversed, then EOS (the prior copies)"
+
+    def _wanted(self, content):
+        return content[:, ::-1]
+
+
+class SortTask(_MatchTask):
+    """Sort the prompt's P content tokens ascending (by id), then EOS.
+
+    Scored like :class:`ReverseTask` against ``sorted(x)``; same noisy-copy prior.
+    """
+
+    name = "sort"
+    summary = "the prompt's content sorted ascending, then EOS (the prior copies)"
+
+    def _wanted(self, content):
+        return np.sort(content, axis=1)
+
+
+#: task name -> class; ``make_task(name)`` builds one with its default sizes
+TASKS = {cls.name: cls for cls in (TargetTask, LengthTask, ReverseTask, SortTask)}
+
+
+def make_task(name, **sizes):
+    """The task called ``name`` (one of :data:`TASKS`), with its default sizes unless given.
+
+    >>> task = make_task("length")
+    >>> task.vocab_size, task.prompt_length, task.max_new_tokens, task.random_score()
+    (9, 2, 7, Fraction(1673983, 9882516))
+    """
+    if name not in TASKS:
+        raise ValueError(f"task: unknown task {name!r}; valid ones are {', '.join(TASKS)}")
+    return TASKS[name](**sizes)
