@@ -19,7 +19,10 @@ def log_softmax(logits):
     >>> [round(float(v), 6) for v in log_softmax(np.array([0.0, 0.0]))]
     [-0.693147, -0.693147]
     """
-    z = logits - logits.max(axis=-1, keepdims=True)
+    z = as_array(logits, "logits", exact=False)
+    if z.ndim == 0:
+        raise ValueError("logits: expected at least one axis (the vocabulary), got a scalar")
+    z = z - z.max(axis=-1, keepdims=True)
     return z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
 
 
