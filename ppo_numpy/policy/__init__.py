@@ -1,0 +1,1 @@
+"""Tiny autoregressive toy policies with hand-written gradients."""

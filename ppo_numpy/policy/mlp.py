@@ -1,0 +1,166 @@
+"""A Bengio-style MLP language model with a policy head and a value head, backward by hand.
+
+For position j of a (B, L) batch, with C = ``context``, D = ``d_embed``, H = ``d_hidden``:
+
+    e_i      = E_tok[y_i] + E_pos[i]                         token + position embedding (D,)
+    x_j      = [e_{j-C+1}, ..., e_j]                          the last C embeddings, concatenated
+                                                              (zeros before the sequence start)
+    h_j      = tanh(x_j W_1 + b_1)                            (H,)
+    logits_j = h_j W_pi + b_pi + bias                         next-token scores (K,)
+    V_j      = h_j . w_v + b_v                                value of the state y_{<=j}
+
+``bias`` keeps PAD and BOS from being generated (:mod:`ppo_numpy.policy.base`).
+Every forward intermediate has a name and :meth:`MLPPolicy.backward` computes
+its gradient ``d<name>`` in reverse order.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .base import ToyPolicy
+
+
+def _check_size(value, name, low=1):
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name}: expected an int, got {type(value).__name__}")
+    if value < low:
+        raise ValueError(f"{name}: must be >= {low}, got {value}")
+    return int(value)
+
+
+class MLPPolicy(ToyPolicy):
+    """Token + position embeddings of the last ``context`` tokens -> tanh layer -> two heads.
+
+    Parameters
+    ----------
+    vocab_size : int
+        K.
+    context : int
+        C, how many tokens (the current one included) each position sees.
+    d_embed : int
+        D, embedding width.
+    d_hidden : int
+        H, hidden width.
+    rng : np.random.Generator
+        Draws the initial parameters.
+    max_len : int
+        Longest sequence (prompt + response) the position table covers. Default 64.
+
+    Attributes
+    ----------
+    params : dict[str, np.ndarray]
+        ``E_tok (K, D)``, ``E_pos (max_len, D)``, ``W1 (C*D, H)``, ``b1 (H,)``,
+        ``W_pi (H, K)``, ``b_pi (K,)``, ``w_v (H,)``, ``b_v ()``.
+
+    Notes
+    -----
+    The initialisation is non-trivial on purpose (every bias random, nothing
+    zero) so that a wrong backward cannot hide behind zeros; W1 is scaled by
+    1/sqrt(C*D) so tanh is not saturated, the heads by 0.3/sqrt(H) so the
+    first policy is close to, but not exactly, uniform.
+
+    Examples
+    --------
+    >>> m = MLPPolicy(6, context=3, d_embed=4, d_hidden=8, rng=np.random.default_rng(0),
+    ...               max_len=10)
+    >>> m.n_params
+    231
+    >>> logits, values, cache = m.forward(np.array([[1, 3, 4, 2], [1, 5, 5, 5]]))
+    >>> logits.shape, values.shape
+    ((2, 4, 6), (2, 4))
+    """
+
+    def __init__(self, vocab_size, context, d_embed, d_hidden, rng, *, max_len=64):
+        super().__init__(vocab_size)
+        if not isinstance(rng, np.random.Generator):
+            raise TypeError("rng: expected an np.random.Generator")
+        self.context = C = _check_size(context, "context")
+        self.d_embed = D = _check_size(d_embed, "d_embed")
+        self.d_hidden = H = _check_size(d_hidden, "d_hidden")
+        self.max_len = _check_size(max_len, "max_len")
+        K = self.vocab_size
+        self.params = {
+            "E_tok": rng.normal(0.0, 1.0, (K, D)),
+            "E_pos": rng.normal(0.0, 0.5, (self.max_len, D)),
+            "W1": rng.normal(0.0, 1.0 / np.sqrt(C * D), (C * D, H)),
+            "b1": rng.normal(0.0, 0.1, (H,)),
+            "W_pi": rng.normal(0.0, 0.3 / np.sqrt(H), (H, K)),
+            "b_pi": rng.normal(0.0, 0.1, (K,)),
+            "w_v": rng.normal(0.0, 0.3 / np.sqrt(H), (H,)),
+            "b_v": np.array(rng.normal(0.0, 0.1)),
+        }
+
+    def forward(self, tokens, params=None):
+        """Logits (B, L, K), values (B, L) and the cache for :meth:`backward`.
+
+        ``logits[:, j]`` scores the token after ``tokens[:, :j+1]``; ``values[:, j]``
+        is V of that state. Vectorised over the batch; no loop over positions.
+
+        Each sequence goes through ``np.matmul`` as its own (L, .) matrix (a
+        stacked 3-d product), so its result does not depend on the other rows
+        of the batch: a minibatch recomputes bit-identical logits.
+        """
+        p = self.resolve_params(params)
+        tokens = self.check_tokens(tokens)
+        B, L = tokens.shape
+        C, D = self.context, self.d_embed
+        if L > self.max_len:
+            raise ValueError(f"tokens: length {L} exceeds max_len {self.max_len}")
+        # e_i = E_tok[y_i] + E_pos[i]
+        emb = p["E_tok"][tokens] + p["E_pos"][:L]  # (B, L, D)
+        emb_pad = np.concatenate([np.zeros((B, C - 1, D)), emb], axis=1)  # (B, C-1+L, D)
+        # x_j = [e_{j-C+1}, ..., e_j]: slot s of position j is emb_pad[j + s]
+        window = np.stack([emb_pad[:, s : s + L] for s in range(C)], axis=2)  # (B, L, C, D)
+        x = window.reshape(B, L, C * D)  # (B, L, C*D)
+        # h = tanh(x W1 + b1)
+        hpre = x @ p["W1"] + p["b1"]  # (B, L, H)
+        h = np.tanh(hpre)  # (B, L, H)
+        # logits = h W_pi + b_pi + bias
+        logits = h @ p["W_pi"] + p["b_pi"] + self.logit_bias  # (B, L, K)
+        # V = h . w_v + b_v
+        values = h @ p["w_v"] + p["b_v"]  # (B, L)
+        cache = {"tokens": tokens, "x": x, "h": h, "params": p}
+        return logits, values, cache
+
+    def backward(self, cache, dlogits, dvalues):
+        """Gradients of a scalar loss w.r.t. every parameter, from dloss/dlogits, dloss/dvalues.
+
+        Parameters
+        ----------
+        cache : dict from :meth:`forward`
+        dlogits : array (B, L, K)
+        dvalues : array (B, L)
+
+        Returns
+        -------
+        dict with the keys and shapes of ``params``.
+        """
+        dlogits, dvalues = self.check_upstream(cache, dlogits, dvalues)
+        tokens, x, h, p = cache["tokens"], cache["x"], cache["h"], cache["params"]
+        B, L = tokens.shape
+        C, D, H, K = self.context, self.d_embed, self.d_hidden, self.vocab_size
+        # heads: logits = h W_pi + b_pi, V = h . w_v + b_v
+        dW_pi = h.reshape(B * L, H).T @ dlogits.reshape(B * L, K)  # (H, K)
+        db_pi = dlogits.sum(axis=(0, 1))  # (K,)
+        dw_v = h.reshape(B * L, H).T @ dvalues.reshape(B * L)  # (H,)
+        db_v = np.array(dvalues.sum())
+        dh = dlogits @ p["W_pi"].T + dvalues[..., None] * p["w_v"]  # (B, L, H)
+        # h = tanh(hpre): dhpre = (1 - h^2) dh
+        dhpre = (1.0 - h**2) * dh  # (B, L, H)
+        dW1 = x.reshape(B * L, C * D).T @ dhpre.reshape(B * L, H)  # (C*D, H)
+        db1 = dhpre.sum(axis=(0, 1))  # (H,)
+        dx = dhpre @ p["W1"].T  # (B, L, C*D)
+        dwindow = dx.reshape(B, L, C, D)  # (B, L, C, D)
+        # slot s of position j came from emb_pad[j + s]
+        demb_pad = np.zeros((B, C - 1 + L, D))
+        for s in range(C):
+            demb_pad[:, s : s + L] += dwindow[:, :, s]
+        demb = demb_pad[:, C - 1 :]  # (B, L, D)
+        # e_i = E_tok[y_i] + E_pos[i]
+        dE_tok = np.zeros((K, D))
+        np.add.at(dE_tok, tokens, demb)
+        dE_pos = np.zeros_like(p["E_pos"])
+        dE_pos[:L] = demb.sum(axis=0)
+        return {"E_tok": dE_tok, "E_pos": dE_pos, "W1": dW1, "b1": db1,
+                "W_pi": dW_pi, "b_pi": db_pi, "w_v": dw_v, "b_v": db_v}
