@@ -1,0 +1,86 @@
+"""The public names of issue #2 are listed in ppo_numpy.__all__ and importable.
+
+Checked as a subset: other parts of the project add names of their own.
+"""
+
+import importlib
+import inspect
+
+import ppo_numpy
+
+CORE = {
+    "probability_ratio": "ppo_numpy.ratio",
+    "clipped_surrogate": "ppo_numpy.clipping",
+    "kl_estimate": "ppo_numpy.kl",
+    "kl_shaped_rewards": "ppo_numpy.kl",
+    "KL_ESTIMATORS": "ppo_numpy.kl",
+    "td_errors": "ppo_numpy.td",
+    "gae": "ppo_numpy.gae",
+    "whiten": "ppo_numpy.whitening",
+    "masked_mean": "ppo_numpy.whitening",
+    "value_loss": "ppo_numpy.value_loss",
+    "aggregate": "ppo_numpy.aggregation",
+    "AGGREGATION_MODES": "ppo_numpy.aggregation",
+    "ppo_objective": "ppo_numpy.objective",
+    "ppo_policy_loss": "ppo_numpy.objective",
+    "entropy_from_logits": "ppo_numpy.entropy",
+    "log_softmax": "ppo_numpy.entropy",
+    "AdaptiveKLController": "ppo_numpy.kl_controllers",
+    "FixedKLController": "ppo_numpy.kl_controllers",
+}
+
+
+def test_core_names_are_in_all():
+    missing = set(CORE) - set(ppo_numpy.__all__)
+    assert not missing, f"missing from ppo_numpy.__all__: {sorted(missing)}"
+
+
+def test_all_has_no_duplicates_and_every_name_exists():
+    assert len(ppo_numpy.__all__) == len(set(ppo_numpy.__all__))
+    absent = [n for n in ppo_numpy.__all__ if not hasattr(ppo_numpy, n)]
+    assert not absent, f"listed in __all__ but not defined: {absent}"
+
+
+def test_star_import_gives_the_core_names():
+    namespace = {}
+    exec("from ppo_numpy import *", namespace)
+    missing = set(CORE) - set(namespace)
+    assert not missing, sorted(missing)
+
+
+def test_each_name_is_the_one_from_its_module():
+    # the two tuples are exported under longer names than in their modules
+    local = {"KL_ESTIMATORS": "ESTIMATORS", "AGGREGATION_MODES": "MODES"}
+    for name, module in CORE.items():
+        mod = importlib.import_module(module)
+        assert getattr(ppo_numpy, name) is getattr(mod, local.get(name, name)), (name, module)
+
+
+def test_public_functions_have_docstrings_with_examples():
+    for name in CORE:
+        obj = getattr(ppo_numpy, name)
+        if inspect.isfunction(obj) or inspect.isclass(obj):
+            doc = inspect.getdoc(obj) or ""
+            assert ">>>" in doc, f"{name}: docstring has no doctest example"
+
+
+def test_signatures_match_the_documented_api():
+    sig = {n: list(inspect.signature(getattr(ppo_numpy, n)).parameters) for n in CORE
+           if callable(getattr(ppo_numpy, n)) and inspect.isfunction(getattr(ppo_numpy, n))}
+    assert sig["probability_ratio"][:3] == ["logp", "logp_old", "mask"]
+    assert sig["clipped_surrogate"][:3] == ["rho", "advantages", "epsilon"]
+    assert sig["kl_estimate"][:4] == ["logp", "logp_ref", "estimator", "mask"]
+    assert sig["kl_shaped_rewards"][:6] == ["scores", "logp", "logp_ref", "beta", "mask",
+                                            "estimator"]
+    assert sig["td_errors"] == ["rewards", "values", "gamma", "mask"]
+    assert sig["gae"][:5] == ["rewards", "values", "gamma", "lam", "mask"]
+    assert sig["whiten"][:3] == ["x", "mask", "shift_mean"]
+    assert sig["value_loss"][:5] == ["values", "old_values", "returns", "mask", "clip_range"]
+    assert sig["aggregate"][:3] == ["per_token", "mask", "mode"]
+    assert sig["ppo_objective"][:5] == ["logp", "logp_old", "advantages", "mask", "epsilon"]
+    assert sig["ppo_policy_loss"][:6] == ["logp", "logp_old", "advantages", "mask", "epsilon",
+                                          "agg"]
+
+
+def test_version_is_a_string():
+    assert isinstance(ppo_numpy.__version__, str) and ppo_numpy.__version__
