@@ -1,1 +1,33 @@
-"""Tiny autoregressive toy policies with hand-written gradients."""
+"""Tiny autoregressive toy policies whose forward and backward passes are written by hand.
+
+==================  ====================================================  ==============
+what                names                                                 module
+==================  ====================================================  ==============
+token ids           PAD, BOS, EOS, FIRST_CONTENT, Vocab                   vocab
+tabular policy      BigramPolicy                                          bigram
+MLP policy          MLPPolicy                                             mlp
+rollouts            sample, evaluate, Rollout, Evaluation                 sampling
+PPO loss + grads    ppo_loss_and_grads                                    loss
+optimisers          Adam, SGD, clip_grad_norm                             optim
+persistence         save_checkpoint, load_checkpoint                      checkpoint
+==================  ====================================================  ==============
+"""
+
+from .bigram import BigramPolicy
+from .mlp import MLPPolicy
+from .sampling import Evaluation, Rollout, evaluate, sample
+from .vocab import BOS, EOS, FIRST_CONTENT, PAD, Vocab
+
+__all__ = [
+    "BOS",
+    "EOS",
+    "FIRST_CONTENT",
+    "PAD",
+    "BigramPolicy",
+    "Evaluation",
+    "MLPPolicy",
+    "Rollout",
+    "Vocab",
+    "evaluate",
+    "sample",
+]

@@ -1,0 +1,217 @@
+"""Sampling responses y ~ pi_theta(. | x) from a toy policy, and re-evaluating them.
+
+For prompts x of P tokens and responses y of T tokens, the model runs over
+the sequence [x, y] without its last token (length P + T - 1), and
+
+    z_t      = logits[:, P - 1 + t] / temperature          scores of y_t given x, y_<t
+    logp_t   = log softmax(z_t)[y_t]                        log pi_theta(y_t | x, y_<t)
+    values_t = values[:, P - 1 + t]                         V(s_t), the state before y_t
+
+Temperature convention: ``logp`` is the log-probability under the *tempered*
+distribution softmax(logits / temperature), the one the tokens were drawn
+from; :func:`evaluate` must get the same ``temperature`` as :func:`sample`
+(TRL and verl divide the training logits by the rollout temperature too).
+
+Bit-for-bit equality of sampled and re-evaluated ``logp`` (so that rho = 1
+exactly before the first update): at every step the sampler calls the same
+function as :func:`evaluate`, on an array of the same shape (B, P + T - 1)
+whose future positions hold PAD. The model is causal, so those positions do
+not change position P - 1 + t, and each sequence is its own matrix product
+(see :meth:`MLPPolicy.forward`), so a minibatch of rows gives the same bits.
+Pitfall: re-evaluating responses trimmed to a different length T changes the
+matrix shapes and BLAS may then sum in another order (differences ~1e-16).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .._validation import as_mask, check_scalar, where_valid
+from ..entropy import entropy_from_logits, log_softmax
+from .vocab import EOS, PAD
+
+
+@dataclass(frozen=True)
+class Rollout:
+    """Sampled responses: ``prompts (B, P)``, ``responses (B, T)`` (PAD after EOS),
+    ``mask (B, T)`` float64 (1 for response tokens, EOS included), ``logp (B, T)`` and
+    ``values (B, T)`` of the sampled tokens (0 at padding), and the ``temperature``."""
+
+    prompts: np.ndarray
+    responses: np.ndarray
+    mask: np.ndarray
+    logp: np.ndarray
+    values: np.ndarray
+    temperature: float
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """A forward pass over given responses, with what the backward pass needs.
+
+    ``logp``, ``values``, ``entropy``: (B, T), 0 at padding. ``logits``: (B, T, K),
+    the tempered scores z_t = logits / temperature that predict y_t. ``logq``:
+    log softmax(z_t) over the vocabulary (B, T, K). ``cache``: the model's forward
+    cache over the (B, P + T - 1) sequence; ``prompt_length``: P.
+    """
+
+    logp: np.ndarray
+    values: np.ndarray
+    entropy: np.ndarray
+    logits: np.ndarray
+    logq: np.ndarray
+    responses: np.ndarray
+    mask: np.ndarray
+    cache: dict
+    prompt_length: int
+    temperature: float
+
+
+def _check_prompts(model, prompts):
+    x = model.check_tokens(prompts, "prompts")
+    if x.shape[1] < 1:
+        raise ValueError("prompts: need at least one token (e.g. BOS) per prompt")
+    return x
+
+
+def _response_scores(model, prompts, responses, temperature, params=None):
+    """z (B, T, K), log softmax(z), values (B, T) and the model cache for y given x."""
+    P, T = prompts.shape[1], responses.shape[1]
+    tokens = np.concatenate([prompts, responses], axis=1)[:, :-1]  # (B, P + T - 1)
+    logits, values, cache = model.forward(tokens, params=params)
+    # z_t = logits[:, P - 1 + t] / temperature
+    z = logits[:, P - 1 : P - 1 + T] / temperature  # (B, T, K)
+    logq = log_softmax(z)  # (B, T, K)
+    return z, logq, values[:, P - 1 : P - 1 + T], cache
+
+
+def sample(model, prompts, rng, max_new_tokens, temperature=1.0):
+    """Sample a response to each prompt, token by token, stopping at EOS.
+
+    Parameters
+    ----------
+    model : a toy policy (:class:`BigramPolicy`, :class:`MLPPolicy`)
+    prompts : int array (B, P), P >= 1
+        Token ids, the same length for every prompt (usually starting with BOS).
+    rng : np.random.Generator
+        The only source of randomness: same generator state, same rollout.
+    max_new_tokens : int >= 1
+        T. A response that has not produced EOS after T tokens is cut there
+        (all its T tokens are response tokens).
+    temperature : float > 0
+        Tokens are drawn from softmax(logits / temperature). Default 1.
+
+    Returns
+    -------
+    Rollout
+        ``responses`` always has T columns; after a row's EOS it holds PAD with
+        mask 0, logp 0 and values 0.
+
+    Notes
+    -----
+    Vectorised over the batch, a loop over the T positions only. Each draw is
+    Gumbel-max: argmax_k(log q_k + g_k) with g_k ~ Gumbel(0, 1) i.i.d. is a sample
+    from q (one (B, K) block of Gumbel noise per position, also for finished rows,
+    so the generator advances the same way whatever the responses).
+
+    Examples
+    --------
+    >>> from ppo_numpy.policy import BigramPolicy
+    >>> model = BigramPolicy(6, np.random.default_rng(0))
+    >>> r = sample(model, np.array([[1, 3], [1, 4]]), np.random.default_rng(1), 5)
+    >>> r.responses.shape, r.mask.dtype
+    ((2, 5), dtype('float64'))
+    >>> bool(np.all((r.mask == 1) | (r.responses == 0)))
+    True
+    """
+    if not isinstance(rng, np.random.Generator):
+        raise TypeError(f"rng: expected an np.random.Generator, got {type(rng).__name__}")
+    x = _check_prompts(model, prompts)
+    if isinstance(max_new_tokens, (bool, np.bool_)) or not isinstance(max_new_tokens,
+                                                                       (int, np.integer)):
+        raise TypeError(f"max_new_tokens: expected an int, got {type(max_new_tokens).__name__}")
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens: must be >= 1, got {max_new_tokens}")
+    temperature = check_scalar(temperature, "temperature", low=0, low_open=True,
+                               allow_exact=False)
+    B, T, K = x.shape[0], int(max_new_tokens), model.vocab_size
+    responses = np.full((B, T), PAD, dtype=np.int64)
+    mask = np.zeros((B, T))
+    logp = np.zeros((B, T))
+    values = np.zeros((B, T))
+    done = np.zeros(B, dtype=bool)
+    rows = np.arange(B)
+    for t in range(T):
+        # the same computation as evaluate(); positions > t hold PAD and cannot affect t
+        _, logq, vals, _ = _response_scores(model, x, responses, temperature)
+        g = rng.gumbel(size=(B, K))
+        y = np.argmax(logq[:, t] + g, axis=-1)  # (B,)
+        live = ~done
+        responses[:, t] = np.where(live, y, PAD)
+        mask[:, t] = live
+        logp[:, t] = np.where(live, logq[rows, t, y], 0.0)
+        values[:, t] = np.where(live, vals[:, t], 0.0)
+        done |= live & (y == EOS)
+        if np.all(done):
+            break
+    return Rollout(prompts=x, responses=responses, mask=mask, logp=logp, values=values,
+                   temperature=temperature)
+
+
+def evaluate(model, prompts, responses, mask, temperature=1.0, *, params=None):
+    """Log-probabilities, values, entropies and logits of given responses under ``model``.
+
+    Parameters
+    ----------
+    model : a toy policy
+    prompts : int array (B, P), P >= 1
+    responses : int array (B, T)
+    mask : array of 0/1 (B, T)
+        1 for response tokens (EOS included).
+    temperature : float > 0
+        The temperature the responses were sampled at (module docstring).
+    params : dict, optional
+        Evaluate at these parameters instead of ``model.params``.
+
+    Returns
+    -------
+    Evaluation
+        ``logp``, ``values``, ``entropy`` are exactly 0 where ``mask`` is 0.
+
+    Examples
+    --------
+    Re-evaluating a rollout gives its log-probabilities bit for bit:
+
+    >>> from ppo_numpy.policy import MLPPolicy
+    >>> model = MLPPolicy(6, 2, 3, 5, np.random.default_rng(0), max_len=8)
+    >>> x = np.array([[1, 3], [1, 5]])
+    >>> r = sample(model, x, np.random.default_rng(2), 4, temperature=0.7)
+    >>> ev = evaluate(model, x, r.responses, r.mask, temperature=0.7)
+    >>> bool(np.array_equal(ev.logp, r.logp)), bool(np.array_equal(ev.values, r.values))
+    (True, True)
+    """
+    x = _check_prompts(model, prompts)
+    y = model.check_tokens(responses, "responses")
+    if y.shape[0] != x.shape[0]:
+        raise ValueError(f"responses: {y.shape[0]} rows but prompts has {x.shape[0]}")
+    if y.shape[1] < 1:
+        raise ValueError("responses: need at least one column")
+    m = as_mask(mask, y, "responses")
+    temperature = check_scalar(temperature, "temperature", low=0, low_open=True,
+                               allow_exact=False)
+    z, logq, vals, cache = _response_scores(model, x, y, temperature, params)
+    logp = np.take_along_axis(logq, y[..., None], axis=-1)[..., 0]  # (B, T)
+    return Evaluation(
+        logp=where_valid(m, logp),
+        values=where_valid(m, vals),
+        entropy=entropy_from_logits(z, m),
+        logits=z,
+        logq=logq,
+        responses=y,
+        mask=m.astype(np.float64),
+        cache=cache,
+        prompt_length=x.shape[1],
+        temperature=temperature,
+    )
