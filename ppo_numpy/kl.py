@@ -100,7 +100,7 @@ def last_valid_index(mask: np.ndarray) -> np.ndarray:
 
 
 def kl_shaped_rewards(scores, logp, logp_ref, beta, mask=None, estimator="k1", *,
-                      kl_clamp=None):
+                      kl_clamp=None, score_offset=0, score_clip=None):
     """KL-shaped rewards r~_t = -beta * KL_t, plus the score at the last response token.
 
     Parameters
@@ -119,10 +119,21 @@ def kl_shaped_rewards(scores, logp, logp_ref, beta, mask=None, estimator="k1", *
         Per-token KL estimator (see :func:`kl_estimate`). Default ``"k1"``.
     kl_clamp : float > 0, optional
         Passed to :func:`kl_estimate` as ``clamp``.
+    score_offset : {0, 1}
+        0 (default, the seed): the score goes to the last response token.
+        1: it goes one slot *after* the last response token, to the first
+        padding position (or to the last token when the row has no room
+        left), as TRL's current PPOTrainer does (see ``docs/frameworks.md``).
+        That slot is then the one padding position that is not 0.
+    score_clip : float > 0 or (low, high), optional
+        Clip the scores to ``[-score_clip, score_clip]`` or ``[low, high]``
+        before adding them (DeepSpeed-Chat: 5; OpenRLHF: (-10, 10)).
+        ``None`` (default): no clipping.
 
     Returns
     -------
-    float64 array, same shape as ``logp``; exactly 0 at padding.
+    float64 array, same shape as ``logp``; exactly 0 at padding (except the
+    slot that receives the score when ``score_offset=1``).
 
     Examples
     --------
@@ -136,6 +147,13 @@ def kl_shaped_rewards(scores, logp, logp_ref, beta, mask=None, estimator="k1", *
     >>> r = kl_shaped_rewards(1.0, [-1.0, -2.0, -0.5], [-1.5, -1.8, -0.6], 0.1)
     >>> [round(float(v), 12) for v in r]
     [-0.05, 0.02, 0.99]
+
+    Two response tokens then padding; the score 7, clipped to 5, one slot after:
+
+    >>> r = kl_shaped_rewards(7.0, [-1.0, -2.0, 0.0], [-1.5, -1.8, 0.0], 0.1, [1, 1, 0],
+    ...                       score_offset=1, score_clip=5)
+    >>> [round(float(v), 12) for v in r]
+    [-0.05, 0.02, 5.0]
     """
     _check_estimator(estimator)
     beta = check_scalar(beta, "beta", low=0)
@@ -152,13 +170,33 @@ def kl_shaped_rewards(scores, logp, logp_ref, beta, mask=None, estimator="k1", *
         )
     if s.dtype != object and not np.all(np.isfinite(s)):
         raise ValueError("scores: must be finite")
+    if isinstance(score_offset, bool) or score_offset not in (0, 1):
+        raise ValueError(f"score_offset: must be 0 or 1, got {score_offset!r}")
+    if score_clip is not None:
+        low, high = _score_bounds(score_clip)
+        s = np.minimum(np.maximum(s, scalar_for(low, s)), scalar_for(high, s))
     # r~_t = -beta * KL_t
-    rewards = -beta * kl + 0  # (+ 0 prints -0.0 as 0.0)
-    # ... + score at the last response token t = T
-    last = last_valid_index(m)
+    rewards = where_valid(m, -beta * kl + 0)  # (+ 0 prints -0.0 as 0.0)
+    # ... + score at the last response token t = T (or the slot after it)
+    T = m.shape[-1]
+    last = np.minimum(last_valid_index(m) + score_offset, T - 1)
     if rewards.ndim == 1:
         rewards[last] = rewards[last] + s[()]
     else:
         rows = np.arange(rewards.shape[0])
         rewards[rows, last] = rewards[rows, last] + s
-    return where_valid(m, rewards)
+    return rewards
+
+
+def _score_bounds(score_clip):
+    """``(low, high)`` from a positive bound c (``[-c, c]``) or a pair."""
+    if isinstance(score_clip, (tuple, list)):
+        if len(score_clip) != 2:
+            raise ValueError(f"score_clip: expected c or (low, high), got {score_clip!r}")
+        low = check_scalar(score_clip[0], "score_clip[0]")
+        high = check_scalar(score_clip[1], "score_clip[1]")
+        if not low < high:
+            raise ValueError(f"score_clip: low must be < high, got {score_clip!r}")
+        return low, high
+    c = check_scalar(score_clip, "score_clip", low=0, low_open=True)
+    return -c, c

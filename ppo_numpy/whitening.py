@@ -30,7 +30,7 @@ def masked_mean(x, mask=None):
     return float(x.sum() / n)
 
 
-def whiten(x, mask=None, shift_mean=True, *, ddof=1, eps=1e-8):
+def whiten(x, mask=None, shift_mean=True, *, ddof=1, eps=1e-8, eps_mode="add"):
     """Masked whitening (x - mean) / sqrt(var + eps) over all valid elements of the batch.
 
     Parameters
@@ -46,6 +46,10 @@ def whiten(x, mask=None, shift_mean=True, *, ddof=1, eps=1e-8):
         Variance divisor n - ddof. Default 1 (Bessel-corrected).
     eps : float >= 0
         Added to the variance inside the square root. Default 1e-8.
+    eps_mode : {"add", "floor"}
+        ``"add"`` (default; TRL, verl): divide by sqrt(var + eps).
+        ``"floor"``: divide by sqrt(max(var, eps)), eps a lower bound on the
+        variance (OpenRLHF's advantage normalisation, ``docs/frameworks.md``).
 
     Returns
     -------
@@ -62,10 +66,19 @@ def whiten(x, mask=None, shift_mean=True, *, ddof=1, eps=1e-8):
     [-1.341641, -0.447214, 0.447214, 1.341641]
     >>> [round(float(v), 6) for v in whiten([1, 2, 3, 4], shift_mean=False, ddof=0, eps=0)]
     [1.158359, 2.052786, 2.947214, 3.841641]
+
+    With ddof=0, var([0, 2]) = 1: eps = 3 added gives sqrt(4) = 2, as a floor sqrt(3):
+
+    >>> [float(v) for v in whiten([0, 2], ddof=0, eps=3.0)]
+    [-0.5, 0.5]
+    >>> [round(float(v), 12) for v in whiten([0, 2], ddof=0, eps=3.0, eps_mode="floor")]
+    [-0.57735026919, 0.57735026919]
     """
     if ddof not in (0, 1) or isinstance(ddof, bool):
         raise ValueError(f"ddof: must be 0 or 1, got {ddof!r}")
     eps = check_scalar(eps, "eps", low=0, allow_exact=False)
+    if eps_mode not in ("add", "floor"):
+        raise ValueError(f"eps_mode: expected 'add' or 'floor', got {eps_mode!r}")
     if not isinstance(shift_mean, (bool, np.bool_)):
         raise TypeError(f"shift_mean: expected a bool, got {type(shift_mean).__name__}")
     (x,), m = prepare({"x": x}, mask, exact=False)
@@ -78,7 +91,8 @@ def whiten(x, mask=None, shift_mean=True, *, ddof=1, eps=1e-8):
     mean = x.sum() / n
     centred = where_valid(m, x - mean)
     var = (centred**2).sum() / (n - ddof)
-    out = centred / np.sqrt(var + eps)
+    # sqrt(var + eps), or sqrt(max(var, eps)) with eps_mode="floor"
+    out = centred / np.sqrt(var + eps if eps_mode == "add" else max(var, eps))
     if not shift_mean:
         out = out + mean
     return where_valid(m, out)
