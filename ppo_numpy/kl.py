@@ -92,8 +92,9 @@ def last_valid_index(mask: np.ndarray) -> np.ndarray:
     """
     has = mask.any(axis=-1)
     if not np.all(has):
-        row = int(np.argwhere(~has)[0][0])
-        raise ValueError(f"mask: row {row} has no response token, so it has no last token "
+        # a (T,) mask is one response; np.argwhere of its 0-d ``has`` has no row to name
+        where = "the response" if mask.ndim == 1 else f"row {int(np.argwhere(~has)[0][0])}"
+        raise ValueError(f"mask: {where} has no response token, so it has no last token "
                          "to receive the score")
     T = mask.shape[-1]
     return T - 1 - np.argmax(mask[..., ::-1], axis=-1)
