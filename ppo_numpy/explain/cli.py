@@ -1,0 +1,291 @@
+"""``python -m ppo_numpy explain QUANTITY ...``: print a step-by-step table to check by hand.
+
+    python -m ppo_numpy explain gae --rewards 0,0,1 --values 0.5,0.6,0.7 --gamma 1 --lam 0.95
+    python -m ppo_numpy explain clip --rho 1.1,1.5,0.9,0.5 --advantages 2,2,-1,-1 --exact
+    python -m ppo_numpy explain rewards --logp -1,-2,-0.5 --logp-ref -1.5,-1.8,-0.6 \\
+        --score 1 --beta 0.1 --exact
+    python -m ppo_numpy explain ppo --score 1 --logp-old -1,-2,-0.5 --logp-ref -1,-2,-0.5 \\
+        --values 0.5,0.6,0.7 --beta 0.1 --rho 1.1,1.5,0.7 --exact
+
+Numbers are written as integers, decimals or fractions (``0.95``, ``19/20``);
+lists are comma-separated, one number per token of the response (its length
+is T). Without ``--exact`` they are read as float64; with it, as the exact
+fraction written (``0.95`` is 19/20), and the tables print exact fractions.
+Bad input exits with status 2 and a message naming the option.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from fractions import Fraction
+
+from ..kl import ESTIMATORS
+from .tables import clip_table, gae_table, ppo_tables, ratio_clip_tables, render, rewards_table
+
+PROG = "python -m ppo_numpy explain"
+
+# core argument name -> the option that supplied it
+OPTION_OF = {
+    "rewards": "--rewards", "values": "--values", "gamma": "--gamma", "lam": "--lam",
+    "mask": "--mask", "rho": "--rho", "advantages": "--advantages", "epsilon": "--eps",
+    "epsilon_high": "--eps-high", "dual_clip": "--dual-clip", "logp": "--logp",
+    "logp_old": "--logp-old", "logp_ref": "--logp-ref", "beta": "--beta", "scores": "--score",
+}
+
+LIST = "X1,X2,..."
+
+
+class OptionError(Exception):
+    """Bad value for a command-line option; ``str(err)`` is ``"--option: what is wrong"``."""
+
+    def __init__(self, option: str, message: str):
+        super().__init__(f"{option}: {message}")
+
+
+def parse_number(text: str, option: str, exact: bool, where: str = ""):
+    """``text`` as a Fraction (``exact``) or a float; OptionError naming ``option`` if not.
+
+    >>> parse_number("0.95", "--lam", True), parse_number("19/20", "--lam", False)
+    (Fraction(19, 20), 0.95)
+    """
+    s = text.strip()
+    try:
+        value = Fraction(s)
+    except (ValueError, ZeroDivisionError):
+        try:
+            float(s)
+        except ValueError:
+            raise OptionError(option, f"{text!r}{where} is not a number") from None
+        raise OptionError(option, f"{text!r}{where} is not a finite number") from None
+    return value if exact else float(value)
+
+
+def parse_list(text: str, option: str, exact: bool) -> list:
+    """A comma-separated list of numbers (see :func:`parse_number`)."""
+    if not text.strip():
+        raise OptionError(option, "expected a comma-separated list of numbers, got nothing")
+    parts = text.split(",")
+    out = []
+    for k, part in enumerate(parts, start=1):
+        where = f" (entry {k} of {len(parts)})" if len(parts) > 1 else ""
+        if not part.strip():
+            raise OptionError(option, f"entry {k} of {text!r} is empty")
+        out.append(parse_number(part, option, exact, where))
+    return out
+
+
+def parse_mask(text: str, option: str = "--mask") -> list:
+    """A comma-separated list of 0 and 1."""
+    if not text.strip():
+        raise OptionError(option, "expected a comma-separated list of 0 and 1, got nothing")
+    out = []
+    for k, part in enumerate(text.split(","), start=1):
+        if part.strip() not in ("0", "1"):
+            raise OptionError(option, f"entries must be 0 or 1, got {part.strip()!r} (entry {k})")
+        out.append(int(part))
+    return out
+
+
+def check_length(values: list, option: str, ref: list, ref_option: str) -> None:
+    if len(values) != len(ref):
+        raise OptionError(option, f"expected {len(ref)} numbers to match {ref_option}, "
+                                  f"got {len(values)}")
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser that records which options take a value."""
+
+    def add_value(self, *names, **kwargs):
+        self.value_options.update(names)
+        return self.add_argument(*names, **kwargs)
+
+
+def build_parser():
+    """The ``explain`` parser and its sub-parsers by name."""
+    parser = argparse.ArgumentParser(
+        prog=PROG, allow_abbrev=False,
+        description="Step-by-step tables of the seed's formulas for one response, to check "
+                    "by hand. See docs/hand-calculations.md.")
+    sub = parser.add_subparsers(dest="quantity", required=True, metavar="QUANTITY",
+                                parser_class=_Parser)
+    specs = {
+        "gae": "TD errors, GAE advantages and returns, backwards in t",
+        "clip": "the clipped surrogate, its active branch and d/d rho",
+        "rewards": "KL-shaped rewards r~_t = -beta KL_t + score at t = T",
+        "ppo": "rewards -> GAE -> clipped surrogate -> L_PPO for one response",
+    }
+    subs = {}
+    for name, help_ in specs.items():
+        p = sub.add_parser(name, help=help_, description=help_ + ". " + _NUMBERS_HELP,
+                           allow_abbrev=False)
+        p.value_options = set()
+        p.add_argument("--exact", action="store_true",
+                       help="exact fractions: read 0.95 as 19/20 and print fractions")
+        p.add_value("--format", choices=("text", "markdown"), default="text",
+                    help="plain text (default) or a Markdown table")
+        p.add_value("--mask", metavar="M1,M2,...",
+                    help="1 = response token, 0 = padding (default: all 1)")
+        subs[name] = p
+    g = subs["gae"]
+    g.add_value("--rewards", required=True, metavar=LIST, help="r~_t, one per token")
+    g.add_value("--values", required=True, metavar=LIST, help="V(s_t), one per token")
+    g.add_value("--gamma", default="1", help="discount gamma (default 1)")
+    g.add_value("--lam", default="0.95", help="GAE lambda (default 0.95)")
+
+    c = subs["clip"]
+    c.add_value("--rho", metavar=LIST, help="probability ratios rho_t (or --logp, --logp-old)")
+    c.add_value("--logp", metavar=LIST, help="log pi_theta of the tokens (rho = exp(logp - "
+                                             "logp_old), a float)")
+    c.add_value("--logp-old", metavar=LIST, help="log pi_theta_old of the tokens, with --logp")
+    c.add_value("--advantages", required=True, metavar=LIST, help="A_hat_t")
+    _add_clip_options(c)
+
+    r = subs["rewards"]
+    r.add_value("--logp", required=True, metavar=LIST, help="log pi_theta of the sampled tokens")
+    r.add_value("--logp-ref", required=True, metavar=LIST, help="log pi_ref of the same tokens")
+    r.add_value("--score", required=True, help="the reward model's score of the response")
+    r.add_value("--beta", required=True, help="KL weight beta")
+    r.add_value("--estimator", choices=ESTIMATORS, default="k1",
+                help="KL estimator (default k1; k3 needs exp and is a float)")
+
+    p = subs["ppo"]
+    p.add_value("--score", required=True, help="the reward model's score of the response")
+    p.add_value("--logp-old", required=True, metavar=LIST,
+                help="log pi_theta_old of the sampled tokens (rollout policy)")
+    p.add_value("--logp-ref", required=True, metavar=LIST, help="log pi_ref of the same tokens")
+    p.add_value("--values", required=True, metavar=LIST, help="V(s_t), one per token")
+    p.add_value("--beta", required=True, help="KL weight beta")
+    p.add_value("--gamma", default="1", help="discount gamma (default 1)")
+    p.add_value("--lam", default="0.95", help="GAE lambda (default 0.95)")
+    p.add_value("--estimator", choices=ESTIMATORS, default="k1",
+                help="KL estimator (default k1)")
+    p.add_value("--rho", metavar=LIST, help="rho_t after the update (or --logp)")
+    p.add_value("--logp", metavar=LIST, help="log pi_theta after the update (rho a float)")
+    p.add_value("--eps", "--epsilon", dest="eps", default="0.2", help="clip width (default 0.2)")
+    return parser, subs
+
+
+_NUMBERS_HELP = ("Numbers: 1, 0.95 or 19/20; lists comma-separated, one number per token. "
+                 "Negative lists: --logp -1,-2 or --logp=-1,-2.")
+
+
+def _add_clip_options(p):
+    p.add_value("--eps", "--epsilon", dest="eps", default="0.2",
+                help="clip width: the range is [1 - eps, 1 + eps] (default 0.2)")
+    p.add_value("--eps-high", help="upper clip width (default: eps)")
+    p.add_value("--dual-clip", help="dual clip bound c > 1 for A < 0 (default: off)")
+
+
+def _join_negative_values(argv: list, value_options: set) -> list:
+    """``--logp -1,-2`` -> ``--logp=-1,-2``: argparse would read ``-1,-2`` as an option."""
+    out, i = [], 0
+    while i < len(argv):
+        tok = argv[i]
+        if tok in value_options and i + 1 < len(argv) and re.match(r"-[\d.]", argv[i + 1]):
+            out.append(f"{tok}={argv[i + 1]}")
+            i += 2
+        else:
+            out.append(tok)
+            i += 1
+    return out
+
+
+def _tables(args) -> list:
+    """Parse the numbers of ``args`` and build the tables; OptionError on bad values."""
+    ex = args.exact
+
+    def num(option):
+        text = getattr(args, option.lstrip("-").replace("-", "_"))
+        return None if text is None else parse_number(text, option, ex)
+
+    def lst(option, ref=None, ref_option=None):
+        text = getattr(args, option.lstrip("-").replace("-", "_"))
+        if text is None:
+            return None
+        values = parse_list(text, option, ex)
+        if ref is not None:
+            check_length(values, option, ref, ref_option)
+        return values
+
+    def mask(ref, ref_option):
+        if args.mask is None:
+            return None
+        m = parse_mask(args.mask)
+        check_length(m, "--mask", ref, ref_option)
+        return m
+
+    if args.quantity == "gae":
+        rewards = lst("--rewards")
+        values = lst("--values", rewards, "--rewards")
+        return [gae_table(rewards, values, num("--gamma"), num("--lam"),
+                          mask(rewards, "--rewards"))]
+    if args.quantity == "clip":
+        clip_options = {"epsilon_high": num("--eps-high"), "dual_clip": num("--dual-clip")}
+        if (args.rho is None) == (args.logp is None):
+            raise OptionError("--rho", "give either --rho or --logp (with --logp-old)")
+        if args.rho is not None:
+            if args.logp_old is not None:
+                raise OptionError("--logp-old", "goes with --logp, not with --rho")
+            rho = lst("--rho")
+            A = lst("--advantages", rho, "--rho")
+            return [clip_table(rho, A, num("--eps"), mask=mask(rho, "--rho"), **clip_options)]
+        if args.logp_old is None:
+            raise OptionError("--logp-old", "required with --logp")
+        logp = lst("--logp")
+        logp_old = lst("--logp-old", logp, "--logp")
+        A = lst("--advantages", logp, "--logp")
+        return ratio_clip_tables(logp, logp_old, A, num("--eps"), mask=mask(logp, "--logp"),
+                                 **clip_options)
+    if args.quantity == "rewards":
+        logp = lst("--logp")
+        logp_ref = lst("--logp-ref", logp, "--logp")
+        return [rewards_table(num("--score"), logp, logp_ref, num("--beta"),
+                              mask(logp, "--logp"), args.estimator)]
+    logp_old = lst("--logp-old")
+    logp_ref = lst("--logp-ref", logp_old, "--logp-old")
+    values = lst("--values", logp_old, "--logp-old")
+    if (args.rho is None) == (args.logp is None):
+        raise OptionError("--rho", "give either --rho or --logp")
+    return ppo_tables(num("--score"), logp_old, logp_ref, values, num("--beta"), num("--gamma"),
+                      num("--lam"), rho=lst("--rho", logp_old, "--logp-old"),
+                      logp=lst("--logp", logp_old, "--logp-old"), epsilon=num("--eps"),
+                      estimator=args.estimator, mask=mask(logp_old, "--logp-old"))
+
+
+def _core_error_message(err: Exception) -> str:
+    """A core function's ``"name: what"`` message, with ``name`` replaced by its option."""
+    msg = str(err)
+    name = msg.split(":", 1)[0]
+    return OPTION_OF[name] + msg[len(name):] if name in OPTION_OF else msg
+
+
+def render_command(argv) -> str:
+    """The output of ``explain`` for ``argv``; bad input exits (SystemExit(2), argparse style)."""
+    parser, subs = build_parser()
+    value_options = set().union(*(p.value_options for p in subs.values()))
+    args = parser.parse_args(_join_negative_values(list(argv), value_options))
+    sub = subs[args.quantity]
+    try:
+        tables = _tables(args)
+    except OptionError as err:
+        sub.error(str(err))
+    except (ValueError, TypeError) as err:
+        sub.error(_core_error_message(err))
+    return render(tables, args.format)
+
+
+def main(argv=None) -> int:
+    """Entry point of ``python -m ppo_numpy explain``; returns the exit status."""
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        text = render_command(argv)
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
