@@ -22,17 +22,19 @@ def is_exact(x) -> bool:
     if isinstance(x, Fraction):
         return True
     if isinstance(x, np.ndarray):
-        return x.dtype == object and x.size > 0 and isinstance(x.flat[0], Fraction)
-    if isinstance(x, (list, tuple)) and len(x) > 0:
-        return is_exact(x[0]) if isinstance(x[0], (list, tuple, Fraction)) else False
+        return x.dtype == object and any(isinstance(v, Fraction) for v in x.flat)
+    if isinstance(x, (list, tuple)):
+        # any element, not only the first: [0, Fraction(1, 2)] is exact
+        return any(is_exact(v) for v in x)
     return False
 
 
-def as_array(x, name: str, *, exact: bool | None = None) -> np.ndarray:
+def as_array(x, name: str, *, exact: bool | None = None, copy: bool = True) -> np.ndarray:
     """Return a new float64 array (or an object array of Fractions) made from ``x``.
 
     Raises TypeError for values that are not real numbers (strings, complex,
-    None) and names ``name`` in the message.
+    None) and names ``name`` in the message. ``copy=False``: a float64 ndarray
+    may come back as itself (or a view of it); the caller must not write into it.
     """
     if exact is None:
         exact = is_exact(x)
@@ -51,7 +53,7 @@ def as_array(x, name: str, *, exact: bool | None = None) -> np.ndarray:
             raise TypeError(
                 f"{name}: expected an array of real numbers, got dtype {x.dtype}"
             )
-        return np.array(x, dtype=np.float64, copy=True)
+        return np.array(x, dtype=np.float64, copy=True if copy else None)
     try:
         arr = np.array(x)
     except ValueError as err:  # ragged lists
@@ -105,7 +107,10 @@ def as_mask(mask, like: np.ndarray, like_name: str) -> np.ndarray:
     """
     if mask is None:
         return np.ones(like.shape, dtype=bool)
-    m = np.asarray(mask)
+    try:
+        m = np.asarray(mask)
+    except ValueError as err:  # ragged lists
+        raise ValueError(f"mask: not a rectangular array ({err})") from None
     if m.dtype.kind not in "biuf" and m.dtype != object:
         raise TypeError(f"mask: expected 0/1 or bool values, got dtype {m.dtype}")
     if m.shape != like.shape:
@@ -127,6 +132,10 @@ def check_finite(arr: np.ndarray, name: str, mask: np.ndarray) -> None:
     """Raise if ``arr`` has NaN or inf at a valid (mask = 1) position."""
     if arr.dtype == object:
         return
+    with np.errstate(over="ignore", invalid="ignore"):
+        # why: one read pass; a NaN or inf anywhere makes the sum non-finite
+        if np.isfinite(arr.sum()):
+            return
     bad = mask & ~np.isfinite(arr)
     if np.any(bad):
         idx = tuple(int(i) for i in np.argwhere(bad)[0])
@@ -152,14 +161,26 @@ def prepare(arrays: dict, mask, *, ranks=(1, 2), exact: bool | None = None):
     names = list(arrays)
     if exact is None:
         exact = any(is_exact(v) for v in arrays.values())
-    out = [as_array(arrays[n], n, exact=exact) for n in names]
+    out = [as_array(arrays[n], n, exact=exact, copy=False) for n in names]
     check_rank(out[0], names[0], ranks)
+    if out[0].shape[-1] == 0:
+        raise ValueError(f"{names[0]}: no time steps, got shape {out[0].shape} (T must be >= 1)")
     for n, a in zip(names[1:], out[1:]):
         check_same_shape(out[0], names[0], a, n)
     m = as_mask(mask, out[0], names[0])
     for n, a in zip(names, out):
         check_finite(a, n, m)
-    return [where_valid(m, a) for a in out], m
+    if mask is not None:
+        # where_valid returns a new array: the caller's is never written into
+        return [where_valid(m, a) for a in out], m
+    return [_own(a, arrays[n]) for n, a in zip(names, out)], m
+
+
+def _own(arr: np.ndarray, given) -> np.ndarray:
+    """``arr`` itself if it was made here from ``given``, else a copy of it."""
+    if isinstance(given, np.ndarray) and np.may_share_memory(arr, given):
+        return arr.copy()
+    return arr
 
 
 def zero_like(arr: np.ndarray):

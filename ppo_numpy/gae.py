@@ -13,10 +13,14 @@ Two implementations, tested equal to each other and to the sum definition:
 * ``method="loop"``: the recursion, one vectorised step per time index
   (the readable reference);
 * ``method="blocked"`` (default for floats): the sum definition evaluated in
-  blocks of ``C`` time steps. Inside a block, A = delta @ W with the upper
-  triangular W[j, i] = (gamma lambda)^(j - i); across blocks one carry
-  A_next_block_start is added with weight (gamma lambda)^(C - i). Powers never
-  exceed C, so nothing underflows, and the work is a few matrix products.
+  blocks of ``C`` time steps. Inside a block, A = delta @ W with the triangular
+  W[j, i] = (gamma lambda)^(j - i) for j >= i. The advantage at each block's
+  first step obeys the same recursion with (gamma lambda)^C from block to
+  block, so it comes from a recursive call on T / C numbers, and enters the
+  block before it as gamma lambda A_next_block_start added to its last delta.
+  Powers never exceed C (smaller ones flush to 0, they weigh < 1e-308), and the
+  work is one matrix product over the whole batch: no Python loop over time.
+  Measured speed against the loop: ``docs/benchmarks.md``.
 """
 
 from __future__ import annotations
@@ -24,12 +28,12 @@ from __future__ import annotations
 import numpy as np
 
 from ._validation import check_scalar, prepare, scalar_for, where_valid
-from .td import td_errors
+from .td import _td_errors, has_holes, starts_late
 
 METHODS = ("blocked", "loop")
 
 
-def gae(rewards, values, gamma=1.0, lam=0.95, mask=None, *, method=None, block=64):
+def gae(rewards, values, gamma=1.0, lam=0.95, mask=None, *, method=None, block=32):
     """Advantages A_hat_t = sum_l (gamma lam)^l delta_{t+l} and returns A_hat_t + V(s_t).
 
     Parameters
@@ -49,7 +53,7 @@ def gae(rewards, values, gamma=1.0, lam=0.95, mask=None, *, method=None, block=6
     method : {"blocked", "loop"}, optional
         ``None`` picks ``"blocked"`` for floats and ``"loop"`` for exact Fractions.
     block : int
-        Block length C of the blocked method.
+        Block length C of the blocked method (speed only; 1 behaves as 2).
 
     Returns
     -------
@@ -73,15 +77,18 @@ def gae(rewards, values, gamma=1.0, lam=0.95, mask=None, *, method=None, block=6
     if isinstance(block, bool) or not isinstance(block, (int, np.integer)) or block < 1:
         raise ValueError(f"block: must be a positive integer, got {block!r}")
     (r, v), m = prepare({"rewards": rewards, "values": values}, mask)
-    delta = td_errors(r, v, gamma, m)
-    gl = scalar_for(gamma, v) * scalar_for(lam, v)
+    gamma = scalar_for(gamma, v)
+    holes = has_holes(m)
+    delta = _td_errors(r, v, gamma, m, holes)
+    gl = gamma * scalar_for(lam, v)
     if method is None:
         method = "loop" if v.dtype == object else "blocked"
     if method == "loop":
         advantages = _gae_loop(delta, m, gl)
     else:
-        advantages = _gae_blocked(delta, m, float(gl), int(block))
-    returns = where_valid(m, advantages + v)
+        advantages = _gae_blocked(delta, m, float(gl), int(block), holes=holes, own_delta=True)
+    # advantages and v are both exactly 0 at padding, so returns are too
+    returns = advantages + v
     return advantages, returns
 
 
@@ -105,37 +112,68 @@ def _compact(x, mask):
     return out, rows, cols, pos
 
 
-def _gae_blocked(delta, mask, gl, C):
-    """The sum definition A_t = sum_l (gl)^l delta_{t+l}, evaluated block by block."""
+def _power_matrix(g, n):
+    """W[j, i] = g^(j - i) for j >= i, else 0: (x @ W)_i = sum_{j >= i} g^(j - i) x_j."""
+    k = np.arange(n)
+    expo = k[:, None] - k[None, :]
+    W = np.where(expo >= 0, g ** np.maximum(expo, 0).astype(np.float64), 0.0)
+    # why: subnormal weights make the matrix product slow on x86 and weigh < 1e-308
+    W[W < np.finfo(np.float64).tiny] = 0.0
+    return W
+
+
+def _suffix_sums(x, g, C, overwrite=False):
+    """y_t = sum_{l >= 0} g^l x_{t+l} along the last axis of a dense (B, n) array.
+
+    Blocks of C steps: inside a block y = x @ W (W from :func:`_power_matrix`).
+    The value at the start of each block obeys the same recursion with g^C
+    over blocks, so it is computed by a recursive call on (B, n / C) numbers;
+    it enters the block before as an extra g * y_start on that block's last step.
+    ``overwrite=True`` lets the function write into ``x`` (saves a copy).
+    """
+    B, n = x.shape
+    W = _power_matrix(g, min(C, n))
+    if n <= C:
+        return x @ W
+    nb = -(-n // C)
+    if overwrite and n == nb * C and x.flags.c_contiguous:
+        d = x
+    else:
+        d = np.zeros((B, nb * C))
+        d[:, :n] = x
+    d = d.reshape(B * nb, C)
+    # y at the first step of each block, counting that block alone
+    first = (d @ W[:, 0]).reshape(B, nb)
+    # y_start(b) = first(b) + g^C y_start(b + 1)
+    start = _suffix_sums(first, g**C, C, overwrite=True)
+    # y_(last of block b) gains g * y_start(b + 1), and every earlier step its discounted share
+    d.reshape(B, nb, C)[:, :-1, C - 1] += g * start[:, 1:]
+    y = d @ W  # (B * nb, C)
+    return y.reshape(B, nb * C)[:, :n]
+
+
+def _gae_blocked(delta, mask, gl, C, *, holes=None, own_delta=False):
+    """The sum definition A_t = sum_l (gl)^l delta_{t+l}, evaluated block by block.
+
+    ``holes``: ``has_holes(mask)`` if already known. ``own_delta=True`` says
+    that ``delta`` is 0 at padding and may be written into (as from ``_td_errors``).
+    """
     squeeze = delta.ndim == 1
     if squeeze:
         delta, mask = delta[None], mask[None]
     # A row whose mask has holes is compacted first, so the sum skips padding.
-    runs = mask[:, 0] + np.sum(np.diff(mask.astype(np.int8), axis=-1) == 1, axis=-1)
-    compacted = bool(np.any(runs > 1))
+    compacted = has_holes(mask) if holes is None else holes
     if compacted:
         delta, rows, cols, pos = _compact(delta, mask)
-    B, T = delta.shape
-    C = min(C, T)
-    nb = -(-T // C)
-    d = np.zeros((B, nb * C))
-    d[:, :T] = delta
-    d = d.reshape(B, nb, C)  # (B, nb, C)
-    k = np.arange(C)
-    expo = k[:, None] - k[None, :]  # W[j, i] = gl^(j - i) for j >= i
-    W = np.where(expo >= 0, gl ** np.maximum(expo, 0), 0.0)
-    local = d @ W  # (B, nb, C): sums inside each block
-    # carry: A at the start of block b = local[b, 0] + gl^C * A at the start of block b+1
-    start = np.empty((B, nb + 1))
-    start[:, nb] = 0.0
-    glC = gl**C
-    for b in range(nb - 1, -1, -1):
-        start[:, b] = local[:, b, 0] + glC * start[:, b + 1]
-    A = local + (gl ** (C - k))[None, None, :] * start[:, 1:, None]
-    A = A.reshape(B, nb * C)[:, :T]
+    # why: with C = 1 the recursion over blocks would not shrink
+    A = _suffix_sums(delta, gl, max(C, 2), overwrite=own_delta or compacted)
     if compacted:
         out = np.zeros_like(A)
         out[rows, cols] = A[rows, pos[rows, cols]]
         A = out
-    A = where_valid(mask, A)
+    if not A.flags.c_contiguous or np.may_share_memory(A, delta):
+        A = where_valid(mask, A)
+    elif not own_delta or compacted or starts_late(mask):
+        np.copyto(A, 0.0, where=~mask)
+    # else: delta is 0 from each row's last response token on, so A is exactly 0 there
     return A[0] if squeeze else A

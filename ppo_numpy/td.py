@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._validation import check_scalar, prepare, scalar_for, where_valid
+from ._validation import check_scalar, prepare, scalar_for, where_valid, zero_like
 
 
 def next_valid_values(values: np.ndarray, mask: np.ndarray) -> np.ndarray:
@@ -30,6 +30,43 @@ def next_valid_values(values: np.ndarray, mask: np.ndarray) -> np.ndarray:
     zero = values[..., :1] * 0
     padded = np.concatenate([values, zero], axis=-1)
     return np.take_along_axis(padded, nxt, axis=-1)
+
+
+def has_holes(mask: np.ndarray) -> bool:
+    """True when some row of a bool mask has padding between two response tokens."""
+    # a run of response tokens starts at t = 0, or at t where mask[t - 1] = 0 and mask[t] = 1;
+    # every row with a response token has one run, a row with a hole has more
+    runs = np.count_nonzero(mask[..., 1:] & ~mask[..., :-1]) + np.count_nonzero(mask[..., :1])
+    return runs > np.count_nonzero(mask.any(axis=-1))
+
+
+def starts_late(mask: np.ndarray) -> bool:
+    """True when some row of a bool mask has padding before its first response token."""
+    return not np.all(mask[..., :1] | ~mask.any(axis=-1, keepdims=True))
+
+
+def _td_errors(r: np.ndarray, v: np.ndarray, gamma, m: np.ndarray, holes=None) -> np.ndarray:
+    """td_errors on checked arrays: r, v as :func:`prepare` returns them, gamma in their
+    arithmetic (:func:`scalar_for`), m a bool mask, holes = has_holes(m) if known."""
+    if has_holes(m) if holes is None else holes:
+        # delta_t = r_t + gamma V(s_{t+1}) - V(s_t)
+        return where_valid(m, r + gamma * next_valid_values(v, m) - v)
+    # why: without holes the next response token is t + 1, and v is 0 at padding, so
+    # V(s_{t+1}) = v[t + 1] (0 after the last token); same operations, same rounding
+    zero = zero_like(v)
+    delta = np.empty_like(v)
+    # delta_t = r_t + gamma V(s_{t+1}) - V(s_t)
+    if gamma == 1:
+        np.add(r[..., :-1], v[..., 1:], out=delta[..., :-1])
+    else:
+        np.multiply(gamma, v[..., 1:], out=delta[..., :-1])
+        delta[..., :-1] += r[..., :-1]
+    delta[..., -1:] = r[..., -1:] + zero
+    delta -= v
+    # padding is 0 already except just before a run that starts after t = 0
+    if starts_late(m):
+        np.copyto(delta, zero, where=~m)
+    return delta
 
 
 def td_errors(rewards, values, gamma=1.0, mask=None):
@@ -62,7 +99,4 @@ def td_errors(rewards, values, gamma=1.0, mask=None):
     """
     gamma = check_scalar(gamma, "gamma", low=0, high=1)
     (r, v), m = prepare({"rewards": rewards, "values": values}, mask)
-    # delta_t = r_t + gamma V(s_{t+1}) - V(s_t)
-    gamma = scalar_for(gamma, v)
-    delta = r + gamma * next_valid_values(v, m) - v
-    return where_valid(m, delta)
+    return _td_errors(r, v, scalar_for(gamma, v), m)
