@@ -274,3 +274,12 @@ def test_gae_holes_equal_compacted_row(method):
     want = gae_by_sum([F(x) for x in rc], [F(x) for x in vc], F(9, 10), F(4, 5))
     assert_close(A[mask == 1], [float(a) for a in want], rtol=1e-12, atol=1e-12, method=method)
     assert_zero_at_padding(A, mask, "advantages")
+
+
+def test_a_list_with_fractions_after_plain_ints_is_exact():
+    # the first elements are ints; the Fractions later in the lists make the input exact
+    got = td_errors([0, 0, F(1)], [0, F(1, 2), F(1, 4)])
+    assert_exact(got, [F(1, 2), F(-1, 4), F(3, 4)])
+    A, _ = gae([0, 0, F(1)], [0, F(1, 2), F(1, 4)], 1, F(1, 2))
+    # A_3 = 3/4, A_2 = -1/4 + 1/2 * 3/4 = 1/8, A_1 = 1/2 + 1/2 * 1/8 = 9/16
+    assert_exact(A, [F(9, 16), F(1, 8), F(3, 4)])
