@@ -176,8 +176,11 @@ def value_loss_grad(values, old_values, returns, mask=None, clip_range=None, agg
     Per token, L = 1/2 max((V - R)^2, (V_clip - R)^2), V_clip = V_old + clip(V - V_old, -c, c):
 
         unclipped branch the larger (or a tie):   dL/dV = V - R
-        clipped branch strictly larger:           dL/dV = 0   (then |V - V_old| > c,
-                                                               so V_clip does not move)
+        clipped branch strictly larger:           dL/dV = (V_clip - R) [|V - V_old| <= c]
+
+The clipped branch can only be strictly larger outside the range, where V_clip
+does not move with V (derivative 0), or inside it by rounding (V_old + (V - V_old)
+need not equal V in floating point), where it is V_clip - R ~ V - R.
 
     and dloss/dV = w dL/dV with w from :func:`aggregate_grad`.
 
@@ -214,7 +217,10 @@ def value_loss_grad(values, old_values, returns, mask=None, clip_range=None, agg
         c = check_scalar(clip_range, "clip_range", low=0)
         v_clip = v_old + np.clip(v - v_old, -c, c)
         clipped_wins = (v_clip - R) ** 2 > (v - R) ** 2
-        dL = np.where(clipped_wins, 0.0, dL)
+        # dV_clip/dV = 1 inside the range (bounds included), 0 outside. Inside, V_old +
+        # (V - V_old) can differ from V by rounding and win the max: its derivative is not 0.
+        dv_clip = (np.abs(v - v_old) <= c).astype(np.float64)
+        dL = np.where(clipped_wins, (v_clip - R) * dv_clip, dL)
     dvalues = _weights(m, agg, norm) * dL + 0.0
     return where_valid(m, dvalues)
 

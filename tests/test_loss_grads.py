@@ -246,6 +246,15 @@ def test_value_loss_grad_hand_values_and_kinks():
     # V = 1, V_old = 0, c = 0.2 -> V_clip = 0.2; R = -1: (2)^2 > (1.2)^2.
     np.testing.assert_allclose(value_loss_grad([1.0], [0.0], [-1.0], clip_range=0.2), [2.0])
 
+    # Inside the range V_clip = V_old + (V - V_old) is V only up to rounding: here
+    # -0.34 + 0.23 = -0.10999999999999999 != -0.11 and its squared error wins the max by
+    # ~1e-17, yet it still moves with V: the derivative is V_clip - R ~ 1.89, not 0.
+    v, v_old, R = np.array([-0.11]), np.array([-0.34]), np.array([-2.0])
+    assert v_old + (v - v_old) != v
+    got = value_loss_grad(v, v_old, R, clip_range=0.3)
+    check(lambda p: float(value_loss(p["v"], v_old, R, clip_range=0.3)[0]), v, got, "v")
+    np.testing.assert_allclose(got, [1.89], rtol=1e-12)
+
     # Kink 1: V - V_old exactly c, R > V: inside derivative V - R (the left one).
     def f(x):
         return float(value_loss(x, [0.75], [2.0], clip_range=0.25)[0])
