@@ -1,0 +1,179 @@
+"""The combined PPO loss of a toy policy and its gradient for every parameter, by hand.
+
+    loss = L_pi + c_v L_V - c_H H + kl_coef KL
+
+each term aggregated over the response tokens with the same ``agg`` mode:
+L_pi from :func:`ppo_policy_loss`, L_V from :func:`value_loss`, H from
+:func:`entropy_from_logits`, KL (optional, "KL in the loss" as in GRPO) from
+:func:`kl_estimate`. The backward pass chains the hand-written pieces:
+
+    dlogp, dvalues, dz       ppo_numpy.loss_grads (d loss / d inputs of each term)
+    logp_t = z_t[y_t] - logsumexp(z_t)   =>   dz_t += dlogp_t (onehot(y_t) - softmax(z_t))
+    z = logits / temperature             =>   dlogits = dz / temperature
+    logits, values -> params             model.backward
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from .._validation import check_scalar
+from ..aggregation import aggregate, check_mode
+from ..kl import kl_estimate
+from ..loss_grads import entropy_grad, kl_estimate_grad, policy_loss_grad, value_loss_grad
+from ..objective import ppo_policy_loss
+from ..value_loss import value_loss
+from .sampling import evaluate
+
+BATCH_FIELDS = ("prompts", "responses", "mask", "logp_old", "old_values", "advantages",
+                "returns")
+
+
+def _field(batch, name):
+    if isinstance(batch, Mapping):
+        if name not in batch:
+            raise KeyError(f"batch: missing field {name!r} (needs {', '.join(BATCH_FIELDS)})")
+        return batch[name]
+    if not hasattr(batch, name):
+        raise KeyError(f"batch: missing field {name!r} (needs {', '.join(BATCH_FIELDS)})")
+    return getattr(batch, name)
+
+
+def logits_grad_from_logp(logq, responses, dlogp):
+    """d loss / d z from d loss / d logp, where logp_t = log softmax(z_t)[y_t].
+
+        dz_{t,k} = dlogp_t ([k = y_t] - softmax(z_t)_k)
+
+    Parameters
+    ----------
+    logq : array (B, T, K), log softmax(z)
+    responses : int array (B, T), the tokens y_t
+    dlogp : array (B, T)
+
+    Returns
+    -------
+    dz : array (B, T, K)
+
+    Examples
+    --------
+    Two equally likely tokens, y = 0, dlogp = 1: dz = [1 - 1/2, -1/2].
+
+    >>> logits_grad_from_logp(np.log([[[0.5, 0.5]]]), np.array([[0]]), np.array([[1.0]])).tolist()
+    [[[0.5, -0.5]]]
+    """
+    dz = -dlogp[..., None] * np.exp(logq)  # (B, T, K)
+    onehot = np.zeros_like(dz)
+    np.put_along_axis(onehot, responses[..., None], 1.0, axis=-1)
+    dz += dlogp[..., None] * onehot
+    return dz
+
+
+def ppo_loss_and_grads(model, batch, *, epsilon=0.2, agg="token-mean", c_v=0.5, c_H=0.0,
+                       value_clip=None, temperature=1.0, epsilon_high=None, dual_clip=None,
+                       norm=None, log_ratio_clamp=None, kl_coef=0.0, kl_estimator="k3",
+                       params=None):
+    """PPO loss of ``model`` on ``batch``, its gradient w.r.t. every parameter, and statistics.
+
+    Parameters
+    ----------
+    model : a toy policy (:class:`BigramPolicy`, :class:`MLPPolicy`)
+    batch : mapping (or object with attributes)
+        ``prompts (B, P)``, ``responses (B, T)``, ``mask (B, T)``, ``logp_old (B, T)``,
+        ``old_values (B, T)``, ``advantages (B, T)``, ``returns (B, T)``; and
+        ``logp_ref (B, T)`` when ``kl_coef > 0``.
+    epsilon, epsilon_high, dual_clip, log_ratio_clamp
+        Clipping options of :func:`ppo_policy_loss`.
+    agg : str
+        Aggregation mode of every term. Default ``"token-mean"``.
+    norm : float, optional
+        Divisor of ``agg="seq-mean-token-sum-norm"``.
+    c_v : float >= 0
+        Weight of the value loss. Default 0.5.
+    c_H : float >= 0
+        Weight of the entropy bonus (subtracted). Default 0.
+    value_clip : float >= 0, optional
+        ``clip_range`` of :func:`value_loss`. Default ``None``.
+    temperature : float > 0
+        The rollout temperature; logp are of softmax(logits / temperature).
+    kl_coef : float >= 0
+        Weight of a KL-to-reference term in the loss. Default 0 (off).
+    kl_estimator : str
+        Its estimator (see :func:`kl_estimate`). Default ``"k3"``.
+    params : dict, optional
+        Evaluate at these parameters instead of ``model.params``.
+
+    Returns
+    -------
+    loss : float
+    grads : dict, the keys and shapes of ``model.params``
+    stats : dict of float
+        The statistics of :func:`ppo_policy_loss`, plus ``policy_loss``,
+        ``value_loss``, ``entropy``, ``kl`` (0.0 when off) and ``loss``.
+
+    Examples
+    --------
+    With rho = 1 (logp_old from the model itself) and zero advantages, the
+    policy loss is 0 and only c_v L_V remains:
+
+    >>> from ppo_numpy.policy import BigramPolicy, evaluate
+    >>> model = BigramPolicy(5, np.random.default_rng(0))
+    >>> x, y, m = np.array([[1, 3]]), np.array([[4, 2]]), np.array([[1.0, 1.0]])
+    >>> ev = evaluate(model, x, y, m)
+    >>> batch = dict(prompts=x, responses=y, mask=m, logp_old=ev.logp, old_values=ev.values,
+    ...              advantages=np.zeros((1, 2)), returns=ev.values + 1.0)
+    >>> loss, grads, stats = ppo_loss_and_grads(model, batch, c_v=0.5)
+    >>> round(loss, 12), stats["ratio_mean"], sorted(grads)  # 0.5 * 1/2 (V - (V + 1))^2
+    (0.25, 1.0, ['W', 'v'])
+    """
+    check_mode(agg)
+    c_v = check_scalar(c_v, "c_v", low=0, allow_exact=False)
+    c_H = check_scalar(c_H, "c_H", low=0, allow_exact=False)
+    kl_coef = check_scalar(kl_coef, "kl_coef", low=0, allow_exact=False)
+    mask = np.asarray(_field(batch, "mask"))
+    ev = evaluate(model, _field(batch, "prompts"), _field(batch, "responses"), mask,
+                  temperature, params=params)
+    logp_old = _field(batch, "logp_old")
+    A = _field(batch, "advantages")
+    old_values, returns = _field(batch, "old_values"), _field(batch, "returns")
+    clip = {"epsilon_high": epsilon_high, "dual_clip": dual_clip, "norm": norm,
+            "log_ratio_clamp": log_ratio_clamp}
+
+    # forward: each term aggregated with agg
+    policy_loss, stats = ppo_policy_loss(ev.logp, logp_old, A, mask, epsilon, agg, **clip)
+    L_V = float(aggregate(value_loss(ev.values, old_values, returns, mask, value_clip), mask,
+                          agg, norm=norm))
+    H = float(aggregate(ev.entropy, mask, agg, norm=norm))
+    # loss = L_pi + c_v L_V - c_H H (+ kl_coef KL)
+    loss = policy_loss + c_v * L_V - c_H * H
+    kl = 0.0
+    if kl_coef > 0:
+        logp_ref = _field(batch, "logp_ref")
+        kl = float(aggregate(kl_estimate(ev.logp, logp_ref, kl_estimator, mask), mask, agg,
+                             norm=norm))
+        loss += kl_coef * kl
+
+    # backward: d loss / d logp, d loss / d values, d loss / d z
+    dlogp = policy_loss_grad(ev.logp, logp_old, A, mask, epsilon, agg, **clip)
+    if kl_coef > 0:
+        dlogp = dlogp + kl_coef * kl_estimate_grad(ev.logp, logp_ref, kl_estimator, mask,
+                                                   agg=agg, norm=norm)
+    dvalues = c_v * value_loss_grad(ev.values, old_values, returns, mask, value_clip, agg,
+                                    norm=norm)  # (B, T)
+    dz = logits_grad_from_logp(ev.logq, ev.responses, dlogp)  # (B, T, K)
+    if c_H > 0:
+        dz -= c_H * entropy_grad(ev.logits, mask, agg, norm=norm)
+    # z = logits / temperature
+    dz_logits = dz / ev.temperature
+    B, L = ev.cache["tokens"].shape
+    P = ev.prompt_length
+    dlogits_full = np.zeros((B, L, model.vocab_size))
+    dlogits_full[:, P - 1 :] = dz_logits  # (B, P + T - 1, K): the positions that predict y
+    dvalues_full = np.zeros((B, L))
+    dvalues_full[:, P - 1 :] = dvalues
+    grads = model.backward(ev.cache, dlogits_full, dvalues_full)
+
+    stats = {**stats, "policy_loss": policy_loss, "value_loss": L_V, "entropy": H, "kl": kl,
+             "loss": float(loss)}
+    return float(loss), grads, stats
