@@ -1,0 +1,115 @@
+"""``python -m ppo_numpy oracle``: list presets and cases, export and verify golden files.
+
+    python -m ppo_numpy oracle list
+    python -m ppo_numpy oracle export DIR --preset NAME [--seed S] [--cases NAME ...]
+    python -m ppo_numpy oracle verify DIR
+
+See ``docs/oracle.md`` for the file format and how to check your own code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from .cases import EDGE_CASES, N_RANDOM, generate_cases
+
+
+def _presets():
+    from .presets import DEFAULT_PRESET, PRESETS
+
+    return PRESETS, DEFAULT_PRESET
+
+
+def cmd_list(args) -> int:
+    presets, default = _presets()
+    print("presets (--preset NAME):")
+    for name, preset in presets.items():
+        mark = " (default)" if name == default else ""
+        print(f"  {name:<22} {preset.description}{mark}")
+    print(f"\ncases (--cases NAME ...; 'random' = random-0 ... random-{N_RANDOM - 1}, "
+          "'edge' = every edge case):")
+    for case in generate_cases(args.seed, [f"random-{k}" for k in range(N_RANDOM)]):
+        print(f"  {case['name']:<22} {case['description']}")
+    for case in generate_cases(args.seed, list(EDGE_CASES)):
+        params = ", ".join(f"{k}={v:g}" for k, v in case["params"].items())
+        print(f"  {case['name']:<22} {case['description']}" + (f" [{params}]" if params else ""))
+    return 0
+
+
+def cmd_export(args) -> int:
+    from .golden import export
+
+    presets, default = _presets()
+    name = args.preset or default
+    if name not in presets:
+        print(f"oracle export: unknown preset {name!r}; valid ones are "
+              f"{', '.join(presets)}", file=sys.stderr)
+        return 2
+    try:
+        cases = generate_cases(args.seed, args.cases)
+    except ValueError as err:
+        print(f"oracle export: {err}", file=sys.stderr)
+        return 2
+    path = export(args.directory, presets[name], cases, seed=args.seed)
+    entries = json.loads(path.read_text())["cases"]
+    rejected = [e["name"] for e in entries if "rejected" in e]
+    print(f"wrote {len(entries)} cases of preset {name!r} (seed {args.seed}) to {path.parent}")
+    if rejected:
+        print(f"  rejected by the preset (inputs kept, no expected outputs): "
+              f"{', '.join(rejected)}")
+    return 0
+
+
+def cmd_verify(args) -> int:
+    from .golden import bit_identical, verify
+
+    try:
+        report, problems = verify(args.directory, args.preset)
+    except (FileNotFoundError, ValueError, KeyError) as err:
+        print(f"oracle verify: {err}", file=sys.stderr)
+        return 2
+    print(report)
+    same, total = bit_identical(args.directory, args.preset)
+    print(f"bit-identical: {same} of {total} stored outputs")
+    for p in problems:
+        print(f"PROBLEM: {p}")
+    ok = report.passed and not problems
+    print("verified" if ok else "NOT verified")
+    return 0 if ok else 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m ppo_numpy oracle",
+        description="Framework presets, golden cases and comparisons (docs/oracle.md).")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("list", help="the presets and the cases")
+    p.add_argument("--seed", type=int, default=0, help="seed of the cases shown (default 0)")
+    p.set_defaults(run=cmd_list)
+    p = sub.add_parser("export", help="write golden files: .npz per case + manifest.json")
+    p.add_argument("directory", help="output directory (created if missing)")
+    p.add_argument("--preset", default=None, help="preset name (default: the default preset)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the cases (default 0)")
+    p.add_argument("--cases", nargs="+", default=None, metavar="NAME",
+                   help="only these cases: edge case names, random-K, 'random' or 'edge'")
+    p.set_defaults(run=cmd_export)
+    p = sub.add_parser("verify", help="reload golden files and recompute them")
+    p.add_argument("directory", help="a directory written by `oracle export`")
+    p.add_argument("--preset", default=None,
+                   help="recompute with this preset instead of the manifest's")
+    p.set_defaults(run=cmd_verify)
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    if getattr(args, "seed", 0) < 0:
+        print("oracle: --seed must be >= 0", file=sys.stderr)
+        return 2
+    return int(args.run(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
