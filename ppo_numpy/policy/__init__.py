@@ -14,7 +14,10 @@ persistence         save_checkpoint, load_checkpoint                      checkp
 """
 
 from .bigram import BigramPolicy
+from .checkpoint import load_checkpoint, save_checkpoint
+from .loss import ppo_loss_and_grads
 from .mlp import MLPPolicy
+from .optim import SGD, Adam, clip_grad_norm
 from .sampling import Evaluation, Rollout, evaluate, sample
 from .vocab import BOS, EOS, FIRST_CONTENT, PAD, Vocab
 
@@ -23,11 +26,17 @@ __all__ = [
     "EOS",
     "FIRST_CONTENT",
     "PAD",
+    "SGD",
+    "Adam",
     "BigramPolicy",
     "Evaluation",
     "MLPPolicy",
     "Rollout",
     "Vocab",
+    "clip_grad_norm",
     "evaluate",
+    "load_checkpoint",
+    "ppo_loss_and_grads",
     "sample",
+    "save_checkpoint",
 ]

@@ -1,0 +1,137 @@
+"""Saving and loading parameters (and optimiser state) as ``.npz``, without pickle.
+
+One ``.npz`` archive holds ``params/<name>``, ``optim/<key>`` and ``extra/<key>``
+arrays plus ``format/version``. Loading uses ``np.load(allow_pickle=False)``,
+so only numeric, bool and string arrays can be stored (never Python objects),
+and the round trip is bit-exact: the archive holds the raw array bytes.
+A file whose names or shapes differ from what the caller expects is an error
+that lists every difference, never a silent partial load.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+FORMAT_VERSION = 1
+SECTIONS = ("params", "optim", "extra")
+
+
+def _check_path(path) -> Path:
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"path: expected a str or path, got {type(path).__name__}")
+    p = Path(path)
+    if p.suffix != ".npz":
+        raise ValueError(f"path: must end in .npz (np.savez would append it), got {str(p)!r}")
+    return p
+
+
+def _arrays(section, mapping):
+    if mapping is None:
+        return {}
+    if not isinstance(mapping, dict):
+        raise TypeError(f"{section}: expected a dict of arrays, got {type(mapping).__name__}")
+    out = {}
+    for key, value in mapping.items():
+        if not isinstance(key, str) or not key or "/" in key:
+            raise ValueError(f"{section}: keys must be non-empty strings without '/', got {key!r}")
+        arr = np.asarray(value)
+        if arr.dtype.kind not in "biufU":
+            raise TypeError(f"{section}[{key!r}]: dtype {arr.dtype} cannot be stored without "
+                            "pickle (numbers, bools and strings only)")
+        out[f"{section}/{key}"] = arr
+    return out
+
+
+def save_checkpoint(path, params, optimizer_state=None, extra=None) -> None:
+    """Write ``params`` (and an optimiser's ``state_dict()``, and ``extra``) to ``path``.
+
+    Parameters
+    ----------
+    path : str or Path ending in ``.npz``
+        Written atomically (to a temporary file, then renamed).
+    params : dict[str, np.ndarray]
+    optimizer_state : dict[str, np.ndarray], optional
+        E.g. ``Adam.state_dict()``.
+    extra : dict, optional
+        Other arrays or scalars (numbers, bools, strings): an iteration
+        counter, a KL coefficient, a generator state as integers.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> f = pathlib.Path(tempfile.mkdtemp()) / "ckpt.npz"
+    >>> save_checkpoint(f, {"W": np.array([[0.1, -0.2]])}, extra={"iteration": 3})
+    >>> ck = load_checkpoint(f, expected_params={"W": np.zeros((1, 2))})
+    >>> ck["params"]["W"].tolist(), int(ck["extra"]["iteration"]), ck["optimizer_state"]
+    ([[0.1, -0.2]], 3, None)
+    """
+    p = _check_path(path)
+    if not isinstance(params, dict) or not params:
+        raise TypeError("params: expected a non-empty dict of arrays")
+    arrays = {"format/version": np.array(FORMAT_VERSION)}
+    arrays.update(_arrays("params", params))
+    arrays.update(_arrays("optim", optimizer_state))
+    arrays.update(_arrays("extra", extra))
+    tmp = p.with_name(p.name + ".tmp")
+    with open(tmp, "wb") as fh:
+        np.savez(fh, **arrays)
+    os.replace(tmp, p)
+
+
+def load_checkpoint(path, expected_params=None) -> dict:
+    """Read a checkpoint written by :func:`save_checkpoint`.
+
+    Parameters
+    ----------
+    path : str or Path ending in ``.npz``
+    expected_params : dict[str, array], optional
+        E.g. ``model.params``. When given, the stored parameters must have
+        exactly these names, shapes and dtypes; otherwise a ValueError lists
+        the missing, unexpected and mismatched entries.
+
+    Returns
+    -------
+    dict with ``"params"`` (dict of arrays), ``"optimizer_state"`` (dict, or
+    ``None`` if none was saved) and ``"extra"`` (dict, possibly empty).
+    """
+    p = _check_path(path)
+    if not p.exists():
+        raise FileNotFoundError(f"path: no checkpoint at {str(p)!r}")
+    out = {s: {} for s in SECTIONS}
+    with np.load(p, allow_pickle=False) as data:
+        if "format/version" not in data.files:
+            raise ValueError(f"path: {str(p)!r} is not a ppo_numpy checkpoint "
+                             "(no format/version entry)")
+        version = int(data["format/version"])
+        if version != FORMAT_VERSION:
+            raise ValueError(f"path: checkpoint format {version}, this code reads "
+                             f"{FORMAT_VERSION}")
+        for key in data.files:
+            if key == "format/version":
+                continue
+            section, _, name = key.partition("/")
+            if section not in out or not name:
+                raise ValueError(f"path: unexpected entry {key!r} in {str(p)!r}")
+            out[section][name] = np.array(data[key])
+    if not out["params"]:
+        raise ValueError(f"path: {str(p)!r} holds no parameters")
+    if expected_params is not None:
+        _check_expected(out["params"], expected_params)
+    return {"params": out["params"], "optimizer_state": out["optim"] or None,
+            "extra": out["extra"]}
+
+
+def _check_expected(loaded, expected):
+    missing = sorted(set(expected) - set(loaded))
+    unexpected = sorted(set(loaded) - set(expected))
+    mismatched = [f"{n}: stored {loaded[n].shape} {loaded[n].dtype}, expected "
+                  f"{np.shape(expected[n])} {np.asarray(expected[n]).dtype}"
+                  for n in sorted(set(loaded) & set(expected))
+                  if loaded[n].shape != np.shape(expected[n])
+                  or loaded[n].dtype != np.asarray(expected[n]).dtype]
+    if missing or unexpected or mismatched:
+        raise ValueError(f"checkpoint parameters do not match expected_params: missing "
+                         f"{missing}, unexpected {unexpected}, mismatched {mismatched}")
