@@ -22,16 +22,16 @@ from .sampling import Evaluation, Rollout, evaluate, sample
 from .vocab import BOS, EOS, FIRST_CONTENT, PAD, Vocab
 
 __all__ = [
-    "BOS",
-    "EOS",
-    "FIRST_CONTENT",
-    "PAD",
-    "SGD",
     "Adam",
+    "BOS",
     "BigramPolicy",
+    "EOS",
     "Evaluation",
+    "FIRST_CONTENT",
     "MLPPolicy",
+    "PAD",
     "Rollout",
+    "SGD",
     "Vocab",
     "clip_grad_norm",
     "evaluate",
