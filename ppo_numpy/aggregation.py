@@ -10,8 +10,12 @@ row i, and B' the number of rows with at least one response token:
 * ``"seq-mean-token-mean"``: (1/B') sum_i (1/n_i) sum_t m l  (every sequence
   weighs the same);
 * ``"seq-mean-token-sum-norm"``: sum_{i,t} m l / (B' * norm), ``norm`` a
-  constant (default: T, the padded length), as in Dr. GRPO and verl's mode of
-  the same name.
+  constant (default: T, the padded length), as in Dr. GRPO (TRL's
+  ``loss_type="dr_grpo"`` divides by B * max_completion_length,
+  huggingface/trl ``trl/trainer/grpo_trainer.py``). verl's mode of the same
+  name divides by ``norm`` only, not by the number of sequences
+  (volcengine/verl ``verl/trainer/ppo/core_algos.py``, ``agg_loss``): its
+  value is B' times this one.
 
 Names follow verl's ``loss_agg_mode``.
 """

@@ -85,8 +85,9 @@ def ppo_policy_loss(logp, logp_old, advantages, mask=None, epsilon=0.2, agg="tok
         Token means over the response tokens:
 
         * ``clipfrac_active``: fraction where the clipped branch is active, i.e.
-          the min (or the dual clip) picks a term strictly below rho A (TRL's and
-          verl's ``clipfrac``: ``pg_losses2 > pg_losses``);
+          the min picks clip(rho) A, strictly below rho A (TRL's and verl's
+          ``clipfrac``: ``pg_losses2 > pg_losses``; the dual clip only raises a
+          term, and is counted in ``dual_clipfrac``);
         * ``clipfrac_outside``: fraction with rho outside [1 - eps, 1 + eps_high],
           whatever the sign of A (some trainers log this);
         * ``dual_clipfrac``: fraction where the dual clip bound is active;
