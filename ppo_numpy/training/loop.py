@@ -1,0 +1,176 @@
+"""The PPO training loop for toy language-model tasks (``docs/training.md``).
+
+One iteration, each step named as the seed names it:
+
+1. rollout: sample a response for each of B prompts from pi_theta_old (the
+   current policy); record logp_old, the values V(s_t) and the response mask;
+2. score each response (the task's rule), compute logp_ref under the frozen
+   reference, and the KL-shaped rewards r~_t = -beta KL_t + [t = T] score;
+3. TD errors and GAE: advantages A_hat_t and returns R_t = A_hat_t + V(s_t);
+   whiten A_hat over the batch (switchable);
+4. K epochs over the batch in minibatches: policy loss + c_V value loss -
+   c_H entropy, its manual gradients, gradient-norm clipping, Adam. On the
+   first minibatch of each iteration pi_theta = pi_theta_old, so rho is
+   exactly 1 there; the run stops with :class:`RatioNotOneError` otherwise;
+5. update beta with the KL controller (fixed or adaptive).
+
+Before the first iteration the policy is warmed up on the task's prior and
+copied as the frozen reference (``ppo_numpy.training.warmup``). Everything
+random comes from one ``np.random.Generator`` seeded by ``config.seed``, so
+a run is a deterministic function of its configuration, and a checkpoint
+(params, Adam state, reference, beta, generator state) resumes it exactly.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..gae import gae
+from ..kl import kl_estimate, kl_shaped_rewards
+from ..kl_controllers import AdaptiveKLController, FixedKLController
+from ..policy.loss import ppo_loss_and_grads
+from ..policy.optim import Adam, clip_grad_norm, global_norm
+from ..policy.sampling import evaluate, sample
+from ..whitening import whiten
+from .config import PPOConfig
+from .metrics import COLUMNS, explained_variance
+from .tasks import Task, make_task, response_lengths
+from .warmup import warm_up
+
+
+class RatioNotOneError(RuntimeError):
+    """rho != 1 on the first minibatch: logp_old is not the current policy's log-probability."""
+
+
+@dataclass
+class RunState:
+    """Everything a run needs to continue: saved whole in a checkpoint."""
+
+    config: PPOConfig
+    task: Task
+    rng: np.random.Generator
+    policy: object
+    reference: object
+    optimizer: Adam
+    kl_controller: object
+    iteration: int = 0
+    warmup_losses: list = field(default_factory=list)
+
+
+def make_policy(config: PPOConfig, task: Task, rng: np.random.Generator):
+    """A fresh policy of the configured architecture, initialised from ``rng``."""
+    if config.model == "mlp":
+        from ..policy.mlp import MLPPolicy
+
+        return MLPPolicy(task.vocab_size, config.context, config.d_embed, config.d_hidden, rng)
+    from ..policy.bigram import BigramPolicy
+
+    return BigramPolicy(task.vocab_size, rng)
+
+
+def make_kl_controller(config: PPOConfig, beta=None):
+    beta = config.beta if beta is None else beta
+    if config.kl_controller == "fixed":
+        return FixedKLController(beta)
+    return AdaptiveKLController(beta, config.kl_target, config.kl_horizon)
+
+
+def new_run(config: PPOConfig) -> RunState:
+    """Initialise the policy, warm it up on the prior, freeze the reference (iteration 0)."""
+    task = make_task(config.task)
+    rng = np.random.default_rng(config.seed)
+    policy = make_policy(config, task, rng)
+    losses = warm_up(policy, task, rng, config.warmup_steps, config.warmup_lr,
+                     config.warmup_batch)
+    reference = copy.deepcopy(policy)
+    optimizer = Adam(policy.params, lr=config.lr)
+    return RunState(config, task, rng, policy, reference, optimizer,
+                    make_kl_controller(config), 0, losses)
+
+
+def ppo_iteration(state: RunState) -> dict:
+    """Run one PPO iteration on ``state`` (in place) and return its row of metrics."""
+    c, task, rng = state.config, state.task, state.rng
+    B = c.batch_size
+
+    # 1. rollout: y ~ pi_theta_old(. | x); record logp_old, V(s_t), the mask
+    prompts = task.sample_prompts(rng, B)
+    rollout = sample(state.policy, prompts, rng, task.max_new_tokens)
+    responses, mask = rollout.responses, rollout.mask
+    logp_old, old_values = rollout.logp, rollout.values
+
+    # 2. reference log-probs, scores, KL-shaped rewards r~_t = -beta KL_t + [t = T] score
+    logp_ref = evaluate(state.reference, prompts, responses, mask).logp
+    scores = task.score(prompts, responses, mask)
+    beta = state.kl_controller.value
+    rewards = kl_shaped_rewards(scores, logp_old, logp_ref, beta, mask, c.kl_estimator)
+    # KL to the reference: sum over tokens of k1, mean over sequences
+    kl_ref = float(kl_estimate(logp_old, logp_ref, "k1", mask).sum(axis=1).mean())
+
+    # 3. TD errors, GAE, returns R_t = A_hat_t + V(s_t); whitening
+    advantages, returns = gae(rewards, old_values, c.gamma, c.lam, mask)
+    if c.whiten_advantages:
+        advantages = whiten(advantages, mask)
+
+    # 4. K epochs x minibatches: policy loss + c_V value loss - c_H entropy, clip, Adam
+    size = B // c.minibatches
+    sums = dict.fromkeys(("clipfrac", "approx_kl_k1", "approx_kl_k3", "entropy",
+                          "policy_loss", "value_loss", "grad_norm"), 0.0)
+    first = None
+    for _ in range(c.epochs):
+        order = rng.permutation(B)
+        for k in range(c.minibatches):
+            idx = order[k * size : (k + 1) * size]
+            batch = {"prompts": prompts[idx], "responses": responses[idx], "mask": mask[idx],
+                     "logp_old": logp_old[idx], "old_values": old_values[idx],
+                     "advantages": advantages[idx], "returns": returns[idx]}
+            loss, grads, stats = ppo_loss_and_grads(
+                state.policy, batch, epsilon=c.eps, agg=c.agg, c_v=c.c_v, c_H=c.c_H,
+                value_clip=c.value_clip)
+            if first is None:
+                first = stats
+                _check_ratio_is_one(stats, state.iteration + 1)
+            grad_norm = global_norm(grads)
+            if c.max_grad_norm is not None:
+                grads, grad_norm = clip_grad_norm(grads, c.max_grad_norm)
+            state.optimizer.step(grads)
+            sums["clipfrac"] += stats["clipfrac_active"]
+            sums["grad_norm"] += float(grad_norm)
+            for name in ("approx_kl_k1", "approx_kl_k3", "entropy", "policy_loss",
+                         "value_loss"):
+                sums[name] += stats[name]
+
+    # 5. KL controller update
+    state.kl_controller.update(kl_ref, B)
+    state.iteration += 1
+
+    n_updates = c.epochs * c.minibatches
+    row = {name: total / n_updates for name, total in sums.items()}
+    score = float(scores.mean())
+    row.update(
+        iteration=state.iteration,
+        score=score,
+        score_frac=score / task.optimum,
+        kl_ref=kl_ref,
+        beta=float(beta),
+        explained_variance=explained_variance(old_values, returns, mask),
+        response_length=float(mask.sum(axis=1).mean()),
+        eos_frac=float(np.mean(response_lengths(responses, mask)[1])),
+        ratio_first_min=first["ratio_min"],
+        ratio_first_max=first["ratio_max"],
+        ratio_first_mean=first["ratio_mean"],
+    )
+    return {name: row[name] for name in COLUMNS}
+
+
+def _check_ratio_is_one(stats, iteration):
+    lo, hi, mean = stats["ratio_min"], stats["ratio_max"], stats["ratio_mean"]
+    if not (lo == 1.0 and hi == 1.0 and mean == 1.0):
+        raise RatioNotOneError(
+            f"iteration {iteration}: on the first minibatch rho must be exactly 1 "
+            f"(pi_theta = pi_theta_old before any update), got min {lo!r}, max {hi!r}, "
+            f"mean {mean!r}: the recomputed logp differs from the logp_old recorded at "
+            "rollout (stale logp_old, or sampling and evaluation disagree)")

@@ -1,0 +1,225 @@
+"""Runs: :func:`train` and :func:`resume`, their output directory, checkpoints, the beta sweep.
+
+An output directory holds
+
+* ``metrics.csv``: one row per PPO iteration (``ppo_numpy.training.metrics``);
+* ``checkpoint.npz``: the policy's params, Adam's state, the frozen
+  reference's params (``ref.<name>``), beta, the iteration, the configuration
+  (JSON) and the generator state (JSON), written after the warm-up and after
+  every iteration (to a temporary file, then renamed, so an interruption never
+  leaves a broken checkpoint);
+* ``config.json``: the configuration, for reading;
+* ``dashboard.png``: the training curves (``ppo_numpy.plotting.training``).
+
+Resuming restores the checkpoint and keeps the first ``iteration`` rows of
+metrics.csv, so an interrupted and resumed run writes the same bytes as an
+uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import numpy as np
+
+from ..policy.checkpoint import load_checkpoint, save_checkpoint
+from ..policy.optim import Adam
+from .config import PPOConfig
+from .loop import RunState, make_kl_controller, make_policy, new_run, ppo_iteration
+from .metrics import COLUMNS, MetricsWriter, read_metrics, read_rows
+from .tasks import make_task
+
+OUTPUTS = ("metrics.csv", "checkpoint.npz", "config.json", "dashboard.png")
+CHECKPOINT_VERSION = 1
+
+
+class RunError(ValueError):
+    """A run cannot start or resume: bad output directory, or a mismatching checkpoint."""
+
+
+def prepare_out_dir(out_dir, force: bool) -> Path:
+    """Create ``out_dir`` if needed; refuse a previous run in it unless ``force``."""
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise RunError(f"output directory {out}: exists and is not a directory")
+    existing = [name for name in OUTPUTS if (out / name).exists()]
+    if existing and not force:
+        raise RunError(f"output directory {out} already holds a run ({', '.join(existing)}); "
+                       f"pass --force to overwrite it, or --resume {out} to continue it")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / ".write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as err:
+        raise RunError(f"output directory {out}: cannot write there ({err.strerror})") from None
+    for name in existing:
+        (out / name).unlink()
+    return out
+
+
+def save_state(state: RunState, path) -> None:
+    """Write ``state`` to ``path`` (.npz; atomically, by ``save_checkpoint``)."""
+    path = Path(path)
+    extra = {f"ref.{k}": v for k, v in state.reference.params.items()}
+    extra.update(
+        config=np.array(state.config.to_json()),
+        rng_state=np.array(json.dumps(state.rng.bit_generator.state)),
+        beta=np.array(state.kl_controller.value, dtype=np.float64),
+        iteration=np.array(state.iteration, dtype=np.int64),
+        version=np.array(CHECKPOINT_VERSION, dtype=np.int64),
+    )
+    # Adam's state keys look like "m/W1"; save_checkpoint refuses "/" inside a key
+    optimizer_state = {k.replace("/", "|"): v for k, v in state.optimizer.state_dict().items()}
+    save_checkpoint(path, state.policy.params, optimizer_state, extra)
+
+
+def load_state(path) -> RunState:
+    """Rebuild the :class:`RunState` saved by :func:`save_state`."""
+    path = Path(path)
+    if not path.exists():
+        raise RunError(f"no checkpoint at {path}")
+    try:
+        saved = load_checkpoint(path)
+        extra = saved["extra"]
+        version = int(extra["version"])
+        config = PPOConfig.from_json(str(extra["config"]))
+    except (KeyError, ValueError, TypeError, OSError) as err:  # OSError: also a broken zip
+        raise RunError(f"{path}: not a training checkpoint ({err})") from None
+    if version != CHECKPOINT_VERSION:
+        raise RunError(f"{path}: checkpoint version {version}, this code reads "
+                       f"{CHECKPOINT_VERSION}")
+    task = make_task(config.task)
+    # the architecture only: every parameter is overwritten below
+    policy = make_policy(config, task, np.random.default_rng(0))
+    reference = make_policy(config, task, np.random.default_rng(0))
+    try:
+        saved = load_checkpoint(path, expected_params=policy.params)
+    except ValueError as err:
+        raise RunError(f"{path}: does not match its own configuration ({err})") from None
+    for name in policy.params:
+        policy.params[name][...] = saved["params"][name]
+        reference.params[name][...] = extra[f"ref.{name}"]
+    optimizer = Adam(policy.params, lr=config.lr)
+    optimizer.load_state_dict({k.replace("|", "/"): v
+                               for k, v in saved["optimizer_state"].items()})
+    rng = np.random.default_rng()
+    rng.bit_generator.state = json.loads(str(extra["rng_state"]))
+    return RunState(config, task, rng, policy, reference, optimizer,
+                    make_kl_controller(config, float(extra["beta"])), int(extra["iteration"]))
+
+
+def _parse_row(row: list[str]) -> dict:
+    return {name: int(v) if name == "iteration" else float(v) for name, v in zip(COLUMNS, row)}
+
+
+def _run(state: RunState, out: Path | None, callback, plot: bool, keep_rows: int = 0):
+    """Iterate until ``state.config.iterations``; write rows, checkpoints, the dashboard."""
+    history = []
+    writer = None
+    if out is not None:
+        history = [_parse_row(r) for r in read_rows(out / "metrics.csv")[:keep_rows]] \
+            if keep_rows else []
+        writer = MetricsWriter(out / "metrics.csv", keep_rows=keep_rows)
+        (out / "config.json").write_text(
+            json.dumps(json.loads(state.config.to_json()), indent=2) + "\n")
+        if state.iteration == 0:
+            save_state(state, out / "checkpoint.npz")
+    try:
+        while state.iteration < state.config.iterations:
+            row = ppo_iteration(state)
+            history.append(row)
+            if writer is not None:
+                writer.write(row)
+                save_state(state, out / "checkpoint.npz")
+            if callback is not None:
+                callback(row)
+    finally:
+        if writer is not None:
+            writer.close()
+    if out is not None and plot and history:
+        from ..plotting.training import plot_training
+
+        plot_training(read_metrics(out / "metrics.csv"), optimum=state.task.optimum,
+                      random_score=float(state.task.random_score()),
+                      title=f"{state.config.task} (seed {state.config.seed})",
+                      path=out / "dashboard.png")
+    return history
+
+
+def train(config: PPOConfig | None = None, out_dir=None, callback=None, *, force=False,
+          plot=True) -> list[dict]:
+    """Warm up, then run ``config.iterations`` PPO iterations; return one dict per iteration.
+
+    Parameters
+    ----------
+    config : PPOConfig, optional
+        Default ``PPOConfig()`` (the default task and hyperparameters).
+    out_dir : str or Path, optional
+        Write metrics.csv, checkpoint.npz, config.json and dashboard.png there.
+        ``None``: nothing is written (notebooks, sweeps).
+    callback : callable(row), optional
+        Called after every iteration with its row of metrics (the CLI prints it).
+    force : bool
+        Overwrite a previous run in ``out_dir`` (otherwise :class:`RunError`).
+    plot : bool
+        Write dashboard.png at the end.
+
+    Returns
+    -------
+    list of dict, one per iteration, keys :data:`~ppo_numpy.training.metrics.COLUMNS`.
+    """
+    config = PPOConfig() if config is None else config
+    if not isinstance(config, PPOConfig):
+        raise TypeError(f"config: expected a PPOConfig, got {type(config).__name__}")
+    out = None if out_dir is None else prepare_out_dir(out_dir, force)
+    return _run(new_run(config), out, callback, plot)
+
+
+def resume(out_dir, overrides=None, callback=None, *, plot=True) -> list[dict]:
+    """Continue the run saved in ``out_dir``; return its whole history (old rows included).
+
+    ``overrides`` may change ``iterations`` (to extend a run); any other field
+    must equal the checkpoint's, or :class:`RunError` lists the differences.
+    """
+    out = Path(out_dir)
+    state = load_state(out / "checkpoint.npz")
+    overrides = dict(overrides or {})
+    try:
+        asked = state.config.replace(**overrides)
+    except (TypeError, ValueError) as err:
+        raise RunError(str(err)) from None
+    diff = state.config.differences(asked)
+    if diff:
+        listed = ", ".join(f"{k} = {a!r} in the checkpoint, {b!r} asked" for k, (a, b)
+                           in diff.items())
+        raise RunError(f"the checkpoint in {out} was made with another configuration: {listed}")
+    state.config = asked
+    if not (out / "metrics.csv").exists():
+        raise RunError(f"{out}: has a checkpoint but no metrics.csv")
+    return _run(state, out, callback, plot, keep_rows=state.iteration)
+
+
+def beta_sweep(betas, config: PPOConfig | None = None, callback=None) -> dict:
+    """Train once per beta from one shared warm-up; return ``{beta: history}``.
+
+    Every run starts from the same warmed-up policy, reference and generator
+    state, so ``beta_sweep([b], config)[b]`` equals ``train(config.replace(beta=b))``.
+    The default configuration (:data:`SWEEP_CONFIG`) takes a few seconds per beta.
+    """
+    config = SWEEP_CONFIG if config is None else config
+    betas = [float(b) for b in betas]
+    start = new_run(config)
+    results = {}
+    for beta in betas:
+        state = copy.deepcopy(start)
+        state.config = config.replace(beta=beta)
+        state.kl_controller = make_kl_controller(state.config)
+        results[beta] = _run(state, None, callback, plot=False)
+    return results
+
+
+#: a small, quick configuration for sweeps (notebook 10)
+SWEEP_CONFIG = PPOConfig(task="target", iterations=40)

@@ -1,0 +1,87 @@
+"""Supervised warm-up on a task's prior: what makes the frozen reference pi_ref a language model.
+
+Before PPO starts, the policy is fitted by maximum likelihood to responses
+drawn from the task's prior (:meth:`Task.sample_prior`), then copied and
+frozen as pi_ref. The KL penalty then pulls the policy back towards something
+meaningful: the prior's habits (stopping early, echoing the prompt), which
+the reward asks it to unlearn.
+
+    L_CE = -(1 / n) sum_{i,t} m_{i,t} log pi_theta(y_{i,t} | x_i, y_{i,<t}),   n = sum m
+
+    dL_CE / dz_{i,t} = m_{i,t} (softmax(z_{i,t}) - onehot(y_{i,t})) / n
+
+where z_{i,t} are the logits that predict y_{i,t} (``logits[:, P - 1 + t]`` of the
+forward pass over prompt + response, as in ``ppo_numpy.policy.sampling``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..policy.loss import logits_grad_from_logp
+from ..policy.optim import Adam
+from ..policy.sampling import evaluate
+
+
+def cross_entropy_and_grads(model, prompts, responses, mask, params=None):
+    """Token-mean cross-entropy of the responses under ``model``, and its parameter gradients.
+
+    Parameters
+    ----------
+    model : a toy policy (``ppo_numpy.policy``)
+    prompts : int array (B, P)
+    responses : int array (B, T)
+    mask : array of 0/1 (B, T); 1 for response tokens (EOS included)
+    params : dict, optional
+        Evaluate at these parameters instead of ``model.params`` (for gradient checks).
+
+    Returns
+    -------
+    loss : float
+    grads : dict, same keys and shapes as ``model.params``
+
+    Examples
+    --------
+    A bigram table of zeros is uniform over the K - 2 tokens it may generate
+    (PAD and BOS never), so the loss is log(K - 2) whatever the responses:
+
+    >>> from ppo_numpy.policy.bigram import BigramPolicy
+    >>> model = BigramPolicy(6, np.random.default_rng(0))
+    >>> zeros = {name: np.zeros_like(p) for name, p in model.params.items()}
+    >>> loss, grads = cross_entropy_and_grads(model, np.array([[1, 3]]), np.array([[4, 2]]),
+    ...                                       np.array([[1, 1]]), params=zeros)
+    >>> round(loss, 12) == round(float(np.log(4)), 12)
+    True
+    """
+    ev = evaluate(model, prompts, responses, mask, params=params)
+    m = ev.mask
+    n = m.sum()
+    if n == 0:
+        raise ValueError("mask: no response token to fit")
+    # L_CE = -(1/n) sum m log pi(y_t)
+    loss = float(-(m * ev.logp).sum() / n)
+    # dL/dlogp_t = -m_t / n;  dL/dz_t = dlogp_t (onehot(y_t) - softmax(z_t))
+    dz = logits_grad_from_logp(ev.logq, ev.responses, -m / n)  # (B, T, K)
+    B, L = ev.cache["tokens"].shape
+    P = ev.prompt_length
+    dlogits = np.zeros((B, L, model.vocab_size))
+    dlogits[:, P - 1 :] = dz  # (B, P + T - 1, K): the positions that predict y
+    grads = model.backward(ev.cache, dlogits, np.zeros((B, L)))
+    return loss, grads
+
+
+def warm_up(model, task, rng, steps, lr, batch_size):
+    """Fit ``model`` to ``task``'s prior by ``steps`` Adam steps; returns the losses per step.
+
+    Each step draws ``batch_size`` prompts and prior responses from ``rng``.
+    ``model.params`` is updated in place.
+    """
+    optimizer = Adam(model.params, lr=lr)
+    losses = []
+    for _ in range(steps):
+        prompts = task.sample_prompts(rng, batch_size)
+        responses, mask = task.sample_prior(prompts, rng)
+        loss, grads = cross_entropy_and_grads(model, prompts, responses, mask)
+        optimizer.step(grads)
+        losses.append(loss)
+    return losses
