@@ -92,7 +92,11 @@ def whiten(x, mask=None, shift_mean=True, *, ddof=1, eps=1e-8, eps_mode="add"):
     centred = where_valid(m, x - mean)
     var = (centred**2).sum() / (n - ddof)
     # sqrt(var + eps), or sqrt(max(var, eps)) with eps_mode="floor"
-    out = centred / np.sqrt(var + eps if eps_mode == "add" else max(var, eps))
+    scale = np.sqrt(var + eps if eps_mode == "add" else max(var, eps))
+    if scale == 0:
+        raise ValueError("x: every valid element is the same (variance 0) and eps is 0, "
+                         "so whitening divides by 0; pass eps > 0")
+    out = centred / scale
     if not shift_mean:
         out = out + mean
     return where_valid(m, out)

@@ -275,3 +275,9 @@ def test_ragged_arrays():
 def test_empty_time_axis(call, name):
     with pytest.raises(ValueError, match=rf"^{name}: .*no time steps"):
         call()
+
+
+@pytest.mark.parametrize("eps_mode", ["add", "floor"])
+def test_whitening_constant_values_without_eps(eps_mode):
+    with pytest.raises(ValueError, match=r"^x: .*variance 0.*eps"):
+        whiten([2.0, 2.0, 7.0], [1, 1, 0], eps=0, eps_mode=eps_mode)

@@ -108,3 +108,8 @@ def test_masked_mean_by_hand():
     assert masked_mean([1.0, 2.0, 3.0, 99.0], [1, 1, 1, 0]) == (1.0 + 2.0 + 3.0) / 3
     assert masked_mean([[1.0, np.nan], [4.0, 7.0]], [[1, 0], [1, 1]]) == (1.0 + 4.0 + 7.0) / 3
     assert masked_mean([2.0, 4.0]) == 3.0
+
+
+def test_constant_values_with_default_eps_give_zeros():
+    assert_close(whiten([3.0, 3.0, 3.0]), [0.0, 0.0, 0.0], rtol=0, atol=0)
+    assert_close(whiten([3.0, 3.0], shift_mean=False), [3.0, 3.0], rtol=0, atol=0)
