@@ -35,8 +35,8 @@ def _arrays(section, mapping):
         raise TypeError(f"{section}: expected a dict of arrays, got {type(mapping).__name__}")
     out = {}
     for key, value in mapping.items():
-        if not isinstance(key, str) or not key or "/" in key:
-            raise ValueError(f"{section}: keys must be non-empty strings without '/', got {key!r}")
+        if not isinstance(key, str) or not key:
+            raise ValueError(f"{section}: keys must be non-empty strings, got {key!r}")
         arr = np.asarray(value)
         if arr.dtype.kind not in "biufU":
             raise TypeError(f"{section}[{key!r}]: dtype {arr.dtype} cannot be stored without "
