@@ -6,10 +6,11 @@ gradients autograd computes for them. Copy it as a template for checking
 your own trainer (``docs/oracle.md``, "Check your own code in five minutes").
 
     rewards      r~_t = -beta KL_t + [t == last] score          (KL from the rollout logp_old)
-    advantages   GAE by the reverse loop over response tokens, then whitened
+    advantages   GAE by the reverse loop over response tokens, optionally whitened
     returns      R_t = A_t + V_old(s_t)                          (before whitening)
-    policy_loss  token mean of max(-A rho, -A clip(rho, 1 - eps, 1 + eps))
-    value_loss   1/2 token mean of max((V - R)^2, (V_clip - R)^2)
+    policy_loss  max(-A rho, -A clip(rho, 1 - eps, 1 + eps)), token mean or
+                 sum over tokens and mean over sequences
+    value_loss   1/2 token mean of max((V - R)^2, (V_clip - R)^2), or of (V - R)^2
 
 Run ``python examples/torch_ppo.py`` to print the outputs of one small batch.
 """
@@ -74,11 +75,17 @@ def compute_gae(rewards, values, mask, gamma, lam):
     return advantages, returns
 
 
-def policy_loss_fn(logp, logp_old, advantages, mask, eps):
+def policy_loss_fn(logp, logp_old, advantages, mask, eps, loss_agg="token-mean"):
     ratio = torch.exp(logp - logp_old)
     pg_losses = -advantages * ratio
     pg_losses2 = -advantages * torch.clamp(ratio, 1.0 - eps, 1.0 + eps)
-    loss = masked_mean(torch.max(pg_losses, pg_losses2), mask)
+    per_token = torch.max(pg_losses, pg_losses2)
+    if loss_agg == "token-mean":
+        loss = masked_mean(per_token, mask)
+    elif loss_agg == "seq-mean-token-sum":
+        loss = (per_token * mask).sum(dim=1).mean()
+    else:
+        raise ValueError(f"unknown loss aggregation {loss_agg!r}")
     with torch.no_grad():
         log_ratio = (logp - logp_old) * mask
         stats = {
@@ -90,23 +97,25 @@ def policy_loss_fn(logp, logp_old, advantages, mask, eps):
     return loss, stats
 
 
-def value_loss_fn(values, old_values, returns, mask, clip):
-    values_clipped = old_values + torch.clamp(values - old_values, -clip, clip)
+def value_loss_fn(values, old_values, returns, mask, clip=None):
     vf_losses1 = (values - returns) ** 2
+    if clip is None:
+        return 0.5 * masked_mean(vf_losses1, mask)
+    values_clipped = old_values + torch.clamp(values - old_values, -clip, clip)
     vf_losses2 = (values_clipped - returns) ** 2
     return 0.5 * masked_mean(torch.max(vf_losses1, vf_losses2), mask)
 
 
 def ppo_step(logp, logp_old, logp_ref, values, old_values, scores, mask, *, gamma=1.0,
              lam=0.95, beta=0.05, eps=0.2, value_clip=0.2, kl_estimator="k1",
-             whiten_advantages=True):
+             whiten_advantages=True, loss_agg="token-mean"):
     """Rewards, GAE, whitening and both losses; gradients flow to logp and values only."""
     with torch.no_grad():
         rewards = compute_rewards(scores, logp_old, logp_ref, mask, beta, kl_estimator)
         advantages, returns = compute_gae(rewards, old_values, mask, gamma, lam)
         if whiten_advantages:
             advantages = masked_whiten(advantages, mask)
-    policy_loss, stats = policy_loss_fn(logp, logp_old, advantages, mask, eps)
+    policy_loss, stats = policy_loss_fn(logp, logp_old, advantages, mask, eps, loss_agg)
     value_loss = value_loss_fn(values, old_values, returns, mask, value_clip)
     return {"rewards": rewards, "advantages": advantages, "returns": returns,
             "policy_loss": policy_loss, "value_loss": value_loss, **stats}

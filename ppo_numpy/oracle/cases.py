@@ -10,7 +10,11 @@ A case is a plain dict::
 
 All arrays are float64; ``mask`` holds 0.0 and 1.0 (1 = response token).
 ``values`` is the value head being trained, ``old_values`` the values
-recorded at rollout time. Every case stays inside the core's input checks:
+recorded at rollout time. The cases without padding (``random-2``,
+``random-6``, the extreme, all-equal and gamma/lambda cases) serve presets
+that take no mask (``lm-human-preferences``); a preset rejects with
+ValueError the layouts its framework cannot express (left padding, holes,
+NaN where it reads). Every case stays inside the core's input checks:
 each row has at least one response token, gamma and lambda lie in [0, 1],
 and NaN or inf appear only where mask is 0.
 
@@ -30,7 +34,7 @@ all-equal-rewards       equal scores, no KL, zero values, gamma = lam = 1:
                         every advantage is 1 and whitening divides 0 by sqrt(eps)
 gamma0-lam0 ...         gamma and lambda at 0 and 1 (four cases)
 one-valid-token         one response token in the whole batch (whitening
-                        needs two: presets that whiten reject it)
+                        needs two: the presets that whiten reject it)
 ======================  ======================================================
 
 Extreme log-ratios: frameworks that clamp the log-ratio before ``exp`` (a
@@ -129,14 +133,17 @@ def make_case(name: str, description: str, inputs: dict, params: dict | None = N
             "params": dict(params or {})}
 
 
-def random_case(rng: np.random.Generator, *, name: str = "random", params=None) -> dict:
-    """A random right-padded batch: B in [2, 6], T in [3, 16], row lengths in [1, T]."""
+def random_case(rng: np.random.Generator, *, name: str = "random", params=None,
+                padded: bool = True) -> dict:
+    """A random batch: B in [2, 6], T in [3, 16]; right padding with row lengths in [1, T],
+    or (``padded=False``) every row T tokens long."""
     B = int(rng.integers(2, 7))
     T = int(rng.integers(3, 17))
-    lengths = rng.integers(1, T + 1, size=B)
+    lengths = rng.integers(1, T + 1, size=B) if padded else np.full(B, T)
     mask = mask_from_lengths(lengths, T)
-    return make_case(name, f"random batch B={B}, T={T}, right padding, row lengths "
-                     f"{lengths.tolist()}", sample_inputs(rng, mask), params)
+    layout = f"right padding, row lengths {lengths.tolist()}" if padded else "no padding"
+    return make_case(name, f"random batch B={B}, T={T}, {layout}", sample_inputs(rng, mask),
+                     params)
 
 
 def random_params(rng: np.random.Generator) -> dict:
@@ -183,7 +190,7 @@ def _garbage_in_padding(rng):
 
 
 def _extreme_log_ratios(rng):
-    mask = mask_from_lengths([6, 6, 4], 6)
+    mask = np.ones((3, 6))
     inputs = sample_inputs(rng, mask)
     # logp - logp_old per row: the first four columns; log-probs stay <= 0
     shifts = np.array([[50.0, -50.0, 20.0, -20.0],
@@ -202,7 +209,7 @@ def _extreme_log_ratios(rng):
 
 
 def _extreme_kl(rng):
-    mask = mask_from_lengths([5, 5, 3], 5)
+    mask = np.ones((3, 5))
     inputs = sample_inputs(rng, mask)
     # log-ratio to the reference per row, first three columns
     shifts = np.array([[50.0, -50.0, 20.0],
@@ -223,7 +230,7 @@ def _extreme_kl(rng):
 
 
 def _all_equal_rewards(rng):
-    mask = mask_from_lengths([5, 5, 3, 2], 5)
+    mask = np.ones((4, 5))
     inputs = sample_inputs(rng, mask)
     zero = np.zeros_like(mask)
     inputs.update(logp_old=inputs["logp"].copy(), logp_ref=inputs["logp"].copy(),
@@ -235,7 +242,7 @@ def _all_equal_rewards(rng):
 
 def _gamma_lam(gamma, lam):
     def build(rng):
-        mask = mask_from_lengths([6, 3, 1], 6)
+        mask = np.ones((3, 6))
         return (f"gamma = {gamma:g}, lam = {lam:g}", sample_inputs(rng, mask),
                 {"gamma": gamma, "lam": lam})
     return build
@@ -292,7 +299,8 @@ def generate_cases(seed: int = 0, names=None, *, n_random: int = N_RANDOM) -> li
         ``"edge"`` for all edge cases. ``None``: all of them.
     n_random : int >= 0
         Number of random cases. The odd-numbered ones override gamma and lam
-        (:func:`random_params`); the even ones use the preset's defaults.
+        (:func:`random_params`), the even ones use the preset's defaults;
+        ``random-2``, ``random-6``, ... have no padding, the others are right-padded.
 
     Returns
     -------
@@ -324,7 +332,7 @@ def generate_cases(seed: int = 0, names=None, *, n_random: int = N_RANDOM) -> li
             k = int(name[7:])
             rng = case_rng(seed, name)
             params = random_params(rng) if k % 2 == 1 else {}
-            cases.append(random_case(rng, name=name, params=params))
+            cases.append(random_case(rng, name=name, params=params, padded=k % 4 != 2))
         elif name in EDGE_CASES:
             cases.append(edge_case(name, seed))
         else:
