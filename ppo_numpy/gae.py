@@ -25,6 +25,8 @@ Two implementations, tested equal to each other and to the sum definition:
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from ._validation import check_scalar, prepare, scalar_for, where_valid
@@ -112,13 +114,18 @@ def _compact(x, mask):
     return out, rows, cols, pos
 
 
+@functools.lru_cache(maxsize=64)
 def _power_matrix(g, n):
-    """W[j, i] = g^(j - i) for j >= i, else 0: (x @ W)_i = sum_{j >= i} g^(j - i) x_j."""
+    """W[j, i] = g^(j - i) for j >= i, else 0: (x @ W)_i = sum_{j >= i} g^(j - i) x_j.
+
+    Cached (read-only): the same few (g, n) come back at every call.
+    """
     k = np.arange(n)
     expo = k[:, None] - k[None, :]
     W = np.where(expo >= 0, g ** np.maximum(expo, 0).astype(np.float64), 0.0)
     # why: subnormal weights make the matrix product slow on x86 and weigh < 1e-308
     W[W < np.finfo(np.float64).tiny] = 0.0
+    W.flags.writeable = False
     return W
 
 

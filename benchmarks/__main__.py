@@ -1,0 +1,101 @@
+"""``python -m benchmarks``: time the core functions and write docs/benchmarks.md.
+
+Options: ``--quick`` (two small grid points, few rounds: a smoke run of a few
+seconds, printed to stdout unless ``--output`` is given), ``--output PATH``
+(``-`` for stdout), ``--no-torch``, ``--no-cold``, ``--rounds N``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DOC = os.path.join(ROOT, "docs", "benchmarks.md")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n")[0])
+    p.add_argument("--quick", action="store_true", help="small grid, few rounds (smoke run)")
+    p.add_argument("--output", default=None,
+                   help=f"Markdown file to write, '-' for stdout (default: {DOC}; "
+                        "stdout with --quick)")
+    p.add_argument("--rounds", type=int, default=None, help="rounds per median (default 7)")
+    p.add_argument("--no-torch", action="store_true", help="skip the PyTorch column")
+    p.add_argument("--no-cold", action="store_true",
+                   help="skip the fresh-process (cold heap) GAE measurement")
+    return p
+
+
+def _cold(B: int, T: int) -> dict | None:
+    """Run benchmarks.cold in a fresh interpreter; None if it fails."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    try:
+        done = subprocess.run([sys.executable, "-m", "benchmarks.cold", str(B), str(T)],
+                              capture_output=True, text=True, check=True, env=env, cwd=ROOT,
+                              timeout=300)
+        return json.loads(done.stdout.strip().splitlines()[-1])
+    except (subprocess.SubprocessError, ValueError, IndexError, OSError):
+        return None
+
+
+def _command(args) -> str:
+    parts = [".venv/bin/python -m benchmarks"]
+    if args.quick:
+        parts.append("--quick")
+    if args.rounds is not None:
+        parts.append(f"--rounds {args.rounds}")
+    if args.no_torch:
+        parts.append("--no-torch")
+    if args.no_cold:
+        parts.append("--no-cold")
+    command = " ".join(parts)
+    return command + ("   # = make bench" if command.endswith("benchmarks") else "")
+
+
+def main(argv=None) -> int:
+    args = _parser().parse_args(argv)
+    from benchmarks import core, machine, report, torch_impl
+    from benchmarks.timing import warm_heap
+
+    start = time.perf_counter()
+    use_torch = torch_impl.available() and not args.no_torch
+    grid = core.QUICK_GRID if args.quick else core.GRID
+    rounds = args.rounds or (3 if args.quick else 7)
+    target = 0.002 if args.quick else 0.02
+    warm_heap()
+
+    def progress(row):
+        print(f"{row.function:>18} ({row.B:>3}, {row.T:>4}): ppo_numpy {report.ms(row.ours):>7} ms"
+              f"  floor x{row.ours / row.floor:6.1f}"
+              + (f"  torch/ppo_numpy {row.torch / row.ours:6.1f}" if row.torch else ""),
+              file=sys.stderr, flush=True)
+
+    rows = core.run_grid(grid, rounds=rounds, target=target, use_torch=use_torch,
+                         progress=progress)
+    cold = None
+    if not args.quick and not args.no_cold:
+        cold = _cold(256, 1024)
+    training = None
+    text = report.render(rows, machine=machine.describe(), command=_command(args),
+                         rounds=rounds, target=target, elapsed=time.perf_counter() - start,
+                         cold=cold, training=training,
+                         date=datetime.date.today().isoformat() + " ")
+    output = args.output if args.output is not None else ("-" if args.quick else DOC)
+    if output == "-":
+        sys.stdout.write(text)
+    else:
+        with open(output, "w") as f:
+            f.write(text)
+        print(f"wrote {output}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,32 @@
+"""GAE and the streaming floor in a fresh process whose heap was never warmed.
+
+``python -m benchmarks.cold B T`` prints one JSON object with the median
+seconds per call of ``gae`` and of ``rewards - values`` (see
+:func:`benchmarks.timing.warm_heap` for why this differs from the main table).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from benchmarks.core import PARAMS
+from benchmarks.data import make_batch
+from benchmarks.timing import measure
+from ppo_numpy import gae
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    B, T = (int(a) for a in argv[:2]) if len(argv) >= 2 else (256, 1024)
+    b = make_batch(B, T)
+    times = measure({
+        "gae": lambda: gae(b.rewards, b.values, PARAMS["gamma"], PARAMS["lam"], b.mask),
+        "floor": lambda: b.rewards - b.values,
+    }, rounds=15, target=0.02)
+    print(json.dumps(times))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,152 @@
+"""Timings of the core functions over a (B, T) grid, against the three baselines.
+
+For each function and grid point, in one interleaved run (:func:`measure`):
+
+* ``ours``: the ppo_numpy function, input checks included, as users call it;
+* ``floor``: one streaming NumPy pass over the same arrays, ``rewards - values``;
+* ``loop``: the scalar Python loop of :mod:`benchmarks.loops`, timed on the first
+  ``loop_rows`` rows and scaled by B / loop_rows when the whole batch would be slow;
+* ``torch``: :mod:`benchmarks.torch_impl` on CPU float64 tensors, when installed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from benchmarks import loops, torch_impl
+from benchmarks.data import make_batch
+from benchmarks.timing import measure
+from ppo_numpy import (
+    clipped_surrogate,
+    gae,
+    kl_shaped_rewards,
+    policy_loss_grad,
+    ppo_policy_loss,
+    td_errors,
+    whiten,
+)
+
+GRID = ((8, 128), (64, 256), (64, 1024), (256, 1024), (256, 4096))
+QUICK_GRID = ((8, 128), (64, 256))
+FUNCTIONS = ("td_errors", "gae", "kl_shaped_rewards", "whiten", "clipped_surrogate",
+             "policy_loss+grad", "pipeline")
+PARAMS = {"gamma": 1.0, "lam": 0.95, "beta": 0.05, "epsilon": 0.2}
+# The scalar loops run on at most this many tokens; the rest is scaled.
+LOOP_TOKENS = 16_384
+
+
+@dataclass
+class Row:
+    function: str
+    B: int
+    T: int
+    ours: float
+    floor: float
+    loop: float | None
+    loop_rows: int
+    torch: float | None
+
+    @property
+    def tokens(self) -> int:
+        return self.B * self.T
+
+
+def ours_pipeline(b):
+    """Shaped rewards -> GAE -> whitening -> policy loss, its statistics and its gradient."""
+    p = PARAMS
+    rewards = kl_shaped_rewards(b.scores, b.logp_old, b.logp_ref, p["beta"], b.mask)
+    advantages, returns = gae(rewards, b.values, p["gamma"], p["lam"], b.mask)
+    advantages = whiten(advantages, b.mask)
+    loss, stats = ppo_policy_loss(b.logp, b.logp_old, advantages, b.mask, p["epsilon"])
+    dlogp = policy_loss_grad(b.logp, b.logp_old, advantages, b.mask, p["epsilon"])
+    return loss, dlogp, returns
+
+
+def _ours(name, b):
+    p = PARAMS
+    return {
+        "td_errors": lambda: td_errors(b.rewards, b.values, p["gamma"], b.mask),
+        "gae": lambda: gae(b.rewards, b.values, p["gamma"], p["lam"], b.mask),
+        "kl_shaped_rewards": lambda: kl_shaped_rewards(b.scores, b.logp, b.logp_ref, p["beta"],
+                                                       b.mask),
+        "whiten": lambda: whiten(b.advantages, b.mask),
+        "clipped_surrogate": lambda: clipped_surrogate(b.rho, b.advantages, p["epsilon"],
+                                                       mask=b.mask),
+        "policy_loss+grad": lambda: (
+            ppo_policy_loss(b.logp, b.logp_old, b.advantages, b.mask, p["epsilon"]),
+            policy_loss_grad(b.logp, b.logp_old, b.advantages, b.mask, p["epsilon"])),
+        "pipeline": lambda: ours_pipeline(b),
+    }[name]
+
+
+def _loop(name, L):
+    p = PARAMS
+    return {
+        "td_errors": lambda: loops.td_errors_loop(L["rewards"], L["values"], p["gamma"],
+                                                  L["mask"]),
+        "gae": lambda: loops.gae_loop(L["rewards"], L["values"], p["gamma"], p["lam"],
+                                      L["mask"]),
+        "kl_shaped_rewards": lambda: loops.kl_shaped_rewards_loop(
+            L["scores"], L["logp"], L["logp_ref"], p["beta"], L["mask"]),
+        "whiten": lambda: loops.whiten_loop(L["advantages"], L["mask"]),
+        "clipped_surrogate": lambda: loops.clipped_surrogate_loop(
+            L["rho"], L["advantages"], p["epsilon"], L["mask"]),
+        "policy_loss+grad": lambda: loops.policy_loss_grad_loop(
+            L["logp"], L["logp_old"], L["advantages"], L["mask"], p["epsilon"]),
+        "pipeline": lambda: loops.pipeline_loop(
+            L["scores"], L["logp"], L["logp_old"], L["logp_ref"], L["values"], L["mask"],
+            p["beta"], p["gamma"], p["lam"], p["epsilon"]),
+    }[name]
+
+
+def _torch(name, t):
+    p, ti = PARAMS, torch_impl
+    return {
+        "td_errors": lambda: ti.td_errors_torch(t["rewards"], t["values"], p["gamma"], t["mask"]),
+        "gae": lambda: ti.gae_torch(t["rewards"], t["values"], p["gamma"], p["lam"], t["mask"]),
+        "kl_shaped_rewards": lambda: ti.kl_shaped_rewards_torch(
+            t["scores"], t["logp"], t["logp_ref"], p["beta"], t["mask"]),
+        "whiten": lambda: ti.whiten_torch(t["advantages"], t["mask"]),
+        "clipped_surrogate": lambda: ti.clipped_surrogate_torch(
+            t["rho"], t["advantages"], p["epsilon"], t["mask"]),
+        "policy_loss+grad": lambda: ti.policy_loss_grad_torch(
+            t["logp"], t["logp_old"], t["advantages"], t["mask"], p["epsilon"]),
+        "pipeline": lambda: ti.pipeline_torch(t, p["beta"], p["gamma"], p["lam"], p["epsilon"]),
+    }[name]
+
+
+def check_baselines(use_torch: bool) -> None:
+    """Every baseline computes what ppo_numpy computes, on a small batch with padding."""
+    batch = make_batch(6, 40, seed=1)
+    loops.check_against_ppo_numpy(batch)
+    if use_torch:
+        torch_impl.check_against_ppo_numpy(batch)
+
+
+def run_grid(grid=GRID, functions=FUNCTIONS, *, rounds=7, target=0.02, use_torch=None,
+             progress=None) -> list[Row]:
+    """Time every function at every grid point; returns one :class:`Row` each."""
+    if use_torch is None:
+        use_torch = torch_impl.available()
+    check_baselines(use_torch)
+    rows = []
+    for B, T in grid:
+        batch = make_batch(B, T)
+        loop_rows = max(1, min(B, LOOP_TOKENS // T))
+        L = loops.as_lists(batch, loop_rows)
+        tensors = torch_impl.as_tensors(batch) if use_torch else None
+        for name in functions:
+            candidates = {
+                "ours": _ours(name, batch),
+                "floor": lambda b=batch: b.rewards - b.values,
+                "loop": _loop(name, L),
+                "torch": _torch(name, tensors) if use_torch else None,
+            }
+            times = measure(candidates, rounds=rounds, target=target)
+            row = Row(function=name, B=B, T=T, ours=times["ours"], floor=times["floor"],
+                      loop=times["loop"] * B / loop_rows, loop_rows=loop_rows,
+                      torch=times.get("torch"))
+            rows.append(row)
+            if progress is not None:
+                progress(row)
+    return rows

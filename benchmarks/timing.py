@@ -1,0 +1,72 @@
+"""Timing helpers: candidates measured side by side in interleaved rounds, medians reported.
+
+The machine is shared and its speed drifts, so every candidate of one
+comparison (ppo_numpy, the streaming floor, a scalar loop, PyTorch) is timed
+in the same round, one after the other, and each reports the median over the
+rounds. Ratios are then taken between medians of the same run.
+"""
+
+from __future__ import annotations
+
+import gc
+import statistics
+import time
+
+import numpy as np
+
+
+def warm_heap(mib: int = 30) -> None:
+    """Allocate and free one block of ``mib`` MiB once, before any timing.
+
+    Why: glibc serves large arrays with mmap until a freed block raises its
+    dynamic mmap threshold (and its trim threshold to twice that), up to
+    32 MiB. Until then every function that grows the heap pays fresh page
+    faults on each call (about 0.7 ms per 2 MiB array here), an effect of the
+    process's history rather than of the code timed. Any process that has
+    once handled a large array (a trainer, a test suite with a model in it)
+    is in the warm state; so is this benchmark after this call. The cold
+    figures are measured separately (``--cold``, ``benchmarks/cold.py``).
+    """
+    block = np.ones(mib * (1 << 20) // 8)
+    del block
+
+
+def _time_calls(fn, number: int) -> float:
+    start = time.perf_counter()
+    for _ in range(number):
+        fn()
+    return time.perf_counter() - start
+
+
+def calibrate(fn, target: float, max_number: int = 10_000) -> int:
+    """Number of calls per sample so that one sample lasts about ``target`` seconds."""
+    number = 1
+    while True:
+        elapsed = _time_calls(fn, number)
+        if elapsed >= target or number >= max_number:
+            return number
+        grow = 2 if elapsed <= 0 else min(10, max(2, int(target / elapsed) + 1))
+        number = min(max_number, number * grow)
+
+
+def measure(candidates: dict, *, rounds: int, target: float) -> dict:
+    """Median seconds per call of each candidate, timed in interleaved rounds.
+
+    ``candidates`` maps a name to a zero-argument callable (or None to skip).
+    Each round times every candidate once, ``number`` calls per sample
+    (calibrated first, which also warms caches). Garbage collection is off
+    while timing, as in :mod:`timeit`.
+    """
+    live = {name: fn for name, fn in candidates.items() if fn is not None}
+    numbers = {name: calibrate(fn, target) for name, fn in live.items()}
+    samples = {name: [] for name in live}
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for _ in range(rounds):
+            for name, fn in live.items():
+                samples[name].append(_time_calls(fn, numbers[name]) / numbers[name])
+    finally:
+        if enabled:
+            gc.enable()
+    return {name: statistics.median(values) for name, values in samples.items()}

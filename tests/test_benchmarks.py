@@ -1,0 +1,45 @@
+"""Smoke tests of benchmarks/: it runs, its baselines compute what ppo_numpy computes,
+and it writes its tables. Times are never asserted (docs/benchmarks.md reports them)."""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+
+from benchmarks import core, report, torch_impl
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_baselines_compute_what_ppo_numpy_computes():
+    # raises AssertionError naming the function and the worst element otherwise
+    core.check_baselines(use_torch=torch_impl.available())
+
+
+def test_quick_run_writes_one_table_per_function(tmp_path):
+    out = tmp_path / "bench.md"
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--quick", "--rounds", "1", "--output", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    text = out.read_text()
+    assert "## Targets of issue #7" in text
+    assert ".venv/bin/python -m benchmarks --quick --rounds 1" in text
+    for name in core.FUNCTIONS:
+        section = text.split(f"## {name}\n", 1)[1].split("\n## ", 1)[0]
+        rows = [line for line in section.splitlines() if line.startswith("| ") and
+                line[2].isdigit()]
+        assert [tuple(int(c) for c in r.split("|")[1:3]) for r in rows] == \
+            list(core.QUICK_GRID), section
+
+
+def test_loglog_slope_is_the_exponent_of_the_cost():
+    def rows(exponent):
+        return [core.Row("f", B, T, ours=(B * T) ** exponent * 1e-9, floor=1.0, loop=None,
+                         loop_rows=B, torch=None) for B, T in core.GRID]
+    # time = c (B T)^k gives slope k over the grid points with >= 65536 tokens
+    assert math.isclose(report.loglog_slope(rows(1.0)), 1.0, rel_tol=1e-12)
+    assert math.isclose(report.loglog_slope(rows(2.0)), 2.0, rel_tol=1e-12)
+    assert report.loglog_slope(rows(1.0)[:2]) is None  # fewer than two large sizes
