@@ -20,6 +20,8 @@ H_t                    entropy_from_logits         ppo_numpy.entropy
 beta schedule          Adaptive/FixedKLController  ppo_numpy.kl_controllers
 d loss / d inputs      policy_loss_grad, ...       ppo_numpy.loss_grads
 finite differences     gradcheck, cmp              ppo_numpy.gradcheck
+toy policies           MLPPolicy, BigramPolicy     ppo_numpy.policy
+loss + grads (params)  ppo_loss_and_grads          ppo_numpy.policy.loss
 =====================  ==========================  ===========================
 """
 
@@ -40,6 +42,16 @@ from .loss_grads import (
     value_loss_grad,
 )
 from .objective import ppo_objective, ppo_policy_loss
+from .policy import (
+    SGD,
+    Adam,
+    BigramPolicy,
+    MLPPolicy,
+    clip_grad_norm,
+    load_checkpoint,
+    ppo_loss_and_grads,
+    save_checkpoint,
+)
 from .ratio import probability_ratio
 from .td import td_errors
 from .value_loss import value_loss
@@ -49,11 +61,16 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AGGREGATION_MODES",
+    "Adam",
     "AdaptiveKLController",
+    "BigramPolicy",
     "FixedKLController",
     "KL_ESTIMATORS",
+    "MLPPolicy",
+    "SGD",
     "aggregate",
     "aggregate_grad",
+    "clip_grad_norm",
     "clipped_surrogate",
     "cmp",
     "entropy_from_logits",
@@ -63,13 +80,16 @@ __all__ = [
     "kl_estimate",
     "kl_estimate_grad",
     "kl_shaped_rewards",
+    "load_checkpoint",
     "log_softmax",
     "masked_mean",
     "numerical_grad",
     "policy_loss_grad",
+    "ppo_loss_and_grads",
     "ppo_objective",
     "ppo_policy_loss",
     "probability_ratio",
+    "save_checkpoint",
     "td_errors",
     "value_loss",
     "value_loss_grad",
