@@ -239,6 +239,16 @@ def test_trl_k3_estimator_and_beta():
         get_preset("trl")(case, kl_estimator="k2")
 
 
+def test_trl_whiten_rewards_covers_the_slot_after():
+    case = make_case([[1, 1, 0]], scores=[1.0])
+    out = get_preset("trl")(case, whiten_rewards=True)
+    # rewards [0, 0, 1] over the 3 positions of mask + slot after: mean 1/3,
+    # var (ddof 1) = (2 (1/3)^2 + (2/3)^2) / 2 = 1/3, the mean added back
+    s = math.sqrt(1 / 3 + 1e-8)
+    close(out["rewards"], [[(0 - 1 / 3) / s + 1 / 3, (0 - 1 / 3) / s + 1 / 3,
+                            (1 - 1 / 3) / s + 1 / 3]])
+
+
 def test_trl_rejects_what_it_cannot_represent():
     trl = get_preset("trl")
     holes = make_case([[1, 0, 1, 0]], scores=[1.0])
