@@ -130,6 +130,13 @@ def test_random_cases_exercise_both_sides_of_every_clip(cases):
     assert all(set(p) == {"gamma", "lam"} for p in odd) and all(p == {} for p in even)
 
 
+def test_unpadded_cases_for_presets_without_a_mask(cases):
+    full = [n for n, c in cases.items() if np.all(c["inputs"]["mask"] == 1)]
+    assert full == ["random-2", "random-6", "extreme-log-ratios", "extreme-kl",
+                    "all-equal-rewards", "gamma0-lam0", "gamma0-lam1", "gamma1-lam0",
+                    "gamma1-lam1"]
+
+
 def test_length_1(cases):
     assert cases["length-1"]["inputs"]["mask"].sum(axis=1).tolist() == [1.0] * 4
 
