@@ -53,7 +53,7 @@ import zlib
 
 import numpy as np
 
-INPUT_NAMES = ("logp", "logp_old", "logp_ref", "values", "old_values", "scores", "mask")
+from .presets import INPUT_NAMES
 
 N_RANDOM = 8
 """Number of random cases :func:`generate_cases` makes by default."""
