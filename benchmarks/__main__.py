@@ -1,8 +1,9 @@
 """``python -m benchmarks``: time the core functions and write docs/benchmarks.md.
 
-Options: ``--quick`` (two small grid points, few rounds: a smoke run of a few
-seconds, printed to stdout unless ``--output`` is given), ``--output PATH``
-(``-`` for stdout), ``--no-torch``, ``--no-cold``, ``--rounds N``.
+Options: ``--quick`` (two small grid points, few rounds, no training: a smoke
+run of a few seconds, printed to stdout unless ``--output`` is given),
+``--output PATH`` (``-`` for stdout), ``--no-torch``, ``--no-cold``,
+``--no-training``, ``--demo-seeds N``, ``--rounds N``.
 """
 
 from __future__ import annotations
@@ -29,6 +30,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--no-torch", action="store_true", help="skip the PyTorch column")
     p.add_argument("--no-cold", action="store_true",
                    help="skip the fresh-process (cold heap) GAE measurement")
+    p.add_argument("--no-training", action="store_true",
+                   help="skip the training-loop section (skipped with --quick)")
+    p.add_argument("--demo-seeds", type=int, default=3,
+                   help="seeds of the make-demo time-to-90%% run (default 3; 0 skips it)")
     return p
 
 
@@ -45,6 +50,20 @@ def _cold(B: int, T: int) -> dict | None:
         return None
 
 
+def _training(demo_seeds: int):
+    """(lines of the training section, demo timings), or (None, None) without ppo_numpy.training."""
+    try:
+        from benchmarks import training
+        from benchmarks.train_speed import demo_speed
+    except ImportError as err:
+        print(f"training section skipped: {err}", file=sys.stderr)
+        return None, None
+    rows = training.speed_table(progress=lambda r: print(
+        f"training B={r['batch_size']}: {r['seconds']:.3f} s / iteration", file=sys.stderr))
+    demo = demo_speed(range(demo_seeds)) if demo_seeds > 0 else None
+    return training.markdown(rows, demo), demo
+
+
 def _command(args) -> str:
     parts = [".venv/bin/python -m benchmarks"]
     if args.quick:
@@ -55,6 +74,10 @@ def _command(args) -> str:
         parts.append("--no-torch")
     if args.no_cold:
         parts.append("--no-cold")
+    if args.no_training:
+        parts.append("--no-training")
+    if args.demo_seeds != 3:
+        parts.append(f"--demo-seeds {args.demo_seeds}")
     command = " ".join(parts)
     return command + ("   # = make bench" if command.endswith("benchmarks") else "")
 
@@ -82,10 +105,12 @@ def main(argv=None) -> int:
     cold = None
     if not args.quick and not args.no_cold:
         cold = _cold(256, 1024)
-    training = None
+    training = demo = None
+    if not args.quick and not args.no_training:
+        training, demo = _training(args.demo_seeds)
     text = report.render(rows, machine=machine.describe(), command=_command(args),
                          rounds=rounds, target=target, elapsed=time.perf_counter() - start,
-                         cold=cold, training=training,
+                         cold=cold, training=training, demo=demo,
                          date=datetime.date.today().isoformat() + " ")
     output = args.output if args.output is not None else ("-" if args.quick else DOC)
     if output == "-":
