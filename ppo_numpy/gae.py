@@ -178,9 +178,10 @@ def _gae_blocked(delta, mask, gl, C, *, holes=None, own_delta=False):
         out = np.zeros_like(A)
         out[rows, cols] = A[rows, pos[rows, cols]]
         A = out
-    if not A.flags.c_contiguous or np.may_share_memory(A, delta):
+    if not A.flags.c_contiguous:  # a slice of the padded blocks: copy
         A = where_valid(mask, A)
+    # why: a delta that is 0 at padding gives A exactly 0 after each row's last token, so
+    # only padding before a row's first token needs zeroing
     elif not own_delta or compacted or starts_late(mask):
         np.copyto(A, 0.0, where=~mask)
-    # else: delta is 0 from each row's last response token on, so A is exactly 0 there
     return A[0] if squeeze else A
