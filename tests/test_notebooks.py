@@ -1,0 +1,155 @@
+"""Every notebook runs top to bottom on a real kernel, and what it stores is what it computes.
+
+For each ``notebooks/*.ipynb``:
+
+* ``test_notebook_executes``: a fresh kernel runs every cell in order
+  (``tests/notebook_runner.py``); a cell that raises, including a failed
+  ``assert`` against the hand values, fails the test with its traceback.
+* ``test_stored_outputs_come_from_a_clean_run``: the committed file has
+  execution counts 1, 2, 3, ... and no error output.
+* ``test_stored_outputs_are_current``: the committed outputs are those of the
+  fresh run (printed numbers up to a relative 1e-3). After changing code that a
+  notebook prints, run ``make notebooks``. Cells tagged ``volatile-output``
+  (e.g. timings) are left out of this comparison.
+
+The unit tests at the end check the runner's own checks on small synthetic notebooks.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient.exceptions import CellExecutionError
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
+
+from tests.notebook_runner import (
+    clean_notebook,
+    clean_run_problems,
+    execute_notebook,
+    kernel_env,
+    stale_outputs,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+_RUNS: dict = {}
+
+
+def fresh_run(path: Path):
+    """The notebook executed once per test session: ``(nb, seconds)`` or the error it raised."""
+    if path not in _RUNS:
+        try:
+            _RUNS[path] = execute_notebook(path)
+        except CellExecutionError as err:
+            _RUNS[path] = err
+    return _RUNS[path]
+
+
+def test_there_are_notebooks():
+    assert len(NOTEBOOKS) >= 8, f"expected notebooks/00_*.ipynb ... 07_*.ipynb, found {NOTEBOOKS}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_executes(path):
+    run = fresh_run(path)
+    if isinstance(run, Exception):
+        pytest.fail(f"{path.name}: a cell raised while running top to bottom:\n{run}",
+                    pytrace=False)
+    nb, _ = run
+    assert clean_run_problems(nb) == []
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_stored_outputs_come_from_a_clean_run(path):
+    problems = clean_run_problems(nbformat.read(path, as_version=4))
+    assert not problems, (f"{path.name} was not stored from one clean top-to-bottom run "
+                          f"(run `make notebooks`):\n" + "\n".join(problems))
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_stored_outputs_are_current(path):
+    run = fresh_run(path)
+    if isinstance(run, Exception):
+        pytest.skip("the notebook does not execute (see test_notebook_executes)")
+    problems = stale_outputs(nbformat.read(path, as_version=4), run[0])
+    assert not problems, (f"{path.name}: stored outputs are stale (run `make notebooks`):\n"
+                          + "\n".join(problems))
+
+
+# ---- the runner's checks, on synthetic notebooks (no kernel) ----
+
+def _notebook(counts, outputs=None):
+    cells = [new_markdown_cell("# title")]
+    for k, count in enumerate(counts):
+        cell = new_code_cell(f"print({k})")
+        cell.execution_count = count
+        if outputs is None:
+            cell.outputs = [new_output("stream", name="stdout", text=f"{k}\n")]
+        else:
+            cell.outputs = outputs[k]
+        cells.append(cell)
+    return new_notebook(cells=cells)
+
+
+def test_clean_run_accepts_counts_in_order():
+    assert clean_run_problems(_notebook([1, 2, 3])) == []
+
+
+@pytest.mark.parametrize("counts", [[1, 3, 4], [2, 3, 4], [1, 2, None], [1, 1, 2], [3, 2, 1]])
+def test_clean_run_rejects_other_counts(counts):
+    problems = clean_run_problems(_notebook(counts))
+    assert problems and "execution count" in problems[0]
+
+
+def test_clean_run_rejects_stored_errors():
+    error = new_output("error", ename="AssertionError", evalue="hand value", traceback=[])
+    problems = clean_run_problems(_notebook([1, 2], outputs=[[], [error]]))
+    assert problems == ["cell 2: stored error output AssertionError: hand value"]
+
+
+def test_clean_notebook_removes_outputs_and_counts():
+    nb = clean_notebook(_notebook([1, 2]))
+    assert all(c.outputs == [] and c.execution_count is None
+               for c in nb.cells if c.cell_type == "code")
+
+
+def _printing(*texts):
+    return _notebook(list(range(1, len(texts) + 1)),
+                     outputs=[[new_output("stream", name="stdout", text=t)] for t in texts])
+
+
+def test_stale_outputs_tolerate_last_digits_only():
+    stored = _printing("A_hat = [0.46575, 0.385]\n", "rel error: 4.1e-11\n")
+    close = _printing("A_hat = [0.465750001, 0.385]\n", "rel error: 3.9e-11\n")
+    assert stale_outputs(stored, close) == []
+    changed = _printing("A_hat = [0.43575, 0.385]\n", "rel error: 4.1e-11\n")
+    assert len(stale_outputs(stored, changed)) == 1
+    reworded = _printing("A_hat is [0.46575, 0.385]\n", "rel error: 4.1e-11\n")
+    assert len(stale_outputs(stored, reworded)) == 1
+
+
+def test_stale_outputs_see_missing_figures_and_lines():
+    figure = new_output("display_data", data={"image/png": "iVBOR", "text/plain": "<Figure>"})
+    with_figure = _notebook([1], outputs=[[figure]])
+    without = _notebook([1], outputs=[[]])
+    assert len(stale_outputs(with_figure, without)) == 1
+    assert len(stale_outputs(_printing("a\n"), _printing("a\nb\n"))) == 1
+
+
+def test_volatile_cells_are_not_compared():
+    stored, fresh = _printing("took 1.2 s\n"), _printing("took 3.4 s (slow machine)\n")
+    assert len(stale_outputs(stored, fresh)) == 1
+    for nb in (stored, fresh):
+        nb.cells[1].metadata["tags"] = ["volatile-output"]
+    assert stale_outputs(stored, fresh) == []
+
+
+def test_kernel_env_uses_inline_backend_and_finds_the_package(monkeypatch):
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    monkeypatch.setenv("PYTHONPATH", "/somewhere/else")
+    env = kernel_env()
+    assert env["MPLBACKEND"] == "module://matplotlib_inline.backend_inline"
+    assert env["PYTHONPATH"].split(os.pathsep)[:2] == [str(ROOT), "/somewhere/else"]

@@ -1,0 +1,160 @@
+"""The figures of notebooks 00-07 (``ppo_numpy.plotting.concepts``), drawn headless.
+
+Each plot function runs on the Agg backend with small inputs, returns a Figure,
+renders to PNG without error, and draws the data it was given. Bad inputs raise
+ValueError naming the argument. Every public function has a case here.
+"""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+from fractions import Fraction
+
+import matplotlib
+import matplotlib.pyplot as plt
+import numpy as np
+import pytest
+from matplotlib.figure import Figure
+
+from ppo_numpy.plotting import concepts
+
+T = 5
+RHO = np.linspace(0.0, 2.0, 41)
+MASK = np.array([1, 1, 1, 0, 0])
+
+CASES = {
+    "plot_token_timeline": lambda: concepts.plot_token_timeline(
+        {"logp": [-1.0, -2.0, -0.5, 0.0, 0.0], "r~": [-0.05, 0.02, 0.99, 0.0, 0.0]}, MASK,
+        prompt_len=2, tokens=["a", "b", "y1", "y2", "<eos>", "<pad>", "<pad>"], title="t"),
+    "plot_importance_sampling": lambda: concepts.plot_importance_sampling(
+        np.arange(1, 11), np.linspace(1, 1.7, 10), np.linspace(2, 2.3, 10), target=2.3,
+        naive_target=1.7),
+    "plot_ratio_vs_log_ratio": lambda: concepts.plot_ratio_vs_log_ratio(
+        np.linspace(-1, 1, 21), np.exp(np.linspace(-1, 1, 21)), epsilon=0.2),
+    "plot_clipped_objective": lambda: concepts.plot_clipped_objective(
+        RHO, np.minimum(RHO, 1.2), -np.maximum(RHO, 0.8), epsilon=0.2),
+    "plot_epochs_on_one_batch": lambda: concepts.plot_epochs_on_one_batch(
+        np.ones((4, 3)), np.linspace(1, 2, 12).reshape(4, 3), epsilon=0.2,
+        advantages=[1.0, -1.0, 0.5]),
+    "plot_kl_estimator_samples": lambda: concepts.plot_kl_estimator_samples(
+        {"k1": np.linspace(-1, 1, 50), "k3": np.linspace(0, 1, 50)}, true_kl=0.005, bins=10),
+    "plot_kl_value_and_gradient": lambda: concepts.plot_kl_value_and_gradient(
+        np.linspace(-2, 2, 9), {"k1": np.linspace(-2, 2, 9)}, {"k1": np.ones(9)}),
+    "plot_td_errors": lambda: concepts.plot_td_errors(
+        [0, 0, 1], [0.5, 0.6, 0.7], [0.6, 0.7, 0.0], [0.1, 0.1, 0.3], gamma=1.0),
+    "plot_gamma_sweep": lambda: concepts.plot_gamma_sweep(
+        [0.0, 0.5, 1.0], [[-0.5, -0.6, 0.3], [-0.2, -0.25, 0.3], [0.1, 0.1, 0.3]]),
+    "plot_gae_weights": lambda: concepts.plot_gae_weights(
+        np.triu(0.9 ** np.subtract.outer(np.arange(4), np.arange(4)).T), gamma=1.0, lam=0.9),
+    "plot_lambda_sweep": lambda: concepts.plot_lambda_sweep(
+        [0.0, 1.0], [[0.1, 0.1, 0.3], [0.5, 0.4, 0.3]]),
+    "plot_bias_variance": lambda: concepts.plot_bias_variance(
+        [0.0, 0.5, 1.0], [0.2, 0.19, 0.0], [0.2, 0.2, 0.0], [0.1, 0.11, 0.3], [0.1, 0.12, 0.3]),
+    "plot_whitening": lambda: concepts.plot_whitening(
+        [[1.0, 2.0, 3.0], [4.0, 0.0, 0.0]], [[-1.0, -0.3, 0.3], [1.0, 0.0, 0.0]],
+        [[1, 1, 1], [1, 0, 0]]),
+    "plot_value_loss": lambda: concepts.plot_value_loss(
+        np.linspace(-1, 4, 11), 0.5 * (np.linspace(-1, 4, 11) - 2) ** 2,
+        np.maximum(0.5 * (np.linspace(-1, 4, 11) - 2) ** 2, 0.845), old_value=0.5, ret=2.0,
+        clip_range=0.2, grad_clipped=np.zeros(11)),
+    "plot_token_weights": lambda: concepts.plot_token_weights(
+        [1, 2, 4], {"token-mean": [1 / 7] * 3}, {"token-mean": [1 / 7, 2 / 7, 4 / 7]}),
+}
+
+
+@pytest.fixture(autouse=True)
+def agg_backend():
+    plt.switch_backend("Agg")
+    yield
+    plt.close("all")
+
+
+def test_every_public_function_has_a_case():
+    plotted = {name for name in concepts.__all__ if name.startswith("plot_")}
+    assert plotted == set(CASES)
+    assert set(concepts.__all__) == plotted | {"format_table"}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_plot_returns_a_figure_that_renders(name):
+    fig = CASES[name]()
+    assert isinstance(fig, Figure)
+    assert matplotlib.get_backend().lower() == "agg"
+    assert fig.axes, f"{name}: no axes drawn"
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    assert buf.getvalue()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_clipped_objective_draws_the_given_curves():
+    term_pos, term_neg = np.minimum(RHO, 1.2), -np.maximum(RHO, 0.8)
+    fig = concepts.plot_clipped_objective(RHO, term_pos, term_neg, epsilon=0.2)
+    left, right = fig.axes
+    np.testing.assert_array_equal(left.lines[1].get_ydata(), term_pos)
+    np.testing.assert_array_equal(right.lines[1].get_ydata(), term_neg)
+    np.testing.assert_array_equal(left.lines[0].get_ydata(), RHO * 1.0)  # unclipped rho A
+    labels = " ".join(t.get_text() for t in left.texts)
+    assert "grad 0" in labels and "(1+eps) A" in labels
+
+
+def test_token_timeline_shows_every_value_and_the_segments():
+    fig = CASES["plot_token_timeline"]()
+    texts = [t.get_text() for t in fig.axes[0].texts]
+    for value in ("-1", "-2", "-0.5", "-0.05", "0.02", "0.99"):
+        assert value in texts
+    for label in ("prompt x", "response y", "EOS", "padding"):
+        assert label in texts
+
+
+def test_token_timeline_last_label_for_truncated_responses():
+    fig = concepts.plot_token_timeline({"r~": [0.0, 0.5]}, [1, 1], last_label="last (truncated)")
+    texts = [t.get_text() for t in fig.axes[0].texts]
+    assert "last (truncated)" in texts and "EOS" not in texts and "padding" not in texts
+
+
+def test_gae_weights_heatmap_holds_the_matrix():
+    W = np.triu(np.full((3, 3), 0.5))
+    fig = concepts.plot_gae_weights(W, gamma=1.0, lam=0.5)
+    np.testing.assert_array_equal(fig.axes[0].images[0].get_array(), W)
+
+
+@pytest.mark.parametrize("call, argument", [
+    (lambda: concepts.plot_token_timeline({"logp": [0.0, 0.0]}, [1, 1, 0]), "rows['logp']"),
+    (lambda: concepts.plot_token_timeline({"logp": [0.0]}, [1], tokens=["a", "b"]), "tokens"),
+    (lambda: concepts.plot_token_timeline({}, [1]), "rows"),
+    (lambda: concepts.plot_clipped_objective(RHO, RHO[:-1], RHO, epsilon=0.2), "term_pos"),
+    (lambda: concepts.plot_clipped_objective(RHO, RHO, RHO, epsilon=0.2, adv_neg=1.0),
+     "adv_neg"),
+    (lambda: concepts.plot_epochs_on_one_batch(np.ones((3, 2)), np.ones((3, 3)), epsilon=0.2,
+                                               advantages=[1, 1]), "rho_unclipped"),
+    (lambda: concepts.plot_gamma_sweep([0.0, 1.0], [[0.1, 0.2]]), "deltas"),
+    (lambda: concepts.plot_gae_weights(np.ones((2, 3)), gamma=1, lam=1), "weights"),
+    (lambda: concepts.plot_lambda_sweep([0.0], np.ones(3)), "advantages"),
+    (lambda: concepts.plot_whitening([1.0, 2.0], [1.0]), "after"),
+    (lambda: concepts.plot_kl_value_and_gradient([0.0], {"k1": [0.0]}, {"k2": [0.0]}), "grads"),
+    (lambda: concepts.plot_token_weights([1, 2], {"a": [1, 1]}, {"b": [1, 1]}), "per_sequence"),
+])
+def test_bad_input_names_the_argument(call, argument):
+    with pytest.raises(ValueError, match=argument.replace("[", r"\[").replace("]", r"\]")):
+        call()
+
+
+def test_format_table_prints_fractions_exactly_and_rounds_floats():
+    text = concepts.format_table({"A": [Fraction(1863, 4000), 0.1 + 0.2], "name": ["x", "y"]},
+                                 digits=4)
+    assert text.splitlines() == ["        A  name", "1863/4000     x", "      0.3     y"]
+
+
+def test_format_table_rejects_ragged_columns():
+    with pytest.raises(ValueError, match="same length"):
+        concepts.format_table({"a": [1, 2], "b": [1]})
+    with pytest.raises(TypeError, match="columns"):
+        concepts.format_table([1, 2])
+
+
+def test_importing_ppo_numpy_does_not_import_matplotlib():
+    code = "import sys, ppo_numpy; print('matplotlib' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
