@@ -1,5 +1,7 @@
 """The oracle's comparison: pass rule, worst element and its inputs, masks, dtypes, kinks."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -291,6 +293,11 @@ def test_docstring_table_lists_the_tolerances():
     for dtype, t in TOLERANCES.items():
         line = next(ln for ln in doc.splitlines() if ln.startswith(dtype)).split()
         assert (float(line[2]), float(line[3])) == (t.rtol, t.atol), line
+    doc_table = (Path(__file__).resolve().parents[1] / "docs" / "oracle.md").read_text()
+    for dtype, t in TOLERANCES.items():
+        row = next(ln for ln in doc_table.splitlines() if ln.startswith(f"| {dtype} |"))
+        cells = [c.strip() for c in row.split("|")]
+        assert (float(cells[3]), float(cells[4])) == (t.rtol, t.atol), row
     assert TOLERANCES["float64"].rtol < TOLERANCES["float32"].rtol < TOLERANCES["bfloat16"].rtol
     for t in TOLERANCES.values():
         # several roundings of an O(1) number fit in both parts of every tolerance
