@@ -14,7 +14,7 @@ from ppo_numpy.oracle import golden
 from ppo_numpy.oracle.cases import INPUT_NAMES, generate_cases
 from ppo_numpy.oracle.cli import main
 from ppo_numpy.oracle.compare import TOLERANCES
-from ppo_numpy.oracle.presets import get_preset
+from ppo_numpy.oracle.presets import PRESETS, get_preset
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "oracle.md"
 
@@ -79,6 +79,17 @@ def test_verify_passes_and_every_output_is_reproduced_exactly(seed_dir, capsys):
     assert main(["verify", str(seed_dir)]) == 0
     out = capsys.readouterr().out
     assert f"bit-identical: {total} of {total}" in out and out.strip().endswith("verified")
+
+
+@pytest.mark.parametrize("name", list(PRESETS))
+def test_every_preset_exports_reloads_and_verifies(name, tmp_path):
+    golden.export(tmp_path, name)
+    report, problems = golden.verify(tmp_path)
+    assert report.passed and problems == [], str(report)
+    _, cases = golden.load(tmp_path)
+    assert len(report.cases) + len(report.rejected) == len(cases) == len(generate_cases(0))
+    assert len(report.cases) >= 9  # the unpadded cases serve even lm-human-preferences
+    assert golden.bit_identical(tmp_path)[0] == len(report.rows)
 
 
 def test_rejected_cases_are_kept_with_the_reason(trl_dir):
