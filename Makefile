@@ -16,8 +16,10 @@ $(STAMP): $(PY) requirements.txt requirements-dev.txt pyproject.toml
 	$(PY) -m pip install --quiet --no-deps -e .
 	touch $(STAMP)
 
+# One BLAS thread: the toy model's matrices are tiny, and OpenBLAS's threads made
+# training ~4x slower on a 2-core machine (benchmarks/train_speed.py).
 demo: $(STAMP)
-	$(PY) -m ppo_numpy demo
+	OPENBLAS_NUM_THREADS=1 $(PY) -m ppo_numpy demo
 
 lint: $(STAMP)
 	$(PY) -m ruff check ppo_numpy tests benchmarks examples

@@ -1,9 +1,101 @@
-"""``make demo``: until training lands, the printed walkthrough of the running example."""
+"""``make demo``: train the default task by PPO and show the three forces at work.
+
+The reward pulls the policy towards higher scores, the KL penalty pulls it
+back towards the frozen reference, clipping keeps each step small. The demo
+warms up a reference on the ``length`` task's prior (responses of a random
+length), runs PPO with the default :class:`~ppo_numpy.training.PPOConfig`,
+prints a progress line every few iterations, a few responses before and
+after, and where the outputs (metrics.csv, checkpoint, dashboard.png) are.
+``python -m ppo_numpy walkthrough`` prints the seed's running example instead.
+"""
 
 from __future__ import annotations
 
-from . import walkthrough
+import argparse
+import time
+from pathlib import Path
+
+import numpy as np
+
+from .policy.sampling import sample
+from .policy.vocab import Vocab
+from .training import PPOConfig, make_task, train
+from .training.run import RunError, load_state
+
+DEFAULT_OUT = Path("runs") / "demo"
+
+
+def fresh_dir(base: Path) -> Path:
+    """``base``, or ``base-2``, ``base-3``, ... : the first that holds no run yet."""
+    candidate, k = base, 1
+    while candidate.exists() and any(candidate.iterdir()):
+        k += 1
+        candidate = base.with_name(f"{base.name}-{k}")
+    return candidate
+
+
+def show_responses(title, model, task, seed=123, n=4):
+    """Print ``n`` sampled responses to fixed prompts, with their scores."""
+    vocab = Vocab(task.vocab_size)
+    rng = np.random.default_rng(seed)
+    prompts = task.sample_prompts(rng, n)
+    r = sample(model, prompts, rng, task.max_new_tokens)
+    scores = task.score(prompts, r.responses, r.mask)
+    print(title)
+    for x, y, s in zip(prompts, r.responses, scores):
+        print(f"  {vocab.decode(x):>10} -> {vocab.decode(y):<28} score {s:.2f}")
 
 
 def main(argv=None) -> int:
-    return walkthrough.main(argv)
+    parser = argparse.ArgumentParser(
+        prog="python -m ppo_numpy demo",
+        description="Train the default task by PPO (the main job); print where the dashboard is.")
+    parser.add_argument("--out", metavar="DIR", help=f"output directory (default: "
+                        f"{DEFAULT_OUT}, or {DEFAULT_OUT}-2, ... if it already holds a run)")
+    parser.add_argument("--seed", type=int, default=0, help="seed (default 0)")
+    args = parser.parse_args(argv)
+    config = PPOConfig(seed=args.seed)
+    task = make_task(config.task)
+    out = Path(args.out) if args.out else fresh_dir(DEFAULT_OUT)
+
+    print(f"PPO on the toy task {config.task!r}: {task.summary}.")
+    print(f"  optimum {task.optimum:g}; a random policy scores {float(task.random_score()):.3f}.")
+    print(f"  1. warm-up: {config.warmup_steps} supervised steps on the prior (random lengths) "
+          "-> frozen reference pi_ref")
+    print(f"  2. PPO: {config.iterations} iterations of B = {config.batch_size} responses, "
+          f"K = {config.epochs} epochs x {config.minibatches} minibatches, "
+          f"epsilon = {config.eps}, beta = {config.beta}")
+    start = time.perf_counter()
+    reached = []
+
+    def progress(row):
+        seconds = time.perf_counter() - start
+        if not reached and row["score_frac"] >= 0.9:
+            reached.append((row["iteration"], seconds))
+        if row["iteration"] == 1 or row["iteration"] % 10 == 0:
+            print(f"iter {row['iteration']:4d}  score {row['score']:.3f} "
+                  f"({100 * row['score_frac']:5.1f}%)  KL to pi_ref {row['kl_ref']:6.3f}  "
+                  f"clipfrac {row['clipfrac']:.3f}  {seconds:5.1f} s", flush=True)
+
+    try:
+        history = train(config, out, callback=progress)
+    except RunError as err:
+        print(f"python -m ppo_numpy demo: error: {err}")
+        return 2
+    state = load_state(out / "checkpoint.npz")
+    print()
+    show_responses("the reference pi_ref (after the warm-up):", state.reference, task)
+    show_responses("the trained policy:", state.policy, task)
+    first, last = history[0], history[-1]
+    print()
+    print(f"score: random policy {float(task.random_score()):.3f}, after the warm-up "
+          f"{first['score']:.3f}, after PPO {last['score']:.3f}; "
+          f"KL to the reference {last['kl_ref']:.3f} nats per response")
+    if reached:
+        it, seconds = reached[0]
+        print(f"90% of the optimum first reached at iteration {it}, {seconds:.1f} s "
+              "after the start (warm-up included)")
+    else:
+        print("90% of the optimum was not reached")
+    print(f"metrics: {out / 'metrics.csv'}\ndashboard: {out / 'dashboard.png'}")
+    return 0

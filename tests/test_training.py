@@ -233,6 +233,9 @@ def test_refusals(tmp_path):
     with pytest.raises(RunError, match="another configuration: eps = 0.2 in the checkpoint, "
                                        "0.3 asked"):
         resume(out, {"eps": 0.3})
+    with pytest.raises(RunError, match="already has 2 iterations; iterations = 1 would "
+                                       "shorten it"):
+        resume(out, {"iterations": 1})
     with pytest.raises(RunError, match="no checkpoint"):
         resume(tmp_path / "nothing-here")
     blocker = tmp_path / "file"
@@ -296,6 +299,16 @@ def test_config_checks_name_the_field():
     assert c.differences(c.replace(eps=0.1)) == {"eps": (0.2, 0.1)}
     for f in dataclasses.fields(PPOConfig):
         assert f.metadata["help"], f.name
+
+
+def test_docs_list_every_config_field_and_column():
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "training.md").read_text()
+    for f in dataclasses.fields(PPOConfig):
+        assert f"| `{f.name}` |" in text, f.name
+    for name in COLUMNS:
+        assert f"`{name}`" in text, name
 
 
 def test_explained_variance_limits():

@@ -62,6 +62,7 @@ def plot_training(metrics, *, optimum=1.0, random_score=None, title=None, path=N
     ax[1].set_title("KL(pi_theta || pi_ref) and beta")
     twin = ax[1].twinx()
     twin.plot(it, c["beta"], color="C2", ls="--", label="beta")
+    twin.set_ylim(0, 1.25 * max(float(np.max(c["beta"])), 1e-3))
     twin.set_ylabel("beta")
     ax[1].legend(handles=ax[1].get_lines() + twin.get_lines(), fontsize=7)
 

@@ -120,8 +120,11 @@ def main(argv=None) -> int:
     except RunError as err:
         return fail(str(err))
     except KeyboardInterrupt:
-        print(f"\ninterrupted; the checkpoint of the last finished iteration is in {out}.\n"
-              f"continue with: python -m ppo_numpy train --resume {out}", file=sys.stderr)
+        if (out / "checkpoint.npz").exists():
+            print(f"\ninterrupted; the checkpoint of the last finished iteration is in {out}."
+                  f"\ncontinue with: python -m ppo_numpy train --resume {out}", file=sys.stderr)
+        else:
+            print("\ninterrupted during the warm-up; nothing to resume", file=sys.stderr)
         return 130
     if history:
         last = history[-1]

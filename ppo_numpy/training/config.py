@@ -35,7 +35,7 @@ class PPOConfig:
     # the run
     task: str = _f("length", "", "toy task", choices=tuple(TASKS))
     seed: int = _f(0, "", "seed of the one np.random.Generator of the run")
-    iterations: int = _f(120, "", "PPO iterations (rollout + update) after the warm-up")
+    iterations: int = _f(80, "", "PPO iterations (rollout + update) after the warm-up")
     # the policy and its warm-up (which becomes the frozen reference pi_ref)
     model: str = _f("mlp", "pi_theta", "policy architecture", choices=MODELS)
     context: int = _f(8, "", "tokens the MLP sees (the last `context` of prompt + response)")

@@ -27,7 +27,7 @@ COLUMNS = {
     "clipfrac": "fraction of tokens where the clipped branch is active (clipfrac_active)",
     "approx_kl_k1": "KL(pi_old || pi_theta) estimate k1 = -log rho, token mean",
     "approx_kl_k3": "KL(pi_old || pi_theta) estimate k3 = (rho - 1) - log rho, token mean",
-    "entropy": "policy entropy per token (token mean)",
+    "entropy": "policy entropy per token (aggregated with agg)",
     "policy_loss": "clipped surrogate loss (aggregated with agg)",
     "value_loss": "value loss 1/2 (V - R)^2 (aggregated with agg)",
     "explained_variance": "1 - Var(R - V) / Var(R) over the rollout's tokens (values before "

@@ -196,6 +196,9 @@ def resume(out_dir, overrides=None, callback=None, *, plot=True) -> list[dict]:
         listed = ", ".join(f"{k} = {a!r} in the checkpoint, {b!r} asked" for k, (a, b)
                            in diff.items())
         raise RunError(f"the checkpoint in {out} was made with another configuration: {listed}")
+    if asked.iterations < state.iteration:
+        raise RunError(f"the run in {out} already has {state.iteration} iterations; "
+                       f"iterations = {asked.iterations} would shorten it")
     state.config = asked
     if not (out / "metrics.csv").exists():
         raise RunError(f"{out}: has a checkpoint but no metrics.csv")
