@@ -90,3 +90,19 @@ def test_autograd_gradient_is_the_derivative_of_the_loss():
                 moved.append(torch_ppo.run(inputs, **kwargs)[loss])
             numeric = (moved[0] - moved[1]) / (2 * h)
             assert abs(numeric - out[grad][b, t]) <= 1e-6 * max(1.0, abs(numeric)), (name, b, t)
+
+
+def test_torch_tensors_are_accepted_as_outputs():
+    import torch
+
+    from ppo_numpy.oracle.compare import assert_matches
+
+    case = generate_cases(0, ["right-padding"])[0]
+    expected = check.PRESET(case)
+    actual = {"advantages": torch.tensor(expected["advantages"], requires_grad=True),
+              "returns": torch.tensor(expected["returns"]).to(torch.bfloat16),
+              "policy_loss": torch.tensor(expected["policy_loss"])}
+    report = assert_matches(actual, expected, "bfloat16", case=case)
+    assert {r.output for r in report.rows} == {"advantages", "returns", "policy_loss"}
+    assert report.max_errors()["advantages"] == (0.0, 0.0)
+    assert 0 < report.max_errors()["returns"][0] < 2**-8 * 4
