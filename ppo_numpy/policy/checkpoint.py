@@ -62,11 +62,13 @@ def save_checkpoint(path, params, optimizer_state=None, extra=None) -> None:
     Examples
     --------
     >>> import tempfile, pathlib
-    >>> f = pathlib.Path(tempfile.mkdtemp()) / "ckpt.npz"
+    >>> tmp = tempfile.TemporaryDirectory()
+    >>> f = pathlib.Path(tmp.name) / "ckpt.npz"
     >>> save_checkpoint(f, {"W": np.array([[0.1, -0.2]])}, extra={"iteration": 3})
     >>> ck = load_checkpoint(f, expected_params={"W": np.zeros((1, 2))})
     >>> ck["params"]["W"].tolist(), int(ck["extra"]["iteration"]), ck["optimizer_state"]
     ([[0.1, -0.2]], 3, None)
+    >>> tmp.cleanup()
     """
     p = _check_path(path)
     if not isinstance(params, dict) or not params:
