@@ -134,3 +134,19 @@ def test_module_entry_point_exit_status(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "ppo_numpy", "train", "--task", "nope"],
                           capture_output=True, text=True, cwd=tmp_path, env=env, timeout=60)
     assert proc.returncode == 2 and "invalid choice" in proc.stderr
+
+
+def test_demo_trains_and_prints_the_dashboard_path(capsys, tmp_path, monkeypatch):
+    from ppo_numpy import demo
+
+    quick = PPOConfig(iterations=3, warmup_steps=10, batch_size=16, minibatches=2, epochs=2,
+                      d_hidden=16)
+    monkeypatch.setattr(demo, "PPOConfig", lambda seed: quick.replace(seed=seed))
+    monkeypatch.chdir(tmp_path)
+    assert demo.main([]) == 0
+    assert demo.main([]) == 0  # a second demo never overwrites the first
+    text = capsys.readouterr().out
+    for out in (Path("runs/demo"), Path("runs/demo-2")):
+        assert f"dashboard: {out / 'dashboard.png'}" in text
+        assert (tmp_path / out / "dashboard.png").exists()
+    assert "random policy 0.169" in text and "the trained policy:" in text
