@@ -106,3 +106,17 @@ def test_torch_tensors_are_accepted_as_outputs():
     assert {r.output for r in report.rows} == {"advantages", "returns", "policy_loss"}
     assert report.max_errors()["advantages"] == (0.0, 0.0)
     assert 0 < report.max_errors()["returns"][0] < 2**-8 * 4
+
+
+def test_to_bfloat16_agrees_with_torch():
+    import numpy as np
+    import torch
+
+    from ppo_numpy.oracle.compare import to_bfloat16
+
+    x = np.random.default_rng(0).normal(0.0, 3.0, 20000)
+    # just above a bf16 midpoint by less than float32 can hold: both round twice, to even
+    x = np.concatenate([x, [1 + 2**-8 + 2**-40, -(1 + 2**-8 + 2**-40), 1 + 3 * 2**-8 - 2**-40,
+                            np.nan, np.inf, 3.4e38]])
+    theirs = torch.tensor(x).to(torch.bfloat16).float().numpy()
+    assert np.array_equal(to_bfloat16(x), theirs, equal_nan=True)

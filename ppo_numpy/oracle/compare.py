@@ -111,7 +111,10 @@ def to_bfloat16(x) -> np.ndarray:
     bfloat16 keeps float32's 8 exponent bits and the top 7 of its 23 stored
     mantissa bits (8 significant bits): round the float32 bit pattern at bit
     16 and zero the lower 16 bits. NaN stays NaN; values beyond bfloat16's
-    largest (~3.39e38) become inf.
+    largest (~3.39e38) become inf. float64 input is rounded to float32 first,
+    as PyTorch's float64 -> bfloat16 conversion does (the two roundings can
+    differ from one rounding at a tie; ``tests/test_torch_example.py`` checks
+    the agreement with PyTorch).
 
     >>> to_bfloat16([1.0, 1.00390625, 1.01171875, 3.14159265]).tolist()
     [1.0, 1.0, 1.015625, 3.140625]
