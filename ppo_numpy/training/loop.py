@@ -4,7 +4,8 @@ One iteration, each step named as the seed names it:
 
 1. rollout: sample a response for each of B prompts from pi_theta_old (the
    current policy); record logp_old, the values V(s_t) and the response mask;
-2. score each response (the task's rule), compute logp_ref under the frozen
+2. score each response (the task's rule, or ``RunState.score_fn`` when set:
+   e.g. a learned reward model, ``ppo_numpy.overoptimisation``), compute logp_ref under the frozen
    reference, and the KL-shaped rewards r~_t = -beta KL_t + [t = T] score;
 3. TD errors and GAE: advantages A_hat_t and returns R_t = A_hat_t + V(s_t);
    whiten A_hat over the batch (switchable);
@@ -58,6 +59,9 @@ class RunState:
     kl_controller: object
     iteration: int = 0
     warmup_losses: list = field(default_factory=list)
+    #: replaces ``task.score`` in step 2 when set: callable(prompts, responses, mask) -> (B,)
+    #: float64. Not saved in checkpoints (a resumed run scores with the task's rule).
+    score_fn: object = None
 
 
 def make_policy(config: PPOConfig, task: Task, rng: np.random.Generator):
@@ -104,7 +108,8 @@ def ppo_iteration(state: RunState) -> dict:
 
     # 2. reference log-probs, scores, KL-shaped rewards r~_t = -beta KL_t + [t = T] score
     logp_ref = evaluate(state.reference, prompts, responses, mask).logp
-    scores = task.score(prompts, responses, mask)
+    score_fn = task.score if state.score_fn is None else state.score_fn
+    scores = np.asarray(score_fn(prompts, responses, mask), dtype=np.float64)
     beta = state.kl_controller.value
     rewards = kl_shaped_rewards(scores, logp_old, logp_ref, beta, mask, c.kl_estimator)
     # KL to the reference: sum over tokens of k1, mean over sequences
