@@ -102,15 +102,19 @@ def main(argv=None) -> int:
 
     rows = core.run_grid(grid, rounds=rounds, target=target, use_torch=use_torch,
                          progress=progress)
-    cold = None
+    cold = blas_lines = None
     if not args.quick and not args.no_cold:
         cold = _cold(256, 1024)
+    if not args.quick:
+        from benchmarks import blas
+
+        blas_lines = blas.markdown(blas.products(rounds=rounds))
     training = demo = None
     if not args.quick and not args.no_training:
         training, demo = _training(args.demo_seeds)
     text = report.render(rows, machine=machine.describe(), command=_command(args),
                          rounds=rounds, target=target, elapsed=time.perf_counter() - start,
-                         cold=cold, training=training, demo=demo,
+                         cold=cold, training=training, demo=demo, blas=blas_lines,
                          date=datetime.date.today().isoformat() + " ")
     output = args.output if args.output is not None else ("-" if args.quick else DOC)
     if output == "-":

@@ -121,7 +121,7 @@ CALLS = {
 
 
 def render(rows, *, machine, command, rounds, target, elapsed, cold=None, training=None,
-           demo=None, date="") -> str:
+           demo=None, blas=None, date="") -> str:
     p = PARAMS
     out = [
         "# Benchmarks",
@@ -179,6 +179,8 @@ def render(rows, *, machine, command, rounds, target, elapsed, cold=None, traini
         if not any(r.function == name for r in rows):
             continue
         out += [f"## {name}", "", CALLS[name], "", *function_table(rows, name), ""]
+        if name == "gae" and blas:
+            out += [*blas, ""]
     out += ["## Training loop", ""]
     out += training if training else ["Not measured in this run (`--quick` or `--no-training`)."]
     out.append("")
