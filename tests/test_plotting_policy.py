@@ -1,0 +1,136 @@
+"""The figures of notebooks 08, 09 and 11 draw headless, show what they claim, refuse bad input."""
+
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+
+from ppo_numpy.gradcheck import cmp  # noqa: E402
+from ppo_numpy.plotting.policy import (  # noqa: E402
+    plot_forward_pass,
+    plot_gradcheck,
+    plot_gradients,
+    plot_minibatch,
+    plot_ratio_after_step,
+)
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    yield
+    plt.close("all")
+
+
+def _image_axes(fig):
+    return [ax for ax in fig.axes if ax.images]
+
+
+def test_forward_pass_one_panel_per_step_labelled_by_token():
+    rng = np.random.default_rng(0)
+    steps = {"x": rng.normal(size=(4, 6)), "h": np.tanh(rng.normal(size=(4, 3))),
+             "probs": np.full((4, 5), 0.2), "V": rng.normal(size=4)}
+    fig = plot_forward_pass(steps, tokens=["<bos>", "a", "b", "c"], title="t")
+    assert isinstance(fig, Figure)
+    axes = _image_axes(fig)
+    assert len(axes) == 4
+    assert [t.get_text() for t in axes[0].get_yticklabels()] == ["<bos>", "a", "b", "c"]
+    # the shapes are in the titles; a vector is drawn as one column
+    assert "4 x 6" in axes[0].get_title() and "4 x 1" in axes[3].get_title()
+    assert axes[3].images[0].get_array().shape[:2] == (4, 1)
+
+
+def test_forward_pass_bad_input():
+    with pytest.raises(ValueError, match="same length"):
+        plot_forward_pass({"x": np.zeros((4, 2)), "h": np.zeros((3, 2))})
+    with pytest.raises(ValueError, match="tokens"):
+        plot_forward_pass({"x": np.zeros((4, 2))}, tokens=["a"])
+    with pytest.raises(ValueError, match=r"steps\['x'\]"):
+        plot_forward_pass({"x": np.zeros((4, 2, 2))})
+    with pytest.raises(ValueError, match="steps"):
+        plot_forward_pass({})
+
+
+def test_gradients_every_tensor_including_scalars():
+    grads = {"W": np.arange(6.0).reshape(2, 3) - 2, "b": np.array([1.0, -1.0]),
+             "c": np.array(0.5)}
+    fig = plot_gradients(grads, ncols=2)
+    axes = _image_axes(fig)
+    assert len(axes) == 3
+    assert axes[2].images[0].get_array().shape[:2] == (1, 1)
+    assert "dW (2, 3)" in axes[0].get_title()
+    with pytest.raises(ValueError, match="grads"):
+        plot_gradients({"T": np.zeros((2, 2, 2))})
+    with pytest.raises(ValueError, match="ncols"):
+        plot_gradients(grads, ncols=0)
+
+
+def test_gradients_all_zero_tensor_draws():
+    fig = plot_gradients({"W": np.zeros((2, 2))})
+    assert len(_image_axes(fig)) == 1
+
+
+def test_gradcheck_bars_coloured_by_verdict_and_exact_at_the_floor():
+    report = {"ok": cmp("ok", [1.0, 2.0], [1.0, 2.0 + 1e-9]),
+              "bad": cmp("bad", [1.0, 2.0], [1.0, 2.5]),
+              "exact": cmp("exact", [0.0, 3.0], [0.0, 3.0])}
+    fig = plot_gradcheck(report)
+    ax = fig.axes[0]
+    bars = ax.patches
+    assert len(bars) == 3
+    heights = [b.get_height() for b in bars]
+    assert heights[0] == pytest.approx(report["ok"].rel_error)
+    assert heights[1] == pytest.approx(0.2)
+    assert heights[2] == 1e-18
+    green, red = matplotlib.colors.to_rgba("tab:green"), matplotlib.colors.to_rgba("tab:red")
+    assert [b.get_facecolor() for b in bars] == [green, red, green]
+    assert "exact" in [t.get_text() for t in ax.texts]
+    with pytest.raises(ValueError, match="Comparison"):
+        plot_gradcheck({"x": 1.0})
+
+
+def test_minibatch_greys_padding_and_annotates_valid_cells_only():
+    mask = np.array([[1, 1, 0], [1, 0, 0]])
+    q = {"a": np.array([[1.0, -2.0, np.nan], [3.0, np.inf, 0.0]]), "b": np.ones((2, 3))}
+    fig = plot_minibatch(q, mask)
+    axes = _image_axes(fig)
+    assert len(axes) == 2
+    img = axes[0].images[0].get_array()
+    pad = np.array([0.9, 0.9, 0.9, 1.0])
+    np.testing.assert_allclose(img[0, 2], pad)
+    np.testing.assert_allclose(img[1, 1], pad)
+    assert not np.allclose(img[0, 0], pad)
+    # three valid tokens, three numbers, none for padding
+    assert sorted(t.get_text() for t in axes[0].texts) == ["-2", "1", "3"]
+
+
+def test_minibatch_bad_input():
+    m = np.ones((2, 3))
+    with pytest.raises(ValueError, match="does not match mask"):
+        plot_minibatch({"a": np.ones((2, 2))}, m)
+    with pytest.raises(ValueError, match="NaN or inf at a response token"):
+        plot_minibatch({"a": np.full((2, 3), np.nan)}, m)
+    with pytest.raises(ValueError, match="only 0 and 1"):
+        plot_minibatch({"a": np.ones((2, 3))}, 2 * m)
+    with pytest.raises(ValueError, match=r"\(B, T\)"):
+        plot_minibatch({"a": np.ones(3)}, np.ones(3))
+
+
+def test_ratio_after_step_counts_tokens_that_moved_with_their_advantage():
+    rho = np.array([[1.1, 0.9, 1.05], [0.95, 1.0, 7.0]])
+    A = np.array([[1.0, -1.0, -0.5], [-2.0, 0.3, 0.0]])
+    mask = np.array([[1, 1, 1], [1, 1, 0]])
+    fig = plot_ratio_after_step(rho, A, mask, epsilon=0.2)
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    # with A_hat: (1.1, +1), (0.9, -1), (0.95, -2); against: (1.05, -0.5); not at all: (1.0, 0.3)
+    assert "moved with A_hat (3 of 5)" in labels
+    assert "against or not at all (2)" in labels
+    with pytest.raises(ValueError, match="advantages"):
+        plot_ratio_after_step(rho, A[:, :2])
+    with pytest.raises(ValueError, match="no response token"):
+        plot_ratio_after_step(rho, A, np.zeros((2, 3)))
