@@ -1,8 +1,10 @@
 """Speed of the toy training loop: seconds per PPO iteration and tokens per second.
 
-``python -m benchmarks.training`` prints the table; :func:`markdown` gives the
-section of docs/benchmarks.md (with the demo's time to 90 % of the optimum,
-measured by ``benchmarks/train_speed.py``).
+``python -m benchmarks.training [--json PATH]`` prints the table;
+:func:`markdown` gives the section of docs/benchmarks.md (with the demo's time
+to 90 % of the optimum, measured by ``benchmarks/train_speed.py``).
+``python -m benchmarks`` runs both in a child process with
+``OPENBLAS_NUM_THREADS=1``, the environment ``make demo`` gives the loop.
 
 The real loop runs (``ppo_numpy.training.loop.ppo_iteration`` from a warmed-up
 ``new_run``); its phases are timed by wrapping, for the duration of the
@@ -19,6 +21,7 @@ measurement only, the functions the loop calls:
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import time
@@ -89,7 +92,7 @@ def iteration_speed(batch_size: int, iterations: int, seed: int = 0) -> dict:
             "rollout_tps": rollout_tps, "update_tps": update_tps}
 
 
-def speed_table(iterations=(5, 3, 2), progress=None) -> list[dict]:
+def speed_table(iterations=(10, 5, 3), progress=None) -> list[dict]:
     from ppo_numpy.training import PPOConfig
 
     base = PPOConfig().batch_size
@@ -155,16 +158,14 @@ def markdown(rows, demo=None) -> list[str]:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.training",
                                      description=__doc__.split("\n")[0])
-    parser.add_argument("--demo-seeds", type=int, default=0,
-                        help="also time make demo to 90%% over this many seeds")
+    parser.add_argument("--json", metavar="PATH", help="write the rows as JSON to PATH")
     args = parser.parse_args(argv)
-    rows = speed_table(progress=lambda r: print(r, file=sys.stderr))
-    demo = None
-    if args.demo_seeds:
-        from benchmarks.train_speed import demo_speed
-
-        demo = demo_speed(range(args.demo_seeds))
-    print("\n".join(markdown(rows, demo)))
+    rows = speed_table(progress=lambda r: print(
+        f"training B={r['batch_size']}: {r['seconds']:.3f} s / iteration", file=sys.stderr))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=2)
+    print("\n".join(markdown(rows)))
     return 0
 
 
