@@ -34,6 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .._npz import savez_reproducible
 from .cases import INPUT_NAMES, generate_cases
 from .compare import TOLERANCES, ComparisonReport, compare_outputs
 
@@ -137,7 +138,7 @@ def export(directory, preset, cases=None, *, seed: int = 0) -> Path:
                     arrays[f"expected/{out}"] = value
                     if value.shape == inputs["mask"].shape:
                         per_token.add(out)
-        np.savez(root / entry["file"], **arrays)
+        savez_reproducible(root / entry["file"], arrays)
         entries.append(entry)
     manifest = {
         "format": FORMAT,

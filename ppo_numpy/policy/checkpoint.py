@@ -15,6 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .._npz import savez_reproducible
+
 FORMAT_VERSION = 1
 SECTIONS = ("params", "optim", "extra")
 
@@ -79,7 +81,7 @@ def save_checkpoint(path, params, optimizer_state=None, extra=None) -> None:
     arrays.update(_arrays("extra", extra))
     tmp = p.with_name(p.name + ".tmp")
     with open(tmp, "wb") as fh:
-        np.savez(fh, **arrays)
+        savez_reproducible(fh, arrays)
     os.replace(tmp, p)
 
 
