@@ -79,11 +79,11 @@ def test_interrupt_then_resume_equals_an_uninterrupted_run(capsys, tmp_path, mon
     assert code == 130
     assert f"--resume {cut}" in err
     monkeypatch.setattr(cli, "_progress", real)
-    code, text, _ = run(capsys, "--resume", str(cut))
+    code, text, _ = run(capsys, "--resume", str(cut), "--no-plot")
     assert code == 0 and "resuming" in text
     assert (cut / "metrics.csv").read_bytes() == (full / "metrics.csv").read_bytes()
     # extending a finished run continues it
-    assert run(capsys, "--resume", str(cut), "--iterations", "6")[0] == 0
+    assert run(capsys, "--resume", str(cut), "--iterations", "6", "--no-plot")[0] == 0
     assert len(read_rows(cut / "metrics.csv")) == 6
 
 

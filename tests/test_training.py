@@ -194,8 +194,8 @@ def test_outputs_and_bit_identical_resume(tmp_path):
 
     # stopped after 3 iterations, then resumed to 6
     part = tmp_path / "part"
-    train(QUICK.replace(iterations=3), part)
-    resumed = resume(part, {"iterations": 6})
+    train(QUICK.replace(iterations=3), part, plot=False)
+    resumed = resume(part, {"iterations": 6}, plot=False)
     assert resumed == history
     assert (part / "metrics.csv").read_bytes() == (full / "metrics.csv").read_bytes()
 
@@ -207,26 +207,26 @@ def test_outputs_and_bit_identical_resume(tmp_path):
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        train(QUICK.replace(iterations=6), cut, callback=interrupt)
+        train(QUICK.replace(iterations=6), cut, callback=interrupt, plot=False)
     assert len(read_rows(cut / "metrics.csv")) == 4
-    resume(cut)
+    resume(cut, plot=False)
     assert (cut / "metrics.csv").read_bytes() == (full / "metrics.csv").read_bytes()
 
 
 def test_resume_keeps_only_the_checkpointed_rows(tmp_path):
     # a row written after the last checkpoint (a kill between the two) is dropped and redone
     out = tmp_path / "run"
-    train(QUICK.replace(iterations=3), out)
+    train(QUICK.replace(iterations=3), out, plot=False)
     text = (out / "metrics.csv").read_text()
     last = text.splitlines()[-1]
     (out / "metrics.csv").write_text(text + last.replace("3,", "4,", 1) + "\n")
-    resume(out, {"iterations": 3})
+    resume(out, {"iterations": 3}, plot=False)
     assert (out / "metrics.csv").read_text() == text
 
 
 def test_refusals(tmp_path):
     out = tmp_path / "run"
-    train(QUICK.replace(iterations=2), out)
+    train(QUICK.replace(iterations=2), out, plot=False)
     before = (out / "metrics.csv").read_bytes()
     with pytest.raises(RunError, match="already holds a run .*--force"):
         train(QUICK, out)
@@ -244,7 +244,7 @@ def test_refusals(tmp_path):
         train(QUICK, blocker / "sub")
     assert (out / "metrics.csv").read_bytes() == before
     # --force replaces the run
-    train(QUICK.replace(iterations=1), out, force=True)
+    train(QUICK.replace(iterations=1), out, force=True, plot=False)
     assert len(read_rows(out / "metrics.csv")) == 1
 
 

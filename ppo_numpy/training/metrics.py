@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import math
+import os
 from pathlib import Path
 
 import numpy as np
@@ -84,12 +85,16 @@ class MetricsWriter:
         if len(kept) < keep_rows:
             raise ValueError(f"{self.path}: has {len(kept)} rows, the checkpoint needs "
                              f"{keep_rows}")
-        self._file = open(self.path, "w", newline="")
+        # header and kept rows go to a temporary file first: a kill while rewriting
+        # never loses the rows a resume needs
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        with open(tmp, "w", newline="") as f:
+            writer = csv.writer(f, lineterminator="\n")
+            writer.writerow(COLUMNS)
+            writer.writerows(kept)
+        os.replace(tmp, self.path)
+        self._file = open(self.path, "a", newline="")
         self._csv = csv.writer(self._file, lineterminator="\n")
-        self._csv.writerow(COLUMNS)
-        for row in kept:
-            self._csv.writerow(row)
-        self._file.flush()
 
     def write(self, row: dict) -> None:
         self._csv.writerow([format_value(row[c]) for c in COLUMNS])

@@ -105,7 +105,8 @@ def load_state(path) -> RunState:
     optimizer = Adam(policy.params, lr=config.lr)
     optimizer.load_state_dict({k.replace("|", "/"): v
                                for k, v in saved["optimizer_state"].items()})
-    rng = np.random.default_rng()
+    # a PCG64 generator (the kind default_rng makes), then the saved state
+    rng = np.random.Generator(np.random.PCG64(0))
     rng.bit_generator.state = json.loads(str(extra["rng_state"]))
     return RunState(config, task, rng, policy, reference, optimizer,
                     make_kl_controller(config, float(extra["beta"])), int(extra["iteration"]))
