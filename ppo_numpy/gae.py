@@ -81,7 +81,8 @@ def gae(rewards, values, gamma=1.0, lam=0.95, mask=None, *, method=None, block=3
     (r, v), m = prepare({"rewards": rewards, "values": values}, mask)
     gamma = scalar_for(gamma, v)
     holes = has_holes(m)
-    delta = _td_errors(r, v, gamma, m, holes)
+    # r and v are this call's own copies: delta is computed in r, returns in v
+    delta = _td_errors(r, v, gamma, m, holes, overwrite_r=True)
     gl = gamma * scalar_for(lam, v)
     if method is None:
         method = "loop" if v.dtype == object else "blocked"
@@ -90,7 +91,7 @@ def gae(rewards, values, gamma=1.0, lam=0.95, mask=None, *, method=None, block=3
     else:
         advantages = _gae_blocked(delta, m, float(gl), int(block), holes=holes, own_delta=True)
     # advantages and v are both exactly 0 at padding, so returns are too
-    returns = advantages + v
+    returns = np.add(advantages, v, out=v)
     return advantages, returns
 
 

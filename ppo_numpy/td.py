@@ -45,23 +45,24 @@ def starts_late(mask: np.ndarray) -> bool:
     return not np.all(mask[..., :1] | ~mask.any(axis=-1, keepdims=True))
 
 
-def _td_errors(r: np.ndarray, v: np.ndarray, gamma, m: np.ndarray, holes=None) -> np.ndarray:
+def _td_errors(r: np.ndarray, v: np.ndarray, gamma, m: np.ndarray, holes=None, *,
+               overwrite_r=False) -> np.ndarray:
     """td_errors on checked arrays: r, v as :func:`prepare` returns them, gamma in their
-    arithmetic (:func:`scalar_for`), m a bool mask, holes = has_holes(m) if known."""
+    arithmetic (:func:`scalar_for`), m a bool mask, holes = has_holes(m) if known.
+    ``overwrite_r=True``: delta may be computed in ``r``'s memory."""
     if has_holes(m) if holes is None else holes:
         # delta_t = r_t + gamma V(s_{t+1}) - V(s_t)
         return where_valid(m, r + gamma * next_valid_values(v, m) - v)
     # why: without holes the next response token is t + 1, and v is 0 at padding, so
     # V(s_{t+1}) = v[t + 1] (0 after the last token); same operations, same rounding
     zero = zero_like(v)
-    delta = np.empty_like(v)
+    delta = r if overwrite_r else r.copy()
     # delta_t = r_t + gamma V(s_{t+1}) - V(s_t)
     if gamma == 1:
-        np.add(r[..., :-1], v[..., 1:], out=delta[..., :-1])
+        delta[..., :-1] += v[..., 1:]
     else:
-        np.multiply(gamma, v[..., 1:], out=delta[..., :-1])
-        delta[..., :-1] += r[..., :-1]
-    delta[..., -1:] = r[..., -1:] + zero
+        delta[..., :-1] += gamma * v[..., 1:]
+    delta[..., -1:] += zero
     delta -= v
     # padding is 0 already except just before a run that starts after t = 0
     if starts_late(m):
@@ -99,4 +100,4 @@ def td_errors(rewards, values, gamma=1.0, mask=None):
     """
     gamma = check_scalar(gamma, "gamma", low=0, high=1)
     (r, v), m = prepare({"rewards": rewards, "values": values}, mask)
-    return _td_errors(r, v, scalar_for(gamma, v), m)
+    return _td_errors(r, v, scalar_for(gamma, v), m, overwrite_r=True)
