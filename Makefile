@@ -18,22 +18,24 @@ $(STAMP): $(PY) requirements.txt requirements-dev.txt pyproject.toml
 
 # One BLAS thread: the toy model's matrices are tiny, and OpenBLAS's threads made
 # training ~4x slower on a 2-core machine (benchmarks/train_speed.py).
+ONE_THREAD := OPENBLAS_NUM_THREADS=1
+
 demo: $(STAMP)
-	OPENBLAS_NUM_THREADS=1 $(PY) -m ppo_numpy demo
+	$(ONE_THREAD) $(PY) -m ppo_numpy demo
 
 lint: $(STAMP)
 	$(PY) -m ruff check ppo_numpy tests benchmarks examples
 
 doctest: $(STAMP)
-	$(PY) -m pytest -q --doctest-modules ppo_numpy
+	$(ONE_THREAD) $(PY) -m pytest -q --doctest-modules ppo_numpy
 
 pytest: $(STAMP)
-	$(PY) -m pytest -q tests
+	$(ONE_THREAD) $(PY) -m pytest -q --durations=5 tests
 
 test: lint doctest pytest
 
 notebooks: $(STAMP)
-	$(PY) -m tests.notebook_runner --write notebooks/*.ipynb
+	$(ONE_THREAD) $(PY) -m tests.notebook_runner --write notebooks/*.ipynb
 
 bench: $(STAMP)
 	$(PY) -m benchmarks
