@@ -29,6 +29,9 @@ def _parser() -> argparse.ArgumentParser:
                         "stdout with --quick)")
     p.add_argument("--rounds", type=int, default=None, help="rounds per median (default 7)")
     p.add_argument("--no-torch", action="store_true", help="skip the PyTorch column")
+    p.add_argument("--torch-threads", type=int, default=1,
+                   help="torch intra-op threads (default 1, as NumPy's elementwise "
+                        "operations; 0 keeps torch's default)")
     p.add_argument("--no-cold", action="store_true",
                    help="skip the fresh-process (cold heap) GAE measurement")
     p.add_argument("--no-training", action="store_true",
@@ -100,6 +103,8 @@ def _command(args) -> str:
         parts.append(f"--rounds {args.rounds}")
     if args.no_torch:
         parts.append("--no-torch")
+    if args.torch_threads != 1:
+        parts.append(f"--torch-threads {args.torch_threads}")
     if args.no_cold:
         parts.append("--no-cold")
     if args.no_training:
@@ -120,6 +125,10 @@ def main(argv=None) -> int:
     grid = core.QUICK_GRID if args.quick else core.GRID
     rounds = args.rounds or (3 if args.quick else 7)
     target = 0.002 if args.quick else 0.02
+    if use_torch and args.torch_threads > 0:
+        import torch
+
+        torch.set_num_threads(args.torch_threads)
     warm_heap()
 
     def progress(row):

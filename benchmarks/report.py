@@ -163,7 +163,9 @@ def render(rows, *, machine, command, rounds, target, elapsed, cold=None, traini
         "(B,) columns, the form of TRL's and verl's GAE (sources in `docs/frameworks.md`); "
         "the other functions are vectorised tensor expressions, the policy-loss gradient is "
         "autograd's. Every scalar loop and torch version is checked equal to ppo_numpy "
-        "(rtol 1e-9) before timing.",
+        "(rtol 1e-9) before timing. Torch gets one intra-op thread unless `--torch-threads` "
+        "says otherwise (see Machine): NumPy's elementwise operations run on one core, so "
+        "the ratios compare the algorithms, not the number of cores.",
         "- Before timing, the harness allocates and frees one 30 MiB block "
         "(`warm_heap`): this raises glibc's dynamic mmap and trim thresholds, as in any "
         "process that has once held a large array. In a fresh process that never has, "
