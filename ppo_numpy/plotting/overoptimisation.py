@@ -1,0 +1,110 @@
+"""Figures of the reward-model over-optimisation experiment (``docs/overoptimisation.md``,
+notebook ``11_reward_model_overoptimisation``).
+
+Functions build a ``matplotlib.figure.Figure`` directly (no pyplot), so they run
+headless in tests and scripts and display in notebooks.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from matplotlib.figure import Figure
+
+from ..overoptimisation import rows_by_beta
+
+
+def _moving_average(x, k):
+    """Mean of each window of k consecutive values (len(x) - k + 1 of them)."""
+    k = max(1, min(int(k), len(x)))
+    return np.convolve(np.asarray(x, dtype=np.float64), np.ones(k) / k, mode="valid")
+
+
+def plot_overoptimisation(rows, *, smooth=10, title=None, path=None) -> Figure:
+    """Proxy and gold score against iteration and against sqrt(KL), and the KL, per beta.
+
+    Parameters
+    ----------
+    rows : list of dicts
+        ``OveroptimisationResult.rows`` or ``read_csv("overoptimisation.csv")``.
+    smooth : int >= 1
+        Curves are moving averages over this many iterations (the per-iteration means
+        over one batch are noisy); 1 plots the raw values.
+    title : str, optional
+    path : str or Path, optional
+        Save a PNG there.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        Left: proxy (dashed) and gold (solid) per iteration. Middle: the same against
+        sqrt(KL(pi_theta || pi_ref)). Right: the KL per iteration. One colour per beta.
+    """
+    runs = rows_by_beta(rows)
+    if not runs:
+        raise ValueError("rows: nothing to plot")
+    fig = Figure(figsize=(15, 4.4), layout="constrained")
+    ax = fig.subplots(1, 3)
+    for i, (beta, c) in enumerate(sorted(runs.items())):
+        color = f"C{i}"
+        it = _moving_average(c["iteration"], smooth)
+        gold = _moving_average(c["gold_score"], smooth)
+        proxy = _moving_average(c["proxy_score"], smooth)
+        sqrt_kl = _moving_average(c["sqrt_kl"], smooth)
+        ax[0].plot(it, gold, color=color, label=f"beta = {beta:g}: gold")
+        ax[0].plot(it, proxy, color=color, ls="--", label=f"beta = {beta:g}: proxy")
+        ax[1].plot(sqrt_kl, gold, color=color, label=f"beta = {beta:g}: gold")
+        ax[1].plot(sqrt_kl, proxy, color=color, ls="--", label=f"beta = {beta:g}: proxy")
+        ax[2].plot(it, _moving_average(c["kl_ref"], smooth), color=color,
+                   label=f"beta = {beta:g}")
+    ax[0].set_xlabel("iteration")
+    ax[0].set_ylabel("score")
+    ax[0].set_title("proxy (learned, dashed) keeps rising; gold (solid) may not")
+    ax[1].set_xlabel("sqrt(KL to the reference)")
+    ax[1].set_ylabel("score")
+    ax[1].set_title("score against distance from pi_ref")
+    ax[2].set_xlabel("iteration")
+    ax[2].set_ylabel("nats per sequence")
+    ax[2].set_title("KL(pi_theta || pi_ref)")
+    ax[0].legend(fontsize=7, ncol=2)
+    ax[2].legend(fontsize=7)
+    note = f"moving average over {smooth} iterations" if smooth > 1 else "raw values"
+    fig.suptitle(f"{title + ': ' if title else ''}PPO against a learned reward ({note})")
+    if path is not None:
+        fig.savefig(path, dpi=90)
+    return fig
+
+
+def plot_reward_model_fit(history, *, path=None) -> Figure:
+    """The reward model's training curve: Bradley-Terry loss and accuracies per step.
+
+    Parameters
+    ----------
+    history : list of dicts
+        From :func:`ppo_numpy.reward.fit_reward_model` with ``heldout`` given.
+    path : str or Path, optional
+    """
+    if not history:
+        raise ValueError("history: nothing to plot")
+    step = [h["step"] for h in history]
+    fig = Figure(figsize=(11, 4), layout="constrained")
+    ax = fig.subplots(1, 2)
+    ax[0].plot(step, [h["bt_loss"] for h in history], label="training pairs")
+    if "heldout_bt_loss" in history[0]:
+        ax[0].plot(step, [h["heldout_bt_loss"] for h in history], label="held-out pairs")
+    ax[0].axhline(np.log(2), color="k", lw=0.8, ls=":", label="log 2 (r constant)")
+    ax[0].set_title("Bradley-Terry loss")
+    ax[1].plot(step, [h["accuracy"] for h in history], label="training, vs labels")
+    if "heldout_accuracy" in history[0]:
+        ax[1].plot(step, [h["heldout_accuracy"] for h in history], label="held-out, vs labels")
+        ax[1].plot(step, [h["heldout_gold_accuracy"] for h in history],
+                   label="held-out, vs gold order")
+        ax[1].axhline(history[-1]["heldout_label_gold_accuracy"], color="C3", lw=0.8,
+                      ls="--", label="the labels vs gold order")
+    ax[1].axhline(0.5, color="k", lw=0.8, ls=":", label="chance")
+    ax[1].set_title("preference accuracy")
+    for a in ax:
+        a.set_xlabel("Adam step")
+        a.legend(fontsize=7)
+    if path is not None:
+        fig.savefig(path, dpi=90)
+    return fig
