@@ -36,7 +36,7 @@ def has_holes(mask: np.ndarray) -> bool:
     """True when some row of a bool mask has padding between two response tokens."""
     # a run of response tokens starts at t = 0, or at t where mask[t - 1] = 0 and mask[t] = 1;
     # every row with a response token has one run, a row with a hole has more
-    runs = np.count_nonzero(mask[..., 1:] & ~mask[..., :-1]) + np.count_nonzero(mask[..., :1])
+    runs = np.count_nonzero(mask[..., 1:] > mask[..., :-1]) + np.count_nonzero(mask[..., :1])
     return runs > np.count_nonzero(mask.any(axis=-1))
 
 
