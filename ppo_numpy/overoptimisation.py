@@ -149,6 +149,9 @@ class OveroptimisationResult:
     heldout: dict
     rows: list
     seconds: float
+    #: the frozen reference and each beta's final policy, to sample from
+    reference: object = None
+    policies: dict = field(default_factory=dict)
 
     def runs(self) -> dict:
         """``{beta: {column: float64 array over iterations}}``."""
@@ -186,7 +189,7 @@ def run_overoptimisation(config: OveroptimisationConfig | None = None,
     t0 = time.perf_counter()
     model, history, heldout = fit_proxy(config)
     start = new_run(config.ppo_config())
-    rows = []
+    rows, policies = [], {}
     for beta in config.betas:
         # every beta starts from the same warmed-up policy, reference and generator state
         state = copy.deepcopy(start)
@@ -205,8 +208,9 @@ def run_overoptimisation(config: OveroptimisationConfig | None = None,
             rows.append(row)
             if callback is not None:
                 callback(row)
+        policies[beta] = state.policy
     return OveroptimisationResult(config, model, history, heldout, rows,
-                                  time.perf_counter() - t0)
+                                  time.perf_counter() - t0, start.reference, policies)
 
 
 def rows_by_beta(rows) -> dict:

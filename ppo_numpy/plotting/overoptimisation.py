@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 
 from ..overoptimisation import rows_by_beta
 
@@ -65,7 +66,10 @@ def plot_overoptimisation(rows, *, smooth=10, title=None, path=None) -> Figure:
     ax[2].set_xlabel("iteration")
     ax[2].set_ylabel("nats per sequence")
     ax[2].set_title("KL(pi_theta || pi_ref)")
-    ax[0].legend(fontsize=7, ncol=2)
+    # colours name the betas (right panel), line styles the two scores (middle panel)
+    ax[1].legend(handles=[Line2D([], [], color="k", label="gold (task rule)"),
+                          Line2D([], [], color="k", ls="--", label="proxy (reward model)")],
+                 fontsize=7, loc="upper left")
     ax[2].legend(fontsize=7)
     note = f"moving average over {smooth} iterations" if smooth > 1 else "raw values"
     fig.suptitle(f"{title + ': ' if title else ''}PPO against a learned reward ({note})")
