@@ -95,6 +95,13 @@ def _training(demo_seeds: int):
     return lines, demo
 
 
+def _load() -> str:
+    try:
+        return f"{os.getloadavg()[0]:.1f}"
+    except OSError:
+        return "unknown"
+
+
 def _command(args) -> str:
     parts = [".venv/bin/python -m benchmarks"]
     if args.quick:
@@ -121,6 +128,7 @@ def main(argv=None) -> int:
     from benchmarks.timing import warm_heap
 
     start = time.perf_counter()
+    load_start = _load()
     use_torch = torch_impl.available() and not args.no_torch
     grid = core.QUICK_GRID if args.quick else core.GRID
     rounds = args.rounds or (3 if args.quick else 7)
@@ -149,7 +157,10 @@ def main(argv=None) -> int:
     training = demo = None
     if not args.quick and not args.no_training:
         training, demo = _training(args.demo_seeds)
-    text = report.render(rows, machine=machine.describe(), command=_command(args),
+    lines = machine.describe()
+    lines.append(f"Load average (1 min): {load_start} at the start of the run, {_load()} at "
+                 "the end")
+    text = report.render(rows, machine=lines, command=_command(args),
                          rounds=rounds, target=target, elapsed=time.perf_counter() - start,
                          cold=cold, training=training, demo=demo, blas=blas_lines,
                          date=datetime.date.today().isoformat() + " ")

@@ -66,7 +66,8 @@ def describe() -> list[str]:
     try:
         import torch
 
-        lines.append(f"PyTorch {torch.__version__}, {torch.get_num_threads()} intra-op threads")
+        n = torch.get_num_threads()
+        lines.append(f"PyTorch {torch.__version__}, {n} intra-op thread{'s' if n > 1 else ''}")
     except ImportError:
         lines.append("PyTorch: not installed (torch columns skipped)")
     knobs = [f"{k}={os.environ[k]}" for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE",

@@ -136,9 +136,9 @@ def render(rows, *, machine, command, rounds, target, elapsed, cold=None, traini
         command,
         "```",
         "",
-        f"Generated {date}in {elapsed:.0f} s. The machine is shared with other jobs, so "
-        "expect a spread of 10-30 % between runs; ratios are measured side by side in one "
-        "run and are steadier than absolute times.",
+        f"Generated {date}in {elapsed:.0f} s. The machine is shared with other jobs (see "
+        "the load average below): absolute times move from run to run, ratios measured side "
+        "by side in one run move less.",
         "",
         "## Machine",
         "",
