@@ -153,7 +153,8 @@ def main(argv=None) -> int:
     if not args.quick:
         from benchmarks import blas
 
-        blas_lines = blas.markdown(blas.products(rounds=rounds))
+        blas_lines = blas.markdown([blas.products(rounds=rounds),
+                                    blas.products(busy=os.cpu_count() or 1, rounds=rounds)])
     training = demo = None
     if not args.quick and not args.no_training:
         training, demo = _training(args.demo_seeds)

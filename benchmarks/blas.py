@@ -4,12 +4,14 @@
 one: (B T / C, C) @ (C, C) with C = 32, at (B, T) = (256, 1024). BLAS splits
 a large product over every core, and a small one (ROWS_PER_PRODUCT rows) runs
 on one; when other processes hold the cores, the split product waits for them.
-The load average is printed beside the figures.
+Measured as the machine is, then with as many spinning processes as cores;
+the load average is printed beside the figures.
 """
 
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 
 import numpy as np
@@ -17,38 +19,52 @@ import numpy as np
 from benchmarks.timing import measure
 
 
-def products(B: int = 256, T: int = 1024, C: int = 32, *, rounds: int = 9,
+def products(B: int = 256, T: int = 1024, C: int = 32, *, busy: int = 0, rounds: int = 9,
              target: float = 0.02) -> dict:
+    """Median seconds of one product, the stack and the floor; ``busy`` processes spin
+    on the CPU meanwhile (each stopped afterwards, and after 120 s at the latest)."""
     gae_module = sys.modules["ppo_numpy.gae"]
     x = np.random.default_rng(0).normal(size=(B * T // C, C))
     W = gae_module._power_matrix(0.95, C)
-    times = measure({
-        "floor": lambda: x - x,
-        "one product": lambda: x @ W,
-        "stack": lambda: gae_module._matmul(x, W),
-    }, rounds=rounds, target=target)
+    spin = "import time\nend = time.monotonic() + 120\nwhile time.monotonic() < end: pass"
+    spinners = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(busy)]
+    try:
+        times = measure({
+            "floor": lambda: x - x,
+            "one product": lambda: x @ W,
+            "stack": lambda: gae_module._matmul(x, W),
+        }, rounds=rounds, target=target)
+    finally:
+        for p in spinners:
+            p.kill()
+            p.wait()
     try:
         load = os.getloadavg()[0]
     except OSError:
         load = None
-    return {"B": B, "T": T, "C": C, "rows": gae_module.ROWS_PER_PRODUCT, "load": load, **times}
+    return {"B": B, "T": T, "C": C, "rows": gae_module.ROWS_PER_PRODUCT, "load": load,
+            "busy": busy, **times}
 
 
-def markdown(result: dict) -> list[str]:
-    r = result
-    load = "unknown" if r["load"] is None else f"{r['load']:.1f}"
-    return [
+def markdown(results: list[dict]) -> list[str]:
+    r = results[0]
+    lines = [
         f"GAE's inner product at (B, T) = ({r['B']}, {r['T']}), C = {r['C']}: "
         f"({r['B'] * r['T'] // r['C']}, {r['C']}) @ ({r['C']}, {r['C']}), as one BLAS call "
         f"or as the stack of {r['rows']}-row products `_matmul` makes "
-        f"(`benchmarks/blas.py`; 1-minute load average {load} on {os.cpu_count()} cores "
-        "while measuring):",
+        f"(`benchmarks/blas.py`), on the machine as it was and with other processes "
+        "spinning on the CPU (1-minute load average at the end of each measurement):",
         "",
-        "| one product ms | stack ms | floor ms | one product / stack |",
-        "|---:|---:|---:|---:|",
-        f"| {r['one product'] * 1e3:.3f} | {r['stack'] * 1e3:.3f} | {r['floor'] * 1e3:.3f} "
-        f"| {r['one product'] / r['stack']:.1f}x |",
+        "| other busy processes | load average | one product ms | stack ms | floor ms "
+        "| one product / stack |",
+        "|---:|---:|---:|---:|---:|---:|",
     ]
+    for r in results:
+        load = "unknown" if r["load"] is None else f"{r['load']:.1f}"
+        lines.append(
+            f"| {r['busy']} | {load} | {r['one product'] * 1e3:.3f} | {r['stack'] * 1e3:.3f} "
+            f"| {r['floor'] * 1e3:.3f} | {r['one product'] / r['stack']:.1f}x |")
+    return lines
 
 
 def main() -> int:
@@ -56,7 +72,7 @@ def main() -> int:
     from benchmarks.timing import warm_heap
 
     warm_heap()
-    print("\n".join(markdown(products())))
+    print("\n".join(markdown([products(), products(busy=os.cpu_count() or 1)])))
     return 0
 
 

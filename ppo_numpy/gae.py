@@ -137,7 +137,7 @@ def _matmul(x, W):
     """x @ W for a C-contiguous 2-D x, as a stack of products of ROWS_PER_PRODUCT rows.
 
     Why: BLAS runs a small product on one thread and a large one on every core;
-    on a busy machine the large one waits for the other cores and can take ten
+    on a busy machine the large one waits for the other cores and takes many
     times longer than the stack (measured in ``docs/benchmarks.md``).
     """
     M, R = x.shape[0], ROWS_PER_PRODUCT
