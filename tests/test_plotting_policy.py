@@ -1,4 +1,4 @@
-"""The figures of notebooks 08, 09 and 11 draw headless, show what they claim, refuse bad input."""
+"""The figures of notebooks 08 to 11 draw headless, show what they claim, refuse bad input."""
 
 from __future__ import annotations
 
@@ -134,3 +134,30 @@ def test_ratio_after_step_counts_tokens_that_moved_with_their_advantage():
         plot_ratio_after_step(rho, A[:, :2])
     with pytest.raises(ValueError, match="no response token"):
         plot_ratio_after_step(rho, A, np.zeros((2, 3)))
+
+
+def _history(n, **const):
+    from ppo_numpy.training.metrics import COLUMNS
+
+    return [{c: float(const.get(c, k)) if c != "iteration" else k + 1 for c in COLUMNS}
+            for k in range(n)]
+
+
+def test_plot_runs_one_panel_per_column_one_line_per_run():
+    from ppo_numpy.plotting.training import RUN_COLUMNS, plot_runs
+
+    runs = {"a": _history(5), "b": _history(3, score=0.5)}
+    fig = plot_runs(runs)
+    panels = [ax for ax in fig.axes if ax.lines]
+    assert [ax.get_title() for ax in panels] == list(RUN_COLUMNS)
+    assert all(len(ax.lines) == 2 for ax in panels)
+    score = panels[0].lines[1]
+    np.testing.assert_array_equal(score.get_xdata(), [1, 2, 3])
+    np.testing.assert_array_equal(score.get_ydata(), [0.5, 0.5, 0.5])
+    assert [t.get_text() for t in panels[0].get_legend().get_texts()] == ["a", "b"]
+    fig = plot_runs(runs, columns=("entropy",), ncols=3)
+    assert len([ax for ax in fig.axes if ax.lines]) == 1
+    with pytest.raises(ValueError, match="columns"):
+        plot_runs(runs, columns=("nonsense",))
+    with pytest.raises(ValueError, match="runs"):
+        plot_runs({})

@@ -1,4 +1,4 @@
-"""Training curves: the dashboard of a PPO run and the beta sweep (``docs/training.md``).
+"""Training curves: a run's dashboard, runs side by side, the beta sweep (``docs/training.md``).
 
 Functions build a ``matplotlib.figure.Figure`` directly (no pyplot, no global
 backend), so they work headless in tests and scripts and display in notebooks.
@@ -145,6 +145,48 @@ def plot_beta_sweep(results, *, optimum=1.0, last=10, path=None) -> Figure:
     ax[2].set_xlabel(f"KL to reference (mean of last {last} iterations)")
     ax[2].set_ylabel(f"score (mean of last {last} iterations)")
     ax[2].set_title("larger beta: closer to pi_ref, lower score")
+    if path is not None:
+        fig.savefig(path, dpi=90)
+    return fig
+
+
+#: what :func:`plot_runs` draws by default: the statistics that tell runs apart first
+RUN_COLUMNS = ("score", "kl_ref", "clipfrac", "approx_kl_k3", "entropy", "explained_variance")
+
+
+def plot_runs(runs, *, columns=RUN_COLUMNS, ncols=3, path=None) -> Figure:
+    """Several runs on the same axes, one panel per logged column (notebook 10).
+
+    Parameters
+    ----------
+    runs : dict label -> history (list of rows) or columns
+        E.g. ``{"healthy": train(config), "lr x 10": train(config.replace(lr=...))}``.
+    columns : sequence of str
+        Columns of :data:`~ppo_numpy.training.metrics.COLUMNS` to draw, one panel each.
+    ncols : int
+        Panels per row.
+    path : str or Path, optional
+        Save a PNG there.
+    """
+    if not runs:
+        raise ValueError("runs: no run to plot")
+    unknown = [c for c in columns if c not in COLUMNS or c == "iteration"]
+    if unknown or not columns:
+        raise ValueError(f"columns: unknown or empty {unknown or list(columns)}; choose from "
+                         f"{', '.join(c for c in COLUMNS if c != 'iteration')}")
+    data = {str(label): _columns(metrics) for label, metrics in runs.items()}
+    ncols = max(1, min(int(ncols), len(columns)))
+    nrows = -(-len(columns) // ncols)
+    fig = Figure(figsize=(4.3 * ncols, 3.0 * nrows), layout="constrained")
+    axes = np.atleast_1d(fig.subplots(nrows, ncols)).ravel()
+    for ax, name in zip(axes, columns):
+        for label, c in data.items():
+            ax.plot(c["iteration"], c[name], label=label)
+        ax.set_title(name, fontsize=10)
+        ax.set_xlabel("iteration")
+    for ax in axes[len(columns):]:
+        ax.axis("off")
+    axes[0].legend(fontsize=7)
     if path is not None:
         fig.savefig(path, dpi=90)
     return fig
