@@ -107,6 +107,24 @@ def function_table(rows, name) -> list[str]:
     return lines
 
 
+def method_table(rows) -> list[str]:
+    """The default (blocked) GAE beside method="loop", the readable reference."""
+    lines = [
+        "The same calls with `method=\"loop\"`, the readable reference (a reverse loop of "
+        "NumPy calls over time), against the default `method=\"blocked\"` "
+        "(`ppo_numpy/gae.py`; the two are tested equal to each other and to the sum "
+        "definition in `tests/test_td_gae.py`):",
+        "",
+        "| B | T | blocked ms | loop ms | loop / blocked |",
+        "|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        if r.function == "gae" and r.method_loop is not None:
+            lines.append(f"| {r.B} | {r.T} | {ms(r.ours)} | {ms(r.method_loop)} "
+                         f"| {ratio(r.method_loop / r.ours)} |")
+    return lines
+
+
 CALLS = {
     "td_errors": "`td_errors(rewards, values, gamma, mask)`",
     "gae": "`gae(rewards, values, gamma, lam, mask)` (advantages and returns)",
@@ -181,6 +199,8 @@ def render(rows, *, machine, command, rounds, target, elapsed, cold=None, traini
         if not any(r.function == name for r in rows):
             continue
         out += [f"## {name}", "", CALLS[name], "", *function_table(rows, name), ""]
+        if name == "gae":
+            out += [*method_table(rows), ""]
         if name == "gae" and blas:
             out += [*blas, ""]
     out += ["## Training loop", ""]

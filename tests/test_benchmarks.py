@@ -29,8 +29,9 @@ def test_quick_run_writes_one_table_per_function(tmp_path):
     assert ".venv/bin/python -m benchmarks --quick --rounds 1" in text
     for name in core.FUNCTIONS:
         section = text.split(f"## {name}\n", 1)[1].split("\n## ", 1)[0]
-        rows = [line for line in section.splitlines() if line.startswith("| ") and
-                line[2].isdigit()]
+        # the section's first table: header, rule, one row per grid point
+        table = section.split("\n\n| B | T | B T |", 1)[1].split("\n\n", 1)[0]
+        rows = table.splitlines()[2:]
         assert [tuple(int(c) for c in r.split("|")[1:3]) for r in rows] == \
             list(core.QUICK_GRID), section
 
