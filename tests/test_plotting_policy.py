@@ -161,3 +161,39 @@ def test_plot_runs_one_panel_per_column_one_line_per_run():
         plot_runs(runs, columns=("nonsense",))
     with pytest.raises(ValueError, match="runs"):
         plot_runs({})
+
+
+def _report():
+    from ppo_numpy.oracle.compare import compare_outputs
+
+    mask = np.array([[1.0, 1.0, 0.0]])
+    case = {"name": "c1", "inputs": {"mask": mask}}
+    expected = {"advantages": np.array([[0.5, 0.25, 0.0]]), "policy_loss": -0.375}
+    good = compare_outputs({"advantages": np.array([[0.5, 0.25, np.nan]]),
+                            "policy_loss": -0.375 + 1e-13}, expected, case=case)
+    bad = compare_outputs({"advantages": np.array([[0.5, np.nan, 0.0]]), "policy_loss": -0.3},
+                          expected, case={**case, "name": "c2"})
+    good.extend(bad)
+    good.rejected["c3"] = "ValueError: no"
+    return good
+
+
+def test_plot_comparison_cells_coloured_by_verdict_rejected_rows_grey():
+    from ppo_numpy.plotting.oracle import plot_comparison
+
+    report = _report()
+    fig = plot_comparison(report)
+    ax = fig.axes[0]
+    img = ax.images[0].get_array()
+    assert img.shape[:2] == (3, 2)                           # cases c1, c2, c3 x 2 outputs
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["c1", "c2", "c3"]
+    np.testing.assert_allclose(img[2, 0], (0.85, 0.85, 0.85, 1.0))
+    green, red = img[0, 0], img[1, 0]
+    assert green[1] > green[0] and red[0] > red[1]           # c1 passed, c2 failed
+    texts = {(round(t.get_position()[1]), round(t.get_position()[0])): t.get_text()
+             for t in ax.texts}
+    assert texts[(0, 0)] == "0" and texts[(1, 0)] == "inf"   # exact; NaN at a response token
+    assert float(texts[(1, 1)]) > 0 > float(texts[(0, 1)])   # 0.075 fails, 1e-13 passes
+    assert "2 of 4 comparisons failed" in ax.get_title()
+    with pytest.raises(ValueError, match="ComparisonReport"):
+        plot_comparison({"rows": []})
