@@ -154,7 +154,8 @@ def main(argv=None) -> int:
         from benchmarks import blas
 
         blas_lines = blas.markdown([blas.products(rounds=rounds),
-                                    blas.products(busy=os.cpu_count() or 1, rounds=rounds)])
+                                    blas.products(busy=os.cpu_count() or 1,
+                                                  rounds=2 * rounds + 1)])
     training = demo = None
     if not args.quick and not args.no_training:
         training, demo = _training(args.demo_seeds)

@@ -4,8 +4,8 @@
 one: (B T / C, C) @ (C, C) with C = 32, at (B, T) = (256, 1024). BLAS splits
 a large product over every core, and a small one (ROWS_PER_PRODUCT rows) runs
 on one; when other processes hold the cores, the split product waits for them.
-Measured as the machine is, then with as many spinning processes as cores;
-the load average is printed beside the figures.
+Measured as the machine is, then while as many other processes as cores run
+the same product in a loop; the load average is printed beside the figures.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 
 import numpy as np
 
@@ -21,14 +22,18 @@ from benchmarks.timing import measure
 
 def products(B: int = 256, T: int = 1024, C: int = 32, *, busy: int = 0, rounds: int = 9,
              target: float = 0.02) -> dict:
-    """Median seconds of one product, the stack and the floor; ``busy`` processes spin
-    on the CPU meanwhile (each stopped afterwards, and after 120 s at the latest)."""
+    """Median seconds of one product, the stack and the floor, while ``busy`` other
+    processes run NumPy matrix products of the same shape in a loop, as parallel test
+    jobs do (each stopped afterwards, and after 120 s at the latest)."""
     gae_module = sys.modules["ppo_numpy.gae"]
     x = np.random.default_rng(0).normal(size=(B * T // C, C))
     W = gae_module._power_matrix(0.95, C)
-    spin = "import time\nend = time.monotonic() + 120\nwhile time.monotonic() < end: pass"
+    spin = (f"import time, numpy as np\nx = np.ones({x.shape}); W = np.ones({W.shape})\n"
+            "end = time.monotonic() + 120\nwhile time.monotonic() < end: x @ W")
     spinners = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(busy)]
     try:
+        if spinners:
+            time.sleep(0.5)
         times = measure({
             "floor": lambda: x - x,
             "one product": lambda: x @ W,
@@ -52,10 +57,11 @@ def markdown(results: list[dict]) -> list[str]:
         f"GAE's inner product at (B, T) = ({r['B']}, {r['T']}), C = {r['C']}: "
         f"({r['B'] * r['T'] // r['C']}, {r['C']}) @ ({r['C']}, {r['C']}), as one BLAS call "
         f"or as the stack of {r['rows']}-row products `_matmul` makes "
-        f"(`benchmarks/blas.py`), on the machine as it was and with other processes "
-        "spinning on the CPU (1-minute load average at the end of each measurement):",
+        f"(`benchmarks/blas.py`), on the machine as it was and while other processes run "
+        "the same NumPy product in a loop, as parallel test jobs would (1-minute load "
+        "average at the end of each measurement):",
         "",
-        "| other busy processes | load average | one product ms | stack ms | floor ms "
+        "| other processes running products | load average | one product ms | stack ms | floor ms "
         "| one product / stack |",
         "|---:|---:|---:|---:|---:|---:|",
     ]
