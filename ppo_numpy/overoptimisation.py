@@ -1,5 +1,5 @@
 """Over-optimising a learned reward model: why the KL penalty exists
-(``python -m ppo_numpy overoptimisation``; notebook ``11_reward_model_overoptimisation``;
+(``python -m ppo_numpy overoptimisation``; notebook ``12_reward_model_overoptimisation``;
 ``docs/overoptimisation.md``).
 
 With a rule-based score the KL penalty only slows learning down. Here the score

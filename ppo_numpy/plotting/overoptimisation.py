@@ -1,5 +1,5 @@
 """Figures of the reward-model over-optimisation experiment (``docs/overoptimisation.md``,
-notebook ``11_reward_model_overoptimisation``).
+notebook ``12_reward_model_overoptimisation``).
 
 Functions build a ``matplotlib.figure.Figure`` directly (no pyplot), so they run
 headless in tests and scripts and display in notebooks.

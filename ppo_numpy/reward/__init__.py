@@ -1,5 +1,5 @@
 """A learned reward model: preference pairs, the Bradley-Terry loss, a tiny network
-trained by hand-written gradients (notebook ``11_reward_model_overoptimisation``,
+trained by hand-written gradients (notebook ``12_reward_model_overoptimisation``,
 ``docs/overoptimisation.md``).
 
 ==========================  =====================================================  =============

@@ -1,5 +1,5 @@
 """The Bradley-Terry preference model and its loss, with the gradient by hand
-(notebook ``11_reward_model_overoptimisation``).
+(notebook ``12_reward_model_overoptimisation``).
 
 A reward model r(x, y) scores a response; Bradley and Terry (1952) model the
 probability that a labeller prefers y_w over y_l as

@@ -1,6 +1,6 @@
 """Fitting a :class:`~ppo_numpy.reward.model.RewardModel` to preference pairs by the
 Bradley-Terry loss, and measuring it on held-out pairs
-(notebook ``11_reward_model_overoptimisation``).
+(notebook ``12_reward_model_overoptimisation``).
 
     loss = L_BT + (weight_decay / 2) (|W_x|^2 + |W_y|^2 + |w_2|^2)
 

@@ -1,5 +1,5 @@
 """A one-hidden-layer reward model on (position, token) features, backward by hand
-(notebook ``11_reward_model_overoptimisation``).
+(notebook ``12_reward_model_overoptimisation``).
 
 For a prompt x of P tokens and a response y of T tokens with mask m (1 for
 response tokens, EOS included; 0 at padding), with H = ``d_hidden``:

@@ -1,5 +1,5 @@
 """Synthetic preference pairs labelled by a task's hidden gold score, with label noise
-(notebook ``11_reward_model_overoptimisation``).
+(notebook ``12_reward_model_overoptimisation``).
 
 Each pair is one prompt x and two responses y_a, y_b drawn from the task's prior
 (the distribution the reference policy is warmed up on: the data a real
