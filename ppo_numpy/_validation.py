@@ -200,3 +200,21 @@ def scalar_for(value, arr: np.ndarray):
     if arr.dtype != object:
         return float(value)
     return value if isinstance(value, Fraction) else Fraction(str(value))
+
+
+def check_int(value, name: str, low: int = 1) -> int:
+    """Return ``value`` as an int after checking it is an integer (not a bool) >= ``low``.
+
+    >>> check_int(3, "n")
+    3
+    >>> check_int(0, "n")
+    Traceback (most recent call last):
+    ...
+    ValueError: n: must be an integer >= 1, got 0
+    """
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name}: must be an integer >= {low}, got {type(value).__name__} "
+                        f"{value!r}")
+    if value < low:
+        raise ValueError(f"{name}: must be an integer >= {low}, got {value!r}")
+    return int(value)

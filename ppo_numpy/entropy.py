@@ -26,6 +26,19 @@ def log_softmax(logits):
     return z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
 
 
+def prepare_logits(logits, mask=None):
+    """Checked float64 copy of ``logits`` (T, K) or (B, T, K), 0 at padding, and the bool mask.
+
+    NaN or inf are allowed only at padding (mask 0), where they are replaced by 0.
+    """
+    z = as_array(logits, "logits", exact=False)
+    if z.ndim not in (2, 3):
+        raise ValueError(f"logits: expected shape (T, K) or (B, T, K), got shape {z.shape}")
+    m = as_mask(mask, z[..., 0], "logits[..., 0]")
+    check_finite(z, "logits", np.broadcast_to(m[..., None], z.shape))
+    return np.where(m[..., None], z, 0.0), m
+
+
 def entropy_from_logits(logits, mask=None):
     """Entropy of softmax(logits) over the vocabulary, per token.
 
@@ -47,12 +60,7 @@ def entropy_from_logits(logits, mask=None):
     >>> [round(float(h), 6) for h in entropy_from_logits([[0.0, 0.0, 0.0, 0.0], [50.0, 0, 0, 0]])]
     [1.386294, 0.0]
     """
-    z = as_array(logits, "logits", exact=False)
-    if z.ndim not in (2, 3):
-        raise ValueError(f"logits: expected shape (T, K) or (B, T, K), got shape {z.shape}")
-    m = as_mask(mask, z[..., 0], "logits[..., 0]")
-    check_finite(z, "logits", np.broadcast_to(m[..., None], z.shape))
-    z = np.where(m[..., None], z, 0.0)
+    z, m = prepare_logits(logits, mask)
     logp = log_softmax(z)
     H = -(np.exp(logp) * logp).sum(axis=-1)
     return where_valid(m, H)

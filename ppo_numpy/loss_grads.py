@@ -44,9 +44,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._validation import as_array, as_mask, check_finite, check_scalar, prepare, where_valid
+from ._validation import check_scalar, prepare, where_valid
 from .aggregation import check_mode
 from .clipping import clip_bounds
+from .entropy import prepare_logits
 from .kl import _check_estimator
 
 
@@ -260,12 +261,7 @@ def entropy_grad(logits, mask=None, agg="token-mean", *, norm=None):
     ([-0.154032706791, 0.154032706791], -0.154032706791)
     """
     check_mode(agg)
-    z = as_array(logits, "logits", exact=False)
-    if z.ndim not in (2, 3):
-        raise ValueError(f"logits: expected shape (T, K) or (B, T, K), got shape {z.shape}")
-    m = as_mask(mask, z[..., 0], "logits[..., 0]")
-    check_finite(z, "logits", np.broadcast_to(m[..., None], z.shape))
-    z = np.where(m[..., None], z, 0.0)
+    z, m = prepare_logits(logits, mask)
     # log p = z - max z - log sum exp(z - max z)
     logp_all = z - z.max(axis=-1, keepdims=True)
     logp_all = logp_all - np.log(np.exp(logp_all).sum(axis=-1, keepdims=True))

@@ -42,6 +42,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ._validation import check_int
 from .reward import RewardModel, evaluate_reward_model, fit_reward_model, make_preference_pairs
 from .training.config import PPOConfig
 from .training.loop import make_kl_controller, new_run, ppo_iteration
@@ -80,9 +81,7 @@ class OveroptimisationConfig:
     def __post_init__(self):
         for name in ("n_pairs", "n_heldout", "d_hidden", "rm_steps", "n_calibration",
                      "iterations", "batch_size"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name}: must be an integer >= 1, got {v!r}")
+            check_int(getattr(self, name), name)
         if self.task not in TASKS:
             raise ValueError(f"task: unknown value {self.task!r}; valid ones are "
                              f"{', '.join(TASKS)}")
@@ -225,8 +224,7 @@ def rows_by_beta(rows) -> dict:
 def summarise(rows, last: int = 10) -> dict:
     """Per beta: means over the last ``last`` iterations of proxy, gold and KL, and the
     largest gold score of any ``last``-iteration window (the peak): ``{beta: dict}``."""
-    if isinstance(last, bool) or not isinstance(last, int) or last < 1:
-        raise ValueError(f"last: must be an integer >= 1, got {last!r}")
+    check_int(last, "last")
     out = {}
     for beta, c in rows_by_beta(rows).items():
         k = min(last, len(c["gold_score"]))

@@ -184,7 +184,7 @@ def test_reward_model_bad_input():
         model.reward(x, y, m, {"W_x": model.params["W_x"]})
     with pytest.raises(TypeError, match="rng"):
         RewardModel(9, 2, 4, 5, 0)
-    with pytest.raises(ValueError, match="d_hidden: must be >= 1"):
+    with pytest.raises(ValueError, match="d_hidden: must be an integer >= 1"):
         RewardModel(9, 2, 4, 0, np.random.default_rng(0))
 
 

@@ -18,15 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._validation import check_int
 from .base import ToyPolicy
-
-
-def _check_size(value, name, low=1):
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name}: expected an int, got {type(value).__name__}")
-    if value < low:
-        raise ValueError(f"{name}: must be >= {low}, got {value}")
-    return int(value)
 
 
 class MLPPolicy(ToyPolicy):
@@ -75,10 +68,10 @@ class MLPPolicy(ToyPolicy):
         super().__init__(vocab_size)
         if not isinstance(rng, np.random.Generator):
             raise TypeError("rng: expected an np.random.Generator")
-        self.context = C = _check_size(context, "context")
-        self.d_embed = D = _check_size(d_embed, "d_embed")
-        self.d_hidden = H = _check_size(d_hidden, "d_hidden")
-        self.max_len = _check_size(max_len, "max_len")
+        self.context = C = check_int(context, "context")
+        self.d_embed = D = check_int(d_embed, "d_embed")
+        self.d_hidden = H = check_int(d_hidden, "d_hidden")
+        self.max_len = check_int(max_len, "max_len")
         K = self.vocab_size
         self.params = {
             "E_tok": rng.normal(0.0, 1.0, (K, D)),

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._validation import check_scalar
+from .._validation import check_int, check_scalar
 from ..policy.optim import Adam
 from .bradley_terry import bradley_terry_grad, bradley_terry_loss, preference_accuracy
 
@@ -111,9 +111,8 @@ def fit_reward_model(model, pairs, *, steps=300, lr=0.02, weight_decay=1e-3, hel
     list of dicts: ``step``, ``loss``, ``bt_loss``, ``accuracy`` (train, before the step's
     update for step 0, after it otherwise) and the held-out statistics.
     """
-    for name, v in (("steps", steps), ("log_every", log_every)):
-        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)) or v < 1:
-            raise ValueError(f"{name}: must be an integer >= 1, got {v!r}")
+    check_int(steps, "steps")
+    check_int(log_every, "log_every")
     opt = Adam(model.params, lr=lr)
     history = []
 

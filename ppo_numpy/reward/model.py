@@ -26,16 +26,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._validation import as_mask, check_scalar
+from .._validation import as_mask, check_int, check_scalar
 from ..policy.vocab import check_tokens, check_vocab_size
-
-
-def _check_size(value, name, low=1):
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name}: expected an int, got {type(value).__name__}")
-    if value < low:
-        raise ValueError(f"{name}: must be >= {low}, got {value}")
-    return int(value)
 
 
 def _one_hot(tokens, K):
@@ -84,9 +76,9 @@ class RewardModel:
     def __init__(self, vocab_size, prompt_length, max_new_tokens, d_hidden, rng, *,
                  init_std=0.1):
         self.vocab_size = K = check_vocab_size(vocab_size)
-        self.prompt_length = P = _check_size(prompt_length, "prompt_length")
-        self.max_new_tokens = T = _check_size(max_new_tokens, "max_new_tokens")
-        self.d_hidden = H = _check_size(d_hidden, "d_hidden")
+        self.prompt_length = P = check_int(prompt_length, "prompt_length")
+        self.max_new_tokens = T = check_int(max_new_tokens, "max_new_tokens")
+        self.d_hidden = H = check_int(d_hidden, "d_hidden")
         if not isinstance(rng, np.random.Generator):
             raise TypeError(f"rng: expected an np.random.Generator, got {type(rng).__name__}")
         s = check_scalar(init_std, "init_std", low=0, low_open=True, allow_exact=False)

@@ -35,13 +35,8 @@ from fractions import Fraction
 
 import numpy as np
 
+from .._validation import check_int
 from ..policy.vocab import BOS, EOS, FIRST_CONTENT
-
-
-def _check_int(x, name, low):
-    if isinstance(x, bool) or not isinstance(x, (int, np.integer)) or x < low:
-        raise ValueError(f"{name}: must be an integer >= {low}, got {x!r}")
-    return int(x)
 
 
 def _check_rng(rng):
@@ -123,9 +118,9 @@ class Task:
     optimum = 1.0
 
     def __init__(self, n_content, prompt_tokens, max_new_tokens):
-        self.n_content = _check_int(n_content, "n_content", 2)
-        self.prompt_tokens = _check_int(prompt_tokens, "prompt_tokens", 1)
-        self.max_new_tokens = _check_int(max_new_tokens, "max_new_tokens", 1)
+        self.n_content = check_int(n_content, "n_content", 2)
+        self.prompt_tokens = check_int(prompt_tokens, "prompt_tokens", 1)
+        self.max_new_tokens = check_int(max_new_tokens, "max_new_tokens", 1)
 
     @property
     def vocab_size(self):
@@ -142,7 +137,7 @@ class Task:
     def sample_prompts(self, rng, n):
         """``n`` prompts: BOS then ``prompt_tokens`` uniform content tokens; int64 (n, P)."""
         _check_rng(rng)
-        n = _check_int(n, "n", 1)
+        n = check_int(n, "n", 1)
         content = rng.integers(FIRST_CONTENT, self.vocab_size, size=(n, self.prompt_tokens))
         return np.concatenate([np.full((n, 1), BOS, dtype=np.int64), content], axis=1)
 
