@@ -84,3 +84,10 @@ def test_signatures_match_the_documented_api():
 
 def test_version_is_a_string():
     assert isinstance(ppo_numpy.__version__, str) and ppo_numpy.__version__
+
+
+def test_every_public_callable_has_a_doctest():
+    missing = [name for name in ppo_numpy.__all__
+               if callable(getattr(ppo_numpy, name))
+               and ">>>" not in (inspect.getdoc(getattr(ppo_numpy, name)) or "")]
+    assert not missing, f"public callables without a doctest example: {missing}"

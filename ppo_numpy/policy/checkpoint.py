@@ -100,6 +100,23 @@ def load_checkpoint(path, expected_params=None) -> dict:
     -------
     dict with ``"params"`` (dict of arrays), ``"optimizer_state"`` (dict, or
     ``None`` if none was saved) and ``"extra"`` (dict, possibly empty).
+
+    Examples
+    --------
+    A file whose parameters have other shapes than the model's is refused whole:
+
+    >>> import tempfile, pathlib
+    >>> tmp = tempfile.TemporaryDirectory()
+    >>> f = pathlib.Path(tmp.name) / "ckpt.npz"
+    >>> save_checkpoint(f, {"W": np.array([[0.1, -0.2]])})
+    >>> load_checkpoint(f)["params"]["W"].tolist()
+    [[0.1, -0.2]]
+    >>> try:
+    ...     load_checkpoint(f, expected_params={"W": np.zeros((2, 2))})
+    ... except ValueError as err:
+    ...     print("ValueError")
+    ValueError
+    >>> tmp.cleanup()
     """
     p = _check_path(path)
     if not p.exists():
