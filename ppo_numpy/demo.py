@@ -54,7 +54,10 @@ def main(argv=None) -> int:
                         f"{DEFAULT_OUT}, or {DEFAULT_OUT}-2, ... if it already holds a run)")
     parser.add_argument("--seed", type=int, default=0, help="seed (default 0)")
     args = parser.parse_args(argv)
-    config = PPOConfig(seed=args.seed)
+    try:
+        config = PPOConfig(seed=args.seed)
+    except ValueError as err:
+        parser.error(str(err))
     task = make_task(config.task)
     out = Path(args.out) if args.out else fresh_dir(DEFAULT_OUT)
 

@@ -91,6 +91,7 @@ def test_interrupt_then_resume_equals_an_uninterrupted_run(capsys, tmp_path, mon
     (["--task", "nope"], "invalid choice: 'nope'"),
     (["--iterations", "-3"], "iterations: must be >= 0, got -3"),
     (["--iterations", "many"], "invalid int value"),
+    (["--seed", "-1"], "seed: must be >= 0, got -1"),
     (["--minibatches", "5"], "minibatches: must divide batch_size=64"),
 ])
 def test_bad_arguments_exit_2(capsys, tmp_path, argv, message):

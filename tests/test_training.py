@@ -11,6 +11,7 @@ import pytest
 
 from ppo_numpy.gradcheck import gradcheck
 from ppo_numpy.policy.bigram import BigramPolicy
+from ppo_numpy.policy.checkpoint import load_checkpoint, save_checkpoint
 from ppo_numpy.policy.mlp import MLPPolicy
 from ppo_numpy.training import loop
 from ppo_numpy.training.config import PPOConfig
@@ -238,6 +239,20 @@ def test_refusals(tmp_path):
         resume(out, {"iterations": 1})
     with pytest.raises(RunError, match="no checkpoint"):
         resume(tmp_path / "nothing-here")
+    # Adam's state keeps its own keys ("m/W1"); renamed ones are refused, as is version 1
+    saved = load_checkpoint(out / "checkpoint.npz")
+    assert "m/W1" in saved["optimizer_state"]
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "metrics.csv").write_bytes(before)
+    renamed = {k.replace("/", "|"): v for k, v in saved["optimizer_state"].items()}
+    save_checkpoint(other / "checkpoint.npz", saved["params"], renamed, saved["extra"])
+    with pytest.raises(RunError, match="optimizer state does not match"):
+        resume(other)
+    save_checkpoint(other / "checkpoint.npz", saved["params"], saved["optimizer_state"],
+                    dict(saved["extra"], version=np.array(1)))
+    with pytest.raises(RunError, match="checkpoint version 1, this code reads 2"):
+        resume(other)
     blocker = tmp_path / "file"
     blocker.write_text("x")
     with pytest.raises(RunError, match="cannot write there|not a directory"):

@@ -125,7 +125,7 @@ def check_config(c: PPOConfig) -> None:
     for name in positive:
         if getattr(c, name) <= 0:
             raise ValueError(f"{name}: must be > 0, got {getattr(c, name)}")
-    for name in ("iterations", "warmup_steps", "beta", "c_v", "c_H", "eps"):
+    for name in ("seed", "iterations", "warmup_steps", "beta", "c_v", "c_H", "eps"):
         if getattr(c, name) < 0:
             raise ValueError(f"{name}: must be >= 0, got {getattr(c, name)}")
     for name in ("gamma", "lam"):

@@ -32,7 +32,8 @@ from .metrics import COLUMNS, MetricsWriter, read_metrics, read_rows
 from .tasks import make_task
 
 OUTPUTS = ("metrics.csv", "checkpoint.npz", "config.json", "dashboard.png")
-CHECKPOINT_VERSION = 1
+#: 2: Adam's state stored under its own keys ("m/W1"); version 1 renamed them "m|W1"
+CHECKPOINT_VERSION = 2
 
 
 class RunError(ValueError):
@@ -71,9 +72,7 @@ def save_state(state: RunState, path) -> None:
         iteration=np.array(state.iteration, dtype=np.int64),
         version=np.array(CHECKPOINT_VERSION, dtype=np.int64),
     )
-    # Adam's state keys look like "m/W1"; save_checkpoint refuses "/" inside a key
-    optimizer_state = {k.replace("/", "|"): v for k, v in state.optimizer.state_dict().items()}
-    save_checkpoint(path, state.policy.params, optimizer_state, extra)
+    save_checkpoint(path, state.policy.params, state.optimizer.state_dict(), extra)
 
 
 def load_state(path) -> RunState:
@@ -103,8 +102,10 @@ def load_state(path) -> RunState:
         policy.params[name][...] = saved["params"][name]
         reference.params[name][...] = extra[f"ref.{name}"]
     optimizer = Adam(policy.params, lr=config.lr)
-    optimizer.load_state_dict({k.replace("|", "/"): v
-                               for k, v in saved["optimizer_state"].items()})
+    try:
+        optimizer.load_state_dict(saved["optimizer_state"] or {})
+    except ValueError as err:
+        raise RunError(f"{path}: its optimizer state does not match ({err})") from None
     # a PCG64 generator (the kind default_rng makes), then the saved state
     rng = np.random.Generator(np.random.PCG64(0))
     rng.bit_generator.state = json.loads(str(extra["rng_state"]))
