@@ -258,7 +258,7 @@ def test_random_frac_mixes_in_random_responses_and_same_seed_same_pairs():
 def test_preference_pairs_bad_input():
     task = make_task("length")
     rng = np.random.default_rng(0)
-    with pytest.raises(ValueError, match="n_pairs: must be >= 1"):
+    with pytest.raises(ValueError, match="n_pairs: must be an integer >= 1"):
         make_preference_pairs(task, rng, 0)
     with pytest.raises(ValueError, match="tau: must be >= 0"):
         make_preference_pairs(task, rng, 5, tau=-1.0)

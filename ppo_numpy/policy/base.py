@@ -19,6 +19,23 @@ from .vocab import NEVER_GENERATED, check_tokens, check_vocab_size
 NEVER_LOGIT = -1e9
 
 
+def resolve_params(own: dict, params=None) -> dict:
+    """``own`` if ``params`` is None, else ``params`` after checking it has exactly the names
+    and shapes of ``own`` (a model's ``params``)."""
+    if params is None:
+        return own
+    missing = sorted(set(own) - set(params))
+    unexpected = sorted(set(params) - set(own))
+    if missing or unexpected:
+        raise ValueError(f"params: missing {missing}, unexpected {unexpected} "
+                         f"(expected exactly {sorted(own)})")
+    for name, ref in own.items():
+        if np.shape(params[name]) != ref.shape:
+            raise ValueError(f"params[{name!r}]: shape {np.shape(params[name])} does not "
+                             f"match the model's {ref.shape}")
+    return params
+
+
 class ToyPolicy:
     """Base class: ``params`` (dict of float64 arrays), ``vocab_size``, input checks.
 
@@ -41,18 +58,7 @@ class ToyPolicy:
 
     def resolve_params(self, params=None) -> dict:
         """``self.params`` if ``params`` is None, else ``params`` with names and shapes checked."""
-        if params is None:
-            return self.params
-        missing = sorted(set(self.params) - set(params))
-        unexpected = sorted(set(params) - set(self.params))
-        if missing or unexpected:
-            raise ValueError(f"params: missing {missing}, unexpected {unexpected} "
-                             f"(expected exactly {sorted(self.params)})")
-        for name, ref in self.params.items():
-            if np.shape(params[name]) != ref.shape:
-                raise ValueError(f"params[{name!r}]: shape {np.shape(params[name])} does not "
-                                 f"match the model's {ref.shape}")
-        return params
+        return resolve_params(self.params, params)
 
     def check_tokens(self, tokens, name="tokens") -> np.ndarray:
         return check_tokens(tokens, self.vocab_size, name)

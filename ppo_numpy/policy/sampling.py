@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._validation import as_mask, check_scalar, where_valid
+from .._validation import as_mask, check_int, check_scalar, where_valid
 from ..entropy import entropy_from_logits, log_softmax
 from .vocab import EOS, PAD
 
@@ -129,14 +129,10 @@ def sample(model, prompts, rng, max_new_tokens, temperature=1.0):
     if not isinstance(rng, np.random.Generator):
         raise TypeError(f"rng: expected an np.random.Generator, got {type(rng).__name__}")
     x = _check_prompts(model, prompts)
-    if isinstance(max_new_tokens, (bool, np.bool_)) or not isinstance(max_new_tokens,
-                                                                       (int, np.integer)):
-        raise TypeError(f"max_new_tokens: expected an int, got {type(max_new_tokens).__name__}")
-    if max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens: must be >= 1, got {max_new_tokens}")
+    max_new_tokens = check_int(max_new_tokens, "max_new_tokens")
     temperature = check_scalar(temperature, "temperature", low=0, low_open=True,
                                allow_exact=False)
-    B, T, K = x.shape[0], int(max_new_tokens), model.vocab_size
+    B, T, K = x.shape[0], max_new_tokens, model.vocab_size
     responses = np.full((B, T), PAD, dtype=np.int64)
     mask = np.zeros((B, T))
     logp = np.zeros((B, T))

@@ -15,6 +15,8 @@ import string
 
 import numpy as np
 
+from .._validation import check_int
+
 PAD = 0
 BOS = 1
 EOS = 2
@@ -25,13 +27,7 @@ NEVER_GENERATED = (PAD, BOS)
 
 def check_vocab_size(vocab_size) -> int:
     """Return ``vocab_size`` as an int after checking K >= 4 (at least one content token)."""
-    if isinstance(vocab_size, (bool, np.bool_)) or not isinstance(vocab_size, (int, np.integer)):
-        raise TypeError(f"vocab_size: expected an int, got {type(vocab_size).__name__}")
-    K = int(vocab_size)
-    if K < FIRST_CONTENT + 1:
-        raise ValueError(f"vocab_size: must be >= {FIRST_CONTENT + 1} (3 special tokens and at "
-                         f"least one content token), got {K}")
-    return K
+    return check_int(vocab_size, "vocab_size", FIRST_CONTENT + 1)
 
 
 def check_tokens(tokens, vocab_size: int, name: str = "tokens", *, ndim: int = 2) -> np.ndarray:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._validation import as_mask, check_int, check_scalar
+from ..policy.base import resolve_params
 from ..policy.vocab import check_tokens, check_vocab_size
 
 
@@ -101,17 +102,7 @@ class RewardModel:
 
     def resolve_params(self, params=None) -> dict:
         """``self.params`` if ``params`` is None, else ``params`` with names and shapes checked."""
-        if params is None:
-            return self.params
-        missing = sorted(set(self.params) - set(params))
-        unexpected = sorted(set(params) - set(self.params))
-        if missing or unexpected:
-            raise ValueError(f"params: missing {missing}, unexpected {unexpected}")
-        for name, ref in self.params.items():
-            if np.shape(params[name]) != ref.shape:
-                raise ValueError(f"params[{name!r}]: shape {np.shape(params[name])} does not "
-                                 f"match the model's {ref.shape}")
-        return params
+        return resolve_params(self.params, params)
 
     def _inputs(self, prompts, responses, mask):
         x = check_tokens(prompts, self.vocab_size, "prompts")

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._validation import check_scalar
+from .._validation import check_int, check_scalar
 
 FIELDS = ("prompts", "chosen", "chosen_mask", "rejected", "rejected_mask", "gold_chosen",
           "gold_rejected")
@@ -102,13 +102,10 @@ def make_preference_pairs(task, rng, n_pairs, *, tau=0.1, random_frac=0.0) -> Pr
     """
     if not isinstance(rng, np.random.Generator):
         raise TypeError(f"rng: expected an np.random.Generator, got {type(rng).__name__}")
-    if isinstance(n_pairs, (bool, np.bool_)) or not isinstance(n_pairs, (int, np.integer)):
-        raise TypeError(f"n_pairs: expected an int, got {type(n_pairs).__name__}")
-    if n_pairs < 1:
-        raise ValueError(f"n_pairs: must be >= 1, got {n_pairs}")
+    n_pairs = check_int(n_pairs, "n_pairs")
     tau = check_scalar(tau, "tau", low=0, allow_exact=False)
     random_frac = check_scalar(random_frac, "random_frac", low=0, high=1, allow_exact=False)
-    x = task.sample_prompts(rng, int(n_pairs))
+    x = task.sample_prompts(rng, n_pairs)
     y_a, m_a = _responses(task, x, rng, random_frac)
     y_b, m_b = _responses(task, x, rng, random_frac)
     g_a, g_b = task.score(x, y_a, m_a), task.score(x, y_b, m_b)
