@@ -116,7 +116,10 @@ def output_summary(nb) -> list[tuple]:
 
     Images are represented by their MIME type and text/plain (e.g. ``<Figure size
     ... with 2 Axes>``), not by their bytes; memory addresses are blanked. Cells
-    tagged ``volatile-output`` are represented by their tag only.
+    tagged ``volatile-output`` are represented by their tag only. Consecutive
+    outputs of one stream are joined: how the kernel cuts printed text into
+    messages depends on timing (one ``print`` after a slow call arrives as a
+    message of its own), not on what the cell computes.
     """
     summary = []
     for i, cell in enumerate(nb.cells):
@@ -129,13 +132,19 @@ def output_summary(nb) -> list[tuple]:
         for out in cell.get("outputs", []):
             kind = out.get("output_type")
             if kind == "stream":
-                outs.append((kind, out.get("name"), _ADDRESS.sub(" at 0x", out.get("text", ""))))
+                text = out.get("text", "")
+                if outs and outs[-1][:2] == (kind, out.get("name")):
+                    outs[-1] = (kind, out.get("name"), outs[-1][2] + text)
+                else:
+                    outs.append((kind, out.get("name"), text))
             elif kind in ("display_data", "execute_result"):
                 data = out.get("data", {})
                 text = _ADDRESS.sub(" at 0x", str(data.get("text/plain", "")))
                 outs.append((kind, tuple(sorted(data)), text))
             else:
                 outs.append((kind, out.get("ename"), out.get("evalue")))
+        outs = [(k, n, _ADDRESS.sub(" at 0x", t)) if k == "stream" else (k, n, t)
+                for k, n, t in outs]
         summary.append((i, tuple(outs)))
     return summary
 

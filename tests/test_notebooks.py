@@ -139,6 +139,24 @@ def test_stale_outputs_see_missing_figures_and_lines():
     assert len(stale_outputs(_printing("a\n"), _printing("a\nb\n"))) == 1
 
 
+def test_stale_outputs_join_a_stream_cut_into_pieces():
+    # one print arrives as one or two messages depending on timing; a figure between them
+    # is a real difference
+    def cell(*outs):
+        return _notebook([1], outputs=[list(outs)])
+
+    def out(text):
+        return new_output("stream", name="stdout", text=text)
+
+    figure = new_output("display_data", data={"image/png": "iVBOR", "text/plain": "<Figure>"})
+    whole = cell(out("18 cases\nreport: ok\n"))
+    assert stale_outputs(whole, cell(out("18 cases\n"), out("report: ok\n"))) == []
+    assert len(stale_outputs(whole, cell(out("18 cases\n"), figure, out("report: ok\n")))) == 1
+    assert len(stale_outputs(whole, cell(out("18 cases\n"),
+                                         new_output("stream", name="stderr",
+                                                    text="report: ok\n")))) == 1
+
+
 def test_volatile_cells_are_not_compared():
     stored, fresh = _printing("took 1.2 s\n"), _printing("took 3.4 s (slow machine)\n")
     assert len(stale_outputs(stored, fresh)) == 1
