@@ -44,11 +44,13 @@ def prior_batch(task, seed=0, n=6):
 
 @pytest.mark.parametrize("kind", ["mlp", "bigram"])
 def test_cross_entropy_gradients_match_finite_differences(kind):
-    task = make_task("reverse")
+    # the length task's prior has random lengths: the batch holds padding
+    task = make_task("length")
     rng = np.random.default_rng(1)
     model = (MLPPolicy(task.vocab_size, 4, 3, 5, rng, max_len=12) if kind == "mlp"
              else BigramPolicy(task.vocab_size, rng))
     x, y, m = prior_batch(task)
+    assert 0 < m.sum() < m.size
     loss, grads = cross_entropy_and_grads(model, x, y, m)
 
     def f(p):
@@ -138,6 +140,51 @@ def test_first_iteration_bookkeeping(monkeypatch):
         assert np.array_equal(p, ref_before[name])
     assert any(not np.array_equal(state.policy.params[k], ref_before[k]) for k in ref_before)
     assert all(np.isfinite(v) for v in row.values())
+
+
+def test_kl_ref_and_explained_variance_follow_their_definitions(monkeypatch):
+    # iteration 2 (pi_theta != pi_ref), from the rollout, by plain loops over each response
+    rollouts = []
+    real_sample = loop.sample
+
+    def spy(model, prompts, rng, max_new_tokens, temperature=1.0):
+        rollouts.append(real_sample(model, prompts, rng, max_new_tokens, temperature))
+        return rollouts[-1]
+
+    monkeypatch.setattr(loop, "sample", spy)
+    config = QUICK.replace(lam=0.9)
+    state = new_run(config)
+    ppo_iteration(state)
+    row = ppo_iteration(state)
+    r, task, beta = rollouts[-1], state.task, config.beta
+    P = r.prompts.shape[1]
+    logits, _, _ = state.reference.forward(np.concatenate([r.prompts, r.responses], 1)[:, :-1])
+    kl_sums, R_all, V_all = [], [], []
+    scores = task.score(r.prompts, r.responses, r.mask)
+    for b in range(len(scores)):
+        n = int(r.mask[b].sum())
+        k1 = []
+        for t in range(n):
+            z = logits[b, P - 1 + t]
+            logp_ref = z[r.responses[b, t]] - z.max() - math.log(np.exp(z - z.max()).sum())
+            k1.append(r.logp[b, t] - logp_ref)
+        kl_sums.append(sum(k1))
+        # r~_t = -beta k1_t, plus the score at the last token; V after the last token is 0
+        rewards = [-beta * k for k in k1]
+        rewards[-1] += scores[b]
+        V = list(r.values[b, :n]) + [0.0]
+        A = 0.0
+        R = [0.0] * n
+        for t in reversed(range(n)):
+            A = rewards[t] + V[t + 1] - V[t] + config.lam * A
+            R[t] = A + V[t]
+        R_all += R
+        V_all += V[:n]
+    assert row["kl_ref"] != 0.0
+    assert row["kl_ref"] == pytest.approx(np.mean(kl_sums), rel=1e-12)
+    R_all, V_all = np.array(R_all), np.array(V_all)
+    ev = 1 - np.var(R_all - V_all) / np.var(R_all)
+    assert row["explained_variance"] == pytest.approx(ev, rel=1e-10)
 
 
 def test_stale_logp_old_stops_the_run(monkeypatch):
