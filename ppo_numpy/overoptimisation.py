@@ -42,7 +42,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ._validation import check_int
+from ._validation import check_int, check_scalar
 from .reward import RewardModel, evaluate_reward_model, fit_reward_model, make_preference_pairs
 from .training.config import PPOConfig
 from .training.loop import make_kl_controller, new_run, ppo_iteration
@@ -82,6 +82,10 @@ class OveroptimisationConfig:
         for name in ("n_pairs", "n_heldout", "d_hidden", "rm_steps", "n_calibration",
                      "iterations", "batch_size"):
             check_int(getattr(self, name), name)
+        check_scalar(self.tau, "tau", low=0, allow_exact=False)
+        check_scalar(self.random_frac, "random_frac", low=0, high=1, allow_exact=False)
+        check_scalar(self.rm_lr, "rm_lr", low=0, low_open=True, allow_exact=False)
+        check_scalar(self.weight_decay, "weight_decay", low=0, allow_exact=False)
         if self.task not in TASKS:
             raise ValueError(f"task: unknown value {self.task!r}; valid ones are "
                              f"{', '.join(TASKS)}")
@@ -92,7 +96,7 @@ class OveroptimisationConfig:
         if len(set(betas)) != len(betas):
             raise ValueError(f"betas: repeated value in {self.betas!r}")
         object.__setattr__(self, "betas", tuple(float(b) for b in betas))
-        # the remaining checks are PPOConfig's and the reward package's
+        # the remaining checks are PPOConfig's
         self.ppo_config()
 
     def ppo_config(self, beta: float | None = None) -> PPOConfig:
@@ -307,7 +311,13 @@ def main(argv=None) -> int:
         print(f"{parser.prog}: error: {err}", file=sys.stderr)
         return 2
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "overoptimisation.csv").touch()
+    except OSError as err:
+        print(f"{parser.prog}: error: output directory {out}: cannot write there "
+              f"({err.strerror})", file=sys.stderr)
+        return 2
 
     def progress(row):
         if not args.quiet and (row["iteration"] % 25 == 0 or row["iteration"] == 1):

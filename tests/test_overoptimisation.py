@@ -134,6 +134,14 @@ def test_config_checks_name_the_field(capsys):
         oo.run_overoptimisation(PPOConfig())
     assert oo.main(["--quick", "--betas", "0,-1"]) == 2
     assert "betas" in capsys.readouterr().err
+    for flag, value, match in [("--tau", "-1", "tau: must be >= 0"),
+                               ("--random-frac", "1.5", "random_frac: must be <= 1"),
+                               ("--rm-lr", "0", "rm_lr: must be > 0"),
+                               ("--seed", "-1", "seed: must be >= 0")]:
+        assert oo.main(["--quick", flag, value]) == 2
+        assert match in capsys.readouterr().err
+    assert oo.main(["--quick", "--out", "/proc/no-such-dir/x"]) == 2
+    assert "cannot write there" in capsys.readouterr().err
     assert oo.OveroptimisationConfig(betas=(0, 1)).betas == (0.0, 1.0)
 
 
