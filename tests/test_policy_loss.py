@@ -72,6 +72,7 @@ TERMS = {
     "value": (no_policy, dict(c_v=1.0, c_H=0.0)),
     "value-clipped": (no_policy, dict(c_v=1.0, c_H=0.0, value_clip=VCLIP)),
     "entropy": (no_policy, dict(c_v=0.0, c_H=1.0)),
+    "kl-k1": (no_policy, dict(c_v=0.0, kl_coef=1.0, kl_estimator="k1")),
     "kl-k3": (no_policy, dict(c_v=0.0, kl_coef=1.0, kl_estimator="k3")),
     "kl-k2": (no_policy, dict(c_v=0.0, kl_coef=1.0, kl_estimator="k2")),
     "combined": (lambda b: b, dict(c_v=0.7, c_H=0.05, value_clip=VCLIP, epsilon_high=EPS_HIGH,
