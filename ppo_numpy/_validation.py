@@ -5,14 +5,19 @@ user who passes a wrong shape or a NaN sees which of their arrays to fix.
 
 Arrays are converted to float64 (integer, bool and float32 input accepted) and
 always copied, so no public function can write into its caller's arrays.
-Arrays of ``fractions.Fraction`` stay exact (object dtype): see
-``docs/hand-calculations.md``.
+
+Exact mode: when any array argument holds a ``fractions.Fraction``, the arrays
+of the call become object arrays of Fractions and every rational step stays
+exact. A float entry is then read as the decimal it prints as (0.6 is 3/5, not
+the binary 5404319552844595/9007199254740992), the same rule as for float
+hyperparameters (:func:`scalar_for`); NaN and inf are allowed only at padding,
+as in float mode. Which functions stay exact: ``docs/hand-calculations.md``.
 """
 
 from __future__ import annotations
 
 from fractions import Fraction
-from numbers import Real
+from numbers import Rational, Real
 
 import numpy as np
 
@@ -38,16 +43,15 @@ def as_array(x, name: str, *, exact: bool | None = None, copy: bool = True) -> n
     """
     if exact is None:
         exact = is_exact(x)
-    if exact:
+    if exact or is_exact(x):
         try:
             arr = np.array(x, dtype=object)
-            arr = np.vectorize(Fraction, otypes=[object])(arr) if arr.size else arr
-        except (TypeError, ValueError) as err:
-            raise TypeError(f"{name}: cannot be read as exact fractions ({err})") from None
-        return arr
-    if is_exact(x):
-        # Fractions where the formula needs exp/log/sqrt: computed in float64
-        return np.array(x, dtype=object).astype(np.float64)
+        except ValueError as err:  # ragged lists
+            raise ValueError(f"{name}: not a rectangular array ({err})") from None
+        if not exact:
+            # Fractions where the formula needs exp/log/sqrt: computed in float64
+            return _convert(arr, lambda v: _exact_entry(v, name, keep_float=True), np.float64)
+        return _convert(arr, lambda v: _exact_entry(v, name), object)
     if isinstance(x, np.ndarray):
         if x.dtype.kind not in "biuf":
             raise TypeError(
@@ -61,6 +65,30 @@ def as_array(x, name: str, *, exact: bool | None = None, copy: bool = True) -> n
     if arr.dtype.kind not in "biuf":
         raise TypeError(f"{name}: expected real numbers, got {arr.dtype} values")
     return arr.astype(np.float64)
+
+
+def _convert(arr: np.ndarray, entry, dtype) -> np.ndarray:
+    return np.vectorize(entry, otypes=[dtype])(arr) if arr.size else arr.astype(dtype)
+
+
+def _exact_entry(v, name: str, keep_float: bool = False):
+    """One entry of an exact array: a Fraction; a float read as the decimal it prints as.
+
+    NaN and inf stay floats, so that :func:`check_finite` can allow them at padding.
+    ``keep_float=True``: floats stay as they are (the array is going to float64).
+    """
+    if isinstance(v, Fraction):
+        return v
+    if isinstance(v, (float, np.floating)):
+        if keep_float or not np.isfinite(v):
+            return float(v)
+        # str(0.6) is '0.6': Fraction('0.6') = 3/5, the rule of scalar_for
+        return Fraction(str(v))
+    if isinstance(v, (int, np.integer, np.bool_)):
+        return Fraction(int(v))
+    if isinstance(v, Rational):
+        return Fraction(v)
+    raise TypeError(f"{name}: expected real numbers, got {type(v).__name__} {v!r}")
 
 
 def check_scalar(x, name: str, *, low=None, high=None, low_open=False,
@@ -128,15 +156,23 @@ def as_mask(mask, like: np.ndarray, like_name: str) -> np.ndarray:
     return m.astype(bool)
 
 
+def finite_entries(arr: np.ndarray) -> np.ndarray:
+    """Element-wise True where ``arr`` is not NaN or inf (exact arrays: a Fraction)."""
+    if arr.dtype == object:
+        # exact arrays hold Fractions, and NaN or inf as floats (see as_array)
+        return np.array([isinstance(v, Fraction) for v in arr.flat],
+                        dtype=bool).reshape(arr.shape)
+    return np.isfinite(arr)
+
+
 def check_finite(arr: np.ndarray, name: str, mask: np.ndarray) -> None:
     """Raise if ``arr`` has NaN or inf at a valid (mask = 1) position."""
-    if arr.dtype == object:
-        return
-    with np.errstate(over="ignore", invalid="ignore"):
-        # why: one read pass; a NaN or inf anywhere makes the sum non-finite
-        if np.isfinite(arr.sum()):
-            return
-    bad = mask & ~np.isfinite(arr)
+    if arr.dtype != object:
+        with np.errstate(over="ignore", invalid="ignore"):
+            # why: one read pass; a NaN or inf anywhere makes the sum non-finite
+            if np.isfinite(arr.sum()):
+                return
+    bad = mask & ~finite_entries(arr)
     if np.any(bad):
         idx = tuple(int(i) for i in np.argwhere(bad)[0])
         raise ValueError(

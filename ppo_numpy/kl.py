@@ -20,7 +20,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._validation import as_array, as_mask, check_scalar, prepare, scalar_for, where_valid
+from ._validation import (
+    as_array,
+    as_mask,
+    check_scalar,
+    finite_entries,
+    prepare,
+    scalar_for,
+    where_valid,
+)
 
 ESTIMATORS = ("k1", "k2", "k3", "abs")
 
@@ -169,7 +177,7 @@ def kl_shaped_rewards(scores, logp, logp_ref, beta, mask=None, estimator="k1", *
             f"scores: expected shape {want} (one score per response) for logp of shape "
             f"{kl.shape}, got shape {s.shape}"
         )
-    if s.dtype != object and not np.all(np.isfinite(s)):
+    if not np.all(finite_entries(s)):
         raise ValueError("scores: must be finite")
     if isinstance(score_offset, bool) or score_offset not in (0, 1):
         raise ValueError(f"score_offset: must be 0 or 1, got {score_offset!r}")

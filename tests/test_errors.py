@@ -281,3 +281,50 @@ def test_empty_time_axis(call, name):
 def test_whitening_constant_values_without_eps(eps_mode):
     with pytest.raises(ValueError, match=r"^x: .*variance 0.*eps"):
         whiten([2.0, 2.0, 7.0], [1, 1, 0], eps=0, eps_mode=eps_mode)
+
+
+# --- exact (Fraction) input: padding never matters, bad entries are named -------------------
+
+
+def test_exact_input_with_nan_and_inf_in_padding():
+    # the same calls as in float mode: garbage at padding is ignored, the output stays exact
+    r = [F(0), F(0), F(1), NAN]
+    v = [F(1, 2), F(3, 5), F(7, 10), INF]
+    m = [1, 1, 1, 0]
+    A, R = gae(r, v, 1, F(19, 20), m)
+    assert list(A) == [F(1863, 4000), F(77, 200), F(3, 10), 0]
+    assert all(isinstance(a, F) for a in A) and R[3] == 0
+    assert list(td_errors(r, v, 1, m)) == [F(1, 10), F(1, 10), F(3, 10), 0]
+    assert list(value_loss(v, v, r, m)) == [F(1, 8), F(9, 50), F(9, 200), 0]
+    assert aggregate([F(1), F(2), -INF], [1, 1, 0]) == F(3, 2)
+    assert list(clipped_surrogate([F(3, 2), NAN], [F(2), F(1)], F(1, 5), mask=[1, 0])) == [
+        F(12, 5), 0]
+    assert list(kl_shaped_rewards(F(1), [F(-1), INF], [F(-3, 2), NAN], F(1, 10), [1, 0])) == [
+        F(-1, 20) + 1, 0]
+
+
+@pytest.mark.parametrize("call, name", [
+    (lambda: td_errors([F(0), NAN, F(1)], X3), "rewards"),
+    (lambda: gae(X3, [F(1), F(2), INF]), "values"),
+    (lambda: aggregate([F(1), -INF]), "per_token"),
+    (lambda: value_loss([F(1)], [NAN], [F(1)], clip_range=0.2), "old_values"),
+])
+def test_exact_input_non_finite_at_valid_position(call, name):
+    with pytest.raises(ValueError, match=rf"^{name}: non-finite value .* at valid position"):
+        call()
+
+
+def test_exact_non_finite_score():
+    with pytest.raises(ValueError, match=r"^scores: must be finite"):
+        kl_shaped_rewards([F(1), NAN], B2, B2, 0.1)
+
+
+@pytest.mark.parametrize("call, name", [
+    (lambda: td_errors([F(0), "0.5"], X2), "rewards"),
+    (lambda: gae(X2, [F(1), None]), "values"),
+    (lambda: aggregate([F(1), 1j]), "per_token"),
+    (lambda: probability_ratio([F(0), "1"], X2), "logp"),
+])
+def test_exact_input_entries_that_are_not_numbers(call, name):
+    with pytest.raises(TypeError, match=rf"^{name}: expected real numbers"):
+        call()
