@@ -192,7 +192,7 @@ def test_plot_comparison_cells_coloured_by_verdict_rejected_rows_grey():
     assert green[1] > green[0] and red[0] > red[1]           # c1 passed, c2 failed
     texts = {(round(t.get_position()[1]), round(t.get_position()[0])): t.get_text()
              for t in ax.texts}
-    assert texts[(0, 0)] == "0" and texts[(1, 0)] == "inf"   # exact; NaN at a response token
+    assert texts[(0, 0)] == "exact" and texts[(1, 0)] == "inf"   # NaN at a response token
     assert float(texts[(1, 1)]) > 0 > float(texts[(0, 1)])   # 0.075 fails, 1e-13 passes
     assert "2 of 4 comparisons failed" in ax.get_title()
     with pytest.raises(ValueError, match="ComparisonReport"):

@@ -50,8 +50,9 @@ def plot_comparison(report, *, title=None):
         Default: the report's verdict.
 
     A cell is green when the comparison passed (darker: closer to its
-    tolerance), red when it failed; it shows log10(error / allowed) ("0" for an
-    exact match, "inf" for NaN or inf). Cases the reference rejected are grey rows.
+    tolerance), red when it failed; it shows log10(error / allowed) ("exact" for an
+    error of 0, "inf" for NaN or inf; 0.0 would be an error equal to its tolerance).
+    Cases the reference rejected are grey rows.
     """
     rows = getattr(report, "rows", None)
     if rows is None or not hasattr(report, "rejected"):
@@ -78,7 +79,7 @@ def plot_comparison(report, *, title=None):
         level = np.clip((np.log10(ratio) - lo) / (hi - lo), 0, 1) if 0 < ratio < np.inf else (
             0.0 if ratio == 0 else 1.0)
         image[i, j] = greens(0.15 + 0.6 * level) if r.passed else reds(0.45 + 0.5 * level)
-        label = "0" if ratio == 0 else "inf" if ratio == np.inf else f"{np.log10(ratio):.1f}"
+        label = "exact" if ratio == 0 else "inf" if ratio == np.inf else f"{np.log10(ratio):.1f}"
         ax.text(j, i, label, ha="center", va="center", fontsize=7,
                 color="white" if not r.passed else "black")
     ax.imshow(image, aspect="auto", interpolation="nearest")
