@@ -29,8 +29,8 @@ import functools
 
 import numpy as np
 
-from ._validation import check_scalar, prepare, scalar_for, where_valid
-from .td import _td_errors, has_holes, starts_late
+from ._validation import check_int, check_scalar, prepare, scalar_for, where_valid
+from .td import _td_errors, has_holes
 
 METHODS = ("blocked", "loop")
 
@@ -53,9 +53,10 @@ def gae(rewards, values, gamma=1.0, lam=0.95, mask=None, *, method=None, block=3
         1 for response tokens. Padding is skipped (see :func:`td_errors`):
         the recursion runs over response tokens only, and outputs are 0 at padding.
     method : {"blocked", "loop"}, optional
-        ``None`` picks ``"blocked"`` for floats and ``"loop"`` for exact Fractions.
-    block : int
-        Block length C of the blocked method (speed only; 1 behaves as 2).
+        ``None`` picks ``"blocked"`` for floats and ``"loop"`` for exact Fractions
+        (``"blocked"`` computes in float64 and refuses Fractions).
+    block : int >= 1
+        Block length C of the blocked method (speed only; 1 behaves as 2). Default 32.
 
     Returns
     -------
@@ -76,20 +77,22 @@ def gae(rewards, values, gamma=1.0, lam=0.95, mask=None, *, method=None, block=3
     gamma = check_scalar(gamma, "gamma", low=0, high=1)
     if method is not None and method not in METHODS:
         raise ValueError(f"method: unknown method {method!r}; valid ones are {', '.join(METHODS)}")
-    if isinstance(block, bool) or not isinstance(block, (int, np.integer)) or block < 1:
-        raise ValueError(f"block: must be a positive integer, got {block!r}")
+    block = check_int(block, "block")
     (r, v), m = prepare({"rewards": rewards, "values": values}, mask)
+    if method is None:
+        method = "loop" if v.dtype == object else "blocked"
+    elif method == "blocked" and v.dtype == object:
+        raise ValueError("method: 'blocked' computes in float64; exact Fraction input needs "
+                         "method='loop' (or None, which picks it)")
     gamma = scalar_for(gamma, v)
     holes = has_holes(m)
     # r and v are this call's own copies: delta is computed in r, returns in v
-    delta = _td_errors(r, v, gamma, m, holes, overwrite_r=True)
+    delta = _td_errors(r, v, gamma, m, holes)
     gl = gamma * scalar_for(lam, v)
-    if method is None:
-        method = "loop" if v.dtype == object else "blocked"
     if method == "loop":
         advantages = _gae_loop(delta, m, gl)
     else:
-        advantages = _gae_blocked(delta, m, float(gl), int(block), holes=holes, own_delta=True)
+        advantages = _gae_blocked(delta, m, float(gl), block, holes)
     # advantages and v are both exactly 0 at padding, so returns are too
     returns = np.add(advantages, v, out=v)
     return advantages, returns
@@ -151,21 +154,21 @@ def _matmul(x, W):
     return out
 
 
-def _suffix_sums(x, g, C, overwrite=False):
+def _suffix_sums(x, g, C):
     """y_t = sum_{l >= 0} g^l x_{t+l} along the last axis of a dense (B, n) array.
 
     Blocks of C steps: inside a block y = x @ W (W from :func:`_power_matrix`).
     The value at the start of each block obeys the same recursion with g^C
     over blocks, so it is computed by a recursive call on (B, n / C) numbers;
     it enters the block before as an extra g * y_start on that block's last step.
-    ``overwrite=True`` lets the function write into ``x`` (saves a copy).
+    Writes into ``x`` (the callers pass arrays of their own).
     """
     B, n = x.shape
     W = _power_matrix(g, min(C, n))
     if n <= C:
         return _matmul(np.ascontiguousarray(x), W)
     nb = -(-n // C)
-    if overwrite and n == nb * C and x.flags.c_contiguous:
+    if n == nb * C and x.flags.c_contiguous:
         d = x
     else:
         d = np.zeros((B, nb * C))
@@ -174,36 +177,33 @@ def _suffix_sums(x, g, C, overwrite=False):
     # y at the first step of each block, counting that block alone
     first = _matmul(d, W[:, :1]).reshape(B, nb)
     # y_start(b) = first(b) + g^C y_start(b + 1)
-    start = _suffix_sums(first, g**C, C, overwrite=True)
+    start = _suffix_sums(first, g**C, C)
     # y_(last of block b) gains g * y_start(b + 1), and every earlier step its discounted share
     d.reshape(B, nb, C)[:, :-1, C - 1] += g * start[:, 1:]
     y = _matmul(d, W)  # (B * nb, C)
     return y.reshape(B, nb * C)[:, :n]
 
 
-def _gae_blocked(delta, mask, gl, C, *, holes=None, own_delta=False):
+def _gae_blocked(delta, mask, gl, C, holes):
     """The sum definition A_t = sum_l (gl)^l delta_{t+l}, evaluated block by block.
 
-    ``holes``: ``has_holes(mask)`` if already known. ``own_delta=True`` says
-    that ``delta`` is 0 at padding and may be written into (as from ``_td_errors``).
+    ``delta``: 0 at padding and this call's own (written into), as from ``_td_errors``;
+    ``holes``: ``has_holes(mask)``.
     """
     squeeze = delta.ndim == 1
     if squeeze:
         delta, mask = delta[None], mask[None]
     # A row whose mask has holes is compacted first, so the sum skips padding.
-    compacted = has_holes(mask) if holes is None else holes
-    if compacted:
+    if holes:
         delta, rows, cols, pos = _compact(delta, mask)
     # why: with C = 1 the recursion over blocks would not shrink
-    A = _suffix_sums(delta, gl, max(C, 2), overwrite=own_delta or compacted)
-    if compacted:
+    A = _suffix_sums(delta, gl, max(C, 2))
+    if holes:
         out = np.zeros_like(A)
         out[rows, cols] = A[rows, pos[rows, cols]]
         A = out
-    if not A.flags.c_contiguous:  # a slice of the padded blocks: copy
-        A = where_valid(mask, A)
-    # why: a delta that is 0 at padding gives A exactly 0 after each row's last token, so
-    # only padding before a row's first token needs zeroing
-    elif not own_delta or compacted or starts_late(mask):
+    elif A.flags.c_contiguous:
         np.copyto(A, 0.0, where=~mask)
+    else:  # a slice of the padded blocks: a compact copy, 0 at padding
+        A = where_valid(mask, A)
     return A[0] if squeeze else A

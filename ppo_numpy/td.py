@@ -40,23 +40,17 @@ def has_holes(mask: np.ndarray) -> bool:
     return runs > np.count_nonzero(mask.any(axis=-1))
 
 
-def starts_late(mask: np.ndarray) -> bool:
-    """True when some row of a bool mask has padding before its first response token."""
-    return not np.all(mask[..., :1] | ~mask.any(axis=-1, keepdims=True))
-
-
-def _td_errors(r: np.ndarray, v: np.ndarray, gamma, m: np.ndarray, holes=None, *,
-               overwrite_r=False) -> np.ndarray:
-    """td_errors on checked arrays: r, v as :func:`prepare` returns them, gamma in their
-    arithmetic (:func:`scalar_for`), m a bool mask, holes = has_holes(m) if known.
-    ``overwrite_r=True``: delta may be computed in ``r``'s memory."""
+def _td_errors(r: np.ndarray, v: np.ndarray, gamma, m: np.ndarray, holes=None) -> np.ndarray:
+    """td_errors on checked arrays: r, v as :func:`prepare` returns them (this call's own
+    copies, 0 at padding), gamma in their arithmetic (:func:`scalar_for`), m a bool mask,
+    holes = has_holes(m) if known. Without holes delta is computed in ``r``'s memory."""
     if has_holes(m) if holes is None else holes:
         # delta_t = r_t + gamma V(s_{t+1}) - V(s_t)
         return where_valid(m, r + gamma * next_valid_values(v, m) - v)
     # why: without holes the next response token is t + 1, and v is 0 at padding, so
     # V(s_{t+1}) = v[t + 1] (0 after the last token); same operations, same rounding
     zero = zero_like(v)
-    delta = r if overwrite_r else r.copy()
+    delta = r
     # delta_t = r_t + gamma V(s_{t+1}) - V(s_t)
     if gamma == 1:
         delta[..., :-1] += v[..., 1:]
@@ -64,9 +58,8 @@ def _td_errors(r: np.ndarray, v: np.ndarray, gamma, m: np.ndarray, holes=None, *
         delta[..., :-1] += gamma * v[..., 1:]
     delta[..., -1:] += zero
     delta -= v
-    # padding is 0 already except just before a run that starts after t = 0
-    if starts_late(m):
-        np.copyto(delta, zero, where=~m)
+    # padding just before a run that starts after t = 0 holds gamma v[t + 1]
+    np.copyto(delta, zero, where=~m)
     return delta
 
 
@@ -100,4 +93,4 @@ def td_errors(rewards, values, gamma=1.0, mask=None):
     """
     gamma = check_scalar(gamma, "gamma", low=0, high=1)
     (r, v), m = prepare({"rewards": rewards, "values": values}, mask)
-    return _td_errors(r, v, scalar_for(gamma, v), m, overwrite_r=True)
+    return _td_errors(r, v, scalar_for(gamma, v), m)

@@ -108,7 +108,7 @@ RANGE_CASES = [
     ("norm<=0", lambda: aggregate(X3, mode="seq-mean-token-sum-norm", norm=0), "norm", r"> 0"),
     ("whiten eps<0", lambda: whiten(X3, eps=-1e-8), "eps", r">= 0"),
     ("ddof 2", lambda: whiten(X3, ddof=2), "ddof", "0 or 1"),
-    ("block 0", lambda: gae(X3, X3, block=0), "block", "positive integer"),
+    ("block 0", lambda: gae(X3, X3, block=0), "block", r"integer >= 1"),
     ("rho<0", lambda: clipped_surrogate([1.0, -0.5, 1.0], X3), "rho", r">= 0"),
 ]
 

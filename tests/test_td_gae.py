@@ -283,3 +283,41 @@ def test_a_list_with_fractions_after_plain_ints_is_exact():
     A, _ = gae([0, 0, F(1)], [0, F(1, 2), F(1, 4)], 1, F(1, 2))
     # A_3 = 3/4, A_2 = -1/4 + 1/2 * 3/4 = 1/8, A_1 = 1/2 + 1/2 * 1/8 = 9/16
     assert_exact(A, [F(9, 16), F(1, 8), F(3, 4)])
+
+
+def test_exact_mode_reads_float_entries_as_written():
+    # one Fraction makes the call exact; the floats 0.5, 0.6, 0.7 are then 1/2, 3/5, 7/10
+    # (not Fraction(0.6) = 5404319552844595/9007199254740992), as gamma and lam are
+    delta = td_errors([F(0), 0.0, 1.0], np.array([0.5, 0.6, 0.7]))
+    assert_exact(delta, [F(1, 10), F(1, 10), F(3, 10)])
+    A, R = gae([F(0), 0, 1], [0.5, 0.6, np.float32(0.7)], 1.0, 0.95)
+    assert_exact(A, [F(1863, 4000), F(77, 200), F(3, 10)])
+    assert_exact(R, [F(3863, 4000), F(197, 200), F(1)])
+
+
+def test_blocked_method_with_exact_input_is_refused():
+    with pytest.raises(ValueError, match=r"^method: .*blocked.*float.*loop"):
+        gae([F(0), F(1)], [F(0), F(0)], method="blocked")
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("gamma", [F(9, 10), F(1, 10**105), F(0)])
+def test_gae_empty_row_left_padding_and_underflowing_powers(method, gamma):
+    # row 0 full, row 1 without any response token (garbage only), row 2 left-padded;
+    # gamma 1e-105: (gamma lam)^3 is subnormal and (gamma lam)^4 underflows to 0
+    rnd = random.Random(11)
+    T = 70
+    r = np.full((3, T), np.nan)
+    v = np.full((3, T), np.inf)
+    mask = np.zeros((3, T), dtype=int)
+    rows = {0: (0, T), 2: (T - 9, 9)}
+    want = np.zeros((3, T))
+    for i, (s, n) in rows.items():
+        row_r, row_v = random_rationals(rnd, n), random_rationals(rnd, n)
+        r[i, s:s + n], v[i, s:s + n] = row_r, row_v
+        mask[i, s:s + n] = 1
+        want[i, s:s + n] = [float(a) for a in gae_by_sum(row_r, row_v, gamma, F(1))]
+    A, R = gae(r, v, float(gamma), 1.0, mask, method=method, block=4)
+    assert_close(A, want, rtol=1e-12, atol=1e-12, method=method, gamma=float(gamma))
+    assert_zero_at_padding(A, mask, "advantages", method=method)
+    assert_zero_at_padding(R, mask, "returns", method=method)
