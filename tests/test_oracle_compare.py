@@ -161,6 +161,23 @@ def test_kink_range_accepts_values_between_the_one_sided_ones():
     assert not without.passed and without.n_kinks == 0
 
 
+def test_kink_reaching_an_infinity_accepts_that_infinity():
+    # 1 - error / var with var = 0 is -inf; a probe that makes var > 0 gives -1e20 instead
+    e = np.array([-np.inf, 2.0])
+    alts = [np.array([-1e20, 2.0])]
+    tol = TOLERANCES["float64"]
+    same = compare_output("v", np.array([-np.inf, 2.0]), e, alternatives=alts, tolerance=tol)
+    assert same.passed and same.n_kinks == 1 and same.max_abs_err == 0.0
+    between = compare_output("v", np.array([-3e20, 2.0]), e, alternatives=alts, tolerance=tol)
+    assert between.passed
+    # 0 lies 1e20 above the range [-inf, -1e20]
+    outside = compare_output("v", np.array([0.0, 2.0]), e, alternatives=alts, tolerance=tol)
+    assert not outside.passed and outside.max_abs_err == 1e20
+    wrong_sign = compare_output("v", np.array([np.inf, 2.0]), e, alternatives=alts,
+                                tolerance=tol)
+    assert not wrong_sign.passed and wrong_sign.max_abs_err == np.inf
+
+
 def float32_kink_input():
     """logp, logp_old (float32-exact) with float64 rho > 1.2 but float32 rho <= float32(1.2)."""
     for logp_old in np.linspace(-3.0, -0.5, 11, dtype=np.float32):

@@ -349,7 +349,9 @@ def compare_output(name: str, actual, expected, *, alternatives=(), mask=None, i
             refs = np.stack([e] + alts)  # (1 + n_probes, *shape)
             lo, hi = refs.min(axis=0), refs.max(axis=0)
             kink = (hi - lo) > allowed
-            hull = np.maximum(np.maximum(lo - a, a - hi), 0.0)
+            # why: lo - a is NaN when both are -inf; a value inside [lo, hi] has distance 0
+            inside = same | ((a >= lo) & (a <= hi))
+            hull = np.where(inside, 0.0, np.maximum(lo - a, a - hi))
             err = np.where(kink, np.where(np.isnan(hull), np.inf, hull), err)
         ratio = err / allowed
         rel = np.where(err == 0, 0.0, err / np.abs(e))
