@@ -35,6 +35,19 @@ def check_mode(mode, name="mode"):
                          f"{', '.join(MODES)}")
 
 
+def mode_norm(mode, norm, T):
+    """The divisor ``norm`` of ``"seq-mean-token-sum-norm"`` (default T), checked.
+
+    ``norm`` given with another mode is an error: it would be silently ignored.
+    """
+    if mode != "seq-mean-token-sum-norm":
+        if norm is not None:
+            raise ValueError(f"norm: only mode 'seq-mean-token-sum-norm' divides by norm, "
+                             f"got norm={norm!r} with mode {mode!r}")
+        return None
+    return T if norm is None else check_scalar(norm, "norm", low=0, low_open=True)
+
+
 def aggregate(per_token, mask=None, mode="token-mean", *, norm=None):
     """Reduce a per-token array to a scalar by one of the :data:`MODES`.
 
@@ -48,7 +61,8 @@ def aggregate(per_token, mask=None, mode="token-mean", *, norm=None):
         One of ``"token-mean"`` (default), ``"seq-mean-token-sum"``,
         ``"seq-mean-token-mean"``, ``"seq-mean-token-sum-norm"``.
     norm : float > 0, optional
-        Constant divisor of ``"seq-mean-token-sum-norm"``; default T.
+        Constant divisor of ``"seq-mean-token-sum-norm"``; default T, the padded
+        length. Only that mode takes it (ValueError with another).
 
     Returns
     -------
@@ -67,6 +81,7 @@ def aggregate(per_token, mask=None, mode="token-mean", *, norm=None):
     """
     check_mode(mode)
     (x,), m = prepare({"per_token": per_token}, mask)
+    norm = mode_norm(mode, norm, x.shape[-1])
     if x.ndim == 1:
         x, m = x[None], m[None]
     n_tokens = m.sum(axis=-1)
@@ -83,5 +98,4 @@ def aggregate(per_token, mask=None, mode="token-mean", *, norm=None):
         per_seq = row_sums[rows] / np.array([scalar_for(int(n), x) for n in n_tokens[rows]],
                                             dtype=x.dtype)
         return per_seq.sum() / scalar_for(n_seq, x)
-    norm = x.shape[-1] if norm is None else check_scalar(norm, "norm", low=0, low_open=True)
     return row_sums.sum() / (scalar_for(n_seq, x) * scalar_for(norm, x))

@@ -45,9 +45,9 @@ from __future__ import annotations
 import numpy as np
 
 from ._validation import check_scalar, prepare, where_valid
-from .aggregation import check_mode
+from .aggregation import check_mode, mode_norm
 from .clipping import clip_bounds
-from .entropy import prepare_logits
+from .entropy import log_softmax, prepare_logits
 from .kl import _check_estimator
 
 
@@ -70,7 +70,7 @@ def aggregate_grad(per_token, mask=None, mode="token-mean", *, norm=None):
     mode : str
         One of :data:`ppo_numpy.AGGREGATION_MODES`. Default ``"token-mean"``.
     norm : float > 0, optional
-        Divisor of ``"seq-mean-token-sum-norm"``; default T.
+        Divisor of ``"seq-mean-token-sum-norm"`` (only that mode); default T.
 
     Returns
     -------
@@ -90,6 +90,7 @@ def aggregate_grad(per_token, mask=None, mode="token-mean", *, norm=None):
 
 
 def _weights(m: np.ndarray, mode: str, norm) -> np.ndarray:
+    norm = mode_norm(mode, norm, m.shape[-1])
     m2 = m[None] if m.ndim == 1 else m
     n_tokens = m2.sum(axis=-1)  # (B,)
     n_seq = int((n_tokens > 0).sum())
@@ -103,8 +104,6 @@ def _weights(m: np.ndarray, mode: str, norm) -> np.ndarray:
     elif mode == "seq-mean-token-mean":
         w = mf / (np.maximum(n_tokens, 1)[:, None] * float(n_seq))
     else:
-        T = m2.shape[-1]
-        norm = T if norm is None else check_scalar(norm, "norm", low=0, low_open=True)
         w = mf / (n_seq * float(norm))
     return w.reshape(m.shape)
 
@@ -146,7 +145,7 @@ log_ratio_clamp
     >>> [round(float(v), 12) for v in d]
     [0.0, 0.0, -0.366666666667]
     """
-    check_mode(agg)
+    check_mode(agg, "agg")
     (logp, logp_old, A), m = prepare(
         {"logp": logp, "logp_old": logp_old, "advantages": advantages}, mask, exact=False)
     lo, hi = clip_bounds(epsilon, epsilon_high)
@@ -179,11 +178,10 @@ def value_loss_grad(values, old_values, returns, mask=None, clip_range=None, agg
         unclipped branch the larger (or a tie):   dL/dV = V - R
         clipped branch strictly larger:           dL/dV = (V_clip - R) [|V - V_old| <= c]
 
-The clipped branch can only be strictly larger outside the range, where V_clip
-does not move with V (derivative 0), or inside it by rounding (V_old + (V - V_old)
-need not equal V in floating point), where it is V_clip - R ~ V - R.
-
-    and dloss/dV = w dL/dV with w from :func:`aggregate_grad`.
+    and dloss/dV = w dL/dV with w from :func:`aggregate_grad`. The clipped branch
+    can only be strictly larger outside the range, where V_clip does not move with V
+    (derivative 0), or inside it by rounding (V_old + (V - V_old) need not equal V in
+    floating point), where it is V_clip - R ~ V - R.
 
     Parameters
     ----------
@@ -209,7 +207,7 @@ need not equal V in floating point), where it is V_clip - R ~ V - R.
     >>> float(value_loss_grad([1.0], [0.5], [2.0], clip_range=0.2)[0])
     0.0
     """
-    check_mode(agg)
+    check_mode(agg, "agg")
     (v, v_old, R), m = prepare(
         {"values": values, "old_values": old_values, "returns": returns}, mask, exact=False)
     # dL/dV of 1/2 (V - R)^2
@@ -260,11 +258,9 @@ def entropy_grad(logits, mask=None, agg="token-mean", *, norm=None):
     >>> [round(float(v), 12) for v in d[0]], round(float(-2 / 9 * np.log(2)), 12)
     ([-0.154032706791, 0.154032706791], -0.154032706791)
     """
-    check_mode(agg)
+    check_mode(agg, "agg")
     z, m = prepare_logits(logits, mask)
-    # log p = z - max z - log sum exp(z - max z)
-    logp_all = z - z.max(axis=-1, keepdims=True)
-    logp_all = logp_all - np.log(np.exp(logp_all).sum(axis=-1, keepdims=True))
+    logp_all = log_softmax(z)
     p = np.exp(logp_all)
     H = -(p * logp_all).sum(axis=-1, keepdims=True)  # (..., 1)
     # dH/dz_k = -p_k (log p_k + H)
@@ -327,6 +323,9 @@ def kl_estimate_grad(logp, logp_ref, estimator="k1", mask=None, *, clamp=None, a
         c = check_scalar(clamp, "clamp", low=0, low_open=True)
         dkl = np.where(np.abs(kl) <= c, dkl, 0.0)
     if agg is not None:
-        check_mode(agg)
+        check_mode(agg, "agg")
         dkl = _weights(m, agg, norm) * dkl
+    elif norm is not None:
+        raise ValueError(f"norm: only agg='seq-mean-token-sum-norm' divides by norm, got "
+                         f"norm={norm!r} with agg=None")
     return where_valid(m, dkl)

@@ -50,9 +50,12 @@ def ppo_objective(logp, logp_old, advantages, mask=None, epsilon=0.2, **clip_opt
     >>> round(ppo_objective(logp, logp, A, m), 12)
     1.075375
     """
-    rho = probability_ratio(logp, logp_old, mask)
-    term = clipped_surrogate(rho, advantages, epsilon, mask=mask, **clip_options)
-    return float(aggregate(term, mask, "seq-mean-token-sum"))
+    # checked here first, so that a bad shape is named against logp (not against rho)
+    (logp, logp_old, advantages), m = prepare(
+        {"logp": logp, "logp_old": logp_old, "advantages": advantages}, mask)
+    rho = probability_ratio(logp, logp_old, m)
+    term = clipped_surrogate(rho, advantages, epsilon, mask=m, **clip_options)
+    return float(aggregate(term, m, "seq-mean-token-sum"))
 
 
 def ppo_policy_loss(logp, logp_old, advantages, mask=None, epsilon=0.2, agg="token-mean", *,
@@ -107,13 +110,14 @@ def ppo_policy_loss(logp, logp_old, advantages, mask=None, epsilon=0.2, agg="tok
     (-0.9, 0.666667)
     """
     check_mode(agg, "agg")
+    # checked here first, so that a bad shape is named against logp (not against rho)
+    (lp, lp_old, A), m = prepare({"logp": logp, "logp_old": logp_old, "advantages": advantages},
+                                 mask, exact=False)
     rho = probability_ratio(logp, logp_old, mask, log_ratio_clamp=log_ratio_clamp)
     term = clipped_surrogate(rho, advantages, epsilon, epsilon_high=epsilon_high,
                              dual_clip=dual_clip, mask=mask)
     loss = -float(aggregate(term, mask, agg, norm=norm))
 
-    (lp, lp_old, A), m = prepare({"logp": logp, "logp_old": logp_old, "advantages": advantages},
-                                 mask, exact=False)
     n = int(m.sum())
     lo, hi = clip_bounds(epsilon, epsilon_high)
     # why: log rho from the log-probs, not log(rho): rho underflows to 0 for log rho < -745

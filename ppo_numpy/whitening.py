@@ -84,10 +84,9 @@ def whiten(x, mask=None, shift_mean=True, *, ddof=1, eps=1e-8, eps_mode="add"):
     (x,), m = prepare({"x": x}, mask, exact=False)
     n = int(m.sum())
     if n < 2:
-        raise ValueError(
-            f"mask: whitening needs at least 2 valid elements, got {n} "
-            "(the variance of fewer is undefined)"
-        )
+        name, what = ("x", "elements") if mask is None else ("mask", "valid elements")
+        raise ValueError(f"{name}: whitening needs at least 2 {what}, got {n} "
+                         "(the variance of fewer is undefined)")
     mean = x.sum() / n
     centred = where_valid(m, x - mean)
     var = (centred**2).sum() / (n - ddof)

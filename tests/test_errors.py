@@ -48,7 +48,9 @@ SHAPE_CASES = [
     ("vloss old", lambda: value_loss(X3, X2, X3), shapes("old_values", (2,), "values", (3,))),
     ("vloss R", lambda: value_loss(X3, X3, X2), shapes("returns", (2,), "values", (3,))),
     ("objective", lambda: ppo_objective(X3, X3, X2),
-     shapes("advantages", (2,), "rho", (3,))),
+     shapes("advantages", (2,), "logp", (3,))),
+    ("policy loss A", lambda: ppo_policy_loss(X3, X3, X2),
+     shapes("advantages", (2,), "logp", (3,))),
     ("policy loss", lambda: ppo_policy_loss(X3, X2, X3), shapes("logp_old", (2,), "logp", (3,))),
     ("mask td", lambda: td_errors(X3, X3, mask=[1, 1]), shapes("mask", (2,), "rewards", (3,))),
     ("mask whiten", lambda: whiten(B2, mask=[1, 1, 1]), shapes("mask", (3,), "x", (2, 3))),
@@ -215,6 +217,16 @@ def test_unknown_aggregation_lists_valid_ones():
         ppo_policy_loss(X3, X3, X3, agg="sum")
 
 
+@pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean"])
+def test_norm_with_a_mode_that_does_not_use_it(mode):
+    # it would be silently ignored
+    pattern = rf"^norm: only mode 'seq-mean-token-sum-norm' divides by norm.*{mode}"
+    with pytest.raises(ValueError, match=pattern):
+        aggregate(X3, mode=mode, norm=4.0)
+    with pytest.raises(ValueError, match=pattern):
+        ppo_policy_loss(X3, X3, X3, agg=mode, norm=4.0)
+
+
 def test_unknown_gae_method_lists_valid_ones():
     with pytest.raises(ValueError, match=r"^method: unknown method 'fast'.*blocked, loop"):
         gae(X3, X3, method="fast")
@@ -227,7 +239,9 @@ def test_unknown_gae_method_lists_valid_ones():
     ([1.0, 2.0], [0, 0]),
 ])
 def test_whitening_needs_two_valid_elements(x, mask):
-    with pytest.raises(ValueError, match=r"at least 2 valid elements"):
+    # named: the mask when one is given, x itself when not
+    name, what = ("x", "elements") if mask is None else ("mask", "valid elements")
+    with pytest.raises(ValueError, match=rf"^{name}: whitening needs at least 2 {what}, got"):
         whiten(x, mask)
 
 

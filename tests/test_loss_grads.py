@@ -344,6 +344,20 @@ def test_kl_estimate_grad_hand_values_and_kinks():
     # clamp bound reached exactly (|k1| = 0.5 = clamp): the gradient passes; beyond it, 0
     np.testing.assert_array_equal(kl_estimate_grad(logp, ref, "k1", clamp=0.5), [1.0, 0.0, 1.0])
 
+    # at the clamp bound the returned derivative is the one from the unclamped side:
+    # KL = d = 0.5 = clamp, the left difference quotient is 1, the right one 0
+    def f(x):
+        return float(kl_estimate(x, [-0.5], "k1", clamp=0.5)[0])
+    right, left = one_sided(f, np.array([0.0]), 0)
+    got = kl_estimate_grad([0.0], [-0.5], "k1", clamp=0.5)[0]
+    assert got == 1.0 and abs(left - got) < 1e-6 and abs(right) < 1e-12
+    # abs at d = 0: the returned 0 lies between the one-sided derivatives -1 and +1
+    def g(x):
+        return float(kl_estimate(x, [0.0], "abs")[0])
+    right, left = one_sided(g, np.array([0.0]), 0)
+    assert kl_estimate_grad([0.0], [0.0], "abs")[0] == 0.0
+    assert abs(right - 1.0) < 1e-6 and abs(left + 1.0) < 1e-6
+
 
 def test_aggregate_grad_is_the_weight_of_each_token():
     x = np.array([[1.0, 2.0, 3.0], [4.0, 0.0, 0.0], [7.0, 8.0, 9.0]])
@@ -379,7 +393,10 @@ def test_inputs_not_modified_and_outputs_float64():
 
 @pytest.mark.parametrize("call, match", [
     (lambda: policy_loss_grad([0.0, 0.0], [0.0], [1.0, 1.0]), "logp_old"),
-    (lambda: policy_loss_grad([0.0], [0.0], [1.0], agg="mean"), "mode"),
+    (lambda: policy_loss_grad([0.0], [0.0], [1.0], agg="mean"), "^agg: unknown aggregation"),
+    (lambda: value_loss_grad([0.0], [0.0], [0.0], agg="sum"), "^agg: unknown aggregation"),
+    (lambda: entropy_grad([[0.0]], agg="sum"), "^agg: unknown aggregation"),
+    (lambda: aggregate_grad([0.0], mode="sum"), "^mode: unknown aggregation"),
     (lambda: policy_loss_grad([0.0], [0.0], [1.0], epsilon=-0.1), "epsilon"),
     (lambda: policy_loss_grad([0.0], [0.0], [1.0], dual_clip=0.5), "dual_clip"),
     (lambda: policy_loss_grad([0.0], [0.0], [1.0], mask=[2]), "mask"),
@@ -389,7 +406,13 @@ def test_inputs_not_modified_and_outputs_float64():
     (lambda: entropy_grad([1.0, 2.0]), "logits"),
     (lambda: entropy_grad([[1.0, np.nan]]), "logits"),
     (lambda: kl_estimate_grad([0.0], [0.0], "k4"), "estimator"),
-    (lambda: kl_estimate_grad([0.0], [0.0], "k1", agg="sum"), "mode"),
+    (lambda: kl_estimate_grad([0.0], [0.0], "k1", agg="sum"), "^agg: unknown aggregation"),
+    # norm is the divisor of seq-mean-token-sum-norm only: elsewhere it would be ignored
+    (lambda: aggregate_grad([0.0], mode="token-mean", norm=2.0), "^norm: only mode"),
+    (lambda: policy_loss_grad([0.0], [0.0], [1.0], norm=2.0), "^norm: only mode"),
+    (lambda: value_loss_grad([0.0], [0.0], [0.0], norm=2.0), "^norm: only mode"),
+    (lambda: entropy_grad([[0.0]], norm=2.0), "^norm: only mode"),
+    (lambda: kl_estimate_grad([0.0], [0.0], norm=2.0), "^norm: only agg"),
     (lambda: aggregate_grad([[1.0]], [[1.0]], "seq-mean-token-sum-norm", norm=0), "norm"),
 ])
 def test_bad_input_names_the_argument(call, match):
