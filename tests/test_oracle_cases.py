@@ -14,6 +14,7 @@ from ppo_numpy.oracle.cases import (
     generate_cases,
     mask_from_lengths,
 )
+from ppo_numpy.oracle.presets import get_preset
 
 PER_TOKEN = ("logp", "logp_old", "logp_ref", "values", "old_values")
 
@@ -158,6 +159,10 @@ def test_left_and_right_padding(cases):
 def test_multi_turn_holes(cases):
     mask = cases["multi-turn-holes"]["inputs"]["mask"]
     assert all(contiguous_runs(r) >= 2 for r in mask)
+    # every response starts at column 0, so the holes are all that differs from right padding
+    # and verl (whose GAE skips holes) takes the case
+    assert np.all(mask[:, 0] == 1)
+    get_preset("verl")(cases["multi-turn-holes"])
 
 
 def test_garbage_in_padding(cases):

@@ -428,6 +428,23 @@ def test_openrlhf_eps_is_a_floor_on_the_variance():
     close(get_preset("verl")(case)["advantages"], [[b, -b]])
 
 
+def test_openrlhf_one_token_in_the_batch_has_advantage_0():
+    case = make_case([[0, 1, 0]], scores=[2.0], logp_old=[[0.0, -1.0, 0.0]],
+                     logp_ref=[[0.0, -1.5, 0.0]], old_values=[[0.0, 0.5, 0.0]],
+                     values=[[0.0, 0.7, 0.0]])
+    out = get_preset("openrlhf")(case)
+    # k1 = 0.5, beta 0.01: r = -0.005 + 2 = 1.995; V = 0 after it: R = 1.995
+    close(out["rewards"], [[0.0, 1.995, 0.0]])
+    close(out["returns"], [[0.0, 1.995, 0.0]])
+    # mean = A itself and var (ddof 0) = 0, floored at 1e-8: (A - A) / 1e-4 = 0
+    close(out["advantages"], [[0.0, 0.0, 0.0]])
+    close(out["policy_loss"], 0.0)
+    close(out["dlogp"], [[0.0, 0.0, 0.0]])
+    # |V - V_old| = 0.2 < 0.5: 1/2 (0.7 - 1.995)^2, gradient 0.7 - 1.995
+    close(out["value_loss"], 0.5 * 1.295**2)
+    close(out["dvalues"], [[0.0, -1.295, 0.0]])
+
+
 # --------------------------------------------------------------------------------------
 # deepspeed-chat: clipped score one slot after with that slot's KL, no whitening
 

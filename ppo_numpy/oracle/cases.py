@@ -169,8 +169,10 @@ def _right_padding(rng):
 
 
 def _multi_turn_holes(rng):
+    # every row starts with a response token, as a rollout's response part does: only the
+    # holes differ from right padding (verl, whose GAE skips holes, takes the case)
     mask = np.array([[1, 1, 1, 0, 0, 1, 1, 0, 1, 1, 1, 0],
-                     [0, 0, 1, 1, 0, 0, 0, 1, 1, 1, 1, 1],
+                     [1, 1, 0, 0, 0, 1, 1, 0, 1, 1, 1, 1],
                      [1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 0, 0]], dtype=np.float64)
     return ("masks with holes (multi-turn): V(s_{t+1}) is the value at the next "
             "response token", sample_inputs(rng, mask), {})

@@ -544,7 +544,8 @@ def _openrlhf(x: _Inputs, p: dict) -> dict:
       values and rewards multiplied by the mask, recursion over every column (a
       hole is a zero-value, zero-reward state); gamma 1, lambd 1.
     * Advantages (``compute_advantages_and_returns``): whole batch over the mask,
-      ddof 0, divided by sqrt(max(var, 1e-8)): ``whiten(..., ddof=0, eps_mode="floor")``.
+      ddof 0, divided by sqrt(max(var, 1e-8)): ``whiten(..., ddof=0, eps_mode="floor")``;
+      a batch of one token gets advantage 0 (its A - mean is 0).
     * Policy loss (openrlhf/models/loss.py ``PolicyLoss``): log-ratio clamped to
       [-20, 20], eps 0.2 (``epsilon_high`` for ``eps_clip_low_high``), ``dual_clip``
       off, ``loss_agg_mode`` token-mean or seq-mean-token-mean.
@@ -564,7 +565,13 @@ def _openrlhf(x: _Inputs, p: dict) -> dict:
     raw_advantages, returns = gae(rewards, where_valid(m, x.old_values), p["gamma"],
                                   p["lam"])
     returns = where_valid(m, returns)
-    advantages = whiten(raw_advantages, m, ddof=0, eps=1e-8, eps_mode="floor")
+    if int(m.sum()) == 1:
+        # why: OpenRLHF 0.11.2 experience_maker.py compute_advantages_and_returns: with one
+        # token, A - mean = 0 and var = 0 is floored at 1e-8, so the advantage is 0 (whiten
+        # itself refuses fewer than two tokens)
+        advantages = np.zeros_like(raw_advantages)
+    else:
+        advantages = whiten(raw_advantages, m, ddof=0, eps=1e-8, eps_mode="floor")
     agg = p["loss_agg_mode"]
     if agg not in ("token-mean", "seq-mean-token-mean"):
         raise ValueError(f"{name}: loss_agg_mode must be 'token-mean' or "
