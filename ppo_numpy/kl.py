@@ -141,8 +141,9 @@ def kl_shaped_rewards(scores, logp, logp_ref, beta, mask=None, estimator="k1", *
 
     Returns
     -------
-    float64 array, same shape as ``logp``; exactly 0 at padding (except the
-    slot that receives the score when ``score_offset=1``).
+    float64 array (exact Fractions for Fraction input with k1, k2, abs), same
+    shape as ``logp``; exactly 0 at padding (except the slot that receives the
+    score when ``score_offset=1``).
 
     Examples
     --------

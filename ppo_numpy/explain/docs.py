@@ -101,6 +101,18 @@ print(tab.column("A_hat_t"))
 """
 
 
+EXACT_SOURCE = """\
+from fractions import Fraction as F
+import numpy as np
+from ppo_numpy import gae, probability_ratio
+
+A, R = gae([0, 0, F(1), np.nan], [0.5, 0.6, 0.7, np.inf], gamma=1, lam=0.95,
+          mask=[1, 1, 1, 0])
+print(A)
+print(probability_ratio([F(0)], [F(-1, 2)]))
+"""
+
+
 def _float_A(method, t_index: int) -> str:
     """repr of one float64 advantage of the running example, as the library returns it."""
     A, _ = gae([0, 0, 1], [0.5, 0.6, 0.7], 1.0, 0.95, method=method)
@@ -189,6 +201,24 @@ def render_docs() -> str:
         "The same tables are functions of `ppo_numpy.explain` that take arrays (Fractions for "
         "exact tables) and return a `Table` with `.text()`, `.markdown()` and `.column(name)`:",
         _python_example(PYTHON_SOURCE),
+        "## 7. Exact arithmetic in the library functions",
+        "The core functions themselves take `fractions.Fraction` input. When any array "
+        "argument of a call holds a Fraction, the whole call is exact:",
+        "- float entries of the arrays and float hyperparameters are read as the decimal they "
+        "print as: `0.6` is 3/5 and `0.95` is 19/20, not their binary values (`Fraction(0.6)` "
+        "would be 5404319552844595/9007199254740992);\n"
+        "- NaN and inf are allowed at padding (mask 0), as in float mode, and the outputs are "
+        "exactly 0 there;\n"
+        "- the functions whose formula is rational return Fractions: `clipped_surrogate`, "
+        "`kl_estimate` and `kl_shaped_rewards` with the k1, k2 and abs estimators, "
+        "`td_errors`, `gae` (by the loop; `method=\"blocked\"` refuses Fractions), "
+        "`value_loss`, `aggregate`;\n"
+        "- the ones that need exp, log or sqrt compute in float64: `probability_ratio`, the "
+        "k3 estimator, `whiten`, `masked_mean`, `ppo_objective`, `ppo_policy_loss`, "
+        "`entropy_from_logits`, and the gradients of `ppo_numpy.loss_grads`.",
+        "The running example with the values given as floats, and a fourth position that is "
+        "padding holding NaN and inf:",
+        _python_example(EXACT_SOURCE),
     ]
     return "\n\n".join(parts) + "\n"
 
