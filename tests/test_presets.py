@@ -467,8 +467,9 @@ def test_deepspeed_chat_by_hand():
     R0, R1 = A0 + 0.5, A1 + 0.6
     close(out["value_loss"], (0.5 * (0.6 - R0) ** 2 + 0.5 * (0.5 - R1) ** 2) / 2)
     close(out["dvalues"], [[(0.6 - R0) / 2, (0.5 - R1) / 2, 0.0]])
-    close(out["stat/average_reward_score"], 7.0)
-    close(out["stat/act_loss"], out["policy_loss"])
+    close(out["stat/reward"], 7.0)  # logged before the clip
+    close(out["stat/actor_loss"], out["policy_loss"])
+    close(out["stat/critic_loss"], out["value_loss"])
 
 
 def test_deepspeed_chat_full_row_gets_the_score_at_its_last_token():

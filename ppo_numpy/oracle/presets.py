@@ -612,8 +612,9 @@ def _deepspeed_chat(x: _Inputs, p: dict) -> dict:
       slot after), no log-ratio clamp, eps 0.2.
     * Value loss (``critic_loss_fn``): 1/2 max(...), clip 0.2 around the rollout
       values, token mean over the response tokens.
-    * Statistics (training/step3_rlhf_finetuning/main.py @ 0079e59d): ``act_loss``,
-      ``cri_loss``, ``average_reward_score`` (mean raw score).
+    * Statistics: the TensorBoard scalars of training/step3_rlhf_finetuning/main.py
+      @ 2d1f3b38 (the version that imports dschat): ``actor_loss``, ``critic_loss``,
+      ``reward`` (mean raw score, before the clip).
     """
     name = "deepspeed-chat"
     m = x.mask
@@ -630,9 +631,9 @@ def _deepspeed_chat(x: _Inputs, p: dict) -> dict:
     policy_loss, st, dlogp, vloss, dvalues = _losses(
         x, advantages, returns, p, policy_mask=m, value_mask=m)
     stats = {
-        "act_loss": policy_loss,
-        "cri_loss": vloss,
-        "average_reward_score": _mean_rows(x.scores),
+        "actor_loss": policy_loss,
+        "critic_loss": vloss,
+        "reward": _mean_rows(x.scores),
     }
     return _result(rewards, advantages, returns, policy_loss, vloss, dlogp, dvalues, stats)
 
@@ -805,8 +806,8 @@ PRESETS = {
             f"{_DSCHAT}: {_DSCHAT_DIR}/dschat/rlhf/ppo_trainer.py (DeepSpeedPPOTrainer."
             "compute_rewards, train_rlhf, actor_loss_fn, critic_loss_fn, "
             "get_advantages_and_returns) @ 3b458596",
-            f"{_DSCHAT}: {_DSCHAT_DIR}/training/step3_rlhf_finetuning/main.py (logging) "
-            "@ 0079e59d",
+            f"{_DSCHAT}: {_DSCHAT_DIR}/training/step3_rlhf_finetuning/main.py (main: "
+            "TensorBoard scalars) @ 2d1f3b38",
         ),
         pipeline=_deepspeed_chat,
     ),
