@@ -1,7 +1,8 @@
 """The seed's running example, printed through every core function.
 
 ``python -m ppo_numpy walkthrough``. Every number printed here is one a reader
-can check by hand; the same numbers are the doctests of the modules.
+can check by hand (``tests/test_walkthrough.py`` checks them against hand values);
+steps 1 to 4 are the doctests of the modules.
 """
 
 from __future__ import annotations
@@ -28,6 +29,10 @@ def _fmt(x) -> str:
     return "[" + ", ".join(f"{float(v):.5g}" for v in np.ravel(x)) + "]"
 
 
+def _row(label: str, value: str) -> None:
+    print(f"{label:<49} = {value}")
+
+
 def main(argv=None) -> int:
     argparse.ArgumentParser(
         prog="python -m ppo_numpy walkthrough",
@@ -40,25 +45,24 @@ def main(argv=None) -> int:
     print("The seed's running example: one response of T = 3 tokens, score 1 at the last token.")
     print(f"  logp = {_fmt(logp)}   logp_ref = {_fmt(logp_ref)}   V(s_t) = {_fmt(values)}")
     kl = kl_estimate(logp, logp_ref, "k1")
-    print(f"1. KL_t (k1 = logp - logp_ref)                  = {_fmt(kl)}")
+    _row("1. KL_t (k1 = logp - logp_ref)", _fmt(kl))
     r = kl_shaped_rewards(score, logp, logp_ref, beta)
-    print(f"2. r~_t = -beta KL_t + score at t = T          = {_fmt(r)}")
+    _row("2. r~_t = -beta KL_t + score at t = T", _fmt(r))
     delta = td_errors(r, values, gamma)
-    print(f"3. delta_t = r~_t + gamma V(s_t+1) - V(s_t)     = {_fmt(delta)}")
+    _row("3. delta_t = r~_t + gamma V(s_t+1) - V(s_t)", _fmt(delta))
     A, R = gae(r, values, gamma, lam)
-    print(f"4. A_hat_t = sum_l (gamma lam)^l delta_t+l       = {_fmt(A)}")
-    print(f"   R_t = A_hat_t + V(s_t)                       = {_fmt(R)}")
-    print(f"5. whiten(A_hat)                                = {_fmt(whiten(A))}")
+    _row("4. A_hat_t = sum_l (gamma lam)^l delta_t+l", _fmt(A))
+    _row("   R_t = A_hat_t + V(s_t)", _fmt(R))
+    _row("5. whiten(A_hat)", _fmt(whiten(A)))
     logp_new = logp + np.log([1.1, 1.5, 0.7])
     rho = probability_ratio(logp_new, logp)
-    print(f"6. after an update, rho_t = exp(logp - logp_old) = {_fmt(rho)}")
+    _row("6. after an update, rho_t = exp(logp - logp_old)", _fmt(rho))
     surr = clipped_surrogate(rho, A, 0.2)
-    print(f"7. min(rho A, clip(rho, 0.8, 1.2) A)            = {_fmt(surr)}")
-    print(f"8. L_PPO (sum over t, mean over pairs)          = "
-          f"{float(aggregate(surr, None, 'seq-mean-token-sum')):.6g}")
+    _row("7. min(rho A, clip(rho, 0.8, 1.2) A)", _fmt(surr))
+    _row("8. L_PPO (sum over t, mean over pairs)",
+         f"{float(aggregate(surr, None, 'seq-mean-token-sum')):.6g}")
     loss, stats = ppo_policy_loss(logp_new, logp, A, None, 0.2)
-    print(f"9. policy loss (token-mean)                     = {loss:.6g}  "
-          f"clipfrac = {stats['clipfrac_active']:.4g}")
+    _row("9. policy loss (token-mean)", f"{loss:.6g}  clipfrac = {stats['clipfrac_active']:.4g}")
     vl = value_loss(values + 0.1, values, R, clip_range=0.2)
-    print(f"10. value loss 1/2 max((V-R)^2, (Vclip-R)^2)     = {_fmt(vl)}")
+    _row("10. value loss 1/2 max((V-R)^2, (Vclip-R)^2)", _fmt(vl))
     return 0
