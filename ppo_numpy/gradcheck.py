@@ -24,6 +24,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ._validation import check_int, check_scalar
+
 
 @dataclass(frozen=True)
 class Comparison:
@@ -128,6 +130,7 @@ def numerical_grad(f, params, name, *, h=1e-5, coords=None) -> np.ndarray:
     """
     if name not in params:
         raise KeyError(f"name: {name!r} is not in params (keys: {sorted(params)})")
+    h = check_scalar(h, "h", low=0, low_open=True, allow_exact=False)
     x0 = np.asarray(params[name], dtype=np.float64)
     if coords is None:
         coords = list(np.ndindex(x0.shape))
@@ -182,8 +185,10 @@ def gradcheck(f, params, grads, *, h=1e-5, n_coords=None, rng=None, rtol=1e-6,
     [('W', True), ('b', True)]
     """
     names = list(params) if names is None else list(names)
-    if n_coords is not None and not isinstance(rng, np.random.Generator):
-        raise TypeError("rng: pass an np.random.Generator to choose the n_coords coordinates")
+    if n_coords is not None:
+        n_coords = check_int(n_coords, "n_coords")
+        if not isinstance(rng, np.random.Generator):
+            raise TypeError("rng: pass an np.random.Generator to choose the n_coords coordinates")
     report = {}
     for name in names:
         if name not in grads:

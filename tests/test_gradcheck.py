@@ -83,3 +83,18 @@ def test_cmp_report():
     assert cmp("p", [1.0, 5.0], [1.0, np.nan]).n_checked == 1
     with pytest.raises(ValueError, match="shape"):
         cmp("s", [1.0], [1.0, 2.0])
+
+
+def test_bad_step_and_coordinate_count_are_named():
+    p = {"x": np.arange(3.0)}
+
+    def f(q):
+        return float(q["x"].sum())
+
+    for h in (0.0, -1e-5):
+        with pytest.raises(ValueError, match=r"^h: must be > 0"):
+            numerical_grad(f, p, "x", h=h)
+    with pytest.raises(ValueError, match=r"^n_coords: must be an integer >= 1"):
+        gradcheck(f, p, {"x": np.ones(3)}, n_coords=0, rng=np.random.default_rng(0))
+    with pytest.raises(TypeError, match=r"^n_coords: must be an integer"):
+        gradcheck(f, p, {"x": np.ones(3)}, n_coords=1.5, rng=np.random.default_rng(0))
