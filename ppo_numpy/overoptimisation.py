@@ -313,7 +313,9 @@ def main(argv=None) -> int:
     out = Path(args.out)
     try:
         out.mkdir(parents=True, exist_ok=True)
-        (out / "overoptimisation.csv").touch()
+        probe = out / ".write-test"
+        probe.write_text("")
+        probe.unlink()
     except OSError as err:
         print(f"{parser.prog}: error: output directory {out}: cannot write there "
               f"({err.strerror})", file=sys.stderr)
