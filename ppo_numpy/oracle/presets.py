@@ -548,7 +548,8 @@ def _openrlhf(x: _Inputs, p: dict) -> dict:
       a batch of one token gets advantage 0 (its A - mean is 0).
     * Policy loss (openrlhf/models/loss.py ``PolicyLoss``): log-ratio clamped to
       [-20, 20], eps 0.2 (``epsilon_high`` for ``eps_clip_low_high``), ``dual_clip``
-      off, ``loss_agg_mode`` token-mean or seq-mean-token-mean.
+      off, ``loss_agg_mode`` token-mean or seq-mean-token-mean (``aggregate_loss``,
+      whose per-row divisor n_i + 1e-8 is n_i here).
     * Value loss (``ValueLoss``): 1/2 max(...), ``value_clip`` 0.5, token mean.
     * Statistics: ``policy_loss``, ``ppo_clip_ratio``, ``ppo_kl`` (token mean of
       logp_old - logp, unclamped), ``critic_loss``, ``values`` (token mean of the
