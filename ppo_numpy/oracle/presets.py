@@ -292,9 +292,11 @@ TRL_INVALID_LOGPROB = 1.0
 def _trl(x: _Inputs, p: dict) -> dict:
     """TRL's current ``PPOTrainer.train`` (huggingface/trl v0.20.0, trl/trainer/ppo_trainer.py).
 
-    * Mask: a prefix of ones (TRL derives it from the first pad token); holes and
+    * Mask: a prefix of ones (TRL derives it from the first pad token after
+      trl/trainer/utils.py ``truncate_response``, ``first_true_indices``); holes and
       left padding are rejected.
-    * Log-probs at padding are the constant 1.0 in TRL, so the KL there is 0.
+    * Log-probs at padding are the constant 1.0 in TRL (``INVALID_LOGPROB``), so the
+      KL there is 0.
     * KL: ``kl_estimator`` k1 (default) or k3, from the rollout log-probs, no clamp.
     * Score one slot after the last token, at the last token for a full row:
       ``kl_shaped_rewards(..., score_offset=1)``.
@@ -476,7 +478,9 @@ def _verl(x: _Inputs, p: dict) -> dict:
       same ``loss_agg_mode``.
     * Statistics: ``actor/pg_loss``, ``actor/pg_clipfrac``, ``actor/ppo_kl`` (k1 of
       the clamped log-ratio), ``actor/pg_clipfrac_lower`` (dual clip active),
-      ``critic/vf_loss``, ``critic/vf_clipfrac``, ``critic/vpred_mean``,
+      ``critic/vf_loss``, ``critic/vf_clipfrac``, ``critic/vpred_mean``
+      (verl/workers/utils/losses.py ``ppo_loss``, ``value_loss``);
+      from verl/trainer/ppo/metric_utils.py ``compute_data_metrics``:
       ``critic/score/mean``, ``critic/rewards/mean``, ``critic/advantages/mean``,
       ``critic/returns/mean``, ``critic/values/mean`` (rollout values),
       ``critic/vf_explained_var`` (ddof 1, + 1e-5), and with the KL in the reward
