@@ -12,12 +12,18 @@ For each ``notebooks/*.ipynb``:
   notebook prints, run ``make notebooks``. Cells tagged ``volatile-output``
   (e.g. timings) are left out of this comparison.
 
+* ``test_notebook_is_a_lesson`` (no kernel): the issue's structure, in order (goal,
+  formula, a check cell with ``assert`` after "Check against the hand values",
+  pitfalls, two or three exercises), no library function redefined, no pyplot
+  (figures come from ``ppo_numpy.plotting``), and a link from the README.
+
 The unit tests at the end check the runner's own checks on small synthetic notebooks.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import nbformat
@@ -50,6 +56,79 @@ def fresh_run(path: Path):
 
 def test_there_are_notebooks():
     assert len(NOTEBOOKS) >= 8, f"expected notebooks/00_*.ipynb ... 07_*.ipynb, found {NOTEBOOKS}"
+    numbers = [p.name[:3] for p in NOTEBOOKS]
+    assert numbers == [f"{k:02d}_" for k in range(len(NOTEBOOKS))], numbers
+
+
+#: the lesson's parts, in order (issue 5 and STYLE.md habit 9)
+HEADINGS = ("## The formula", "## Check against the hand values", "## Pitfalls", "## Exercises")
+
+
+def lesson_problems(nb, exported) -> list[str]:
+    """What the notebook lacks of goal -> formula -> hand check -> pitfalls -> exercises."""
+    cells = nb.cells
+    problems = []
+    if not cells or cells[0].cell_type != "markdown" or "**Goal.**" not in cells[0].source:
+        problems.append("the first cell does not state the **Goal.**")
+    starts = []
+    for heading in HEADINGS:
+        found = [i for i, c in enumerate(cells) if c.cell_type == "markdown"
+                 and re.search("^" + re.escape(heading), c.source, re.M)]
+        if not found:
+            problems.append(f"no heading {heading!r}")
+        starts.append(found[0] if found else None)
+    if None not in starts and starts != sorted(starts):
+        problems.append(f"headings out of order: {dict(zip(HEADINGS, starts))}")
+    if starts[1] is not None:
+        after = [c for c in cells[starts[1] + 1:] if c.cell_type == "code"][:1]
+        if not after or "assert" not in after[0].source:
+            problems.append("the cell after the check heading has no assert")
+    if starts[3] is not None:
+        text = cells[starts[3]].source.split("## Exercises")[1]
+        n = len(re.findall(r"^\d+\. ", text, re.M))
+        if not 2 <= n <= 3:
+            problems.append(f"{n} exercises, expected two or three")
+    code = "\n".join(c.source for c in cells if c.cell_type == "code")
+    redefined = sorted(set(re.findall(r"^def (\w+)", code, re.M)) & set(exported))
+    if redefined:
+        problems.append(f"redefines library functions {redefined} (import them instead)")
+    if "pyplot" in code:
+        problems.append("draws with pyplot (use a named function of ppo_numpy.plotting)")
+    return problems
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_is_a_lesson(path):
+    import ppo_numpy
+
+    problems = lesson_problems(nbformat.read(path, as_version=4), ppo_numpy.__all__)
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    if f"(notebooks/{path.name})" not in readme:
+        problems.append("not linked from README.md")
+    assert not problems, f"{path.name}: " + "; ".join(problems)
+
+
+def test_lesson_problems_are_found():
+    good = new_notebook(cells=[
+        new_markdown_cell("# 99\n\n**Goal.** One sentence."),
+        new_markdown_cell("## The formula\n\n$x$"),
+        new_code_cell("from ppo_numpy import gae"),
+        new_markdown_cell("## Check against the hand values"),
+        new_code_cell("assert 1 + 1 == 2"),
+        new_markdown_cell("## Pitfalls\n\n* one\n\n## Exercises\n\n1. a\n2. b\n3. c"),
+    ])
+    assert lesson_problems(good, ["gae"]) == []
+    bad = new_notebook(cells=[
+        new_markdown_cell("# 99"),
+        new_markdown_cell("## Check against the hand values"),
+        new_code_cell("print(1)"),
+        new_markdown_cell("## The formula"),
+        new_code_cell("def gae(r):\n    return r\nimport matplotlib.pyplot as plt"),
+        new_markdown_cell("## Exercises\n\n1. only one"),
+    ])
+    problems = " | ".join(lesson_problems(bad, ["gae"]))
+    for expected in ("Goal", "'## Pitfalls'", "no assert", "1 exercises", "['gae']", "pyplot"):
+        assert expected in problems, (expected, problems)
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
