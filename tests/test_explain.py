@@ -431,3 +431,13 @@ def test_docs_are_up_to_date():
     committed = (ROOT / "docs" / "hand-calculations.md").read_text()
     assert render_docs() == committed, (
         f"docs/hand-calculations.md is out of date; regenerate it with `{REGENERATE}`")
+
+
+def test_exact_table_with_nan_and_inf_at_padding():
+    # padding may hold anything; its raw values are shown as given, without the float mark ~
+    # delta_2 = 1 - 1/2 = 1/2, A_2 = 1/2; delta_1 = 1/2 - 1/2 = 0, A_1 = (19/20)(1/2) = 19/40
+    tab = gae_table([F(0), F(1), float("nan")], [F(1, 2), F(1, 2), float("inf")],
+                    mask=[1, 1, 0])
+    assert_exact([tab.column("A_hat_t")[i] for i in (1, 2)], fr("1/2", "19/40"), "A_hat_t")
+    pad = tab.text().splitlines()[4]
+    assert pad.startswith("3 (pad)") and "nan" in pad and "inf" in pad and "~" not in pad

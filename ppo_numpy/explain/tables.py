@@ -59,13 +59,15 @@ KL_LABELS = {
 def format_number(x, exact: bool = False) -> str:
     """One table cell: a Fraction as ``p/q``, a float to 10 significant digits.
 
-    In an exact table (``exact=True``) a float is a step that needed exp or
-    log and is marked with a leading ``~``.
+    In an exact table (``exact=True``) a finite float is a step that needed exp
+    or log and is marked with a leading ``~`` (NaN or inf, an input at padding, is not).
 
     >>> format_number(Fraction(1863, 4000)), format_number(Fraction(3)), format_number(-0.0)
     ('1863/4000', '3', '0')
     >>> format_number(0.46574999999999994), format_number(0.1065306597126334, exact=True)
     ('0.46575', '~0.1065306597')
+    >>> format_number(float("nan"), exact=True)
+    'nan'
     """
     if isinstance(x, str):
         return x
@@ -76,7 +78,8 @@ def format_number(x, exact: bool = False) -> str:
     text = f"{float(x):.10g}"
     if text == "-0":
         text = "0"
-    return "~" + text if exact else text
+    # NaN or inf can only be an input at padding, shown as given: no step made it
+    return "~" + text if exact and np.isfinite(x) else text
 
 
 @dataclass(frozen=True)
