@@ -37,7 +37,8 @@ def ppo_objective(logp, logp_old, advantages, mask=None, epsilon=0.2, **clip_opt
 
     Returns
     -------
-    float, to be maximised.
+    float, to be maximised. The mean is over the rows with at least one
+    response token (``aggregate``'s ``"seq-mean-token-sum"``).
 
     Examples
     --------
@@ -76,7 +77,7 @@ def ppo_policy_loss(logp, logp_old, advantages, mask=None, epsilon=0.2, agg="tok
     epsilon_high, dual_clip : optional
         See :func:`clipped_surrogate`.
     norm : float, optional
-        Divisor for ``agg="seq-mean-token-sum-norm"``.
+        Divisor for ``agg="seq-mean-token-sum-norm"`` (only that mode takes it).
     log_ratio_clamp : float, optional
         See :func:`probability_ratio`.
 

@@ -53,7 +53,8 @@ def whiten(x, mask=None, shift_mean=True, *, ddof=1, eps=1e-8, eps_mode="add"):
 
     Returns
     -------
-    float64 array, same shape.
+    float64 array, same shape; exactly 0 at padding. Fraction input is computed in
+    float64 (the square root).
 
     Examples
     --------
