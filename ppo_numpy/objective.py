@@ -51,9 +51,10 @@ def ppo_objective(logp, logp_old, advantages, mask=None, epsilon=0.2, **clip_opt
     >>> round(ppo_objective(logp, logp, A, m), 12)
     1.075375
     """
-    # checked here first, so that a bad shape is named against logp (not against rho)
+    # checked here first, so that a bad shape is named against logp (not against rho); in
+    # float64 even for Fractions (rho needs exp), as ppo_policy_loss, which it must equal
     (logp, logp_old, advantages), m = prepare(
-        {"logp": logp, "logp_old": logp_old, "advantages": advantages}, mask)
+        {"logp": logp, "logp_old": logp_old, "advantages": advantages}, mask, exact=False)
     rho = probability_ratio(logp, logp_old, m)
     term = clipped_surrogate(rho, advantages, epsilon, mask=m, **clip_options)
     return float(aggregate(term, m, "seq-mean-token-sum"))
@@ -111,13 +112,14 @@ def ppo_policy_loss(logp, logp_old, advantages, mask=None, epsilon=0.2, agg="tok
     (-0.9, 0.666667)
     """
     check_mode(agg, "agg")
-    # checked here first, so that a bad shape is named against logp (not against rho)
+    # checked here first, so that a bad shape is named against logp (not against rho); in
+    # float64 even for Fractions (rho needs exp), so that term and rho * A below round alike
     (lp, lp_old, A), m = prepare({"logp": logp, "logp_old": logp_old, "advantages": advantages},
                                  mask, exact=False)
-    rho = probability_ratio(logp, logp_old, mask, log_ratio_clamp=log_ratio_clamp)
-    term = clipped_surrogate(rho, advantages, epsilon, epsilon_high=epsilon_high,
-                             dual_clip=dual_clip, mask=mask)
-    loss = -float(aggregate(term, mask, agg, norm=norm))
+    rho = probability_ratio(lp, lp_old, m, log_ratio_clamp=log_ratio_clamp)
+    term = clipped_surrogate(rho, A, epsilon, epsilon_high=epsilon_high, dual_clip=dual_clip,
+                             mask=m)
+    loss = -float(aggregate(term, m, agg, norm=norm))
 
     n = int(m.sum())
     lo, hi = clip_bounds(epsilon, epsilon_high)

@@ -241,3 +241,19 @@ def test_policy_loss_stats_survive_extreme_log_ratios():
     assert math.isclose(stats["approx_kl_k2"], 800.0**2 / 2 / 2, rel_tol=1e-12), stats
     # k3 = rho - 1 - log rho = 0 - 1 + 800 = 799 for the first token
     assert math.isclose(stats["approx_kl_k3"], 799.0 / 2, rel_tol=1e-12), stats
+
+
+def test_policy_loss_with_fraction_advantages_is_the_float_computation():
+    # rho needs exp, so Fraction advantages are computed in float64: the clip statistics
+    # compare like with like (they counted rounding differences as clipped tokens)
+    rng = np.random.default_rng(3)
+    logp_old = -rng.uniform(0.1, 2.0, 8)
+    logp = logp_old + rng.normal(0.0, 0.05, 8)  # every rho inside [0.8, 1.2]
+    A = [F(int(k), 7) for k in rng.integers(-20, 20, 8)]
+    A_float = [float(a) for a in A]
+    loss, stats = ppo_policy_loss(logp, logp_old, A)
+    assert stats["clipfrac_active"] == 0.0 and stats["clipfrac_outside"] == 0.0, stats
+    assert (loss, stats) == ppo_policy_loss(logp, logp_old, A_float)
+    obj = ppo_objective(logp, logp_old, A)
+    assert obj == ppo_objective(logp, logp_old, A_float)
+    assert ppo_policy_loss(logp, logp_old, A, agg="seq-mean-token-sum")[0] == -obj
