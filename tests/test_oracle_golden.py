@@ -147,6 +147,18 @@ def test_changed_defaults_and_rejections_are_problems(trl_dir, tmp_path):
         "case's overrides"]
 
 
+def test_verify_with_a_preset_that_rejects_an_exported_case(tmp_path, capsys):
+    # seed accepts left-padding; trl refuses it: a problem and 0 reproduced outputs, no crash
+    golden.export(tmp_path, "seed", generate_cases(0, ["left-padding"]))
+    n_outputs = len(golden.load(tmp_path)[1][0]["expected"])
+    assert golden.bit_identical(tmp_path, "trl") == (0, n_outputs)
+    _, problems = golden.verify(tmp_path, "trl")
+    assert any(p.startswith("left-padding: the preset now rejects it") for p in problems)
+    assert main(["verify", str(tmp_path), "--preset", "trl"]) == 1
+    out = capsys.readouterr().out
+    assert f"bit-identical: 0 of {n_outputs}" in out and "NOT verified" in out
+
+
 def test_same_seed_exports_the_same_files(tmp_path):
     cases = generate_cases(5, ["random-1", "garbage-in-padding"])
     golden.export(tmp_path / "a", "seed", cases, seed=5)

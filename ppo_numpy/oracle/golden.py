@@ -254,7 +254,12 @@ def bit_identical(directory, preset=None) -> tuple:
     for case in cases:
         if case["rejected"] is not None:
             continue
-        outputs = preset(case)
+        try:
+            outputs = preset(case)
+        except ValueError:
+            # rejected now, accepted at export (verify lists it): none of its outputs is
+            # reproduced
+            outputs = {}
         for k, e in case["expected"].items():
             total += 1
             a = np.asarray(outputs.get(k, np.nan), dtype=np.float64)
