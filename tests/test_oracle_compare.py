@@ -16,6 +16,7 @@ from ppo_numpy.oracle.compare import (
     compare_output,
     to_bfloat16,
 )
+from ppo_numpy.oracle.presets import get_preset
 
 TOL = Tolerance(rtol=0.25, atol=0.5, unit_roundoff=2.0**-53)
 
@@ -298,6 +299,15 @@ def test_candidate_errors_and_rejected_cases_are_reported():
     assert report.rejected == {"one-valid-token": "ValueError: mask: needs two tokens"}
     assert not report.passed
     assert "candidate raised RuntimeError: boom" in str(report)
+
+
+def test_outputs_must_be_a_list_not_a_string():
+    cases = generate_cases(0, ["random-0"])
+    seed = get_preset("seed")
+    with pytest.raises(TypeError, match="outputs: expected a list of output names"):
+        compare(seed, seed, cases, outputs="advantages")
+    with pytest.raises(TypeError, match="outputs: expected a list of output names"):
+        assert_matches(seed(cases[0]), seed(cases[0]), outputs="advantages")
 
 
 def test_bad_probes_argument():

@@ -377,6 +377,12 @@ def compare_output(name: str, actual, expected, *, alternatives=(), mask=None, i
     return row
 
 
+def _output_names(outputs) -> list:
+    if isinstance(outputs, str):
+        raise TypeError("outputs: expected a list of output names, got a single string")
+    return list(outputs)
+
+
 def compare_outputs(actual: dict, expected: dict, *, dtype="float64", case=None, outputs=None,
                     tolerance: Tolerance | None = None, alternatives=()) -> ComparisonReport:
     """Compare two output dicts of one case; the report of :func:`assert_matches`."""
@@ -387,7 +393,7 @@ def compare_outputs(actual: dict, expected: dict, *, dtype="float64", case=None,
     name = case.get("name", "case")
     inputs = case.get("inputs", {})
     mask = inputs.get("mask")
-    names = list(expected) if outputs is None else list(outputs)
+    names = list(expected) if outputs is None else _output_names(outputs)
     for out in names:
         if out not in expected:
             report.rows.append(OutputComparison(name, out, False,
@@ -489,6 +495,8 @@ def compare(candidate, reference, cases=None, dtype="float64", *, outputs=None,
         reference = get_preset(reference)
     if isinstance(probes, bool) or not isinstance(probes, int) or probes < 0:
         raise ValueError(f"probes: must be a non-negative integer, got {probes!r}")
+    if outputs is not None:
+        outputs = _output_names(outputs)
     if cases is None:
         cases = generate_cases(0)
     tol = tolerance or TOLERANCES[dtype]
