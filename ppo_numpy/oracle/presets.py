@@ -244,7 +244,7 @@ def _result(rewards, advantages, returns, policy_loss, value_loss_, dlogp, dvalu
 
 
 def _seed(x: _Inputs, p: dict) -> dict:
-    """The seed's own convention (``/work/shared/seed/ppo-objective-for-language-models.md``).
+    """The seed's own convention (the text "PPO Objective for Language Models"; see README).
 
     * r~_t = -beta KL_t + [t = T] score with KL_t the k1 estimate from the rollout
       log-probs; the score at the last response token.
@@ -724,7 +724,7 @@ PRESETS = {
         defaults={"gamma": 1.0, "lam": 0.95, "beta": 0.05, "epsilon": 0.2,
                   "value_clip": None, "kl_estimator": "k1", "whiten_advantages": False,
                   "policy_agg": "seq-mean-token-sum", "value_agg": "token-mean"},
-        sources=("seed: /work/shared/seed/ppo-objective-for-language-models.md",),
+        sources=("seed: the text \"PPO Objective for Language Models\" (see docs/derivations.md)",),
         pipeline=_seed,
     ),
     "trl": Preset(
