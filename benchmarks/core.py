@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from benchmarks import loops, torch_impl
 from benchmarks.data import make_batch
 from benchmarks.timing import measure
@@ -52,6 +54,41 @@ class Row:
     @property
     def tokens(self) -> int:
         return self.B * self.T
+
+
+def reference_outputs(b) -> dict:
+    """ppo_numpy's outputs on batch ``b``, under the names the baselines are checked by."""
+    p = PARAMS
+    A, R = gae(b.rewards, b.values, p["gamma"], p["lam"], b.mask)
+    loss, stats = ppo_policy_loss(b.logp, b.logp_old, b.advantages, b.mask, p["epsilon"])
+    pipe_loss, pipe_dlogp, pipe_returns = ours_pipeline(b)
+    return {
+        "td_errors": td_errors(b.rewards, b.values, p["gamma"], b.mask),
+        "gae advantages": A,
+        "gae returns": R,
+        "kl_shaped_rewards": kl_shaped_rewards(b.scores, b.logp, b.logp_ref, p["beta"], b.mask),
+        "whiten": whiten(b.advantages, b.mask),
+        "clipped_surrogate": clipped_surrogate(b.rho, b.advantages, p["epsilon"], mask=b.mask),
+        "policy loss": loss,
+        **{f"policy loss stat {key}": value for key, value in stats.items()},
+        "policy loss gradient": policy_loss_grad(b.logp, b.logp_old, b.advantages, b.mask,
+                                                 p["epsilon"]),
+        "pipeline loss": pipe_loss,
+        "pipeline gradient": pipe_dlogp,
+        "pipeline returns": pipe_returns,
+    }
+
+
+def check_outputs(label: str, b, outputs: dict) -> None:
+    """Raise AssertionError unless every output equals ppo_numpy's (rtol 1e-9, atol 1e-12)."""
+    want_all = reference_outputs(b)
+    for name, got in outputs.items():
+        got = np.asarray(got.detach().numpy() if hasattr(got, "detach") else got, dtype=float)
+        want = np.asarray(want_all[name], dtype=float)
+        if not np.allclose(got, want, rtol=1e-9, atol=1e-12):
+            worst = np.unravel_index(np.argmax(np.abs(got - want)), want.shape)
+            raise AssertionError(f"{label} {name} differs from ppo_numpy at {worst}: "
+                                 f"{got[worst]} vs {want[worst]}")
 
 
 def ours_pipeline(b):

@@ -134,57 +134,30 @@ def pipeline_loop(scores, logp, logp_old, logp_ref, values, mask, beta, gamma, l
 
 def check_against_ppo_numpy(batch) -> None:
     """Raise AssertionError unless every loop equals ppo_numpy on ``batch`` (rtol 1e-9)."""
-    import numpy as np
+    from benchmarks.core import PARAMS, check_outputs
 
-    from benchmarks.core import PARAMS, ours_pipeline
-    from ppo_numpy import (
-        clipped_surrogate,
-        gae,
-        kl_shaped_rewards,
-        policy_loss_grad,
-        ppo_policy_loss,
-        td_errors,
-        whiten,
-    )
-
-    b, p = batch, PARAMS
-    L = as_lists(b)
-
-    def same(name, got, want):
-        got, want = np.asarray(got, dtype=float), np.asarray(want, dtype=float)
-        if not np.allclose(got, want, rtol=1e-9, atol=1e-12):
-            worst = np.unravel_index(np.argmax(np.abs(got - want)), want.shape)
-            raise AssertionError(f"scalar loop {name} differs from ppo_numpy at {worst}: "
-                                 f"{got[worst]} vs {want[worst]}")
-
-    same("td_errors", td_errors_loop(L["rewards"], L["values"], p["gamma"], L["mask"]),
-         td_errors(b.rewards, b.values, p["gamma"], b.mask))
+    p, L = PARAMS, as_lists(batch)
     A, R = gae_loop(L["rewards"], L["values"], p["gamma"], p["lam"], L["mask"])
-    A_np, R_np = gae(b.rewards, b.values, p["gamma"], p["lam"], b.mask)
-    same("gae advantages", A, A_np)
-    same("gae returns", R, R_np)
-    same("kl_shaped_rewards",
-         kl_shaped_rewards_loop(L["scores"], L["logp"], L["logp_ref"], p["beta"], L["mask"]),
-         kl_shaped_rewards(b.scores, b.logp, b.logp_ref, p["beta"], b.mask))
-    same("whiten", whiten_loop(L["advantages"], L["mask"]), whiten(b.advantages, b.mask))
-    same("clipped_surrogate",
-         clipped_surrogate_loop(L["rho"], L["advantages"], p["epsilon"], L["mask"]),
-         clipped_surrogate(b.rho, b.advantages, p["epsilon"], mask=b.mask))
     loss, stats, grad = policy_loss_grad_loop(L["logp"], L["logp_old"], L["advantages"],
                                               L["mask"], p["epsilon"])
-    loss_np, stats_np = ppo_policy_loss(b.logp, b.logp_old, b.advantages, b.mask, p["epsilon"])
-    same("policy loss", loss, loss_np)
-    for key, value in stats.items():
-        same(f"policy loss stat {key}", value, stats_np[key])
-    same("policy loss gradient", grad,
-         policy_loss_grad(b.logp, b.logp_old, b.advantages, b.mask, p["epsilon"]))
-    loss, dlogp, returns = pipeline_loop(L["scores"], L["logp"], L["logp_old"], L["logp_ref"],
-                                         L["values"], L["mask"], p["beta"], p["gamma"],
-                                         p["lam"], p["epsilon"])
-    loss_np, dlogp_np, returns_np = ours_pipeline(b)
-    same("pipeline loss", loss, loss_np)
-    same("pipeline gradient", dlogp, dlogp_np)
-    same("pipeline returns", returns, returns_np)
+    pipe = pipeline_loop(L["scores"], L["logp"], L["logp_old"], L["logp_ref"], L["values"],
+                         L["mask"], p["beta"], p["gamma"], p["lam"], p["epsilon"])
+    check_outputs("scalar loop", batch, {
+        "td_errors": td_errors_loop(L["rewards"], L["values"], p["gamma"], L["mask"]),
+        "gae advantages": A,
+        "gae returns": R,
+        "kl_shaped_rewards": kl_shaped_rewards_loop(L["scores"], L["logp"], L["logp_ref"],
+                                                    p["beta"], L["mask"]),
+        "whiten": whiten_loop(L["advantages"], L["mask"]),
+        "clipped_surrogate": clipped_surrogate_loop(L["rho"], L["advantages"], p["epsilon"],
+                                                    L["mask"]),
+        "policy loss": loss,
+        **{f"policy loss stat {key}": value for key, value in stats.items()},
+        "policy loss gradient": grad,
+        "pipeline loss": pipe[0],
+        "pipeline gradient": pipe[1],
+        "pipeline returns": pipe[2],
+    })
 
 
 def as_lists(batch, rows=None) -> dict:

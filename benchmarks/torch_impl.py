@@ -123,50 +123,26 @@ def pipeline_torch(t, beta, gamma, lam, epsilon):
 
 def check_against_ppo_numpy(batch) -> None:
     """Raise AssertionError unless every torch version equals ppo_numpy on ``batch``."""
-    from benchmarks.core import PARAMS, ours_pipeline
-    from ppo_numpy import (
-        clipped_surrogate,
-        gae,
-        kl_shaped_rewards,
-        policy_loss_grad,
-        ppo_policy_loss,
-        td_errors,
-        whiten,
-    )
+    from benchmarks.core import PARAMS, check_outputs
 
-    b, p, t = batch, PARAMS, as_tensors(batch)
-
-    def same(name, got, want):
-        got = np.asarray(got.detach().numpy() if hasattr(got, "detach") else got, dtype=float)
-        want = np.asarray(want, dtype=float)
-        if not np.allclose(got, want, rtol=1e-9, atol=1e-12):
-            worst = np.unravel_index(np.argmax(np.abs(got - want)), want.shape)
-            raise AssertionError(f"torch {name} differs from ppo_numpy at {worst}: "
-                                 f"{got[worst]} vs {want[worst]}")
-
-    same("td_errors", td_errors_torch(t["rewards"], t["values"], p["gamma"], t["mask"]),
-         td_errors(b.rewards, b.values, p["gamma"], b.mask))
+    p, t = PARAMS, as_tensors(batch)
     A, R = gae_torch(t["rewards"], t["values"], p["gamma"], p["lam"], t["mask"])
-    A_np, R_np = gae(b.rewards, b.values, p["gamma"], p["lam"], b.mask)
-    same("gae advantages", A, A_np)
-    same("gae returns", R, R_np)
-    same("kl_shaped_rewards",
-         kl_shaped_rewards_torch(t["scores"], t["logp"], t["logp_ref"], p["beta"], t["mask"]),
-         kl_shaped_rewards(b.scores, b.logp, b.logp_ref, p["beta"], b.mask))
-    same("whiten", whiten_torch(t["advantages"], t["mask"]), whiten(b.advantages, b.mask))
-    same("clipped_surrogate",
-         clipped_surrogate_torch(t["rho"], t["advantages"], p["epsilon"], t["mask"]),
-         clipped_surrogate(b.rho, b.advantages, p["epsilon"], mask=b.mask))
     loss, stats, grad = policy_loss_grad_torch(t["logp"], t["logp_old"], t["advantages"],
                                                t["mask"], p["epsilon"])
-    loss_np, stats_np = ppo_policy_loss(b.logp, b.logp_old, b.advantages, b.mask, p["epsilon"])
-    same("policy loss", loss, loss_np)
-    for key, value in stats.items():
-        same(f"policy loss stat {key}", value, stats_np[key])
-    same("policy loss gradient", grad,
-         policy_loss_grad(b.logp, b.logp_old, b.advantages, b.mask, p["epsilon"]))
-    loss, dlogp, returns = pipeline_torch(t, p["beta"], p["gamma"], p["lam"], p["epsilon"])
-    loss_np, dlogp_np, returns_np = ours_pipeline(b)
-    same("pipeline loss", loss, loss_np)
-    same("pipeline gradient", dlogp, dlogp_np)
-    same("pipeline returns", returns, returns_np)
+    pipe = pipeline_torch(t, p["beta"], p["gamma"], p["lam"], p["epsilon"])
+    check_outputs("torch", batch, {
+        "td_errors": td_errors_torch(t["rewards"], t["values"], p["gamma"], t["mask"]),
+        "gae advantages": A,
+        "gae returns": R,
+        "kl_shaped_rewards": kl_shaped_rewards_torch(t["scores"], t["logp"], t["logp_ref"],
+                                                     p["beta"], t["mask"]),
+        "whiten": whiten_torch(t["advantages"], t["mask"]),
+        "clipped_surrogate": clipped_surrogate_torch(t["rho"], t["advantages"], p["epsilon"],
+                                                     t["mask"]),
+        "policy loss": loss,
+        **{f"policy loss stat {key}": value for key, value in stats.items()},
+        "policy loss gradient": grad,
+        "pipeline loss": pipe[0],
+        "pipeline gradient": pipe[1],
+        "pipeline returns": pipe[2],
+    })
