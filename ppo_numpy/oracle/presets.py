@@ -365,6 +365,31 @@ def _trl(x: _Inputs, p: dict) -> dict:
 _TRL011_KL_PENALTY = {"k1": "kl", "k2": "mse", "abs": "abs"}
 
 
+def _lmhp_stats(x, returns, m, p, st, policy_loss, vloss, kl, ddof):
+    """The statistics lm-human-preferences logs (``train_policy.py``), kept under the same
+    names by TRL 0.11 (``PPOTrainer.record_step_stats``); variances with ``ddof``."""
+    returns_var = _masked_var(returns, m, ddof)
+    error = masked_mean((x.values - returns) ** 2, m)
+    return {
+        "ppo/loss/policy": policy_loss,
+        "ppo/loss/value": vloss,
+        "ppo/loss/total": policy_loss + p["vf_coef"] * vloss,
+        "ppo/policy/approxkl": st["approx_kl_k2"],
+        "ppo/policy/clipfrac": st["clipfrac_active"],
+        "ppo/returns/mean": masked_mean(returns, m),
+        "ppo/returns/var": returns_var,
+        "ppo/val/vpred": masked_mean(x.values, m),
+        "ppo/val/error": error,
+        "ppo/val/clipfrac": _value_clipfrac(x, returns, m, p["value_clip"]),
+        "ppo/val/mean": masked_mean(x.old_values, m),
+        "ppo/val/var": _masked_var(x.old_values, m, ddof),
+        "ppo/val/var_explained": 1.0 - _divide(error, returns_var),
+        "objective/kl": aggregate(kl, m, "seq-mean-token-sum"),
+        "objective/kl_coef": p["beta"],
+        "objective/entropy": aggregate(-x.logp_old, m, "seq-mean-token-sum"),
+    }
+
+
 def _trl_011(x: _Inputs, p: dict) -> dict:
     """TRL's legacy ``PPOTrainer`` (huggingface/trl v0.11.4, trl/trainer/ppo_trainer.py).
 
@@ -419,31 +444,14 @@ def _trl_011(x: _Inputs, p: dict) -> dict:
     if p["score_clip"] is not None:
         low, high = _score_bounds(p["score_clip"])
         scores = np.clip(scores, low, high)
-    returns_var = _masked_var(returns, m, 1)
-    error = masked_mean((x.values - returns) ** 2, m)
-    stats = {
-        "ppo/loss/policy": policy_loss,
-        "ppo/loss/value": vloss,
-        "ppo/loss/total": policy_loss + p["vf_coef"] * vloss,
-        "ppo/policy/approxkl": st["approx_kl_k2"],
+    stats = _lmhp_stats(x, returns, m, p, st, policy_loss, vloss, kl, ddof=1)
+    stats.update({
         "ppo/policy/policykl": st["approx_kl_k1"],
-        "ppo/policy/clipfrac": st["clipfrac_active"],
         "ppo/policy/advantages_mean": masked_mean(advantages, m),
-        "ppo/returns/mean": masked_mean(returns, m),
-        "ppo/returns/var": returns_var,
-        "ppo/val/vpred": masked_mean(x.values, m),
-        "ppo/val/error": error,
-        "ppo/val/clipfrac": _value_clipfrac(x, returns, m, p["value_clip"]),
-        "ppo/val/mean": masked_mean(x.old_values, m),
-        "ppo/val/var": _masked_var(x.old_values, m, 1),
-        "ppo/val/var_explained": 1.0 - _divide(error, returns_var),
-        "objective/kl": aggregate(kl, m, "seq-mean-token-sum"),
-        "objective/kl_coef": p["beta"],
-        "objective/entropy": aggregate(-x.logp_old, m, "seq-mean-token-sum"),
         "ppo/mean_non_score_reward": masked_mean(-p["beta"] * kl, m),
         "ppo/mean_scores": _mean_rows(scores),
         "ppo/std_scores": float(np.std(scores, ddof=1)) if scores.size > 1 else float("nan"),
-    }
+    })
     return _result(rewards, advantages, returns, policy_loss, vloss, dlogp, dvalues, stats)
 
 
@@ -684,29 +692,9 @@ def _lm_human_preferences(x: _Inputs, p: dict) -> dict:
     m = x.mask
     policy_loss, st, dlogp, vloss, dvalues = _losses(
         x, advantages, returns, p, policy_mask=m, value_mask=m)
-    returns_var = _masked_var(returns, m, 0)
-    error = masked_mean((x.values - returns) ** 2, m)
-    kl_per_row = aggregate(kl, m, "seq-mean-token-sum")
-    stats = {
-        "ppo/loss/policy": policy_loss,
-        "ppo/loss/value": vloss,
-        "ppo/loss/total": policy_loss + p["vf_coef"] * vloss,
-        "ppo/policy/approxkl": st["approx_kl_k2"],
-        "ppo/policy/clipfrac": st["clipfrac_active"],
-        "ppo/returns/mean": masked_mean(returns, m),
-        "ppo/returns/var": returns_var,
-        "ppo/val/vpred": masked_mean(x.values, m),
-        "ppo/val/error": error,
-        "ppo/val/clipfrac": _value_clipfrac(x, returns, m, p["value_clip"]),
-        "ppo/val/mean": masked_mean(x.old_values, m),
-        "ppo/val/var": _masked_var(x.old_values, m, 0),
-        "ppo/val/var_explained": 1.0 - _divide(error, returns_var),
-        "objective/kl": kl_per_row,
-        "objective/kl_coef": p["beta"],
-        "objective/entropy": aggregate(-x.logp_old, m, "seq-mean-token-sum"),
-        "objective/score": _mean_rows(x.scores),
-        "objective/score_total": _mean_rows(x.scores) - p["beta"] * kl_per_row,
-    }
+    stats = _lmhp_stats(x, returns, m, p, st, policy_loss, vloss, kl, ddof=0)
+    stats["objective/score"] = _mean_rows(x.scores)
+    stats["objective/score_total"] = _mean_rows(x.scores) - p["beta"] * stats["objective/kl"]
     return _result(rewards, advantages, returns, policy_loss, vloss, dlogp, dvalues, stats)
 
 
