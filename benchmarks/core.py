@@ -80,13 +80,22 @@ def reference_outputs(b) -> dict:
 
 
 def check_outputs(label: str, b, outputs: dict) -> None:
-    """Raise AssertionError unless every output equals ppo_numpy's (rtol 1e-9, atol 1e-12)."""
+    """Raise AssertionError unless ``outputs`` has every output of ppo_numpy, each of its
+    shape and equal to it (rtol 1e-9, atol 1e-12)."""
     want_all = reference_outputs(b)
+    if set(outputs) != set(want_all):
+        raise AssertionError(f"{label}: outputs {sorted(set(want_all) - set(outputs))} missing, "
+                             f"{sorted(set(outputs) - set(want_all))} unknown")
     for name, got in outputs.items():
         got = np.asarray(got.detach().numpy() if hasattr(got, "detach") else got, dtype=float)
         want = np.asarray(want_all[name], dtype=float)
+        # allclose broadcasts: a (B,) or scalar output would pass against a (B, T) one
+        if got.shape != want.shape:
+            raise AssertionError(f"{label} {name} has shape {got.shape}, ppo_numpy's "
+                                 f"{want.shape}")
         if not np.allclose(got, want, rtol=1e-9, atol=1e-12):
-            worst = np.unravel_index(np.argmax(np.abs(got - want)), want.shape)
+            worst = tuple(int(i) for i in np.unravel_index(np.argmax(np.abs(got - want)),
+                                                           want.shape))
             raise AssertionError(f"{label} {name} differs from ppo_numpy at {worst}: "
                                  f"{got[worst]} vs {want[worst]}")
 

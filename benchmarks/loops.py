@@ -120,7 +120,8 @@ def policy_loss_grad_loop(logp, logp_old, advantages, mask, epsilon):
         grad.append(row)
     stats = {"clipfrac_active": clip_active / n, "clipfrac_outside": outside / n,
              "approx_kl_k1": k1 / n, "approx_kl_k2": k2 / n, "approx_kl_k3": k3 / n,
-             "ratio_mean": rho_sum / n, "ratio_min": rho_min, "ratio_max": rho_max}
+             "ratio_mean": rho_sum / n, "ratio_min": rho_min, "ratio_max": rho_max,
+             "dual_clipfrac": 0.0}  # no dual clip in this comparison
     return -total / n, stats, grad
 
 

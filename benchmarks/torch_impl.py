@@ -107,7 +107,8 @@ def policy_loss_grad_torch(logp, logp_old, advantages, mask, epsilon):
                                       * mask).sum() / n,
                  "approx_kl_k1": (-lr).mean(), "approx_kl_k2": (lr**2 / 2).mean(),
                  "approx_kl_k3": (torch.expm1(lr) - lr).mean(),
-                 "ratio_mean": r.mean(), "ratio_min": r.min(), "ratio_max": r.max()}
+                 "ratio_mean": r.mean(), "ratio_min": r.min(), "ratio_max": r.max(),
+                 "dual_clipfrac": 0.0}  # no dual clip in this comparison
         stats = {k: float(v) for k, v in stats.items()}
     return float(loss.detach()), stats, logp.grad
 

@@ -8,7 +8,11 @@ import os
 import subprocess
 import sys
 
+import numpy as np
+import pytest
+
 from benchmarks import core, report, torch_impl
+from benchmarks.data import make_batch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -16,6 +20,23 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def test_baselines_compute_what_ppo_numpy_computes():
     # raises AssertionError naming the function and the worst element otherwise
     core.check_baselines(use_torch=torch_impl.available())
+
+
+def test_check_outputs_fails_on_a_changed_value_a_wrong_shape_or_a_missing_output():
+    b = make_batch(3, 8, seed=2)
+    right = core.reference_outputs(b)
+    core.check_outputs("same", b, right)
+    changed = right["gae advantages"].copy()
+    changed[1, 2] += 1e-6
+    with pytest.raises(AssertionError, match=r"gae advantages differs .* at \(1, 2\)"):
+        core.check_outputs("changed", b, {**right, "gae advantages": changed})
+    # a (B,) row of the right values broadcasts against (B, T) under allclose
+    row = np.full(8, right["whiten"][0, 0])
+    with pytest.raises(AssertionError, match="whiten has shape"):
+        core.check_outputs("shape", b, {**right, "whiten": row})
+    with pytest.raises(AssertionError, match="pipeline returns"):
+        core.check_outputs("missing", b, {k: v for k, v in right.items()
+                                          if k != "pipeline returns"})
 
 
 def test_quick_run_writes_one_table_per_function(tmp_path):
