@@ -154,7 +154,130 @@ def test_format_table_rejects_ragged_columns():
         concepts.format_table([1, 2])
 
 
-def test_importing_ppo_numpy_does_not_import_matplotlib():
-    code = "import sys, ppo_numpy; print('matplotlib' in sys.modules)"
+def _y(line):
+    return np.asarray(line.get_ydata(), dtype=float)
+
+
+def test_line_plots_draw_the_given_arrays_in_their_panels():
+    # distinct inputs everywhere, so a swapped or dropped array fails
+    n = np.arange(1, 6)
+    a, b = np.array([1.0, 1.5, 1.6, 1.7, 1.7]), np.array([3.0, 2.5, 2.4, 2.3, 2.3])
+    ax = concepts.plot_importance_sampling(n, a, b, target=2.3, naive_target=1.7).axes[0]
+    np.testing.assert_array_equal(_y(ax.lines[0]), a)
+    np.testing.assert_array_equal(_y(ax.lines[1]), b)
+    np.testing.assert_array_equal(_y(ax.lines[2]), [2.3, 2.3])   # the target E_pi[f]
+
+    d = np.linspace(-1, 1, 5)
+    ax = concepts.plot_ratio_vs_log_ratio(d, np.exp(d), epsilon=0.2).axes[0]
+    np.testing.assert_array_equal(ax.lines[0].get_xdata(), d)
+    np.testing.assert_array_equal(_y(ax.lines[0]), np.exp(d))
+
+    rc = np.array([[1.0, 1.0], [1.1, 0.9], [1.2, 0.8]])
+    ru = np.array([[1.0, 1.0], [1.3, 0.7], [1.9, 0.4]])
+    left, right = concepts.plot_epochs_on_one_batch(rc, ru, epsilon=0.2,
+                                                    advantages=[1.0, -1.0]).axes
+    for ax, rho in ((left, ru), (right, rc)):   # left: no clipping
+        np.testing.assert_array_equal(_y(ax.lines[0]), rho[:, 0])
+        np.testing.assert_array_equal(_y(ax.lines[1]), rho[:, 1])
+    assert left.get_title() == "no clipping"
+
+    values, grads = {"k1": d, "k3": d ** 2}, {"k1": np.ones(5), "k3": 2 * d}
+    left, right = concepts.plot_kl_value_and_gradient(d, values, grads).axes
+    for name, k in (("k1", 0), ("k3", 1)):
+        np.testing.assert_array_equal(_y(left.lines[k]), values[name])
+        np.testing.assert_array_equal(_y(right.lines[k]), grads[name])
+
+    D = np.array([[-0.5, -0.6, 0.3], [0.1, 0.1, 0.3]])
+    ax = concepts.plot_gamma_sweep([0.0, 1.0], D).axes[0]
+    for t in range(3):   # one line per token t, against gamma
+        np.testing.assert_array_equal(_y(ax.lines[t]), D[:, t])
+
+    A = np.array([[0.1, 0.1, 0.3], [0.5, 0.4, 0.3]])
+    ax = concepts.plot_lambda_sweep([0.0, 1.0], A).axes[0]
+    np.testing.assert_array_equal(_y(ax.lines[0]), A[0])
+    np.testing.assert_array_equal(_y(ax.lines[1]), A[1])
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["lam = 0", "lam = 1"]
+
+    m_mc, m_ex, s_mc, s_ex = [0.2, 0.19], [0.21, 0.2], [0.1, 0.11], [0.12, 0.13]
+    left, right = concepts.plot_bias_variance([0.0, 1.0], m_mc, m_ex, s_mc, s_ex).axes
+    np.testing.assert_array_equal(_y(left.lines[0]), m_ex)    # closed form, a line
+    np.testing.assert_array_equal(_y(left.lines[1]), m_mc)    # Monte Carlo, points
+    np.testing.assert_array_equal(_y(right.lines[0]), s_ex)
+    np.testing.assert_array_equal(_y(right.lines[1]), s_mc)
+
+    v = np.linspace(-1, 4, 6)
+    lu, lc, g = 0.5 * (v - 2) ** 2, 0.5 * (v - 2) ** 2 + 1, v - 3
+    left, right = concepts.plot_value_loss(v, lu, lc, old_value=0.5, ret=2.0, clip_range=0.2,
+                                           grad_clipped=g).axes
+    np.testing.assert_array_equal(_y(left.lines[0]), lu)
+    np.testing.assert_array_equal(_y(left.lines[1]), lc)
+    np.testing.assert_array_equal(_y(right.lines[1]), g)
+
+
+def test_td_errors_bars_are_the_three_terms_and_delta():
+    r, v, vn, delta = [0.0, 0.0, 1.0], [0.5, 0.6, 0.7], [0.6, 0.7, 0.0], [0.1, 0.1, 0.3]
+    ax = concepts.plot_td_errors(r, v, vn, delta, gamma=0.5).axes[0]
+    heights = [[bar.get_height() for bar in c] for c in ax.containers]
+    # r~_t, gamma V(s_t+1) = 0.5 * [0.6, 0.7, 0], -V(s_t), delta_t
+    assert heights == [r, [0.3, 0.35, 0.0], [-0.5, -0.6, -0.7], delta]
+
+
+def test_kl_estimator_samples_histogram_counts_every_sample_and_marks_the_mean():
+    x = np.array([-1.0, 0.0, 0.5, 2.5])
+    ax = concepts.plot_kl_estimator_samples({"k1": x}, true_kl=0.3, bins=4).axes[0]
+    assert sum(p.get_height() for p in ax.patches) == 4
+    assert ax.lines[0].get_xdata()[0] == 0.3 and ax.lines[1].get_xdata()[0] == 0.5  # mean 2/4
+    assert ax.get_title() == "k1: 25% negative"
+
+
+def test_whitening_draws_only_valid_tokens_and_their_mean():
+    before = np.array([[1.0, 2.0, 3.0], [4.0, 9.0, 9.0]])
+    after = np.array([[-1.0, -0.5, 0.0], [1.5, 7.0, 7.0]])
+    mask = np.array([[1, 1, 1], [1, 0, 0]])
+    left, right = concepts.plot_whitening(before, after, mask).axes
+    np.testing.assert_array_equal(_y(left.lines[0]), [1.0, 2.0, 3.0])
+    np.testing.assert_array_equal(_y(left.lines[1]), [4.0])    # the 9s are padding
+    np.testing.assert_array_equal(_y(right.lines[1]), [1.5])
+    np.testing.assert_array_equal(_y(left.lines[2]), [2.5, 2.5])   # mean of 1, 2, 3, 4
+    np.testing.assert_array_equal(_y(right.lines[2]), [0.0, 0.0])
+
+
+def test_token_weights_sorted_by_length():
+    lengths, wt, ws = [4, 1, 2], {"m": [0.25, 1.0, 0.5]}, {"m": [1.0, 1.0, 1.0]}
+    left, right = concepts.plot_token_weights(lengths, wt, ws).axes
+    np.testing.assert_array_equal(left.lines[0].get_xdata(), [1, 2, 4])
+    np.testing.assert_array_equal(_y(left.lines[0]), [1.0, 0.5, 0.25])
+    np.testing.assert_array_equal(_y(right.lines[0]), [1.0, 1.0, 1.0])
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: concepts.plot_token_timeline({"r": [0.0, 1.0]}, [1, 2]), "mask: must contain only"),
+    (lambda: concepts.plot_token_timeline({"r": [0.0]}, [1], prompt_len=-1), "prompt_len"),
+    (lambda: concepts.plot_token_timeline({"r": [0.0]}, [1], prompt_len=1.5), "prompt_len"),
+    (lambda: concepts.plot_whitening([1.0, 2.0], [1.0, 2.0], [1, 2]), "mask: must contain only"),
+    (lambda: concepts.plot_whitening([1.0, 2.0], [1.0, 2.0], [1, 1, 0]), "mask: shape"),
+    (lambda: concepts.plot_whitening([1.0, 2.0], [1.0, 2.0], [0, 0]), "mask: no response"),
+])
+def test_bad_mask_or_count_names_the_argument(call, message):
+    with pytest.raises((ValueError, TypeError), match=message):
+        call()
+
+
+def test_plot_functions_leave_their_inputs_unchanged():
+    before = np.array([[1.0, 2.0, 3.0], [4.0, 9.0, 9.0]])
+    after, mask = before - 2.5, np.array([[1, 1, 1], [1, 0, 0]])
+    rows = {"r": np.array([0.5, -1.0, 0.0])}
+    copies = [x.copy() for x in (before, after, mask, rows["r"])]
+    concepts.plot_whitening(before, after, mask)
+    concepts.plot_token_timeline(rows, mask[1])
+    for x, c in zip((before, after, mask, rows["r"]), copies):
+        np.testing.assert_array_equal(x, c)
+
+
+@pytest.mark.parametrize("module", ["ppo_numpy", "ppo_numpy.training", "ppo_numpy.oracle",
+                                    "ppo_numpy.policy", "ppo_numpy.reward", "ppo_numpy.explain",
+                                    "ppo_numpy.plotting"])
+def test_importing_a_subpackage_does_not_import_matplotlib(module):
+    code = f"import sys, {module}; print('matplotlib' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "False"
+    assert out.stdout.strip() == "False", module

@@ -119,6 +119,8 @@ def test_minibatch_bad_input():
         plot_minibatch({"a": np.ones((2, 3))}, 2 * m)
     with pytest.raises(ValueError, match=r"\(B, T\)"):
         plot_minibatch({"a": np.ones(3)}, np.ones(3))
+    with pytest.raises(ValueError, match="ncols"):
+        plot_minibatch({"a": np.ones((2, 3))}, m, ncols=0)
 
 
 def test_ratio_after_step_counts_tokens_that_moved_with_their_advantage():
@@ -134,6 +136,8 @@ def test_ratio_after_step_counts_tokens_that_moved_with_their_advantage():
         plot_ratio_after_step(rho, A[:, :2])
     with pytest.raises(ValueError, match="no response token"):
         plot_ratio_after_step(rho, A, np.zeros((2, 3)))
+    with pytest.raises(ValueError, match="mask: must contain only 0 and 1"):
+        plot_ratio_after_step(rho, A, 2 * mask)
 
 
 def _history(n, **const):

@@ -32,6 +32,8 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import numpy as np
 
+from .._validation import as_mask, check_int
+
 __all__ = [
     "format_table",
     "plot_bias_variance",
@@ -153,13 +155,13 @@ def plot_token_timeline(rows, mask, *, prompt_len=0, tokens=None, title=None, la
     Each row is coloured on its own symmetric scale (blue < 0 < red); every cell
     shows its value, so padding's exact 0 and a value leaking there are visible.
     """
-    m = _vector(mask, "mask").astype(bool)
+    m = _vector(mask, "mask")
+    m = as_mask(m, m, "mask")
     T = m.shape[0]
     if not rows:
         raise ValueError("rows: expected at least one quantity")
     data = {name: _vector(v, f"rows[{name!r}]", T) for name, v in rows.items()}
-    if prompt_len < 0:
-        raise ValueError(f"prompt_len: must be >= 0, got {prompt_len}")
+    prompt_len = check_int(prompt_len, "prompt_len", low=0)
     L = prompt_len + T
     if tokens is not None and len(tokens) != L:
         raise ValueError(f"tokens: expected {L} labels (prompt_len + T), got {len(tokens)}")
@@ -567,9 +569,9 @@ def plot_whitening(before, after, mask=None):
     a = np.asarray(after, dtype=np.float64)
     if a.shape != b.shape:
         raise ValueError(f"after: shape {a.shape} does not match before shape {b.shape}")
-    m = np.ones(b.shape, bool) if mask is None else np.asarray(mask).astype(bool)
-    if m.shape != b.shape:
-        raise ValueError(f"mask: shape {m.shape} does not match before shape {b.shape}")
+    m = as_mask(mask, b, "before")
+    if not m.any():
+        raise ValueError("mask: no response token to draw")
     fig, axes = _figure(1, 2, width=9.0, height=3.0)
     for ax, x, title in ((axes[0], b, "before"), (axes[1], a, "after whitening")):
         x2 = x.reshape(-1, x.shape[-1]) if x.ndim > 1 else x[None]

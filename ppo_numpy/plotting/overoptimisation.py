@@ -11,6 +11,7 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
+from .._validation import check_int
 from ..overoptimisation import rows_by_beta
 
 
@@ -40,6 +41,7 @@ def plot_overoptimisation(rows, *, smooth=10, title=None, path=None) -> Figure:
         Left: proxy (dashed) and gold (solid) per iteration. Middle: the same against
         sqrt(KL(pi_theta || pi_ref)). Right: the KL per iteration. One colour per beta.
     """
+    smooth = check_int(smooth, "smooth")
     runs = rows_by_beta(rows)
     if not runs:
         raise ValueError("rows: nothing to plot")

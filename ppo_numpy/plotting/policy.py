@@ -21,6 +21,8 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import numpy as np
 
+from .._validation import as_mask, check_int
+
 __all__ = [
     "plot_forward_pass",
     "plot_gradcheck",
@@ -227,7 +229,7 @@ def plot_minibatch(quantities, mask, *, title=None, ncols=4, annotate=None):
         data[name] = np.where(valid, arr, 0.0)
     B, T = m.shape
     annotate = B * T <= 64 if annotate is None else bool(annotate)
-    ncols = min(ncols, len(data))
+    ncols = min(check_int(ncols, "ncols"), len(data))
     nrows = -(-len(data) // ncols)
     size = (0.42 * T * ncols + 1.0, (0.3 * B + 0.8) * nrows)
     fig, axes = plt.subplots(nrows, ncols, figsize=size, dpi=DPI, squeeze=False)
@@ -264,9 +266,7 @@ def plot_ratio_after_step(rho, advantages, mask=None, *, epsilon=0.2):
     a = np.asarray(advantages, dtype=np.float64)
     if a.shape != r.shape:
         raise ValueError(f"advantages: shape {a.shape} does not match rho shape {r.shape}")
-    m = np.ones(r.shape, bool) if mask is None else np.asarray(mask) == 1
-    if m.shape != r.shape:
-        raise ValueError(f"mask: shape {m.shape} does not match rho shape {r.shape}")
+    m = as_mask(mask, r, "rho")
     if not m.any():
         raise ValueError("mask: no response token to draw")
     r, a = r[m], a[m]

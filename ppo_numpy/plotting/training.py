@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 from matplotlib.figure import Figure
 
+from .._validation import check_int
 from ..training.metrics import COLUMNS, history_to_columns
 
 
@@ -117,12 +118,14 @@ def plot_beta_sweep(results, *, optimum=1.0, last=10, path=None) -> Figure:
     ----------
     results : dict beta -> history (list of rows) or columns
     optimum : float
-    last : int
+    last : int >= 1
         Iterations averaged for the trade-off panel.
     path : str or Path, optional
     """
     if not results:
         raise ValueError("results: no run to plot")
+    # x[-0:] is all of x: last = 0 would average every iteration under a "last 0" label
+    last = check_int(last, "last")
     fig = Figure(figsize=(14, 4.2), layout="constrained")
     ax = fig.subplots(1, 3)
     final = []

@@ -1,0 +1,77 @@
+"""The training and over-optimisation figures (``ppo_numpy.plotting.training``,
+``ppo_numpy.plotting.overoptimisation``) draw the columns they are given, headless,
+and refuse bad counts by name."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ppo_numpy import overoptimisation as oo
+from ppo_numpy.plotting.overoptimisation import plot_overoptimisation
+from ppo_numpy.plotting.training import plot_beta_sweep, plot_training
+from ppo_numpy.training.metrics import COLUMNS
+
+
+def _history(n, **columns):
+    """n rows; column c of row k is columns[c][k] if given, else k + 1 (distinct per column
+    only where given)."""
+    return [{c: float(columns[c][k]) if c in columns else float(k + 1) for c in COLUMNS}
+            for k in range(n)]
+
+
+def test_training_dashboard_draws_each_column_in_its_panel():
+    score, kl, grad = [0.1, 0.4, 0.9], [0.0, 0.5, 2.0], [3.0, 2.0, 1.5]
+    fig = plot_training(_history(3, score=score, kl_ref=kl, grad_norm=grad), optimum=2.0)
+    ax = fig.axes
+    np.testing.assert_array_equal(ax[0].lines[0].get_ydata(), score)
+    # optimum and its 90 % line
+    assert [line.get_ydata()[0] for line in ax[0].lines[1:3]] == [2.0, 1.8]
+    np.testing.assert_array_equal(ax[1].lines[0].get_ydata(), kl)
+    np.testing.assert_array_equal(ax[8].lines[0].get_ydata(), grad)
+    np.testing.assert_array_equal(ax[8].lines[0].get_xdata(), [1, 2, 3])
+    # ratio_first_min/max are 1, 2, 3 here (not all 1): the title says logp_old is stale
+    assert "stale" in fig.get_suptitle()
+
+
+def test_beta_sweep_tradeoff_point_is_the_mean_of_the_last_iterations():
+    runs = {0.1: _history(4, kl_ref=[1.0, 2.0, 3.0, 5.0], score=[0.0, 0.2, 0.4, 0.8]),
+            0.0: _history(4, kl_ref=[1.0, 1.0, 7.0, 9.0], score=[0.0, 0.5, 0.9, 1.0])}
+    fig = plot_beta_sweep(runs, last=2)
+    tradeoff = fig.axes[2].lines[0]
+    # betas sorted: 0.0 -> (mean(7, 9), mean(0.9, 1.0)), 0.1 -> (mean(3, 5), mean(0.4, 0.8))
+    np.testing.assert_allclose(tradeoff.get_xdata(), [8.0, 4.0])
+    np.testing.assert_allclose(tradeoff.get_ydata(), [0.95, 0.6])
+    for bad in (0, -1):
+        with pytest.raises(ValueError, match="last"):
+            plot_beta_sweep(runs, last=bad)
+    with pytest.raises(TypeError, match="last"):
+        plot_beta_sweep(runs, last=1.5)
+
+
+def _oo_rows():
+    rows = []
+    for beta, gold in ((0.0, [0.0, 0.3, 0.6, 0.3]), (0.5, [0.0, 0.1, 0.2, 0.3])):
+        for k, g in enumerate(gold):
+            rows.append({c: 0.0 for c in oo.COLUMNS} | {
+                "beta": beta, "iteration": k + 1, "gold_score": g, "proxy_score": 2 * g + 1,
+                "kl_ref": float(k * k), "sqrt_kl": float(k)})
+    return rows
+
+
+def test_overoptimisation_curves_are_moving_averages_per_beta():
+    fig = plot_overoptimisation(_oo_rows(), smooth=2)
+    left, middle, right = fig.axes
+    # beta 0: gold, then proxy, as means of two consecutive iterations
+    np.testing.assert_allclose(left.lines[0].get_xdata(), [1.5, 2.5, 3.5])
+    np.testing.assert_allclose(left.lines[0].get_ydata(), [0.15, 0.45, 0.45])
+    np.testing.assert_allclose(left.lines[1].get_ydata(), [1.3, 1.9, 1.9])
+    np.testing.assert_allclose(left.lines[2].get_ydata(), [0.05, 0.15, 0.25])   # beta 0.5
+    np.testing.assert_allclose(middle.lines[0].get_xdata(), [0.5, 1.5, 2.5])    # sqrt KL
+    np.testing.assert_allclose(right.lines[0].get_ydata(), [0.5, 2.5, 6.5])     # KL
+    raw = plot_overoptimisation(_oo_rows(), smooth=1).axes[0]
+    np.testing.assert_array_equal(raw.lines[0].get_ydata(), [0.0, 0.3, 0.6, 0.3])
+    with pytest.raises(ValueError, match="smooth"):
+        plot_overoptimisation(_oo_rows(), smooth=0)
+    with pytest.raises(ValueError, match="rows"):
+        plot_overoptimisation([])
