@@ -17,7 +17,7 @@ token/sequence means   aggregate                   ppo_numpy.aggregation
 L_PPO                  ppo_objective               ppo_numpy.objective
 policy loss + stats    ppo_policy_loss             ppo_numpy.objective
 H_t                    entropy_from_logits         ppo_numpy.entropy
-beta schedule          Adaptive/FixedKLController  ppo_numpy.kl_controllers
+beta schedule          Adaptive/FixedKLController  ppo_numpy.training.kl_controllers
 d loss / d inputs      policy_loss_grad, ...       ppo_numpy.loss_grads
 finite differences     gradcheck, cmp              ppo_numpy.gradcheck
 toy policies           MLPPolicy, BigramPolicy     ppo_numpy.policy
@@ -25,6 +25,7 @@ loss + grads (params)  ppo_loss_and_grads          ppo_numpy.policy.loss
 =====================  ==========================  ===========================
 """
 
+from . import _moved
 from .aggregation import MODES as AGGREGATION_MODES
 from .aggregation import aggregate
 from .clipping import clipped_surrogate
@@ -33,7 +34,6 @@ from .gae import gae
 from .gradcheck import cmp, gradcheck, numerical_grad
 from .kl import ESTIMATORS as KL_ESTIMATORS
 from .kl import kl_estimate, kl_shaped_rewards
-from .kl_controllers import AdaptiveKLController, FixedKLController
 from .loss_grads import (
     aggregate_grad,
     entropy_grad,
@@ -54,10 +54,13 @@ from .policy import (
 )
 from .ratio import probability_ratio
 from .td import td_errors
+from .training.kl_controllers import AdaptiveKLController, FixedKLController
 from .value_loss import value_loss
 from .whitening import masked_mean, whiten
 
 __version__ = "0.1.0"
+
+_moved.install()
 
 __all__ = [
     "AGGREGATION_MODES",

@@ -24,8 +24,8 @@ from ppo_numpy.explain import (
     render,
     rewards_table,
 )
-from ppo_numpy.explain.cli import main
-from ppo_numpy.explain.docs import REGENERATE, render_docs
+from ppo_numpy.programs.explain import main
+from ppo_numpy.programs.hand_calculations import REGENERATE, render_docs
 
 ROOT = Path(__file__).resolve().parents[1]
 

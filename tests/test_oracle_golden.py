@@ -12,9 +12,9 @@ import pytest
 import ppo_numpy
 from ppo_numpy.oracle import golden
 from ppo_numpy.oracle.cases import INPUT_NAMES, generate_cases
-from ppo_numpy.oracle.cli import main
 from ppo_numpy.oracle.compare import TOLERANCES
 from ppo_numpy.oracle.presets import PRESETS, get_preset
+from ppo_numpy.programs.oracle import main
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "oracle.md"
 

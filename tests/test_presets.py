@@ -1,4 +1,4 @@
-"""Tests of the framework presets (ppo_numpy/oracle/presets.py).
+"""Tests of the framework presets (ppo_numpy/oracle/presets/).
 
 Each preset is checked by hand on the conventions it differs in (the numbers
 are derived in the comments next to them), presets are checked to agree where

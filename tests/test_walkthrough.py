@@ -4,7 +4,7 @@ worked out by hand (the output shows 5 or 6 significant digits)."""
 import math
 import re
 
-from ppo_numpy.walkthrough import main
+from ppo_numpy.programs.walkthrough import main
 
 
 def printed(capsys) -> dict:

@@ -5,8 +5,8 @@ One iteration, each step named as the seed names it:
 1. rollout: sample a response for each of B prompts from pi_theta_old (the
    current policy); record logp_old, the values V(s_t) and the response mask;
 2. score each response (the task's rule, or ``RunState.score_fn`` when set:
-   e.g. a learned reward model, ``ppo_numpy.overoptimisation``), compute logp_ref under the frozen
-   reference, and the KL-shaped rewards r~_t = -beta KL_t + [t = T] score;
+   e.g. a learned reward model, ``ppo_numpy.reward.overoptimisation``), compute
+   logp_ref under the frozen reference, and the KL-shaped rewards r~_t = -beta KL_t + [t = T] score;
 3. TD errors and GAE: advantages A_hat_t and returns R_t = A_hat_t + V(s_t);
    whiten A_hat over the batch (switchable);
 4. K epochs over the batch in minibatches: policy loss + c_V value loss -
@@ -31,12 +31,12 @@ import numpy as np
 
 from ..gae import gae
 from ..kl import kl_estimate, kl_shaped_rewards
-from ..kl_controllers import AdaptiveKLController, FixedKLController
 from ..policy.loss import ppo_loss_and_grads
 from ..policy.optim import Adam, clip_grad_norm, global_norm
 from ..policy.sampling import evaluate, sample
 from ..whitening import whiten
 from .config import PPOConfig
+from .kl_controllers import AdaptiveKLController, FixedKLController
 from .metrics import COLUMNS, explained_variance
 from .tasks import Task, make_task, response_lengths
 from .warmup import warm_up

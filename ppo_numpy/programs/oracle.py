@@ -13,11 +13,11 @@ import argparse
 import json
 import sys
 
-from .cases import EDGE_CASES, N_RANDOM, generate_cases
+from ..oracle.cases import EDGE_CASES, N_RANDOM, generate_cases
 
 
 def _presets():
-    from .presets import DEFAULT_PRESET, PRESETS
+    from ..oracle.presets import DEFAULT_PRESET, PRESETS
 
     return PRESETS, DEFAULT_PRESET
 
@@ -39,7 +39,7 @@ def cmd_list(args) -> int:
 
 
 def cmd_export(args) -> int:
-    from .golden import export
+    from ..oracle.golden import export
 
     presets, default = _presets()
     name = args.preset or default
@@ -63,7 +63,7 @@ def cmd_export(args) -> int:
 
 
 def cmd_verify(args) -> int:
-    from .golden import bit_identical, verify
+    from ..oracle.golden import bit_identical, verify
 
     try:
         report, problems = verify(args.directory, args.preset)

@@ -1,6 +1,6 @@
 """Generate ``docs/hand-calculations.md`` from the ``explain`` tables.
 
-    python -m ppo_numpy.explain.docs > docs/hand-calculations.md
+    python -m ppo_numpy.programs.hand_calculations > docs/hand-calculations.md
 
 Every table and printed value on that page is produced here by running the
 command shown beside it; ``tests/test_explain.py`` regenerates the page and
@@ -15,9 +15,9 @@ import shlex
 import sys
 
 from ..gae import gae
-from .cli import render_command
+from .explain import render_command
 
-REGENERATE = "python -m ppo_numpy.explain.docs > docs/hand-calculations.md"
+REGENERATE = "python -m ppo_numpy.programs.hand_calculations > docs/hand-calculations.md"
 
 INTRO = f"""\
 # Checking formulas by hand

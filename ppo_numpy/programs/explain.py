@@ -21,8 +21,15 @@ import re
 import sys
 from fractions import Fraction
 
+from ..explain.tables import (
+    clip_table,
+    gae_table,
+    ppo_tables,
+    ratio_clip_tables,
+    render,
+    rewards_table,
+)
 from ..kl import ESTIMATORS
-from .tables import clip_table, gae_table, ppo_tables, ratio_clip_tables, render, rewards_table
 
 PROG = "python -m ppo_numpy explain"
 

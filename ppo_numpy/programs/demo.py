@@ -17,10 +17,10 @@ from pathlib import Path
 
 import numpy as np
 
-from .policy.sampling import sample
-from .policy.vocab import Vocab
-from .training import PPOConfig, make_task, train
-from .training.run import RunError, load_state
+from ..policy.sampling import sample
+from ..policy.vocab import Vocab
+from ..training import PPOConfig, make_task, train
+from ..training.run import RunError, load_state
 
 DEFAULT_OUT = Path("runs") / "demo"
 

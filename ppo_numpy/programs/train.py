@@ -14,9 +14,9 @@ import sys
 import time
 from pathlib import Path
 
-from .config import PPOConfig, field_kind
-from .run import RunError, resume, train
-from .tasks import TASKS, make_task
+from ..training.config import PPOConfig, field_kind
+from ..training.run import RunError, resume, train
+from ..training.tasks import TASKS, make_task
 
 
 def _parse_optional(kind):

@@ -11,7 +11,7 @@ import argparse
 
 import numpy as np
 
-from . import (
+from .. import (
     aggregate,
     clipped_surrogate,
     gae,

@@ -51,15 +51,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .._validation import as_array, as_mask, where_valid
-from ..aggregation import aggregate
-from ..gae import gae
-from ..kl import _score_bounds, kl_estimate, kl_shaped_rewards
-from ..loss_grads import policy_loss_grad, value_loss_grad
-from ..objective import ppo_policy_loss
-from ..ratio import probability_ratio
-from ..value_loss import value_loss
-from ..whitening import masked_mean, whiten
+from ..._validation import as_array, as_mask, where_valid
+from ...aggregation import aggregate
+from ...gae import gae
+from ...kl import _score_bounds, kl_estimate, kl_shaped_rewards
+from ...loss_grads import policy_loss_grad, value_loss_grad
+from ...objective import ppo_policy_loss
+from ...ratio import probability_ratio
+from ...value_loss import value_loss
+from ...whitening import masked_mean, whiten
 
 __all__ = ["DEFAULT_PRESET", "INPUT_NAMES", "PRESETS", "Preset", "get_preset"]
 
