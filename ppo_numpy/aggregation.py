@@ -81,21 +81,69 @@ def aggregate(per_token, mask=None, mode="token-mean", *, norm=None):
     """
     check_mode(mode)
     (x,), m = prepare({"per_token": per_token}, mask)
-    norm = mode_norm(mode, norm, x.shape[-1])
+    return aggregate_kernel(x, m, mode, mode_norm(mode, norm, x.shape[-1]))
+
+
+def divisors(m: np.ndarray, mode: str, norm=None, like=None):
+    """The one rule of every mode: aggregate = sum_i (sum_t m x)_i / d_i / D (unchecked kernel).
+
+    Returns ``(d, D)``: ``d`` the (B,) per-row divisors (``None`` where every row
+    divides by 1) and ``D`` the overall divisor, with n_i tokens in row i and B'
+    rows that have one:
+
+        token-mean               d = None   D = sum_i n_i
+        seq-mean-token-sum       d = None   D = B'
+        seq-mean-token-mean      d = n_i    D = B'
+        seq-mean-token-sum-norm  d = None   D = B' * norm
+
+    :func:`aggregate` divides by them, :func:`aggregation_weights` (the gradient) is
+    m / (d D). ``m``: a bool (B, T) mask; ``norm``: checked (:func:`mode_norm`);
+    ``like``: an exact array makes ``D`` a Fraction.
+    """
+    n_tokens = m.sum(axis=-1)  # (B,)
+    n_seq = int(np.count_nonzero(n_tokens))
+    if n_seq == 0:
+        raise ValueError("mask: no response token to aggregate over")
+    exact = like is not None and like.dtype == object
+    if mode == "token-mean":
+        total = int(n_tokens.sum())
+        return None, (scalar_for(total, like) if exact else total)
+    if mode == "seq-mean-token-sum":
+        return None, (scalar_for(n_seq, like) if exact else n_seq)
+    if mode == "seq-mean-token-mean":
+        return n_tokens, (scalar_for(n_seq, like) if exact else float(n_seq))
+    if exact:
+        return None, scalar_for(n_seq, like) * scalar_for(norm, like)
+    return None, n_seq * float(norm)
+
+
+def aggregate_kernel(x: np.ndarray, m: np.ndarray, mode: str, norm=None):
+    """:func:`aggregate` on checked arrays: ``x`` (B, T) or (T,) 0 at padding, ``m`` bool,
+    ``mode`` valid, ``norm`` from :func:`mode_norm` (unchecked kernel)."""
     if x.ndim == 1:
         x, m = x[None], m[None]
-    n_tokens = m.sum(axis=-1)
-    rows = n_tokens > 0
-    if not np.any(rows):
-        raise ValueError("mask: no response token to aggregate over")
-    n_seq = int(rows.sum())
+    d, D = divisors(m, mode, norm, like=x)
     row_sums = x.sum(axis=-1)
-    if mode == "token-mean":
-        return row_sums.sum() / scalar_for(int(n_tokens.sum()), x)
-    if mode == "seq-mean-token-sum":
-        return row_sums.sum() / scalar_for(n_seq, x)
-    if mode == "seq-mean-token-mean":
-        per_seq = row_sums[rows] / np.array([scalar_for(int(n), x) for n in n_tokens[rows]],
-                                            dtype=x.dtype)
-        return per_seq.sum() / scalar_for(n_seq, x)
-    return row_sums.sum() / (scalar_for(n_seq, x) * scalar_for(norm, x))
+    if d is None:
+        return row_sums.sum() / D
+    rows = d > 0
+    if x.dtype == object:
+        per_seq = row_sums[rows] / np.array([scalar_for(int(n), x) for n in d[rows]],
+                                            dtype=object)
+    else:
+        per_seq = row_sums[rows] / d[rows].astype(np.float64)
+    return per_seq.sum() / D
+
+
+def aggregation_weights(m: np.ndarray, mode: str, norm=None) -> np.ndarray:
+    """The weights w with aggregate(x) = sum_{i,t} w x, i.e. m / (d_i D) of :func:`divisors`:
+    d aggregate / d x (unchecked kernel; float64, the shape of ``m``, 0 at padding)."""
+    m2 = m[None] if m.ndim == 1 else m
+    d, D = divisors(m2, mode, norm)
+    mf = m2.astype(np.float64)
+    if d is None:
+        w = mf / D
+    else:
+        # why: a row without tokens has d = 0 and weights 0 (its m is 0)
+        w = mf / (np.maximum(d, 1)[:, None] * D)
+    return w.reshape(m.shape)

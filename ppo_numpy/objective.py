@@ -11,12 +11,15 @@ returns the statistics frameworks log.
 
 from __future__ import annotations
 
+from functools import cached_property
+
 import numpy as np
 
-from ._validation import prepare
-from .aggregation import aggregate, check_mode
-from .clipping import clip_bounds, clipped_surrogate
-from .ratio import probability_ratio
+from ._validation import prepare, where_valid
+from .aggregation import aggregate_kernel, aggregation_weights
+from .clipping import ClipCases
+from .loss_options import PolicyLossOptions, resolve
+from .ratio import log_ratio
 
 
 def ppo_objective(logp, logp_old, advantages, mask=None, epsilon=0.2, **clip_options):
@@ -51,17 +54,16 @@ def ppo_objective(logp, logp_old, advantages, mask=None, epsilon=0.2, **clip_opt
     >>> round(ppo_objective(logp, logp, A, m), 12)
     1.075375
     """
-    # checked here first, so that a bad shape is named against logp (not against rho); in
-    # float64 even for Fractions (rho needs exp), as ppo_policy_loss, which it must equal
+    # in float64 even for Fractions (rho needs exp), as ppo_policy_loss, which it must equal
     (logp, logp_old, advantages), m = prepare(
         {"logp": logp, "logp_old": logp_old, "advantages": advantages}, mask, exact=False)
-    rho = probability_ratio(logp, logp_old, m)
-    term = clipped_surrogate(rho, advantages, epsilon, mask=m, **clip_options)
-    return float(aggregate(term, m, "seq-mean-token-sum"))
+    opts = PolicyLossOptions(epsilon=epsilon, agg="seq-mean-token-sum", **clip_options)
+    return -policy_loss_kernel(logp, logp_old, advantages, m, opts).loss
 
 
 def ppo_policy_loss(logp, logp_old, advantages, mask=None, epsilon=0.2, agg="token-mean", *,
-                    epsilon_high=None, dual_clip=None, norm=None, log_ratio_clamp=None):
+                    epsilon_high=None, dual_clip=None, norm=None, log_ratio_clamp=None,
+                    options=None):
     """Policy loss -aggregate(min(rho A, clip(rho) A)) and the statistics frameworks log.
 
     Parameters
@@ -81,6 +83,9 @@ def ppo_policy_loss(logp, logp_old, advantages, mask=None, epsilon=0.2, agg="tok
         Divisor for ``agg="seq-mean-token-sum-norm"`` (only that mode takes it).
     log_ratio_clamp : float, optional
         See :func:`probability_ratio`.
+    options : PolicyLossOptions, optional
+        All of ``epsilon``, ``agg``, ``epsilon_high``, ``dual_clip``, ``norm`` and
+        ``log_ratio_clamp`` in one object (then give none of those keywords).
 
     Returns
     -------
@@ -111,37 +116,72 @@ def ppo_policy_loss(logp, logp_old, advantages, mask=None, epsilon=0.2, agg="tok
     >>> round(loss, 12), round(stats["clipfrac_active"], 6)
     (-0.9, 0.666667)
     """
-    check_mode(agg, "agg")
-    # checked here first, so that a bad shape is named against logp (not against rho); in
-    # float64 even for Fractions (rho needs exp), so that term and rho * A below round alike
+    opts = resolve(options, epsilon=epsilon, agg=agg, epsilon_high=epsilon_high,
+                   dual_clip=dual_clip, norm=norm, log_ratio_clamp=log_ratio_clamp)
+    # in float64 even for Fractions (rho needs exp), so that term and rho * A round alike
     (lp, lp_old, A), m = prepare({"logp": logp, "logp_old": logp_old, "advantages": advantages},
                                  mask, exact=False)
-    rho = probability_ratio(lp, lp_old, m, log_ratio_clamp=log_ratio_clamp)
-    term = clipped_surrogate(rho, A, epsilon, epsilon_high=epsilon_high, dual_clip=dual_clip,
-                             mask=m)
-    loss = -float(aggregate(term, m, agg, norm=norm))
+    out = policy_loss_kernel(lp, lp_old, A, m, opts)
+    return out.loss, out.stats()
 
-    n = int(m.sum())
-    lo, hi = clip_bounds(epsilon, epsilon_high)
-    # why: log rho from the log-probs, not log(rho): rho underflows to 0 for log rho < -745
-    log_rho = lp - lp_old
-    if log_ratio_clamp is not None:
-        log_rho = np.clip(log_rho, -log_ratio_clamp, log_ratio_clamp)
-    unclipped = rho * A
-    before_dual = np.minimum(unclipped, np.minimum(np.maximum(rho, lo), hi) * A)
 
-    def mean(x):
-        return float(np.where(m, x, 0.0).sum() / n)
+class PolicyLoss:
+    """The policy loss of one batch and everything derived from it, each computed on first use.
 
-    stats = {
-        "clipfrac_active": mean(term < unclipped),
-        "clipfrac_outside": mean((rho < lo) | (rho > hi)),
-        "dual_clipfrac": mean(term > before_dual) if dual_clip is not None else 0.0,
-        "approx_kl_k1": mean(-log_rho),
-        "approx_kl_k2": mean(log_rho**2 / 2),
-        "approx_kl_k3": mean(np.expm1(log_rho) - log_rho),
-        "ratio_mean": mean(rho),
-        "ratio_min": float(np.min(rho[m])),
-        "ratio_max": float(np.max(rho[m])),
-    }
-    return loss, stats
+    Unchecked kernel behind :func:`ppo_policy_loss`, :func:`ppo_numpy.policy_loss_grad`
+    and the presets: ``logp``, ``logp_old``, ``A`` float64 (B, T) or (T,) arrays, 0 at
+    padding; ``m`` the bool mask; ``opts`` a :class:`PolicyLossOptions`. Attributes:
+    ``log_rho`` and ``passes`` (:func:`ppo_numpy.ratio.log_ratio`), ``rho`` (0 at padding),
+    ``cases`` (:class:`ppo_numpy.clipping.ClipCases`), ``loss``, ``dlogp``; :meth:`stats`.
+    """
+
+    def __init__(self, logp, logp_old, A, m, opts: PolicyLossOptions):
+        self.m, self.A, self.opts = m, A, opts
+        self.log_rho, self.passes = log_ratio(logp, logp_old, opts.log_ratio_clamp)
+        # rho_t = exp(logp_t - logp_old_t)
+        self.rho = where_valid(m, np.exp(self.log_rho))
+        lo, hi = opts.bounds()
+        self.cases = ClipCases(self.rho, A, lo, hi, opts.dual_clip)
+        self.norm = opts.norm_for(m.shape[-1])
+
+    @cached_property
+    def loss(self) -> float:
+        # loss = -aggregate( min(rho A, clip(rho) A) )
+        term = where_valid(self.m, self.cases.term)
+        return -float(aggregate_kernel(term, self.m, self.opts.agg, self.norm))
+
+    @cached_property
+    def dlogp(self) -> np.ndarray:
+        """d loss / d logp = -w (d term / d rho) rho (d log_rho / d logp), 0 at padding."""
+        w = aggregation_weights(self.m, self.opts.agg, self.norm)
+        dlogp = -w * self.cases.drho * self.rho
+        if self.passes is not None:
+            dlogp = dlogp * self.passes
+        return where_valid(self.m, dlogp + 0.0)  # (+ 0.0 turns -0.0 into 0.0)
+
+    def stats(self) -> dict:
+        m, log_rho, rho, cases = self.m, self.log_rho, self.rho, self.cases
+        n = int(m.sum())
+
+        def mean(x):
+            return float(np.where(m, x, 0.0).sum() / n)
+
+        return {
+            "clipfrac_active": mean(cases.counted_clipped),
+            "clipfrac_outside": mean(cases.outside),
+            "dual_clipfrac": mean(cases.counted_dual) if self.opts.dual_clip is not None
+            else 0.0,
+            # why: log rho from the log-probs, not log(rho): rho underflows to 0 for
+            # log rho < -745
+            "approx_kl_k1": mean(-log_rho),
+            "approx_kl_k2": mean(log_rho**2 / 2),
+            "approx_kl_k3": mean(np.expm1(log_rho) - log_rho),
+            "ratio_mean": mean(rho),
+            "ratio_min": float(np.min(rho[m])),
+            "ratio_max": float(np.max(rho[m])),
+        }
+
+
+def policy_loss_kernel(logp, logp_old, A, m, opts: PolicyLossOptions) -> PolicyLoss:
+    """:class:`PolicyLoss` of checked arrays (unchecked kernel)."""
+    return PolicyLoss(logp, logp_old, A, m, opts)

@@ -14,6 +14,31 @@ import numpy as np
 from ._validation import check_scalar, prepare, where_valid
 
 
+def check_clamp(clamp, name="log_ratio_clamp"):
+    """A clamp checked: ``None`` (off) or a real number > 0."""
+    return None if clamp is None else check_scalar(clamp, name, low=0, low_open=True)
+
+
+def log_ratio(logp, logp_old, clamp=None):
+    """log rho_t = logp_t - logp_old_t, clamped to [-c, c] when ``clamp`` = c is given.
+
+    The one place the log-ratio clamp is applied: the ratio, the policy loss's
+    statistics and its gradient all take it from here. Returns ``(log_rho, passes)``
+    with ``passes`` the bool array where d log_rho / d logp = 1 (|logp - logp_old| <= c:
+    the bound passes the gradient, as PyTorch's ``clamp``), or ``None`` without a clamp.
+
+    Unchecked kernel: float64 arrays of one shape, ``clamp`` from :func:`check_clamp`.
+
+    >>> log_rho, passes = log_ratio(np.array([0.0, 0.0]), np.array([-0.1, -30.0]), 20.0)
+    >>> [round(float(v), 12) for v in log_rho], passes.tolist()
+    ([0.1, 20.0], [True, False])
+    """
+    x = logp - logp_old
+    if clamp is None:
+        return x, None
+    return np.clip(x, -clamp, clamp), np.abs(x) <= clamp
+
+
 def probability_ratio(logp, logp_old, mask=None, *, log_ratio_clamp=None):
     """Per-token probability ratio rho_t = exp(logp_t - logp_old_t).
 
@@ -43,8 +68,5 @@ def probability_ratio(logp, logp_old, mask=None, *, log_ratio_clamp=None):
     [1.2, 1.0]
     """
     (logp, logp_old), m = prepare({"logp": logp, "logp_old": logp_old}, mask, exact=False)
-    log_ratio = logp - logp_old
-    if log_ratio_clamp is not None:
-        c = check_scalar(log_ratio_clamp, "log_ratio_clamp", low=0, low_open=True)
-        log_ratio = np.clip(log_ratio, -c, c)
-    return where_valid(m, np.exp(log_ratio))
+    log_rho, _ = log_ratio(logp, logp_old, check_clamp(log_ratio_clamp))
+    return where_valid(m, np.exp(log_rho))
