@@ -77,10 +77,10 @@ def resolve(options, **keywords) -> PolicyLossOptions:
 
     >>> resolve(None, epsilon=0.1).epsilon
     0.1
-    >>> resolve(PolicyLossOptions(epsilon=0.1), epsilon=0.3)
+    >>> resolve(PolicyLossOptions(epsilon=0.1), epsilon=0.3)  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    ValueError: options: pass the loss options either as keywords or as options, not both (got epsilon=0.3 too)
+    ValueError: options: pass the loss options either as keywords or as options, ...=0.3 too)
     """
     if options is None:
         return PolicyLossOptions(**keywords)
