@@ -22,6 +22,8 @@ d loss / d inputs      policy_loss_grad, ...       ppo_numpy.loss_grads
 finite differences     gradcheck, cmp              ppo_numpy.gradcheck
 toy policies           MLPPolicy, BigramPolicy     ppo_numpy.policy
 loss + grads (params)  ppo_loss_and_grads          ppo_numpy.policy.loss
+rollout batch          Rollout                     ppo_numpy.rollout
+loss options           PolicyLossOptions           ppo_numpy.loss_options
 =====================  ==========================  ===========================
 """
 
@@ -52,7 +54,9 @@ from .policy import (
     ppo_loss_and_grads,
     save_checkpoint,
 )
+from .loss_options import PolicyLossOptions
 from .ratio import probability_ratio
+from .rollout import Rollout
 from .td import td_errors
 from .training.kl_controllers import AdaptiveKLController, FixedKLController
 from .value_loss import value_loss
@@ -70,6 +74,8 @@ __all__ = [
     "FixedKLController",
     "KL_ESTIMATORS",
     "MLPPolicy",
+    "PolicyLossOptions",
+    "Rollout",
     "SGD",
     "aggregate",
     "aggregate_grad",

@@ -100,6 +100,9 @@ def whiten_kernel(x, m, shift_mean=True, ddof=1, eps=1e-8, eps_mode="add", *, n=
     ``m`` bool with at least 2 valid elements, the options checked. ``n``: ``m.sum()`` if
     known."""
     n = int(m.sum()) if n is None else n
+    if n < 2:
+        raise ValueError(f"mask: whitening needs at least 2 valid elements, got {n} "
+                         "(the variance of fewer is undefined)")
     mean = x.sum() / n
     centred = where_valid(m, x - mean)
     var = (centred**2).sum() / (n - ddof)

@@ -30,6 +30,8 @@ CORE = {
     "log_softmax": "ppo_numpy.entropy",
     "AdaptiveKLController": "ppo_numpy.training.kl_controllers",
     "FixedKLController": "ppo_numpy.training.kl_controllers",
+    "Rollout": "ppo_numpy.rollout",
+    "PolicyLossOptions": "ppo_numpy.loss_options",
 }
 
 
