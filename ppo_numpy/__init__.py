@@ -43,6 +43,7 @@ from .loss_grads import (
     policy_loss_grad,
     value_loss_grad,
 )
+from .loss_options import PolicyLossOptions
 from .objective import ppo_objective, ppo_policy_loss
 from .policy import (
     SGD,
@@ -54,7 +55,6 @@ from .policy import (
     ppo_loss_and_grads,
     save_checkpoint,
 )
-from .loss_options import PolicyLossOptions
 from .ratio import probability_ratio
 from .rollout import Rollout
 from .td import td_errors
