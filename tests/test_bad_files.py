@@ -11,16 +11,23 @@ disk changes.
 from __future__ import annotations
 
 import io
+import os
 import re
+import shutil
+import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from ppo_numpy import demo
 from ppo_numpy._npz import BadFileError, entry, load_npz, savez_reproducible
 from ppo_numpy.policy.checkpoint import load_checkpoint, save_checkpoint
+from ppo_numpy.training import cli as train_cli
 from ppo_numpy.training.config import PPOConfig
+from ppo_numpy.training.run import RunError, load_state, resume, train
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICK = PPOConfig(task="length", iterations=2, warmup_steps=10, batch_size=16, minibatches=2,
@@ -211,3 +218,216 @@ def test_checkpoint_entries_of_the_wrong_kind(tmp_path):
     with pytest.raises(BadFileError, match=rf"^{esc(path)}: parameters do not match "
                                            r"expected_params: missing \['b'\]"):
         load_checkpoint(path, expected_params={"W": np.zeros(2), "b": np.zeros(1)})
+
+
+# ----------------------------------------------------------------------- runs: load_state, resume
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    out = tmp_path_factory.mktemp("trained") / "run"
+    train(QUICK, out, plot=False)
+    return out
+
+
+@pytest.fixture
+def run_dir(trained, tmp_path):
+    out = tmp_path / "run"
+    shutil.copytree(trained, out)
+    return out
+
+
+def test_every_kth_byte_of_a_real_checkpoint(run_dir):
+    """A flip every 101 bytes (bit offset % 8) of a training checkpoint: an error naming the
+    file, or the same arrays (and then load_state accepts it)."""
+    path = run_dir / "checkpoint.npz"
+    good = path.read_bytes()
+    want = load_checkpoint(path)
+    errors = 0
+    for offset in list(range(0, len(good), 101)) + list(range(len(good) - 120, len(good))):
+        path.write_bytes(flipped(good, offset, offset % 8))
+        try:
+            got = load_checkpoint(path)
+        except BadFileError as err:
+            assert str(err).startswith(f"{path}: "), (offset, str(err))
+            errors += 1
+            continue
+        for section in ("params", "optimizer_state", "extra"):
+            assert same_arrays(got[section], want[section]), (offset, section)
+        load_state(path)
+    assert errors > 0
+
+
+def rewrite(path: Path, **changes) -> None:
+    """Re-save a training checkpoint with some of its extra entries changed or removed."""
+    saved = load_checkpoint(path)
+    extra = dict(saved["extra"])
+    for key, value in changes.items():
+        if value is None:
+            extra.pop(key)
+        else:
+            extra[key] = value
+    save_checkpoint(path, saved["params"], saved["optimizer_state"], extra)
+
+
+def nan_param(path: Path) -> None:
+    saved = load_checkpoint(path)
+    name = sorted(saved["params"])[0]
+    params = dict(saved["params"])
+    params[name] = params[name].copy()
+    params[name].flat[0] = np.nan
+    save_checkpoint(path, params, saved["optimizer_state"], saved["extra"])
+
+
+def nan_adam(path: Path) -> None:
+    saved = load_checkpoint(path)
+    optim = dict(saved["optimizer_state"])
+    key = sorted(k for k in optim if k.startswith("v/"))[0]
+    optim[key] = np.full_like(optim[key], np.inf)
+    save_checkpoint(path, saved["params"], optim, saved["extra"])
+
+
+# name -> (how the checkpoint is damaged, what the message says after "<path>: ")
+CHECKPOINT_DAMAGE = {
+    **{kind: (lambda p, k=kind: p.write_bytes(damaged(p.read_bytes())[k]), "")
+       for kind in damaged(b"x" * 100)},
+    "no-version": (lambda p: rewrite(p, version=None), "no entry 'extra/version'"),
+    "config-not-json": (lambda p: rewrite(p, config=np.array("{oops")),
+                        "extra/config is not a configuration"),
+    "config-bad-value": (lambda p: rewrite(p, config=np.array(
+        QUICK.to_json().replace('"eps": 0.2', '"eps": -1'))), "extra/config is not a"),
+    "config-number": (lambda p: rewrite(p, config=np.array(3.0)),
+                      "entry 'extra/config' has dtype float64, expected string"),
+    "beta-array": (lambda p: rewrite(p, beta=np.array([0.1, 0.2])),
+                   r"entry 'extra/beta' has shape \(2,\), expected \(\)"),
+    "beta-nan": (lambda p: rewrite(p, beta=np.array(np.nan)), "extra/beta holds NaN or inf"),
+    "beta-negative": (lambda p: rewrite(p, beta=np.array(-0.1)), "extra/beta is -0.1"),
+    "iteration-negative": (lambda p: rewrite(p, iteration=np.array(-1)),
+                           "extra/iteration is -1, expected >= 0"),
+    "rng-garbage": (lambda p: rewrite(p, rng_state=np.array('{"state": 1}')),
+                    "extra/rng_state is not a PCG64 generator state"),
+    "params-nan": (nan_param, r"params/\S+ holds NaN or inf"),
+    "adam-inf": (nan_adam, r"optim/v/\S+ holds NaN or inf"),
+}
+
+
+@pytest.mark.parametrize("kind", list(CHECKPOINT_DAMAGE))
+def test_resume_from_a_bad_checkpoint(run_dir, kind):
+    damage, message = CHECKPOINT_DAMAGE[kind]
+    path = run_dir / "checkpoint.npz"
+    damage(path)
+    before = snapshot(run_dir)
+    with pytest.raises(BadFileError, match=rf"^{esc(path)}: {message}"):
+        resume(run_dir, plot=False)
+    with pytest.raises(BadFileError, match=rf"^{esc(path)}: {message}"):
+        load_state(path)
+    assert snapshot(run_dir) == before
+
+
+def test_resume_cli_on_a_bad_checkpoint_exits_2_with_one_line(run_dir, capsys):
+    path = run_dir / "checkpoint.npz"
+    for kind, (damage, _) in CHECKPOINT_DAMAGE.items():
+        good = path.read_bytes()
+        damage(path)
+        before = snapshot(run_dir)
+        assert train_cli.main(["--resume", str(run_dir), "--no-plot", "--quiet"]) == 2, kind
+        one_error_line(capsys.readouterr().err, path)
+        assert snapshot(run_dir) == before, kind
+        path.write_bytes(good)
+
+
+def test_a_checkpoint_that_does_not_fit_its_own_configuration_is_a_run_error(run_dir):
+    path = run_dir / "checkpoint.npz"
+    rewrite(path, config=np.array(QUICK.replace(d_hidden=8).to_json()))
+    with pytest.raises(RunError, match=rf"^{esc(path)}: does not match its own configuration "
+                                       r"\(missing \[\], unexpected \[\], mismatched"):
+        load_state(path)
+
+
+def rows_of(path: Path) -> list[str]:
+    return path.read_text().splitlines()
+
+
+# name -> (new metrics.csv from the old lines, what the message says after "<path>: ")
+METRICS_DAMAGE = {
+    "empty": (lambda lines: "", r"not a metrics.csv of this version \(header differs\)"),
+    "truncated-mid-row": (lambda lines: "\n".join(lines)[:-15],
+                          r"row 2 \(line 3\) has \d+ fields, expected \d+"),
+    "one-row-short": (lambda lines: "\n".join(lines[:2]) + "\n",
+                      "has 1 rows, the checkpoint is at iteration 2"),
+    "garbled-number": (lambda lines: "\n".join([lines[0], lines[1].replace(",", ",x", 1),
+                                                *lines[2:]]) + "\n",
+                       r"row 1 \(line 2\): score = 'x\S*' is not a number"),
+    "wrong-iteration": (lambda lines: "\n".join([lines[0], lines[1], "5" + lines[2][1:]]) + "\n",
+                        r"row 2 \(line 3\) has iteration 5, expected 2"),
+    "not-utf8": (lambda lines: b"\xff\xfe" + "\n".join(lines).encode(),
+                 "not a readable CSV file"),
+    "nul-byte": (lambda lines: "\n".join([lines[0], lines[1].replace(",", "\0,", 1),
+                                          *lines[2:]]) + "\n",
+                 r"row 1 \(line 2\): iteration = '1\\x00' is not a number"),
+    "unclosed-quote": (lambda lines: "\n".join([*lines[:2], '2,"' + lines[2][2:]]) + "\n",
+                       r"row 2 \(line 3\) has 2 fields, expected \d+"),
+}
+
+
+def apply_metrics_damage(path: Path, kind: str) -> str:
+    new, message = METRICS_DAMAGE[kind]
+    text = new(rows_of(path))
+    if isinstance(text, bytes):
+        path.write_bytes(text)
+    else:
+        path.write_text(text)
+    return message
+
+
+@pytest.mark.parametrize("kind", list(METRICS_DAMAGE))
+def test_resume_with_a_bad_metrics_csv(run_dir, kind):
+    path = run_dir / "metrics.csv"
+    message = apply_metrics_damage(path, kind)
+    before = snapshot(run_dir)
+    with pytest.raises(BadFileError, match=rf"^{esc(path)}: {message}"):
+        resume(run_dir, {"iterations": 3}, plot=False)
+    assert snapshot(run_dir) == before
+
+
+def test_resume_cli_with_a_bad_metrics_csv_exits_2_with_one_line(run_dir, capsys):
+    path = run_dir / "metrics.csv"
+    good = path.read_bytes()
+    for kind in METRICS_DAMAGE:
+        apply_metrics_damage(path, kind)
+        before = snapshot(run_dir)
+        assert train_cli.main(["--resume", str(run_dir), "--iterations", "3", "--quiet",
+                               "--no-plot"]) == 2, kind
+        one_error_line(capsys.readouterr().err, path)
+        assert snapshot(run_dir) == before, kind
+        path.write_bytes(good)
+    # the rows past the checkpoint's iteration are an interrupted iteration's: dropped
+    path.write_bytes(good + b"3,garbage\n")
+    assert train_cli.main(["--resume", str(run_dir), "--iterations", "3", "--quiet",
+                           "--no-plot"]) == 0
+    assert len(rows_of(path)) == 4
+
+
+def test_python_m_ppo_numpy_train_resume_on_random_bytes(run_dir):
+    path = run_dir / "checkpoint.npz"
+    path.write_bytes(np.random.default_rng(1).bytes(5000))
+    before = snapshot(run_dir)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-m", "ppo_numpy", "train", "--resume", str(run_dir)],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    one_error_line(proc.stderr, path)
+    assert "Traceback" not in proc.stderr and "pickle" not in proc.stderr
+    assert snapshot(run_dir) == before
+
+
+def test_demo_on_a_damaged_checkpoint_exits_2_with_one_line(tmp_path, monkeypatch, capsys):
+    out = tmp_path / "demo"
+
+    def train_then_damage(config, out_dir, callback=None):
+        out_dir.mkdir(parents=True)
+        (out_dir / "checkpoint.npz").write_bytes(b"PK\x03\x04 truncated")
+        return []
+
+    monkeypatch.setattr(demo, "train", train_then_damage)
+    assert demo.main(["--out", str(out)]) == 2
+    one_error_line(capsys.readouterr().err, out / "checkpoint.npz")
