@@ -11,6 +11,7 @@ disk changes.
 from __future__ import annotations
 
 import io
+import json
 import os
 import re
 import shutil
@@ -24,6 +25,9 @@ import pytest
 
 from ppo_numpy import demo
 from ppo_numpy._npz import BadFileError, entry, load_npz, savez_reproducible
+from ppo_numpy.oracle import cli as oracle_cli
+from ppo_numpy.oracle import golden
+from ppo_numpy.oracle.cases import generate_cases
 from ppo_numpy.policy.checkpoint import load_checkpoint, save_checkpoint
 from ppo_numpy.training import cli as train_cli
 from ppo_numpy.training.config import PPOConfig
@@ -431,3 +435,206 @@ def test_demo_on_a_damaged_checkpoint_exits_2_with_one_line(tmp_path, monkeypatc
     monkeypatch.setattr(demo, "train", train_then_damage)
     assert demo.main(["--out", str(out)]) == 2
     one_error_line(capsys.readouterr().err, out / "checkpoint.npz")
+
+
+# ------------------------------------------------------------------------------ golden files
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    d = tmp_path_factory.mktemp("golden") / "g"
+    golden.export(d, "seed", generate_cases(0, ["random-0", "random-1"]))
+    return d
+
+
+@pytest.fixture
+def golden_dir(exported, tmp_path):
+    d = tmp_path / "g"
+    shutil.copytree(exported, d)
+    return d
+
+
+def edit(key_path, value):
+    """Set (or with ``value`` DELETE, remove) ``manifest[k1][k2]...``."""
+
+    def apply(m):
+        obj = m
+        for k in key_path[:-1]:
+            obj = obj[k]
+        if value is DELETE:
+            del obj[key_path[-1]]
+        else:
+            obj[key_path[-1]] = value
+        return m
+
+    return apply
+
+
+DELETE = object()
+
+# name -> (the manifest's new text from the parsed one, what the message says after "<path>: ")
+MANIFEST_DAMAGE = {
+    "top-level-array": (lambda m: [m], "expected a JSON object at the top level, got an array"),
+    "top-level-string": (lambda m: "manifest", "expected a JSON object at the top level, got a"),
+    "cases-dict": (edit(["cases"], {"a": 1}), "cases: expected an array, got an object"),
+    "cases-string": (edit(["cases"], "random-0"), "cases: expected an array, got a string"),
+    "cases-missing": (edit(["cases"], DELETE), "cases: missing"),
+    "case-list": (edit(["cases", 0], ["random-0"]), r"cases\[0\]: expected an object, got an"),
+    "case-number": (edit(["cases", 1], 3), r"cases\[1\]: expected an object, got a number"),
+    "case-no-file": (edit(["cases", 1, "file"], DELETE), r"cases\[1\].file: missing"),
+    "case-file-number": (edit(["cases", 0, "file"], 7),
+                         r"cases\[0\].file: expected a string, got a number"),
+    "case-file-outside": (edit(["cases", 0, "file"], "../../etc/passwd"),
+                          r"cases\[0\].file: '../../etc/passwd' is not a path inside"),
+    "case-file-absolute": (edit(["cases", 0, "file"], "/etc/passwd"),
+                           r"cases\[0\].file: '/etc/passwd' is not a path inside"),
+    "case-shape": (edit(["cases", 0, "shape"], [4]), r"cases\[0\].shape: expected \[B, T\]"),
+    "case-shape-bool": (edit(["cases", 0, "shape"], [True, 2]), r"cases\[0\].shape: expected"),
+    "case-name-null": (edit(["cases", 0, "name"], None),
+                       r"cases\[0\].name: expected a string, got null"),
+    "case-duplicate": (lambda m: {**m, "cases": [m["cases"][0], m["cases"][0]]},
+                       r"cases\[1\].name: two cases are named 'random-0'"),
+    "overrides-list": (edit(["cases", 0, "overrides"], []),
+                       r"cases\[0\].overrides: expected an object, got an array"),
+    "override-wrong-type": (edit(["cases", 0, "overrides"], {"gamma": "abc"}),
+                            r"cases\[0\].overrides: gamma: expected a real number"),
+    "expected-arrays-string": (edit(["cases", 0, "expected_arrays"], "rewards"),
+                               r"cases\[0\].expected_arrays: expected an array, got a string"),
+    "expected-array-name": (edit(["cases", 0, "expected_arrays", 0], 1),
+                            r"cases\[0\].expected_arrays\[0\]: expected a string"),
+    "expected-scalar-text": (edit(["cases", 1, "expected_scalars", "policy_loss"], "big"),
+                             r"cases\[1\].expected_scalars\['policy_loss'\]: expected a number"),
+    "expected-scalars-missing": (edit(["cases", 0, "expected_scalars"], DELETE),
+                                 r"cases\[0\].expected_scalars: missing"),
+    "rejected-number": (edit(["cases", 0, "rejected"], 1),
+                        r"cases\[0\].rejected: expected a string, got a number"),
+    "input-names-dict": (edit(["input_names"], {}), "input_names: expected an array"),
+    "input-names-short": (lambda m: {**m, "input_names": m["input_names"][:-1]},
+                          "input_names: missing mask"),
+    "preset-string": (edit(["preset"], "seed"), "preset: expected an object, got a string"),
+    "preset-unknown": (edit(["preset", "name"], "nope"), "preset.name: unknown preset 'nope'"),
+    "format-version": (edit(["format_version"], "1"), "format version '1'"),
+}
+
+
+def write_manifest(directory: Path, kind: str) -> str:
+    path = directory / "manifest.json"
+    new, message = MANIFEST_DAMAGE[kind]
+    path.write_text(json.dumps(new(json.loads(path.read_text()))))
+    return message
+
+
+# name -> the manifest's new bytes from its old ones
+MANIFEST_BYTES = {
+    "empty": lambda b: b"", "truncated": lambda b: b[:len(b) // 2],
+    "not-utf8": lambda b: b"\xff" + b, "random-bytes": lambda b: np.random.default_rng(2).bytes(99),
+}
+
+
+@pytest.mark.parametrize("kind", list(MANIFEST_DAMAGE))
+def test_manifest_of_the_wrong_structure(golden_dir, kind):
+    message = write_manifest(golden_dir, kind)
+    before = snapshot(golden_dir)
+    with pytest.raises(BadFileError, match=rf"^{esc(golden_dir / 'manifest.json')}: {message}"):
+        golden.verify(golden_dir)
+    assert snapshot(golden_dir) == before
+
+
+@pytest.mark.parametrize("kind", list(MANIFEST_BYTES))
+def test_manifest_that_is_not_json(golden_dir, kind):
+    path = golden_dir / "manifest.json"
+    path.write_bytes(MANIFEST_BYTES[kind](path.read_bytes()))
+    with pytest.raises(BadFileError, match=rf"^{esc(path)}: not (valid JSON|UTF-8 text)"):
+        golden.load(golden_dir)
+
+
+def cmd_verify(capsys, directory) -> tuple[int, str]:
+    code = oracle_cli.main(["verify", str(directory)])
+    return code, capsys.readouterr().err
+
+
+def test_oracle_verify_cli_on_bad_manifests_exits_2_with_one_line(golden_dir, capsys):
+    path = golden_dir / "manifest.json"
+    good = path.read_bytes()
+    for kind in MANIFEST_DAMAGE:
+        write_manifest(golden_dir, kind)
+        before = snapshot(golden_dir)
+        code, err = cmd_verify(capsys, golden_dir)
+        assert code == 2, (kind, err)
+        one_error_line(err, path)
+        assert snapshot(golden_dir) == before, kind
+        path.write_bytes(good)
+    for kind, new in MANIFEST_BYTES.items():
+        path.write_bytes(new(good))
+        code, err = cmd_verify(capsys, golden_dir)
+        assert code == 2, (kind, err)
+        one_error_line(err, path)
+        path.write_bytes(good)
+    assert cmd_verify(capsys, golden_dir) == (0, "")
+
+
+def case_file(directory: Path) -> Path:
+    return directory / "cases" / "random-0.npz"
+
+
+def resave(path: Path, **changes) -> None:
+    arrays = load_npz(path)
+    for key, value in changes.items():
+        key = key.replace("__", "/")
+        if value is None:
+            arrays.pop(key)
+        else:
+            arrays[key] = value
+    savez_reproducible(path, arrays)
+
+
+# name -> (how the case file is damaged, what the message says after "<path>: ")
+CASE_DAMAGE = {
+    **{kind: (lambda p, k=kind: p.write_bytes(damaged(p.read_bytes())[k]), "")
+       for kind in damaged(b"x" * 100)},
+    "missing-input": (lambda p: resave(p, mask=None), "no entry 'mask'"),
+    "missing-expected": (lambda p: resave(p, expected__advantages=None),
+                         "no entry 'expected/advantages'"),
+    "input-int": (lambda p: resave(p, logp=np.zeros((4, 6), dtype=np.int64)),
+                  "entry 'logp' has dtype int64, expected float"),
+    "input-shape": (lambda p: resave(p, values=np.zeros(3)),
+                    r"entry 'values' has shape \(3,\), expected \(\d+, \d+\)"),
+    "scores-shape": (lambda p: resave(p, scores=np.zeros((1, 1))),
+                     r"entry 'scores' has shape \(1, 1\), expected \(\d+,\)"),
+    "expected-string": (lambda p: resave(p, expected__rewards=np.array("x")),
+                        "entry 'expected/rewards' has dtype <U1, expected float"),
+}
+
+
+@pytest.mark.parametrize("kind", list(CASE_DAMAGE))
+def test_bad_case_file(golden_dir, kind, capsys):
+    damage, message = CASE_DAMAGE[kind]
+    path = case_file(golden_dir)
+    damage(path)
+    before = snapshot(golden_dir)
+    with pytest.raises(BadFileError, match=rf"^{esc(path)}: {message}"):
+        golden.verify(golden_dir)
+    code, err = cmd_verify(capsys, golden_dir)
+    assert code == 2
+    one_error_line(err, path)
+    assert snapshot(golden_dir) == before
+
+
+def test_missing_case_file(golden_dir, capsys):
+    path = case_file(golden_dir)
+    path.unlink()
+    code, err = cmd_verify(capsys, golden_dir)
+    assert code == 2
+    one_error_line(err, path)
+
+
+def test_python_m_ppo_numpy_oracle_verify_on_a_json_array(golden_dir):
+    path = golden_dir / "manifest.json"
+    path.write_text("[1, 2, 3]\n")
+    before = snapshot(golden_dir)
+    proc = subprocess.run([sys.executable, "-m", "ppo_numpy", "oracle", "verify",
+                           str(golden_dir)], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    one_error_line(proc.stderr, path)
+    assert "expected a JSON object at the top level, got an array" in proc.stderr
+    assert snapshot(golden_dir) == before
