@@ -241,13 +241,15 @@ def run_dir(trained, tmp_path):
 
 
 def test_every_kth_byte_of_a_real_checkpoint(run_dir):
-    """A flip every 101 bytes (bit offset % 8) of a training checkpoint: an error naming the
-    file, or the same arrays (and then load_state accepts it)."""
+    """A flip every 307 bytes (bit offset % 8) of a training checkpoint, and in each of its
+    first 200 bytes (a local header, a .npy header) and last 200 (central directory, end
+    record): an error naming the file, or the same arrays (and then load_state accepts it)."""
     path = run_dir / "checkpoint.npz"
     good = path.read_bytes()
     want = load_checkpoint(path)
     errors = 0
-    for offset in list(range(0, len(good), 101)) + list(range(len(good) - 120, len(good))):
+    offsets = sorted({*range(0, len(good), 307), *range(200), *range(len(good) - 200, len(good))})
+    for offset in offsets:
         path.write_bytes(flipped(good, offset, offset % 8))
         try:
             got = load_checkpoint(path)
