@@ -22,6 +22,7 @@ def log_softmax(logits):
     z = as_array(logits, "logits", exact=False)
     if z.ndim == 0:
         raise ValueError("logits: expected at least one axis (the vocabulary), got a scalar")
+    _check_vocab(z)
     return log_softmax_kernel(z)
 
 
@@ -36,6 +37,11 @@ def entropy_kernel(logq: np.ndarray) -> np.ndarray:
     return -(np.exp(logq) * logq).sum(axis=-1)
 
 
+def _check_vocab(z):
+    if z.shape[-1] == 0:
+        raise ValueError(f"logits: empty vocabulary (K = 0 on the last axis), got shape {z.shape}")
+
+
 def prepare_logits(logits, mask=None):
     """Checked float64 copy of ``logits`` (T, K) or (B, T, K), 0 at padding, and the bool mask.
 
@@ -44,6 +50,7 @@ def prepare_logits(logits, mask=None):
     z = as_array(logits, "logits", exact=False)
     if z.ndim not in (2, 3):
         raise ValueError(f"logits: expected shape (T, K) or (B, T, K), got shape {z.shape}")
+    _check_vocab(z)
     m = as_mask(mask, z[..., 0], "logits[..., 0]")
     check_finite(z, "logits", np.broadcast_to(m[..., None], z.shape))
     return np.where(m[..., None], z, 0.0), m

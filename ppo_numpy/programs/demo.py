@@ -12,11 +12,13 @@ after, and where the outputs (metrics.csv, checkpoint, dashboard.png) are.
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
+from .._npz import BadFileError
 from ..policy.sampling import sample
 from ..policy.vocab import Vocab
 from ..training import PPOConfig, make_task, train
@@ -82,10 +84,10 @@ def main(argv=None) -> int:
 
     try:
         history = train(config, out, callback=progress)
-    except RunError as err:
-        print(f"python -m ppo_numpy demo: error: {err}")
+        state = load_state(out / "checkpoint.npz")
+    except (RunError, BadFileError) as err:
+        print(f"python -m ppo_numpy demo: error: {err}", file=sys.stderr)
         return 2
-    state = load_state(out / "checkpoint.npz")
     print()
     show_responses("the reference pi_ref (after the warm-up):", state.reference, task)
     show_responses("the trained policy:", state.policy, task)
