@@ -118,6 +118,22 @@ def _group_sums(x, inverse, n_groups):
     return sums
 
 
+def _flat_groups(s, inverse, n_groups):
+    """Rows whose group's scores are all equal (bool (B,)).
+
+    Why: the float mean of equal scores can miss them by one rounding (three times
+    0.1 sums to 0.30000000000000004), and that 1e-17, divided by a std of ~1e-17
+    plus eps = 1e-6, is not 0. Such rows get an advantage of exactly 0.
+    """
+    if s.dtype == object:  # exact: s - mean is already 0
+        return np.zeros(s.shape, dtype=bool)
+    lo = np.full(n_groups, np.inf, dtype=s.dtype)
+    hi = np.full(n_groups, -np.inf, dtype=s.dtype)
+    np.minimum.at(lo, inverse, s)
+    np.maximum.at(hi, inverse, s)
+    return (lo == hi)[inverse]
+
+
 def _returns_to_go(r, mask, gamma):
     """G_t = r_t + gamma G_{t+1} over the response tokens of each row; 0 at padding."""
     G = r * 0
@@ -276,8 +292,8 @@ def grpo_advantages(scores, groups, *, scale="group", eps=1e-6, ddof=1, singleto
     if singleton == "raw":
         # verl: a group of one has mean 0 (and std 1)
         mean = np.where(single, zero, mean)
-    # s_i - mean_g(i)
-    centred = s - mean
+    # s_i - mean_g(i), exactly 0 in a group of equal scores
+    centred = np.where(_flat_groups(s, inverse, len(counts)) & ~single, zero, s - mean)
     if singleton == "zero":
         centred = np.where(single, zero, centred)
     if scale == "none":
@@ -365,8 +381,8 @@ def rloo_advantages(scores, groups, *, singleton="error"):
     others = np.maximum(counts - 1, 1)[inverse]
     if s.dtype == object:
         others = np.array([Fraction(int(k)) for k in others], dtype=object)
-    # A_i = s_i - (sum_g - s_i) / (n_g - 1)
-    A = s - (sums - s) / others
+    # A_i = s_i - (sum_g - s_i) / (n_g - 1), exactly 0 in a group of equal scores
+    A = np.where(_flat_groups(s, inverse, len(counts)), s * 0, s - (sums - s) / others)
     if np.any(single):
         A = np.where(single, s if singleton == "raw" else s * 0, A)
     return A
@@ -503,7 +519,8 @@ def reinforce_plus_plus_baseline_advantages(scores, groups, mask, *, token_rewar
                          "Pass singleton='zero' (OpenRLHF) or 'raw' (verl).")
     mean = (_group_sums(s, inverse, len(counts)) / counts)[inverse]
     # c_i = s_i - mean_g(i); a group of one: 0 ("zero") or the score ("raw", verl)
-    c = np.where(single, 0.0 if singleton == "zero" else s, s - mean)
+    c = np.where(_flat_groups(s, inverse, len(counts)), 0.0, s - mean)
+    c = np.where(single, 0.0 if singleton == "zero" else s, c)
     return whiten(where_valid(m, c[:, None] + G), m, ddof=ddof, eps=eps, eps_mode=eps_mode)
 
 
