@@ -287,6 +287,15 @@ def test_reinforce_pp_baseline_with_token_rewards_openrlhf_style():
     assert_zero_at_padding(got, mask, "rf++ baseline")
 
 
+def test_reinforce_pp_baseline_group_of_one():
+    s, g, mask = [1.0, 0.0, 5.0], [0, 0, 1], np.ones((3, 2))
+    # verl: mean 0, c = 5; OpenRLHF: its own mean, c = 0
+    for singleton, c in [("raw", [0.5, -0.5, 5.0]), ("zero", [0.5, -0.5, 0.0])]:
+        A = reinforce_plus_plus_baseline_advantages(s, g, mask, singleton=singleton)
+        want = whiten_list([x for x in c for _ in range(2)], 1, 1e-8)
+        assert_close(A.ravel(), want, rtol=1e-14, atol=1e-15, singleton=singleton)
+
+
 def test_reinforce_pp_baseline_row_without_tokens_counts_in_its_group():
     mask = np.array([[1, 1], [0, 0], [1, 1], [1, 0]])
     # prompt 0: scores 3 and 1 (the row without tokens), mean 2 -> c_0 = 1
