@@ -536,3 +536,23 @@ def test_bad_token_inputs():
     with pytest.raises(ValueError, match="^token_rewards: non-finite value"):
         reinforce_plus_plus_baseline_advantages([1.0, 0.0], [0, 0], mask,
                                                 token_rewards=[[np.nan, 0.0], [0.0, 0.0]])
+
+
+def test_worked_numbers_of_docs_conventions():
+    # docs/conventions.md, "Group baselines": one group of four, scores [1, 0, 0, 0]
+    s, g = [1, 0, 0, 0], [0, 0, 0, 0]
+
+    def r(a, k):
+        return [round(float(x), k) for x in a[:2]]
+
+    assert r(grpo_advantages(s, g), 6) == [1.499997, -0.499999]
+    assert r(grpo_advantages(s, g, eps=1e-4, dtype=np.float32), 6) == [1.4997, -0.4999]
+    assert r(grpo_advantages(s, g, eps=1e-9), 10) == [1.499999997, -0.499999999]
+    assert_exact(grpo_advantages([F(x) for x in s], g, scale="none"), [F(3, 4)] + [F(-1, 4)] * 3)
+    assert_exact(rloo_advantages([F(x) for x in s], g), [1] + [F(-1, 3)] * 3)
+    assert round(float(grpo_advantages([1], [0], singleton="raw")[0]), 6) == 0.999999
+    A = reinforce_plus_plus_advantages([[0, 1, 0], [0, 0, -1]], [[1, 1, 0], [1, 1, 1]])
+    assert [round(float(A[0, 0]), 6), round(float(A[1, 0]), 6)] == [1.095445, -0.730297]
+    A = reinforce_plus_plus_advantages([[0, 1, 0], [0, 0, -1]], [[1, 1, 0], [1, 1, 1]],
+                                       ddof=0, eps_mode="floor")
+    assert [round(float(A[0, 0]), 6), round(float(A[1, 0]), 6)] == [1.224745, -0.816497]
