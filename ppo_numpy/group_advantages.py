@@ -118,6 +118,20 @@ def _group_sums(x, inverse, n_groups):
     return sums
 
 
+def _clip_bounds(clip):
+    """(low, high) from ``c`` (meaning [-c, c]) or a (low, high) pair."""
+    if isinstance(clip, (tuple, list)):
+        if len(clip) != 2:
+            raise ValueError(f"score_clip: expected a number or (low, high), got {clip!r}")
+        low = check_scalar(clip[0], "score_clip low", allow_exact=False)
+        high = check_scalar(clip[1], "score_clip high", allow_exact=False)
+        if low > high:
+            raise ValueError(f"score_clip: low {low} > high {high}")
+        return low, high
+    c = check_scalar(clip, "score_clip", low=0, low_open=True, allow_exact=False)
+    return -c, c
+
+
 def _flat_groups(s, inverse, n_groups):
     """Rows whose group's scores are all equal (bool (B,)).
 
@@ -448,7 +462,7 @@ def reinforce_plus_plus_advantages(rewards, mask, gamma=1.0, *, ddof=1, eps=1e-8
 
 def reinforce_plus_plus_baseline_advantages(scores, groups, mask, *, token_rewards=None,
                                             singleton="error", ddof=1, eps=1e-8,
-                                            eps_mode="add"):
+                                            eps_mode="add", score_clip=None):
     """REINFORCE++-baseline: score minus group mean, on every response token, whitened.
 
         c_i = s_i - mean_g(i),    A_t = whiten(c_i + G_t(token_rewards))
@@ -474,6 +488,9 @@ def reinforce_plus_plus_baseline_advantages(scores, groups, mask, *, token_rewar
     ddof, eps, eps_mode :
         The whitening, as in :func:`reinforce_plus_plus_advantages`. Default verl's
         ``ddof=1, eps=1e-8, eps_mode="add"``; OpenRLHF ``ddof=0, eps_mode="floor"``.
+    score_clip : float > 0 or (low, high), optional
+        Clip c_i to ``[-score_clip, score_clip]`` or ``[low, high]`` (OpenRLHF's
+        ``--reward_clip_range``, default (-10, 10)). None (default): no clip (verl).
 
     Returns
     -------
@@ -488,9 +505,8 @@ def reinforce_plus_plus_baseline_advantages(scores, groups, mask, *, token_rewar
     ``scores = rewards.sum(-1)`` and no ``token_rewards``. OpenRLHF
     ``--advantage_estimator reinforce_baseline`` (``compute_advantages_and_returns``):
     c_i is clipped to ``--reward_clip_range`` (-10, 10) and put at the last token,
-    the per-token KL added, returns-to-go taken with gamma 1 and whitened with
-    ``ddof=0, eps_mode="floor"``: pass ``np.clip(c, -10, 10)``-ready scores (clip
-    after centring yourself if it matters) and ``token_rewards = -beta * KL``.
+    the per-token KL added, returns-to-go taken with gamma 1 and whitened:
+    ``token_rewards=-beta * KL, score_clip=(-10, 10), ddof=0, eps_mode="floor"``.
 
     Examples
     --------
@@ -521,6 +537,8 @@ def reinforce_plus_plus_baseline_advantages(scores, groups, mask, *, token_rewar
     # c_i = s_i - mean_g(i); a group of one: 0 ("zero") or the score ("raw", verl)
     c = np.where(_flat_groups(s, inverse, len(counts)), 0.0, s - mean)
     c = np.where(single, 0.0 if singleton == "zero" else s, c)
+    if score_clip is not None:
+        c = np.clip(c, *_clip_bounds(score_clip))
     return whiten(where_valid(m, c[:, None] + G), m, ddof=ddof, eps=eps, eps_mode=eps_mode)
 
 

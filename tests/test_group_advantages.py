@@ -556,3 +556,19 @@ def test_worked_numbers_of_docs_conventions():
     A = reinforce_plus_plus_advantages([[0, 1, 0], [0, 0, -1]], [[1, 1, 0], [1, 1, 1]],
                                        ddof=0, eps_mode="floor")
     assert [round(float(A[0, 0]), 6), round(float(A[1, 0]), 6)] == [1.224745, -0.816497]
+
+
+def test_reinforce_pp_baseline_score_clip():
+    # c = [15, -15, 1/2, -1/2]; OpenRLHF clips it to (-10, 10) before the last token
+    s, g, mask = [30.0, 0.0, 1.0, 0.0], [0, 0, 1, 1], np.ones((4, 1))
+    want = whiten_list([10.0, -10.0, 0.5, -0.5], 0, 1e-8, floor=True)
+    for clip in (10, (-10, 10), [-10.0, 10.0]):
+        got = reinforce_plus_plus_baseline_advantages(s, g, mask, score_clip=clip, ddof=0,
+                                                      eps_mode="floor")
+        assert_close(got.ravel(), want, rtol=1e-15, atol=1e-15, clip=clip)
+    got = reinforce_plus_plus_baseline_advantages(s, g, mask, score_clip=(-20, 12))
+    assert_close(got.ravel(), whiten_list([12.0, -15.0, 0.5, -0.5], 1, 1e-8), rtol=1e-15,
+                 atol=1e-15)
+    for bad in (0, -1, (1, 0), (1, 2, 3)):
+        with pytest.raises(ValueError, match="^score_clip"):
+            reinforce_plus_plus_baseline_advantages(s, g, mask, score_clip=bad)
