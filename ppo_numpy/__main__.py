@@ -10,7 +10,7 @@ import sys
 
 COMMANDS = {
     "demo": ("ppo_numpy.demo", "the main job: train the default task (see `make demo`)"),
-    "walkthrough": ("ppo_numpy.walkthrough", "the seed's running example through every function"),
+    "walkthrough": ("ppo_numpy.walkthrough", "the running example of docs/objective.md"),
     "train": ("ppo_numpy.training.cli", "train a toy policy by PPO on a toy task"),
     "explain": ("ppo_numpy.explain.cli", "step-by-step hand-calculation tables"),
     "oracle": ("ppo_numpy.oracle.cli", "framework presets, golden cases, comparisons"),
