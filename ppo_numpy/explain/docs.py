@@ -153,6 +153,10 @@ def render_docs() -> str:
         "60/2000 + 513/2000 = 573/2000. delta_1 = (9/10)(3/5) - 1/2 = 1/25, "
         "A_hat_1 = 1/25 + (171/200)(573/2000) = 16000/400000 + 97983/400000 = "
         "113983/400000.",
+        "A reward on padding is ignored in the same way, so a score placed one slot too far "
+        "is lost: `explain gae` prints a warning on stderr for each nonzero reward that "
+        "`--mask` marks as padding (`--rewards 0,0,1 --mask 1,1,0` warns that the 1 at t = 3 "
+        "is dropped).",
         "## 3. The clipped surrogate",
         "The four cases of the clip with eps = 0.2 (A > 0 inside and above the range, "
         "A < 0 inside and below it), the two kinks (rho exactly on the bound that binds), "
