@@ -1,6 +1,6 @@
 """ppo_numpy: the PPO objective for language models, written out in NumPy.
 
-Each quantity of the seed text has one pure function in a module named for it:
+Each quantity of the objective (docs/objective.md) has one pure function in a module named for it:
 
 =====================  ==========================  ===========================
 quantity               function                    module

@@ -10,8 +10,7 @@ import sys
 
 COMMANDS = {
     "demo": ("ppo_numpy.programs.demo", "the main job: train the default task (see `make demo`)"),
-    "walkthrough": ("ppo_numpy.programs.walkthrough",
-                    "the seed's running example through every function"),
+    "walkthrough": ("ppo_numpy.programs.walkthrough", "the running example of docs/objective.md"),
     "train": ("ppo_numpy.programs.train", "train a toy policy by PPO on a toy task"),
     "explain": ("ppo_numpy.programs.explain", "step-by-step hand-calculation tables"),
     "oracle": ("ppo_numpy.programs.oracle", "framework presets, golden cases, comparisons"),

@@ -5,7 +5,7 @@ row i, and B' the number of rows with at least one response token:
 
 * ``"token-mean"``: sum_{i,t} m l / sum_{i,t} m (every token weighs the same;
   TRL, OpenRLHF, verl's default);
-* ``"seq-mean-token-sum"``: (1/B') sum_i sum_t m l  (the seed's L_PPO: sum over
+* ``"seq-mean-token-sum"``: (1/B') sum_i sum_t m l  (the objective's L_PPO: sum over
   tokens, mean over prompt-response pairs);
 * ``"seq-mean-token-mean"``: (1/B') sum_i (1/n_i) sum_t m l  (every sequence
   weighs the same);

@@ -1,4 +1,4 @@
-"""The clipped surrogate of the seed (notebook ``02_clipping``).
+"""The clipped surrogate of the objective (docs/objective.md; notebook ``02_clipping``).
 
     min( rho_t A_t , clip(rho_t, 1 - eps, 1 + eps) A_t )
 
@@ -173,10 +173,10 @@ def clipped_surrogate(rho, advantages, epsilon=0.2, *, epsilon_high=None, dual_c
     epsilon : float >= 0
         Lower clip width: the range starts at ``1 - epsilon``. Default 0.2.
     epsilon_high : float >= 0, optional
-        Upper clip width; ``None`` means ``epsilon`` (symmetric, the seed).
+        Upper clip width; ``None`` means ``epsilon`` (symmetric, as in the objective).
     dual_clip : float > 1, optional
         For A_t < 0, the term becomes ``max(min(...), dual_clip * A_t)``.
-        ``None`` (default): off, as in the seed.
+        ``None`` (default): off, as in the objective.
     mask : array of 0/1, optional
         1 for response tokens; the output is exactly 0 at padding.
 

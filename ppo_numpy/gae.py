@@ -1,4 +1,4 @@
-"""Generalized Advantage Estimation of the seed (notebook ``05_gae``).
+"""Generalized Advantage Estimation of the objective (docs/objective.md; notebook ``05_gae``).
 
     A_hat_t = sum_{l=0}^{T-t} (gamma lambda)^l delta_{t+l}
 
@@ -64,7 +64,8 @@ def gae(rewards, values, gamma=1.0, lam=0.95, mask=None, *, method=None, block=3
 
     Examples
     --------
-    The seed's running example: delta = [0.1, 0.1, 0.3], gamma 1, lambda 0.95:
+    The running example at beta = 0 (docs/objective.md): delta = [0.1, 0.1, 0.3],
+    gamma 1, lambda 0.95:
     A_3 = 0.3, A_2 = 0.1 + 0.95 * 0.3 = 0.385, A_1 = 0.1 + 0.95 * 0.385 = 0.46575.
 
     >>> A, R = gae([0, 0, 1], [0.5, 0.6, 0.7], gamma=1.0, lam=0.95)

@@ -1,5 +1,5 @@
-"""Per-token KL estimators and the KL-shaped rewards r~_t of the seed
-(notebook ``03_kl_shaped_rewards``).
+"""Per-token KL estimators and the KL-shaped rewards r~_t of the objective
+(docs/objective.md; notebook ``03_kl_shaped_rewards``).
 
 The policy is pulled back towards a frozen reference model pi_ref by a
 per-token penalty, and the reward model's score is added at the last token:
@@ -155,7 +155,7 @@ def kl_shaped_rewards(scores, logp, logp_ref, beta, mask=None, estimator="k1", *
     kl_clamp : float > 0, optional
         Passed to :func:`kl_estimate` as ``clamp``.
     score_offset : {0, 1}
-        0 (default, the seed): the score goes to the last response token.
+        0 (default, as in the objective): the score goes to the last response token.
         1: it goes one slot *after* the last response token, to the first
         padding position (or to the last token when the row has no room
         left), as TRL's current PPOTrainer does (see ``docs/frameworks.md``).
@@ -173,12 +173,12 @@ def kl_shaped_rewards(scores, logp, logp_ref, beta, mask=None, estimator="k1", *
 
     Examples
     --------
-    The seed's running example has no KL (logp == logp_ref) and score 1:
+    With no KL (logp == logp_ref) and score 1, the rewards are [0, 0, 1]:
 
     >>> [float(v) for v in kl_shaped_rewards(1.0, [-1.0, -2.0, -0.5], [-1.0, -2.0, -0.5], 0.1)]
     [0.0, 0.0, 1.0]
 
-    With k1 = logp - logp_ref = [0.5, -0.2, 0.1] and beta = 0.1:
+    The running example of docs/objective.md: k1 = logp - logp_ref = [0.5, -0.2, 0.1], beta 0.1:
 
     >>> r = kl_shaped_rewards(1.0, [-1.0, -2.0, -0.5], [-1.5, -1.8, -0.6], 0.1)
     >>> [round(float(v), 12) for v in r]

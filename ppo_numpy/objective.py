@@ -1,4 +1,4 @@
-"""The seed's PPO objective, and the policy loss frameworks minimise (notebook ``09``).
+"""The PPO objective (docs/objective.md) and the policy loss frameworks minimise (notebook 09).
 
     L_PPO = E_{(x,y) ~ pi_old} [ sum_{t=1}^{T} min(rho_t A_t, clip(rho_t, 1-eps, 1+eps) A_t) ]
 
@@ -23,7 +23,7 @@ from .ratio import log_ratio
 
 
 def ppo_objective(logp, logp_old, advantages, mask=None, epsilon=0.2, **clip_options):
-    """The seed's L_PPO: mean over sequences of the sum over tokens of the clipped surrogate.
+    """L_PPO (docs/objective.md): mean over sequences of the summed clipped surrogate.
 
     Parameters
     ----------

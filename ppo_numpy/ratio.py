@@ -1,4 +1,4 @@
-"""The probability ratio rho_t of the seed (notebook ``01_probability_ratio``).
+"""The probability ratio rho_t (docs/objective.md; notebook ``01_probability_ratio``).
 
     rho_t(theta) = pi_theta(y_t | x, y_<t) / pi_theta_old(y_t | x, y_<t)
                  = exp(logp_t - logp_old_t)

@@ -1,4 +1,4 @@
-"""TD errors delta_t of the seed (notebook ``04_td_errors``).
+"""TD errors delta_t of the objective (docs/objective.md; notebook ``04_td_errors``).
 
     delta_t = r~_t + gamma V(s_{t+1}) - V(s_t),   V(s_{T+1}) = 0
 
@@ -85,7 +85,8 @@ def td_errors(rewards, values, gamma=1.0, mask=None):
 
     Examples
     --------
-    The seed's running example: rewards [0, 0, 1], values [0.5, 0.6, 0.7], gamma 1:
+    The running example at beta = 0 (docs/objective.md): rewards [0, 0, 1],
+    values [0.5, 0.6, 0.7], gamma 1:
     delta = [0 + 0.6 - 0.5, 0 + 0.7 - 0.6, 1 + 0 - 0.7].
 
     >>> [round(float(d), 12) for d in td_errors([0, 0, 1], [0.5, 0.6, 0.7])]

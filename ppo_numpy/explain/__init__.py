@@ -1,4 +1,4 @@
-"""Hand-calculation companion: step-by-step tables of the seed's formulas (issue #8).
+"""Hand-calculation companion: step-by-step tables of the objective's formulas (issue #8).
 
 ``python -m ppo_numpy explain {gae,clip,rewards,ppo} ...`` prints them (see
 :mod:`ppo_numpy.programs.explain`); :mod:`ppo_numpy.explain.tables` builds them from

@@ -1,4 +1,4 @@
-"""Step-by-step tables of the seed's formulas for one response, for checking them by hand.
+"""Step-by-step tables of the objective's formulas for one response, for checking them by hand.
 
 Each table lists, token by token, what a person writes down when working a
 formula out on paper, in the order they would write it:
@@ -23,8 +23,8 @@ With ``fractions.Fraction`` inputs every rational step is exact and printed
 as a fraction (1863/4000); a float parameter such as 0.95 is read as the
 number written, 19/20. Steps that need exp or log (rho from log-probabilities,
 the k3 estimator) are floats, printed with a leading ``~`` in an exact table.
-Floats are printed to 10 significant digits. ``t`` counts from 1 as in the
-seed (array index t - 1).
+Floats are printed to 10 significant digits. ``t`` counts from 1 as in
+docs/objective.md (array index t - 1).
 
 ``python -m ppo_numpy explain`` prints these tables; ``docs/hand-calculations.md``
 shows worked examples.

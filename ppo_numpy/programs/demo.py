@@ -6,7 +6,7 @@ warms up a reference on the ``length`` task's prior (responses of a random
 length), runs PPO with the default :class:`~ppo_numpy.training.PPOConfig`,
 prints a progress line every few iterations, a few responses before and
 after, and where the outputs (metrics.csv, checkpoint, dashboard.png) are.
-``python -m ppo_numpy walkthrough`` prints the seed's running example instead.
+``python -m ppo_numpy walkthrough`` prints the running example of docs/objective.md instead.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def main(argv=None) -> int:
         description="Train the default task by PPO (the main job); print where the dashboard is.")
     parser.add_argument("--out", metavar="DIR", help=f"output directory (default: "
                         f"{DEFAULT_OUT}, or {DEFAULT_OUT}-2, ... if it already holds a run)")
-    parser.add_argument("--seed", type=int, default=0, help="seed (default 0)")
+    parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     args = parser.parse_args(argv)
     try:
         config = PPOConfig(seed=args.seed)

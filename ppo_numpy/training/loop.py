@@ -1,6 +1,6 @@
 """The PPO training loop for toy language-model tasks (``docs/training.md``).
 
-One iteration, each step named as the seed names it:
+One iteration, each step named as docs/objective.md names it:
 
 1. rollout: sample a response for each of B prompts from pi_theta_old (the
    current policy); record logp_old, the values V(s_t) and the response mask;

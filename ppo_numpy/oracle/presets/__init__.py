@@ -17,7 +17,7 @@ parameters once; the pipelines call the core kernels. Every choice a preset make
 is a keyword of a core function; each preset's docstring states the choices as
 facts with the repository and file they come from (details and versions in
 ``docs/frameworks.md``; the settings side by side in ``docs/conventions.md``).
-``"seed"``, the default, is the seed text's own convention.
+``"seed"``, the default, is the objective's own convention (docs/objective.md).
 
 The case
 --------

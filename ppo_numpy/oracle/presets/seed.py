@@ -19,17 +19,17 @@ from ._common import (
 
 
 def _seed(x: Rollout, p: dict) -> dict:
-    """The seed's own convention (the text "PPO Objective for Language Models"; see README).
+    """The objective's own convention (docs/objective.md; "PPO Objective for Language Models").
 
     * r~_t = -beta KL_t + [t = T] score with KL_t the k1 estimate from the rollout
       log-probs; the score at the last response token.
     * delta_t = r~_t + gamma V(s_{t+1}) - V(s_t), V(s_{T+1}) = 0; GAE over the
       response tokens (holes skipped).
-    * No whitening (the seed uses A_hat as GAE gives it; ``whiten_advantages=True``
+    * No whitening (the objective uses A_hat as GAE gives it; ``whiten_advantages=True``
       applies ppo_numpy's :func:`whiten`).
     * Policy loss = -L_PPO: sum over each response's tokens, mean over responses
       (``policy_agg="seq-mean-token-sum"``); no log-ratio clamp, no dual clip.
-    * The seed has no value loss; ppo_numpy's default is used: 1/2 (V - R)^2
+    * The objective has no value loss; ppo_numpy's default is used: 1/2 (V - R)^2
       without clipping, token mean.
     """
     m = x.mask
@@ -58,11 +58,11 @@ def _seed(x: Rollout, p: dict) -> dict:
 
 PRESET = Preset(
     name="seed",
-    description="The seed text's convention: k1 KL from the rollout policy, score at the "
+    description="The objective's own convention: k1 KL from the rollout policy, score at the "
                 "last token, V(s_{T+1}) = 0, no whitening, L_PPO summed over tokens.",
     defaults={"gamma": 1.0, "lam": 0.95, "beta": 0.05, "epsilon": 0.2,
               "value_clip": None, "kl_estimator": "k1", "whiten_advantages": False,
               "policy_agg": "seq-mean-token-sum", "value_agg": "token-mean"},
-    sources=("seed: the text \"PPO Objective for Language Models\" (see docs/derivations.md)",),
+    sources=("the objective of docs/objective.md (\"PPO Objective for Language Models\")",),
     pipeline=_seed,
 )
