@@ -50,7 +50,7 @@ from .entropy import log_softmax_kernel, prepare_logits
 from .kl import _check_estimator, check_kl_clamp, kl_terms
 from .loss_options import resolve
 from .objective import policy_loss_kernel
-from .value_loss import ValueLoss, check_value_clip
+from .value_loss import ValueLoss, check_value_clip, check_value_clip_form
 
 
 def aggregate_grad(per_token, mask=None, mode="token-mean", *, norm=None):
@@ -143,7 +143,7 @@ log_ratio_clamp, options
 
 
 def value_loss_grad(values, old_values, returns, mask=None, clip_range=None, agg="token-mean",
-                    *, norm=None):
+                    *, norm=None, form="offset"):
     """d/d values of aggregate(value_loss(values, old_values, returns, mask, clip_range), agg).
 
     Per token, L = 1/2 max((V - R)^2, (V_clip - R)^2), V_clip = V_old + clip(V - V_old, -c, c):
@@ -158,8 +158,9 @@ def value_loss_grad(values, old_values, returns, mask=None, clip_range=None, agg
 
     Parameters
     ----------
-    values, old_values, returns, mask, clip_range
-        As in :func:`value_loss`.
+    values, old_values, returns, mask, clip_range, form
+        As in :func:`value_loss` (``form="clamp"``: V_clip = clamp(V, V_old - c, V_old + c),
+        whose derivative is 1 for V_old - c <= V <= V_old + c).
     agg : str
         Aggregation mode. Default ``"token-mean"``.
     norm : float, optional
@@ -183,7 +184,7 @@ def value_loss_grad(values, old_values, returns, mask=None, clip_range=None, agg
     check_mode(agg, "agg")
     (v, v_old, R), m = prepare(
         {"values": values, "old_values": old_values, "returns": returns}, mask, exact=False)
-    dL = ValueLoss(v, v_old, R, check_value_clip(clip_range)).dv
+    dL = ValueLoss(v, v_old, R, check_value_clip(clip_range), check_value_clip_form(form)).dv
     dvalues = _weights(m, agg, norm) * dL + 0.0
     return where_valid(m, dvalues)
 

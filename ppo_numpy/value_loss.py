@@ -1,11 +1,21 @@
 """The value head's loss (notebook ``06_advantages_in_practice``).
 
     L_V,t = 1/2 max( (V_t - R_t)^2 , (V_clip,t - R_t)^2 ),
-    V_clip,t = V_old,t + clip(V_t - V_old,t, -c, c)
+    V_clip,t = V_old,t + clip(V_t - V_old,t, -c, c)            form="offset" (default)
+    V_clip,t = clamp(V_t, V_old,t - c, V_old,t + c)            form="clamp"
 
 R_t are the GAE returns. Value clipping is the PPO2 baselines convention
 (taken up by TRL's ``cliprange_value`` and verl's ``cliprange_value``); with
 ``clip_range=None`` the loss is the plain 1/2 (V_t - R_t)^2.
+
+The two forms are equal in exact arithmetic and differ by rounding: V_old + (V - V_old)
+need not round back to V, so a value inside the range or exactly on a bound can be
+"clipped" by one ulp in the offset form and not in the clamp form. The default is the
+offset form because it is the form of the PPO2 baselines code (openai/baselines
+ppo2/model.py: ``OLDVPRED + tf.clip_by_value(vpred - OLDVPRED, -CLIPRANGE, CLIPRANGE)``)
+that the objective's value clipping comes from, and OpenRLHF's (openrlhf/models/loss.py
+``ValueLoss``); TRL, TRL 0.11, verl, DeepSpeed-Chat and lm-human-preferences clamp V
+itself (``form="clamp"``), so their presets pass it.
 """
 
 from __future__ import annotations
@@ -16,8 +26,10 @@ import numpy as np
 
 from ._validation import check_scalar, prepare, scalar_for, where_valid
 
+VALUE_CLIP_FORMS = ("offset", "clamp")
 
-def value_loss(values, old_values, returns, mask=None, clip_range=None):
+
+def value_loss(values, old_values, returns, mask=None, clip_range=None, *, form="offset"):
     """Per-token value loss 1/2 max((V - R)^2, (V_clip - R)^2).
 
     Parameters
@@ -32,6 +44,9 @@ def value_loss(values, old_values, returns, mask=None, clip_range=None):
         1 for response tokens; the output is exactly 0 at padding.
     clip_range : float >= 0, optional
         c. ``None`` (default): no clipping.
+    form : {"offset", "clamp"}
+        How V_clip is computed (module docstring): ``"offset"`` (default)
+        V_old + clip(V - V_old, -c, c); ``"clamp"`` clamp(V, V_old - c, V_old + c).
 
     Returns
     -------
@@ -46,12 +61,16 @@ def value_loss(values, old_values, returns, mask=None, clip_range=None):
     0.5
     >>> round(float(value_loss([1.0], [0.5], [2.0], clip_range=0.2)[0]), 12)
     0.845
+    >>> round(float(value_loss([1.0], [0.5], [2.0], clip_range=0.2, form="clamp")[0]), 12)
+    0.845
     """
     (v, v_old, R), m = prepare(
         {"values": values, "old_values": old_values, "returns": returns}, mask
     )
     c = check_value_clip(clip_range)
-    return where_valid(m, ValueLoss(v, v_old, R, None if c is None else scalar_for(c, v)).loss)
+    form = check_value_clip_form(form)
+    return where_valid(m, ValueLoss(v, v_old, R, None if c is None else scalar_for(c, v),
+                                    form).loss)
 
 
 def check_value_clip(clip_range):
@@ -59,25 +78,35 @@ def check_value_clip(clip_range):
     return None if clip_range is None else check_scalar(clip_range, "clip_range", low=0)
 
 
+def check_value_clip_form(form, name="form"):
+    """``form`` checked: ``"offset"`` or ``"clamp"``."""
+    if not isinstance(form, str) or form not in VALUE_CLIP_FORMS:
+        raise ValueError(f"{name}: expected 'offset' (V_old + clip(V - V_old, -c, c)) or "
+                         f"'clamp' (clamp(V, V_old - c, V_old + c)), got {form!r}")
+    return form
+
+
 class ValueLoss:
     """The value loss's case analysis, token by token: written once, used by the loss, its
     gradient and the value clip fraction the frameworks log.
 
         L_t = 1/2 max( (V_t - R_t)^2 , (V_clip,t - R_t)^2 )
-        V_clip = V_old + clip(V - V_old, -c, c)
+        V_clip = V_old + clip(V - V_old, -c, c)          form "offset"
+        V_clip = clamp(V, V_old - c, V_old + c)          form "clamp"
 
     ``clipped_wins``: the clipped error is strictly the larger (TRL's and verl's
     ``vf_clipfrac``: ``vf_losses2 > vf_losses1``). dL/dV: V - R where the unclipped
-    error is the larger or the two tie; (V_clip - R) [|V - V_old| <= c] where the clipped
-    one wins: outside the range V_clip does not move with V, inside it V_old + (V - V_old)
-    can differ from V by rounding and win the max.
+    error is the larger or the two tie; (V_clip - R) dV_clip/dV where the clipped one wins,
+    dV_clip/dV = 1 inside the range, bounds included (as autograd's ``clamp`` gives), 0
+    outside: outside the range V_clip does not move with V; inside it the offset form's
+    V_old + (V - V_old) can differ from V by rounding and win the max.
 
     Unchecked kernel: float64 (or exact) arrays of one shape, ``c`` >= 0 in their arithmetic
-    or ``None``. Attributes are computed on first use.
+    or ``None``, ``form`` checked. Attributes are computed on first use.
     """
 
-    def __init__(self, v, v_old, R, c=None):
-        self.v, self.v_old, self.R, self.c = v, v_old, R, c
+    def __init__(self, v, v_old, R, c=None, form="offset"):
+        self.v, self.v_old, self.R, self.c, self.form = v, v_old, R, c, form
 
     @cached_property
     def half(self):
@@ -85,8 +114,18 @@ class ValueLoss:
 
     @cached_property
     def v_clip(self):
+        if self.form == "clamp":
+            # V_clip = clamp(V, V_old - c, V_old + c)
+            return np.minimum(np.maximum(self.v, self.v_old - self.c), self.v_old + self.c)
         # V_clip = V_old + clip(V - V_old, -c, c)
         return self.v_old + np.minimum(np.maximum(self.v - self.v_old, -self.c), self.c)
+
+    @cached_property
+    def inside(self):
+        """V within the clip range, bounds included, in the form's own arithmetic."""
+        if self.form == "clamp":
+            return (self.v >= self.v_old - self.c) & (self.v <= self.v_old + self.c)
+        return np.abs(self.v - self.v_old) <= self.c
 
     @cached_property
     def loss(self):
@@ -110,5 +149,5 @@ class ValueLoss:
         if self.c is None:
             return dL
         # dV_clip/dV = 1 inside the range (bounds included), 0 outside
-        dv_clip = (np.abs(self.v - self.v_old) <= self.c).astype(np.float64)
+        dv_clip = self.inside.astype(np.float64)
         return np.where(self.clipped_wins, (self.v_clip - self.R) * dv_clip, dL)

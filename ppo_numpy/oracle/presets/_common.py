@@ -18,15 +18,33 @@ import numpy as np
 from ..._validation import as_array, as_mask, check_scalar, where_valid
 from ...aggregation import aggregate_kernel, aggregation_weights, mode_norm
 from ...gae import gae_kernel
-from ...kl import _score_bounds, kl_estimate_kernel, kl_shaped_rewards_kernel
+from ...kl import _score_bounds, kl_estimate_kernel, kl_shaped_rewards_kernel, kl_terms
 from ...loss_options import PolicyLossOptions
 from ...objective import policy_loss_kernel
 from ...ratio import log_ratio
 from ...rollout import Rollout
-from ...value_loss import ValueLoss, check_value_clip
+from ...value_loss import ValueLoss, check_value_clip, check_value_clip_form
 from ...whitening import masked_mean_kernel, whiten_kernel
 
 INPUT_NAMES = ("logp", "logp_old", "logp_ref", "values", "old_values", "scores", "mask")
+
+FLOAT32_ROUNDING = 2.0**-24
+"""u_32: the relative error of one rounding to float32."""
+
+FLOAT64_RTOL, FLOAT64_ATOL = 1e-9, 1e-12
+"""The oracle's own float64 tolerance (``ppo_numpy.oracle.compare.TOLERANCES``)."""
+
+
+def float32_roundings(k: int) -> dict:
+    """A float64 tolerance for a framework that rounds some quantities to float32 ``k`` times.
+
+    One rounding to float32 of a factor or a ratio gives a relative error of at most
+    u_32 = 2^-24 (~6e-8); ``k`` roundings in a product or a sum of non-negative terms
+    at most ~k u_32 (to first order). That is added to the float64 rtol of the oracle's
+    table; atol and the other dtypes keep the table's values (their rtol, 1e-4 and
+    5e-2, is larger).
+    """
+    return {"float64": (FLOAT64_RTOL + k * FLOAT32_ROUNDING, FLOAT64_ATOL)}
 
 
 @dataclass(frozen=True)
@@ -49,6 +67,19 @@ class Preset:
     pipeline : callable
         ``pipeline(rollout, params) -> dict`` on a checked case and checked
         parameters; call the preset instead.
+    conventions : dict
+        The framework's value of each convention switch that is not a
+        hyperparameter (``score_position``, ``whiten_ddof``, ``value_clip_form``,
+        ...): overridable like ``defaults`` and passed to the pipeline with them,
+        kept apart so that golden manifests written before a switch existed still
+        list the same ``defaults``. :mod:`ppo_numpy.oracle.switches` says what
+        each one means and which alternatives the diagnosis tries.
+    tolerances : dict
+        ``{dtype: (rtol, atol)}`` where the framework's own arithmetic implies a
+        wider tolerance than :data:`ppo_numpy.oracle.compare.TOLERANCES` (see
+        :func:`float32_roundings`); ``compare`` uses it against this preset.
+    tolerance_note : str
+        Why, in one sentence with the framework's source.
     """
 
     name: str
@@ -56,6 +87,14 @@ class Preset:
     defaults: dict
     sources: tuple
     pipeline: Callable = field(repr=False, compare=False)
+    conventions: dict = field(default_factory=dict)
+    tolerances: dict = field(default_factory=dict)
+    tolerance_note: str = ""
+
+    @property
+    def parameters(self) -> dict:
+        """``defaults`` and ``conventions`` together: every parameter the call accepts."""
+        return {**self.defaults, **self.conventions}
 
     def __call__(self, case: dict, **overrides) -> dict:
         """Run the pipeline on ``case`` with ``defaults`` updated by ``overrides``.
@@ -69,12 +108,13 @@ class Preset:
         if "inputs" in case:
             overrides = {**dict(case.get("params") or {}), **overrides}
             case = case["inputs"]
-        unknown = sorted(set(overrides) - set(self.defaults))
+        known = self.parameters
+        unknown = sorted(set(overrides) - set(known))
         if unknown:
             raise ValueError(
                 f"{self.name}: unknown parameter(s) {', '.join(unknown)}; "
-                f"valid ones are {', '.join(self.defaults)}")
-        params = check_params({**self.defaults, **overrides})
+                f"valid ones are {', '.join(known)}")
+        params = check_params({**known, **overrides})
         return self.pipeline(read_case(case), params)
 
 
@@ -119,7 +159,31 @@ def check_params(p: dict) -> dict:
     for name in ("score_clip", "reward_clip_range"):
         if p.get(name) is not None:
             _score_bounds(p[name])
+    if "value_clip_form" in p:
+        p["value_clip_form"] = check_value_clip_form(p["value_clip_form"], "value_clip_form")
+    choices = {"score_position": SCORE_POSITIONS, "whiten_mask": ("mask", "all"),
+               "gae_holes": ("skip", "decay"), "whiten_eps_mode": ("add", "floor"),
+               "kl_in": ("reward", "loss")}
+    for name, allowed in choices.items():
+        if name in p and p[name] not in allowed:
+            raise ValueError(f"{name}: expected one of {', '.join(map(repr, allowed))}, got "
+                             f"{p[name]!r}")
+    if "whiten_ddof" in p and (isinstance(p["whiten_ddof"], bool)
+                               or p["whiten_ddof"] not in (0, 1)):
+        raise ValueError(f"whiten_ddof: must be 0 or 1, got {p['whiten_ddof']!r}")
+    if "whiten_eps" in p:
+        p["whiten_eps"] = check_scalar(p["whiten_eps"], "whiten_eps", low=0, allow_exact=False)
+    for name in ("shift_mean", "use_kl_loss"):
+        if name in p and not isinstance(p[name], (bool, np.bool_)):
+            raise ValueError(f"{name}: must be True or False, got {p[name]!r}")
+    if p.get("kl_clamp") is not None:
+        p["kl_clamp"] = check_scalar(p["kl_clamp"], "kl_clamp", low=0, low_open=True,
+                                     allow_exact=False)
     return p
+
+
+SCORE_POSITIONS = ("last-token", "after-last", "last-column")
+"""Where the score is added: the last response token, the slot after it, the last column."""
 
 
 # ---------------------------------------------------------------------------------------
@@ -175,6 +239,63 @@ def kl_shaped_rewards(scores, logp, logp_ref, beta, m=None, estimator="k1", *, k
     return kl_shaped_rewards_kernel(scores, kl, m, float(beta), score_offset, bounds)
 
 
+def shaped_rewards(x: Rollout, beta, m, estimator, position, *, kl_clamp=None,
+                   score_clip=None):
+    """:func:`kl_shaped_rewards` with the score at ``position`` (:data:`SCORE_POSITIONS`).
+
+    ``"last-column"`` adds it at column T - 1 whatever the mask (what
+    ``rewards[:, -1] += score`` does on right-padded rows: the score lands on padding).
+    """
+    if position != "last-column":
+        return kl_shaped_rewards(x.scores, x.logp_old, x.logp_ref, beta, m, estimator,
+                                 kl_clamp=kl_clamp, score_clip=score_clip,
+                                 score_offset=0 if position == "last-token" else 1)
+    rewards = kl_shaped_rewards(np.zeros_like(x.scores), x.logp_old, x.logp_ref, beta, m,
+                                estimator, kl_clamp=kl_clamp)
+    scores = x.scores
+    if score_clip is not None:
+        low, high = _score_bounds(score_clip)
+        scores = np.clip(scores, low, high)
+    rewards[:, -1] = rewards[:, -1] + scores
+    return rewards
+
+
+def gae_over(rewards, values, gamma, lam, m, holes):
+    """GAE over ``m`` with holes skipped (``"skip"``) or run through as states of value 0
+    and reward 0 (``"decay"``: the zero-filled arrays over every column, re-masked)."""
+    if holes == "skip":
+        return gae(rewards, values, gamma, lam, m)
+    advantages, returns = gae(where_valid(m, rewards), where_valid(m, values), gamma, lam)
+    return advantages, where_valid(m, returns)
+
+
+def whiten_advantages(a, m, p, *, ddof=1, eps=1e-8, eps_mode="add"):
+    """Whiten advantages with the preset's switches ``whiten_ddof``, ``whiten_eps``,
+    ``whiten_eps_mode``, ``whiten_mask`` and ``shift_mean`` where it has them (the given
+    defaults otherwise); 0 outside ``m``."""
+    ddof = p.get("whiten_ddof", ddof)
+    eps = p.get("whiten_eps", eps)
+    eps_mode = p.get("whiten_eps_mode", eps_mode)
+    over = m if p.get("whiten_mask", "mask") == "mask" else None
+    out = whiten(a, over, p.get("shift_mean", True), ddof=ddof, eps=eps, eps_mode=eps_mode)
+    return where_valid(m, out)
+
+
+def kl_loss(x: Rollout, m, coef, estimator, clamp=None, agg="token-mean"):
+    """``coef * aggregate(KL(logp || logp_ref), agg)`` and its gradient in ``logp``: the KL
+    as a loss term instead of a reward (verl ``use_kl_loss``)."""
+    d = where_valid(m, x.logp) - where_valid(m, x.logp_ref)
+    kl, dkl = kl_terms(d, estimator)
+    dkl = dkl()
+    if clamp is not None:
+        inside = (kl >= -clamp) & (kl <= clamp)
+        kl, dkl = np.clip(kl, -clamp, clamp), np.where(inside, dkl, 0.0)
+    norm = mode_norm(agg, None, m.shape[-1])
+    value = coef * float(aggregate_kernel(where_valid(m, kl), m, agg, norm))
+    grad = where_valid(m, coef * aggregation_weights(m, agg, norm) * dkl + 0.0)
+    return value, grad
+
+
 def gae(rewards, values, gamma, lam, m=None):
     """Advantages and returns over the positions of ``m`` (every column when ``None``)."""
     if m is None:
@@ -189,18 +310,18 @@ def whiten(x, m=None, shift_mean=True, *, ddof=1, eps=1e-8, eps_mode="add"):
     return whiten_kernel(where_valid(m, x), m, shift_mean, ddof, eps, eps_mode)
 
 
-def value_clipfrac(x: Rollout, returns, m, clip) -> float:
+def value_clipfrac(x: Rollout, returns, m, clip, form="offset") -> float:
     """Token mean of "the clipped value error is strictly larger" (TRL/verl ``vf_clipfrac``)."""
     if clip is None:
         return 0.0
     vl = ValueLoss(where_valid(m, x.values), where_valid(m, x.old_values),
-                   where_valid(m, returns), clip)
+                   where_valid(m, returns), clip, form)
     return masked_mean(vl.clipped_wins.astype(np.float64), m)
 
 
 def losses(x: Rollout, advantages, returns, p: dict, *, policy_mask, value_mask,
            policy_agg="token-mean", value_agg="token-mean", epsilon_high=None, dual_clip=None,
-           log_ratio_clamp=None):
+           log_ratio_clamp=None, value_clip_form="offset"):
     """Policy loss, its stats and gradient; value loss and its gradient."""
     opts = PolicyLossOptions(epsilon=p["epsilon"], epsilon_high=epsilon_high,
                              dual_clip=dual_clip, log_ratio_clamp=log_ratio_clamp,
@@ -212,7 +333,7 @@ def losses(x: Rollout, advantages, returns, p: dict, *, policy_mask, value_mask,
     PolicyLossOptions(agg=value_agg)  # checks the mode's name
     norm = mode_norm(value_agg, None, vm.shape[-1])
     vl = ValueLoss(where_valid(vm, x.values), where_valid(vm, x.old_values),
-                   where_valid(vm, returns), p["value_clip"])
+                   where_valid(vm, returns), p["value_clip"], value_clip_form)
     vloss = float(aggregate_kernel(where_valid(vm, vl.loss), vm, value_agg, norm))
     dvalues = where_valid(vm, aggregation_weights(vm, value_agg, norm) * vl.dv + 0.0)
     return pl.loss, pl.stats(), pl.dlogp, vloss, dvalues

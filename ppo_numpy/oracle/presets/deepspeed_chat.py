@@ -36,7 +36,8 @@ def _deepspeed_chat(x: Rollout, p: dict) -> dict:
     * Policy loss (``actor_loss_fn``): token mean over the response tokens (not the
       slot after), no log-ratio clamp, eps 0.2.
     * Value loss (``critic_loss_fn``): 1/2 max(...), clip 0.2 around the rollout
-      values, token mean over the response tokens.
+      values (``torch.clamp(values, old_values - c, old_values + c)``:
+      ``value_clip_form="clamp"``), token mean over the response tokens.
     * Statistics: the TensorBoard scalars of training/step3_rlhf_finetuning/main.py
       @ 2d1f3b38 (the version that imports dschat): ``actor_loss``, ``critic_loss``,
       ``reward`` (mean raw score, before the clip).
@@ -54,7 +55,8 @@ def _deepspeed_chat(x: Rollout, p: dict) -> dict:
     advantages = where_valid(m, raw_advantages)
     returns = where_valid(m, returns_p1)
     policy_loss, st, dlogp, vloss, dvalues = losses(
-        x, advantages, returns, p, policy_mask=m, value_mask=m)
+        x, advantages, returns, p, policy_mask=m, value_mask=m,
+        value_clip_form=p["value_clip_form"])
     stats = {
         "actor_loss": policy_loss,
         "critic_loss": vloss,
@@ -69,6 +71,7 @@ PRESET = Preset(
                 "slot after the last token, no whitening, beta 0.1.",
     defaults={"gamma": 1.0, "lam": 0.95, "beta": 0.1, "score_clip": 5.0, "epsilon": 0.2,
               "value_clip": 0.2},
+    conventions={"value_clip_form": "clamp"},
     sources=(
         f"{_DSCHAT}: {_DSCHAT_DIR}/dschat/rlhf/ppo_trainer.py (DeepSpeedPPOTrainer."
         "compute_rewards, train_rlhf, actor_loss_fn, critic_loss_fn, "

@@ -24,7 +24,7 @@ from ._common import (
 )
 
 
-def lmhp_stats(x, returns, m, p, st, policy_loss, vloss, kl, ddof):
+def lmhp_stats(x, returns, m, p, st, policy_loss, vloss, kl, ddof, form="clamp"):
     """The statistics lm-human-preferences logs (``train_policy.py``), kept under the same
     names by TRL 0.11 (``PPOTrainer.record_step_stats``); variances with ``ddof``."""
     returns_var = masked_var(returns, m, ddof)
@@ -39,7 +39,7 @@ def lmhp_stats(x, returns, m, p, st, policy_loss, vloss, kl, ddof):
         "ppo/returns/var": returns_var,
         "ppo/val/vpred": masked_mean(x.values, m),
         "ppo/val/error": error,
-        "ppo/val/clipfrac": value_clipfrac(x, returns, m, p["value_clip"]),
+        "ppo/val/clipfrac": value_clipfrac(x, returns, m, p["value_clip"], form),
         "ppo/val/mean": masked_mean(x.old_values, m),
         "ppo/val/var": masked_var(x.old_values, m, ddof),
         "ppo/val/var_explained": 1.0 - divide(error, returns_var),
@@ -63,7 +63,8 @@ def _lm_human_preferences(x: Rollout, p: dict) -> dict:
     * GAE with V = 0 after the last column; advantages whitened the same way with
       the mean removed.
     * Losses (``loss``): means over all B T entries; value clip 0.2 around the
-      rollout values; no log-ratio clamp, no dual clip.
+      rollout values (``tf.clip_by_value(vpred, values - c, values + c)``:
+      ``value_clip_form="clamp"``); no log-ratio clamp, no dual clip.
     * Statistics: ``ppo/loss/policy|value|total`` (total with ``vf_coef``),
       ``ppo/policy/approxkl`` (0.5 mean (logp - logp_old)^2), ``ppo/policy/clipfrac``,
       ``ppo/returns/mean|var``, ``ppo/val/vpred|error|clipfrac|mean|var|var_explained``
@@ -85,8 +86,10 @@ def _lm_human_preferences(x: Rollout, p: dict) -> dict:
     advantages = whiten(raw_advantages, ddof=0)
     m = x.mask
     policy_loss, st, dlogp, vloss, dvalues = losses(
-        x, advantages, returns, p, policy_mask=m, value_mask=m)
-    stats = lmhp_stats(x, returns, m, p, st, policy_loss, vloss, kl, ddof=0)
+        x, advantages, returns, p, policy_mask=m, value_mask=m,
+        value_clip_form=p["value_clip_form"])
+    stats = lmhp_stats(x, returns, m, p, st, policy_loss, vloss, kl, ddof=0,
+                       form=p["value_clip_form"])
     stats["objective/score"] = mean_rows(x.scores)
     stats["objective/score_total"] = mean_rows(x.scores) - p["beta"] * stats["objective/kl"]
     return result(rewards, advantages, returns, policy_loss, vloss, dlogp, dvalues, stats)
@@ -98,6 +101,7 @@ PRESET = Preset(
                 "column, rewards and advantages whitened with ddof 0.",
     defaults={"gamma": 1.0, "lam": 0.95, "beta": 0.2, "epsilon": 0.2, "value_clip": 0.2,
               "whiten_rewards": True, "vf_coef": 0.1},
+    conventions={"value_clip_form": "clamp"},
     sources=(
         "openai/lm-human-preferences: lm_human_preferences/train_policy.py (PPOTrainer."
         "compute_rewards, loss, record_step_stats; PpoHParams, RewardHParams) @ 1ab856db",

@@ -5,20 +5,20 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..._validation import where_valid
 from ...rollout import Rollout
 from ._common import (
     Preset,
     aggregate,
     check_estimator,
-    gae,
+    float32_roundings,
+    gae_over,
     kl_estimate,
-    kl_shaped_rewards,
     losses,
     masked_mean,
     mean_rows,
     result,
-    whiten,
+    shaped_rewards,
+    whiten_advantages,
 )
 
 # why: OpenRLHF openrlhf/models/utils.py (0.11.2) compute_approx_kl clamps every
@@ -43,7 +43,12 @@ def _openrlhf(x: Rollout, p: dict) -> dict:
       [-20, 20], eps 0.2 (``epsilon_high`` for ``eps_clip_low_high``), ``dual_clip``
       off, ``loss_agg_mode`` token-mean or seq-mean-token-mean (``aggregate_loss``,
       whose per-row divisor n_i + 1e-8 is n_i here).
-    * Value loss (``ValueLoss``): 1/2 max(...), ``value_clip`` 0.5, token mean.
+    * Value loss (``ValueLoss``): 1/2 max(...), ``value_clip`` 0.5,
+      V_old + clamp(V - V_old, -c, c) (``value_clip_form="offset"``), token mean.
+    * Tolerance: the clip ratio is a mean over rows of per-row means of ``.float()``
+      booleans, in float32: at most one rounding per row, B - 1 in the sum over rows
+      and one in the division by B, (B + 1) u_32 relative; 8 u_32 covers B <= 7 (the
+      generated cases have B <= 6): float64 rtol 1e-9 + 8 2^-24.
     * Statistics: ``policy_loss``, ``ppo_clip_ratio``, ``ppo_kl`` (token mean of
       logp_old - logp, unclamped), ``critic_loss``, ``values`` (token mean of the
       new values), ``kl`` (mean over responses of the token-mean KL; the KL
@@ -53,19 +58,18 @@ def _openrlhf(x: Rollout, p: dict) -> dict:
     m = x.mask
     est = p["kl_estimator"]
     check_estimator(name, est, ("k1", "k2", "k3"))
-    kl = kl_estimate(x.logp_old, x.logp_ref, est, m, clamp=_OPENRLHF_KL_CLAMP)
-    rewards = kl_shaped_rewards(x.scores, x.logp_old, x.logp_ref, p["beta"], m, est,
-                                kl_clamp=_OPENRLHF_KL_CLAMP, score_clip=p["reward_clip_range"])
-    raw_advantages, returns = gae(rewards, where_valid(m, x.old_values), p["gamma"],
-                                  p["lam"])
-    returns = where_valid(m, returns)
-    if int(m.sum()) == 1:
+    kl = kl_estimate(x.logp_old, x.logp_ref, est, m, clamp=p["kl_clamp"])
+    rewards = shaped_rewards(x, p["beta"], m, est, p["score_position"], kl_clamp=p["kl_clamp"],
+                             score_clip=p["reward_clip_range"])
+    raw_advantages, returns = gae_over(rewards, x.old_values, p["gamma"], p["lam"], m,
+                                       p["gae_holes"])
+    if int(m.sum()) == 1 and p["whiten_mask"] == "mask":
         # why: OpenRLHF 0.11.2 experience_maker.py compute_advantages_and_returns: with one
         # token, A - mean = 0 and var = 0 is floored at 1e-8, so the advantage is 0 (whiten
         # itself refuses fewer than two tokens)
         advantages = np.zeros_like(raw_advantages)
     else:
-        advantages = whiten(raw_advantages, m, ddof=0, eps=1e-8, eps_mode="floor")
+        advantages = whiten_advantages(raw_advantages, m, p)
     agg = p["loss_agg_mode"]
     if agg not in ("token-mean", "seq-mean-token-mean"):
         raise ValueError(f"{name}: loss_agg_mode must be 'token-mean' or "
@@ -73,7 +77,7 @@ def _openrlhf(x: Rollout, p: dict) -> dict:
     policy_loss, st, dlogp, vloss, dvalues = losses(
         x, advantages, returns, p, policy_mask=m, value_mask=m, policy_agg=agg,
         epsilon_high=p["epsilon_high"], dual_clip=p["dual_clip"],
-        log_ratio_clamp=p["log_ratio_clamp"])
+        log_ratio_clamp=p["log_ratio_clamp"], value_clip_form=p["value_clip_form"])
     stats = {
         "policy_loss": policy_loss,
         "ppo_clip_ratio": st["clipfrac_active"],
@@ -94,6 +98,14 @@ PRESET = Preset(
               "reward_clip_range": (-10.0, 10.0), "epsilon": 0.2, "epsilon_high": None,
               "dual_clip": None, "log_ratio_clamp": 20.0, "value_clip": 0.5,
               "loss_agg_mode": "token-mean"},
+    conventions={"score_position": "last-token", "kl_clamp": _OPENRLHF_KL_CLAMP,
+                 "gae_holes": "decay", "whiten_ddof": 0, "whiten_eps": 1e-8,
+                 "whiten_eps_mode": "floor", "whiten_mask": "mask", "shift_mean": True,
+                 "value_clip_form": "offset"},
+    tolerances=float32_roundings(8),
+    tolerance_note="OpenRLHF's clip ratio is a float32 mean over rows of per-row means of "
+                   ".float() booleans (openrlhf/models/loss.py PolicyLoss): (B + 1) float32 "
+                   "roundings, 8 2^-24 relative for B <= 7, on top of the float64 rtol",
     sources=(
         "OpenRLHF/OpenRLHF: openrlhf/models/utils.py (compute_approx_kl, compute_reward), "
         "0.11.2",

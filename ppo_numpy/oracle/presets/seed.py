@@ -4,17 +4,19 @@ the last token, V(s_{T+1}) = 0, no whitening, L_PPO summed over tokens.
 
 from __future__ import annotations
 
+from ..._validation import where_valid
 from ...rollout import Rollout
 from ._common import (
     Preset,
     aggregate,
-    gae,
+    gae_over,
     kl_estimate,
-    kl_shaped_rewards,
+    kl_loss,
     losses,
     mean_rows,
     result,
-    whiten,
+    shaped_rewards,
+    whiten_advantages,
 )
 
 
@@ -35,13 +37,22 @@ def _seed(x: Rollout, p: dict) -> dict:
     m = x.mask
     est = p["kl_estimator"]
     kl = kl_estimate(x.logp_old, x.logp_ref, est, m)
-    rewards = kl_shaped_rewards(x.scores, x.logp_old, x.logp_ref, p["beta"], m, est)
-    advantages, returns = gae(rewards, x.old_values, p["gamma"], p["lam"], m)
+    in_loss = p["kl_in"] == "loss"
+    rewards = shaped_rewards(x, 0.0 if in_loss else p["beta"], m, est, p["score_position"],
+                             kl_clamp=p["kl_clamp"])
+    advantages, returns = gae_over(rewards, x.old_values, p["gamma"], p["lam"], m,
+                                   p["gae_holes"])
+    advantages = where_valid(m, advantages)
     if p["whiten_advantages"]:
-        advantages = whiten(advantages, m)
+        advantages = whiten_advantages(advantages, m, p)
     policy_loss, st, dlogp, vloss, dvalues = losses(
         x, advantages, returns, p, policy_mask=m, value_mask=m,
-        policy_agg=p["policy_agg"], value_agg=p["value_agg"])
+        policy_agg=p["policy_agg"], value_agg=p["value_agg"], epsilon_high=p["epsilon_high"],
+        dual_clip=p["dual_clip"], log_ratio_clamp=p["log_ratio_clamp"],
+        value_clip_form=p["value_clip_form"])
+    if in_loss:
+        value, grad = kl_loss(x, m, p["beta"], est, p["kl_clamp"], p["policy_agg"])
+        policy_loss, dlogp = policy_loss + value, dlogp + grad
     stats = {
         "objective": -policy_loss,
         "clipfrac_active": st["clipfrac_active"],
@@ -63,6 +74,11 @@ PRESET = Preset(
     defaults={"gamma": 1.0, "lam": 0.95, "beta": 0.05, "epsilon": 0.2,
               "value_clip": None, "kl_estimator": "k1", "whiten_advantages": False,
               "policy_agg": "seq-mean-token-sum", "value_agg": "token-mean"},
+    conventions={"score_position": "last-token", "gae_holes": "skip", "kl_clamp": None,
+                 "kl_in": "reward", "epsilon_high": None, "dual_clip": None,
+                 "log_ratio_clamp": None, "value_clip_form": "offset", "whiten_ddof": 1,
+                 "whiten_eps": 1e-8, "whiten_eps_mode": "add", "whiten_mask": "mask",
+                 "shift_mean": True},
     sources=("the objective of docs/objective.md (\"PPO Objective for Language Models\")",),
     pipeline=_seed,
 )

@@ -6,16 +6,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..._validation import where_valid
 from ...kl import _score_bounds
 from ...rollout import Rollout
 from ._common import (
     Preset,
     aggregate,
     check_estimator,
+    float32_roundings,
     gae,
+    gae_over,
     kl_estimate,
-    kl_shaped_rewards,
+    kl_loss,
     losses,
     masked_mean,
     mean_rows,
@@ -23,9 +24,11 @@ from ._common import (
     require_finite,
     require_prefix,
     result,
+    shaped_rewards,
     slot_after,
     value_clipfrac,
     whiten,
+    whiten_advantages,
 )
 from .lm_human_preferences import lmhp_stats
 
@@ -53,8 +56,12 @@ def _trl(x: Rollout, p: dict) -> dict:
       inside the square root (trl/core.py ``masked_whiten``, ``masked_var``).
     * Policy loss: token mean over the response tokens, no log-ratio clamp,
       no dual clip.
-    * Value loss: 1/2 max(...) with ``cliprange_value`` 0.2, token mean over
-      mask + slot after (``~padding_mask_p1``); ``dvalues`` is nonzero there.
+    * Value loss: 1/2 max(...) with ``cliprange_value`` 0.2, V clamped to
+      [V_old - c, V_old + c] (``torch.clamp``: ``value_clip_form="clamp"``), token
+      mean over mask + slot after (``~padding_mask_p1``); ``dvalues`` is nonzero there.
+    * Tolerance: trl/core.py ``masked_var`` divides two integer mask sums in torch
+      (a float32 Bessel factor) and the clip fractions are means of ``.float()``
+      booleans (float32 k / n): float64 rtol 1e-9 + 2^-24.
     * Statistics (one minibatch): ``policy/approxkl_avg`` = 0.5 (logp - logp_old)^2
       summed over tokens / (B T); ``policy/clipfrac_avg``; ``loss/policy_avg``;
       ``loss/value_avg``; ``val/clipfrac_avg`` (over mask + slot after);
@@ -74,14 +81,20 @@ def _trl(x: Rollout, p: dict) -> dict:
     est = p["kl_estimator"]
     check_estimator(name, est, ("k1", "k3"))
     kl = kl_estimate(x.logp_old, x.logp_ref, est, m)
-    rewards = kl_shaped_rewards(x.scores, x.logp_old, x.logp_ref, p["beta"], m, est,
-                                score_offset=1)
+    in_loss = p["kl_in"] == "loss"
+    rewards = shaped_rewards(x, 0.0 if in_loss else p["beta"], m, est, p["score_position"],
+                             kl_clamp=p["kl_clamp"])
     if p["whiten_rewards"]:
         rewards = whiten(rewards, m_p1, shift_mean=False)
     raw_advantages, returns = gae(rewards, x.old_values, p["gamma"], p["lam"], m_p1)
-    advantages = whiten(raw_advantages, m)
+    advantages = whiten_advantages(raw_advantages, m, p)
     policy_loss, st, dlogp, vloss, dvalues = losses(
-        x, advantages, returns, p, policy_mask=m, value_mask=m_p1)
+        x, advantages, returns, p, policy_mask=m, value_mask=m_p1,
+        epsilon_high=p["epsilon_high"], dual_clip=p["dual_clip"],
+        log_ratio_clamp=p["log_ratio_clamp"], value_clip_form=p["value_clip_form"])
+    if in_loss:
+        value, grad = kl_loss(x, m, p["beta"], est, p["kl_clamp"])
+        policy_loss, dlogp = policy_loss + value, dlogp + grad
     B, T = m.shape
     rho = probability_ratio(x.logp, x.logp_old, m)
     kl_per_row = aggregate(kl, m, "seq-mean-token-sum")
@@ -98,7 +111,8 @@ def _trl(x: Rollout, p: dict) -> dict:
         "policy/clipfrac_avg": st["clipfrac_active"],
         "loss/policy_avg": policy_loss,
         "loss/value_avg": vloss,
-        "val/clipfrac_avg": value_clipfrac(x, returns, m_p1, p["value_clip"]),
+        "val/clipfrac_avg": value_clipfrac(x, returns, m_p1, p["value_clip"],
+                                           p["value_clip_form"]),
         "val/ratio": 1.0 + aggregate(rho - 1.0, m, "seq-mean-token-sum-norm"),
     }
     return result(rewards, advantages, returns, policy_loss, vloss, dlogp, dvalues, stats)
@@ -126,7 +140,10 @@ def _trl_011(x: Rollout, p: dict) -> dict:
     * ``whiten_rewards=True`` is refused: TRL 0.11 leaves its whitened padding
       nonzero and lets it into GAE, which this preset does not reproduce.
     * Losses (``loss``): token means over the mask, value clip 0.2 around the
-      rollout values, no log-ratio clamp, no dual clip. When the token mean of
+      rollout values (``clip_by_value(vpreds, values - c, values + c)``:
+      ``value_clip_form="clamp"``), no log-ratio clamp, no dual clip.
+    * Tolerance: as ``trl`` (float32 Bessel factor in trl/core.py ``masked_var``,
+      float32 clip fractions): float64 rtol 1e-9 + 2^-24. When the token mean of
       the ratio exceeds ``ratio_threshold`` (10) both losses (and gradients) are 0.
     * Statistics under ``step``'s names: ``ppo/policy/approxkl`` (= approx_kl_k2),
       ``ppo/policy/policykl`` (= approx_kl_k1), ``ppo/policy/clipfrac``,
@@ -148,14 +165,14 @@ def _trl_011(x: Rollout, p: dict) -> dict:
                          "the rewards after masking and does not re-mask, so padding enters "
                          "GAE; see docs/frameworks.md)")
     kl = kl_estimate(x.logp_old, x.logp_ref, est, m)
-    rewards = kl_shaped_rewards(x.scores, x.logp_old, x.logp_ref, p["beta"], m, est,
-                                score_clip=p["score_clip"])
-    raw_advantages, returns = gae(rewards, where_valid(m, x.old_values), p["gamma"],
-                                  p["lam"])
-    returns = where_valid(m, returns)
-    advantages = whiten(raw_advantages, m)
+    rewards = shaped_rewards(x, p["beta"], m, est, p["score_position"],
+                             kl_clamp=p["kl_clamp"], score_clip=p["score_clip"])
+    raw_advantages, returns = gae_over(rewards, x.old_values, p["gamma"], p["lam"], m,
+                                       p["gae_holes"])
+    advantages = whiten_advantages(raw_advantages, m, p)
     policy_loss, st, dlogp, vloss, dvalues = losses(
-        x, advantages, returns, p, policy_mask=m, value_mask=m)
+        x, advantages, returns, p, policy_mask=m, value_mask=m,
+        value_clip_form=p["value_clip_form"])
     if st["ratio_mean"] > p["ratio_threshold"]:
         # why: v0.11.4 PPOTrainer.loss multiplies both losses by 0 ("Skipping batch")
         policy_loss, vloss = 0.0, 0.0
@@ -164,7 +181,8 @@ def _trl_011(x: Rollout, p: dict) -> dict:
     if p["score_clip"] is not None:
         low, high = _score_bounds(p["score_clip"])
         scores = np.clip(scores, low, high)
-    stats = lmhp_stats(x, returns, m, p, st, policy_loss, vloss, kl, ddof=1)
+    stats = lmhp_stats(x, returns, m, p, st, policy_loss, vloss, kl, ddof=1,
+                       form=p["value_clip_form"])
     stats.update({
         "ppo/policy/policykl": st["approx_kl_k1"],
         "ppo/policy/advantages_mean": masked_mean(advantages, m),
@@ -181,6 +199,15 @@ PRESET = Preset(
                 "one slot after the last token, value of that slot kept, token means.",
     defaults={"gamma": 1.0, "lam": 0.95, "beta": 0.05, "epsilon": 0.2, "value_clip": 0.2,
               "kl_estimator": "k1", "whiten_rewards": False, "vf_coef": 0.1},
+    conventions={"score_position": "after-last", "whiten_ddof": 1, "whiten_eps": 1e-8,
+                 "whiten_eps_mode": "add", "whiten_mask": "mask", "shift_mean": True,
+                 "kl_clamp": None, "kl_in": "reward", "epsilon_high": None, "dual_clip": None,
+                 "log_ratio_clamp": None, "value_clip_form": "clamp"},
+    tolerances=float32_roundings(1),
+    tolerance_note="TRL rounds the Bessel factor n / (n - 1) (trl/core.py masked_var: "
+                   "integer mask sums divided in torch) and each clip fraction (masked_mean "
+                   "of .float() booleans) to float32: 2^-24 relative on top of the float64 "
+                   "rtol",
     sources=(
         "huggingface/trl: trl/trainer/ppo_trainer.py (PPOTrainer.train), v0.20.0",
         "huggingface/trl: trl/trainer/ppo_config.py (PPOConfig), v0.20.0",
@@ -199,6 +226,14 @@ PRESET_0_11 = Preset(
     defaults={"gamma": 1.0, "lam": 0.95, "beta": 0.2, "epsilon": 0.2, "value_clip": 0.2,
               "kl_estimator": "k1", "score_clip": None, "whiten_rewards": False,
               "ratio_threshold": 10.0, "vf_coef": 0.1},
+    conventions={"score_position": "last-token", "gae_holes": "decay", "whiten_ddof": 1,
+                 "whiten_eps": 1e-8, "whiten_eps_mode": "add", "whiten_mask": "mask",
+                 "shift_mean": True,
+                 "kl_clamp": None, "value_clip_form": "clamp"},
+    tolerances=float32_roundings(1),
+    tolerance_note="TRL 0.11 rounds the Bessel factor n / (n - 1) (trl/core.py masked_var) "
+                   "and each clip fraction (.float() booleans) to float32: 2^-24 relative "
+                   "on top of the float64 rtol",
     sources=(
         "huggingface/trl: trl/trainer/ppo_trainer.py (PPOTrainer.step, compute_rewards, "
         "_kl_penalty, compute_advantages, loss, record_step_stats), v0.11.4",

@@ -10,16 +10,18 @@ from ._common import (
     Preset,
     aggregate,
     check_estimator,
-    gae,
+    float32_roundings,
+    gae_over,
     kl_estimate,
-    kl_shaped_rewards,
+    kl_loss,
     losses,
     masked_mean,
     masked_var,
     mean_rows,
     result,
+    shaped_rewards,
     value_clipfrac,
-    whiten,
+    whiten_advantages,
 )
 
 # why: volcengine/verl verl/trainer/ppo/core_algos.py (0.9.1) kl_penalty_forward clamps
@@ -47,7 +49,12 @@ def _verl(x: Rollout, p: dict) -> dict:
       ``loss_agg_mode`` token-mean (also seq-mean-token-sum, seq-mean-token-mean,
       seq-mean-token-sum-norm).
     * Value loss (``compute_value_loss``): 1/2 max(...), ``cliprange_value`` 0.5,
+      V clamped to [V_old - c, V_old + c] (``clip_by_value``: ``value_clip_form="clamp"``),
       same ``loss_agg_mode``.
+    * ``use_kl_loss`` (default False, ``actor.use_kl_loss``): the KL as a loss term
+      instead, beta times the ``loss_agg_mode`` aggregate of k3 of the current
+      policy against the reference clamped to [-10, 10] (``kl_loss_type``
+      low_var_kl), added to the policy loss.
     * Statistics: ``actor/pg_loss``, ``actor/pg_clipfrac``, ``actor/ppo_kl`` (k1 of
       the clamped log-ratio), ``actor/pg_clipfrac_lower`` (dual clip active),
       ``critic/vf_loss``, ``critic/vf_clipfrac``, ``critic/vpred_mean``
@@ -58,7 +65,13 @@ def _verl(x: Rollout, p: dict) -> dict:
       ``critic/vf_explained_var`` (ddof 1, + 1e-5), and with the KL in the reward
       ``actor/reward_kl_penalty`` (mean over responses of the token-mean KL) and
       ``actor/reward_kl_penalty_coeff``. verl's ``masked_mean`` divides by
-      n + 1e-8; this preset divides by n (relative difference about 1e-8 / n).
+      n + 1e-8; this preset divides by n (in verl that sum is float32, where
+      n + 1e-8 rounds to n).
+    * Tolerance (``tolerances``): verl computes the Bessel factor n / (n - 1) of
+      ``masked_var`` as an integer mask sum divided in torch, which gives float32,
+      and its clip fractions from ``.float()`` booleans, so k / n is rounded to
+      float32: float64 code that does the same differs from this preset by up to
+      2^-24 relative; the float64 rtol is 1e-9 + 2^-24.
     """
     name = "verl"
     m = x.mask
@@ -70,22 +83,29 @@ def _verl(x: Rollout, p: dict) -> dict:
     check_estimator(name, est, tuple(_VERL_KL_CLAMP))
     beta = p["beta"] if p["use_kl_in_reward"] else 0.0
     kl = kl_estimate(x.logp_old, x.logp_ref, est, m, clamp=_VERL_KL_CLAMP[est])
-    rewards = kl_shaped_rewards(x.scores, x.logp_old, x.logp_ref, beta, m, est,
-                                kl_clamp=_VERL_KL_CLAMP[est])
-    raw_advantages, returns = gae(rewards, x.old_values, p["gamma"], p["lam"], m)
-    advantages = whiten(raw_advantages, m)
+    rewards = shaped_rewards(x, beta, m, est, p["score_position"],
+                             kl_clamp=_VERL_KL_CLAMP[est])
+    raw_advantages, returns = gae_over(rewards, x.old_values, p["gamma"], p["lam"], m,
+                                       p["gae_holes"])
+    advantages = whiten_advantages(raw_advantages, m, p)
     agg = p["loss_agg_mode"]
     policy_loss, st, dlogp, vloss, dvalues = losses(
         x, advantages, returns, p, policy_mask=m, value_mask=m, policy_agg=agg, value_agg=agg,
         epsilon_high=p["epsilon_high"], dual_clip=p["dual_clip"],
-        log_ratio_clamp=p["log_ratio_clamp"])
+        log_ratio_clamp=p["log_ratio_clamp"], value_clip_form=p["value_clip_form"])
+    if p["use_kl_loss"]:
+        # why: verl core_algos.py kl_penalty "low_var_kl" (k3 clamped to [-10, 10]) of the
+        # current policy against the reference, agg_loss'd and times kl_loss_coef
+        value, grad = kl_loss(x, m, p["beta"], "k3", 10.0, agg)
+        policy_loss, dlogp = policy_loss + value, dlogp + grad
     stats = {
         "actor/pg_loss": policy_loss,
         "actor/pg_clipfrac": st["clipfrac_active"],
         "actor/ppo_kl": st["approx_kl_k1"],
         "actor/pg_clipfrac_lower": st["dual_clipfrac"],
         "critic/vf_loss": vloss,
-        "critic/vf_clipfrac": value_clipfrac(x, returns, m, p["value_clip"]),
+        "critic/vf_clipfrac": value_clipfrac(x, returns, m, p["value_clip"],
+                                             p["value_clip_form"]),
         "critic/vpred_mean": masked_mean(x.values, m),
         "critic/score/mean": mean_rows(x.scores),
         "critic/rewards/mean": aggregate(rewards, m, "seq-mean-token-sum"),
@@ -109,6 +129,15 @@ PRESET = Preset(
               "kl_estimator": "k1", "epsilon": 0.2, "epsilon_high": 0.2,
               "dual_clip": 3.0, "log_ratio_clamp": 20.0, "value_clip": 0.5,
               "loss_agg_mode": "token-mean"},
+    conventions={"score_position": "last-token", "gae_holes": "skip", "whiten_ddof": 1,
+                 "whiten_eps": 1e-8, "whiten_eps_mode": "add", "whiten_mask": "mask",
+                 "shift_mean": True,
+                 "value_clip_form": "clamp", "use_kl_loss": False},
+    tolerances=float32_roundings(1),
+    tolerance_note="verl rounds the Bessel factor n / (n - 1) (verl/utils/torch_functional.py "
+                   "masked_var: integer mask sums divided in torch) and each clip fraction "
+                   "(core_algos.py: masked_mean of .float() booleans) to float32: one "
+                   "float32 rounding, 2^-24 relative, on top of the float64 rtol",
     sources=(
         "volcengine/verl: verl/trainer/ppo/core_algos.py (compute_gae_advantage_return, "
         "kl_penalty_forward, compute_policy_loss_vanilla, agg_loss, compute_value_loss), "
