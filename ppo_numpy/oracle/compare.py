@@ -97,6 +97,26 @@ TOLERANCES = {
 DTYPES = tuple(TOLERANCES)
 
 
+def tolerance_for(reference, dtype) -> Tolerance:
+    """The tolerance to compare with ``reference`` in ``dtype``: the preset's own
+    (``Preset.tolerances``, derived from its framework's arithmetic) where it has one for
+    ``dtype``, else :data:`TOLERANCES`.
+
+    >>> from ppo_numpy.oracle.presets import get_preset
+    >>> tolerance_for(get_preset("verl"), "float64").rtol == 1e-9 + 2**-24
+    True
+    >>> tolerance_for(get_preset("seed"), "float64") == TOLERANCES["float64"]
+    True
+    """
+    dtype = check_dtype(dtype)
+    base = TOLERANCES[dtype]
+    own = getattr(reference, "tolerances", None) or {}
+    if dtype not in own:
+        return base
+    rtol, atol = own[dtype]
+    return Tolerance(rtol=rtol, atol=atol, unit_roundoff=base.unit_roundoff)
+
+
 def check_dtype(dtype) -> str:
     name = (getattr(dtype, "__name__", None) or str(dtype)).removeprefix("torch.")
     name = {"float": "float64", "double": "float64", "bf16": "bfloat16"}.get(name, name)
@@ -477,7 +497,9 @@ def compare(candidate, reference, cases=None, dtype="float64", *, outputs=None,
         reference returns that the candidate also returns (the others are
         listed in the report as not compared).
     tolerance : Tolerance, optional
-        Overrides :data:`TOLERANCES`.
+        Default: the preset's own tolerance for ``dtype`` where it has one
+        (:func:`tolerance_for`: e.g. verl's float64 rtol 1e-9 + 2^-24, from the
+        float32 Bessel factor in its ``masked_var``), else :data:`TOLERANCES`.
     probes : int >= 0
         Number of perturbed reference runs per case used to recognise kinks
         (module docstring). 0 turns the check off.
@@ -499,7 +521,7 @@ def compare(candidate, reference, cases=None, dtype="float64", *, outputs=None,
         outputs = _output_names(outputs)
     if cases is None:
         cases = generate_cases(0)
-    tol = tolerance or TOLERANCES[dtype]
+    tol = tolerance or tolerance_for(reference, dtype)
     report = ComparisonReport(dtype, tol, title=f"{_label(candidate)} vs {_label(reference)}")
     for case in cases:
         cast = cast_case(case, dtype)

@@ -1,0 +1,324 @@
+"""Diagnose a failing comparison: which known convention explains the candidate's numbers.
+
+:func:`diagnose` compares a candidate with a preset (as :func:`~ppo_numpy.oracle.compare.compare`
+does), then, for every output that fails, re-runs the preset with each alternative value
+of each convention switch registered for it (:mod:`ppo_numpy.oracle.switches`) and keeps
+the switches under which that output matches the candidate's on every case. Single
+switches first; for an output no single switch explains, pairs of the most plausible
+ones (those that make the output match on more cases than the preset's own choice).
+The report says, per output, e.g.::
+
+    advantages, policy_loss, dlogp match the verl preset with whiten_ddof=0 on every case
+    (max rel err 3e-16): the whitening's variance: yours is the population variance
+    (divides by n, ddof 0); verl's has Bessel's correction (divides by n - 1, ddof 1)
+    (verl/utils/torch_functional.py masked_var, unbiased=True)
+
+or "no known convention explains this" with the first element that differs.
+
+Matching means the comparison's pass rule with the preset's tolerance, on every case
+that the preset with the switch accepts (and at least on every case where the output
+failed). The alternatives are compared without probes (``probes`` of the baseline
+comparison only): a float32 candidate whose clip fraction sits on a kink may be
+explained for its other outputs only.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .compare import (
+    ComparisonReport,
+    _as_output,
+    as_float64_case,
+    cast_case,
+    check_dtype,
+    compare,
+    compare_output,
+    tolerance_for,
+)
+from .switches import explain_switch, switches_for
+
+__all__ = ["Diagnosis", "Explanation", "diagnose"]
+
+MAX_PLAUSIBLE = 8
+"""Pairs are formed among at most this many plausible single switches."""
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """A setting of one or two switches under which an output matches on every case."""
+
+    settings: tuple  # ((param, value), ...)
+    max_abs_err: float
+    max_rel_err: float
+    sentences: tuple
+
+    @property
+    def label(self) -> str:
+        return ", ".join(f"{k}={v!r}" for k, v in self.settings)
+
+
+@dataclass
+class OutputDiagnosis:
+    """One output: the cases it fails on, what explains it, or the first difference."""
+
+    output: str
+    n_cases: int
+    failed_cases: list = field(default_factory=list)
+    explanations: list = field(default_factory=list)
+    first_difference: str = ""
+
+    @property
+    def passed(self) -> bool:
+        return not self.failed_cases
+
+
+@dataclass
+class Diagnosis:
+    """The comparison report and, per failing output, the switches that explain it."""
+
+    preset: str
+    report: ComparisonReport
+    outputs: dict = field(default_factory=dict)
+    tried: int = 0
+
+    @property
+    def passed(self) -> bool:
+        return self.report.passed
+
+    def explained_by(self, output: str) -> list:
+        """Labels (``"whiten_ddof=0"``, ``"dual_clip=None, epsilon_high=0.28"``) explaining
+        ``output``, best first; empty when it passes or nothing explains it."""
+        return [e.label for e in self.outputs[output].explanations]
+
+    def summary(self) -> str:
+        """The diagnosis lines alone (``str()`` prepends the comparison report)."""
+        failing = [d for d in self.outputs.values() if not d.passed]
+        if not failing:
+            return f"diagnosis: every output matches preset {self.preset!r}"
+        lines = [f"diagnosis against preset {self.preset!r} ({self.tried} settings of its "
+                 "switches tried):"]
+        groups = {}
+        for d in failing:
+            key = tuple(e.settings for e in d.explanations[:1])
+            groups.setdefault(key, []).append(d)
+        for ds in groups.values():
+            names = ", ".join(d.output for d in ds)
+            best = ds[0].explanations
+            if not best:
+                for d in ds:
+                    lines.append(f"{d.output}: fails on {len(d.failed_cases)} of {d.n_cases} "
+                                 f"cases; no known convention explains this; first "
+                                 f"difference: {d.first_difference}")
+                continue
+            e = best[0]
+            verb = "matches" if len(ds) == 1 else "match"
+            lines.append(f"{names} {verb} the {self.preset} preset with {e.label} on every "
+                         f"case (max rel err {e.max_rel_err:.1g}):")
+            lines += [f"    {s}" for s in e.sentences]
+            others = {x.label for d in ds for x in d.explanations[1:]}
+            if others:
+                lines.append(f"    (also explained by: {'; '.join(sorted(others))})")
+        passing = [d.output for d in self.outputs.values() if d.passed]
+        if passing:
+            lines.append(f"match the preset as it is: {', '.join(passing)}")
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return f"{self.report}\n\n{self.summary()}"
+
+
+def _run(preset, case, overrides):
+    try:
+        return preset(case, **overrides)
+    except ValueError:
+        return None
+
+
+def _matches(name, actual, expected, case, tol):
+    row = compare_output(name, actual, expected, mask=case["inputs"]["mask"],
+                         inputs=case["inputs"], case_name=case["name"], tolerance=tol)
+    return row
+
+
+def _first_difference(name, actual, expected, case, tol) -> str:
+    """The first element (row-major) outside the tolerance, in words."""
+    a, e = _as_output(actual), _as_output(expected)
+    if a.shape != e.shape:
+        return f"{case['name']}: shape {a.shape}, expected {e.shape}"
+    mask = np.asarray(case["inputs"]["mask"]) == 1
+    valid = mask if e.shape == mask.shape else np.ones(e.shape, dtype=bool)
+    with np.errstate(invalid="ignore", over="ignore"):
+        bad = valid & ~((a == e) | (np.abs(a - e) <= tol.atol + tol.rtol * np.abs(e)))
+    if not np.any(bad):
+        # the comparison failed on a kink's range only: name its worst element
+        row = _matches(name, actual, expected, case, tol)
+        return (f"{case['name']} at {row.worst_index}: expected {row.expected!r}, "
+                f"got {row.actual!r}")
+    idx = tuple(int(i) for i in np.argwhere(bad)[0]) if e.ndim else ()
+    where = f" at {idx}" if idx else ""
+    return f"{case['name']}{where}: expected {float(e[idx])!r}, got {float(a[idx])!r}"
+
+
+def diagnose(candidate, preset, cases=None, dtype="float64", *, outputs=None, tolerance=None,
+             probes: int = 8, pairs: bool = True) -> Diagnosis:
+    """Compare ``candidate`` with ``preset`` and name the conventions that explain each
+    failing output.
+
+    Parameters
+    ----------
+    candidate : callable ``case -> dict``
+        As for :func:`~ppo_numpy.oracle.compare.compare`; it is run once per case.
+    preset : Preset or str
+        The preset to compare with; its switches are those registered in
+        :mod:`ppo_numpy.oracle.switches`.
+    cases, dtype, outputs, tolerance, probes
+        As for :func:`~ppo_numpy.oracle.compare.compare` (``tolerance`` default: the
+        preset's own for ``dtype``; ``probes`` for the first comparison only).
+    pairs : bool
+        Also try pairs of switches for outputs no single switch explains. Default True.
+
+    Returns
+    -------
+    Diagnosis: ``print(diagnosis)`` shows the comparison report and the diagnosis;
+    ``diagnosis.explained_by("advantages")`` lists the settings that explain an output.
+    """
+    from .cases import generate_cases
+    from .presets import get_preset
+
+    dtype = check_dtype(dtype)
+    if isinstance(preset, str):
+        preset = get_preset(preset)
+    if not hasattr(preset, "parameters"):
+        raise TypeError(f"preset: expected a Preset or a preset name, got "
+                        f"{type(preset).__name__}")
+    if cases is None:
+        cases = generate_cases(0)
+    cases = list(cases)
+    names = [c.get("name") for c in cases]
+    if len(set(names)) != len(names):
+        raise ValueError("cases: the diagnosis needs one name per case; two cases share "
+                         f"{next(n for n in names if names.count(n) > 1)!r}")
+    tol = tolerance or tolerance_for(preset, dtype)
+
+    # the candidate once per case; the comparison replays its outputs
+    runs = []
+    for case in cases:
+        cast = cast_case(case, dtype)
+        try:
+            actual = candidate(cast)
+        except Exception as err:  # reported by compare, as a failure of the case
+            actual = err
+        runs.append((as_float64_case(cast), actual))
+    report = _compare_runs(candidate, runs, preset, dtype, outputs, tol, probes)
+
+    diagnosis = Diagnosis(preset.name, report)
+    by_output = {}
+    for row in report.rows:
+        if row.output == "(candidate)":
+            continue
+        d = by_output.setdefault(row.output, OutputDiagnosis(row.output, 0))
+        d.n_cases += 1
+        if not row.passed:
+            d.failed_cases.append(row.case)
+    diagnosis.outputs = by_output
+    failing = [d for d in by_output.values() if not d.passed]
+    if not failing:
+        return diagnosis
+
+    usable = [(ref, actual) for ref, actual in runs if isinstance(actual, dict)]
+    baseline = {ref["name"]: _run(preset, ref, {}) for ref, _ in usable}
+
+    def score(overrides):
+        """Per failing output: (cases matched, cases compared, max abs, max rel, all ok)."""
+        out = {}
+        for d in failing:
+            out[d.output] = [0, 0, 0.0, 0.0, True]
+        for ref, actual in usable:
+            if baseline[ref["name"]] is None:
+                continue
+            expected = _run(preset, ref, overrides)
+            for d in failing:
+                s = out[d.output]
+                if d.output not in actual:
+                    continue
+                if expected is None or d.output not in expected:
+                    if ref["name"] in d.failed_cases:
+                        s[4] = False
+                    continue
+                row = _matches(d.output, actual[d.output], expected[d.output], ref, tol)
+                s[1] += 1
+                if row.passed:
+                    s[0] += 1
+                    s[2] = max(s[2], row.max_abs_err)
+                    s[3] = max(s[3], row.max_rel_err)
+                else:
+                    s[4] = False
+        return out
+
+    def explanation(overrides, s):
+        sentences = tuple(explain_switch(preset, k, v) for k, v in overrides.items())
+        return Explanation(tuple(overrides.items()), s[2], s[3], sentences)
+
+    singles = [(param, value) for param, (alts, _) in switches_for(preset).items()
+               for value in alts]
+    plausible = []
+    for param, value in singles:
+        diagnosis.tried += 1
+        result = score({param: value})
+        gained = 0
+        for d in failing:
+            s = result[d.output]
+            if s[4] and s[0] == s[1] and s[1] > 0:
+                d.explanations.append(explanation({param: value}, s))
+            gained = max(gained, s[0] - (d.n_cases - len(d.failed_cases)))
+        if gained > 0:
+            plausible.append((gained, param, value))
+
+    unexplained = [d for d in failing if not d.explanations]
+    if pairs and unexplained:
+        plausible.sort(key=lambda g: -g[0])
+        top = [(p, v) for _, p, v in plausible[:MAX_PLAUSIBLE]]
+        for (p1, v1), (p2, v2) in itertools.combinations(top, 2):
+            if p1 == p2:
+                continue
+            diagnosis.tried += 1
+            result = score({p1: v1, p2: v2})
+            for d in unexplained:
+                s = result[d.output]
+                if s[4] and s[0] == s[1] and s[1] > 0:
+                    d.explanations.append(explanation({p1: v1, p2: v2}, s))
+
+    for d in failing:
+        d.explanations.sort(key=lambda e: (len(e.settings), e.max_rel_err))
+        if not d.explanations:
+            for ref, actual in usable:
+                if ref["name"] in d.failed_cases and d.output in actual:
+                    expected = baseline[ref["name"]]
+                    if expected is not None and d.output in expected:
+                        d.first_difference = _first_difference(
+                            d.output, actual[d.output], expected[d.output], ref, tol)
+                        break
+            if not d.first_difference:
+                d.first_difference = f"case {d.failed_cases[0]}"
+    return diagnosis
+
+
+def _compare_runs(candidate, runs, preset, dtype, outputs, tol, probes):
+    """:func:`compare` on the candidate's recorded outputs (the candidate is not re-run)."""
+    recorded = {ref["name"]: actual for ref, actual in runs}
+
+    def replay(case):
+        actual = recorded[case["name"]]
+        if isinstance(actual, Exception):
+            raise actual
+        return actual
+
+    replay.__name__ = getattr(candidate, "__name__", type(candidate).__name__)
+    # compare casts each case to dtype again: the recorded cases are already cast, and
+    # casting twice is the identity
+    return compare(replay, preset, [ref for ref, _ in runs], dtype, outputs=outputs,
+                   tolerance=tol, probes=probes)

@@ -1,0 +1,289 @@
+"""The convention switches the diagnosis tries: one table of what each one means, and per
+preset which alternatives to try and where the framework's own choice comes from.
+
+A *switch* is a preset parameter that names one convention (``whiten_ddof``,
+``score_position``, ``dual_clip``, ...). :data:`SWITCHES` says, for each, what code with
+each value does, in words: the diagnosis (:mod:`ppo_numpy.oracle.diagnose`) and
+``docs/oracle.md`` both print these sentences. :data:`PRESET_SWITCHES` lists, per
+preset, the alternatives worth trying and the framework's source file and function.
+
+A new preset registers its switches with :func:`register_switches` (a switch that is not
+yet in :data:`SWITCHES` is added with :func:`add_switch`)::
+
+    register_switches("verl-grpo", {
+        "grpo_ddof": ((0,), "verl/trainer/ppo/core_algos.py compute_grpo_outcome_advantage"),
+    })
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["PRESET_SWITCHES", "SWITCHES", "Switch", "add_switch", "explain_switch",
+           "register_switches", "switches_for"]
+
+
+@dataclass(frozen=True)
+class Switch:
+    """One convention: the preset parameter, what it is about, what each value does.
+
+    ``means`` maps a value to a phrase completing "yours ..." / "the framework's ...";
+    ``default`` phrases a value that is not in ``means`` (``{v}`` is the value).
+    """
+
+    param: str
+    topic: str
+    means: dict
+    default: str = "is {v!r}"
+
+    def phrase(self, value) -> str:
+        for k, text in self.means.items():
+            if k == value and type(k) is type(value) or (k is None and value is None):
+                return text
+        if isinstance(value, float) and value.is_integer() and int(value) in self.means:
+            return self.means[int(value)]
+        return self.default.format(v=value)
+
+
+def _clamp(what):
+    return {None: f"does not clamp {what}"}
+
+
+SWITCHES = {}
+"""param -> :class:`Switch`: the one table of conventions (``docs/oracle.md`` prints it)."""
+
+
+def add_switch(switch: Switch) -> Switch:
+    """Add ``switch`` to :data:`SWITCHES` (ValueError if its parameter is there already)."""
+    if switch.param in SWITCHES:
+        raise ValueError(f"switch: {switch.param!r} is already in the table")
+    SWITCHES[switch.param] = switch
+    return switch
+
+
+for _s in (
+    Switch("score_position", "where the score goes",
+           {"last-token": "adds it at the last response token (the last 1 of the mask)",
+            "after-last": "adds it one slot after the last response token",
+            "last-column": "adds it at the last column, whatever the mask"}),
+    Switch("gae_holes", "GAE over holes in the mask",
+           {"skip": "skips them: the next state of a token is the next response token",
+            "decay": "runs through them as states of value 0 and reward 0"}),
+    Switch("whiten_advantages", "advantage whitening",
+           {True: "whitens the advantages", False: "does not whiten the advantages"}),
+    Switch("whiten_ddof", "the whitening's variance",
+           {0: "is the population variance (divides by n, ddof 0)",
+            1: "has Bessel's correction (divides by n - 1, ddof 1)"}),
+    Switch("whiten_eps", "the whitening's eps", {}, default="is {v:g}"),
+    Switch("whiten_eps_mode", "where the whitening's eps goes",
+           {"add": "adds it to the variance: sqrt(var + eps)",
+            "floor": "floors the variance with it: sqrt(max(var, eps))"}),
+    Switch("whiten_mask", "the whitening's mean and variance",
+           {"mask": "run over the response tokens only",
+            "all": "run over every position, padding included"}),
+    Switch("shift_mean", "the whitened advantages",
+           {True: "have the mean subtracted (mean 0)",
+            False: "keep their mean (divided by the std only)"}),
+    Switch("whiten_rewards", "reward whitening",
+           {True: "whitens the rewards (the mean kept)", False: "does not whiten the rewards"}),
+    Switch("kl_estimator", "the per-token KL estimator", {}, default="is {v}"),
+    Switch("kl_clamp", "the KL estimate", _clamp("the KL estimate"),
+           default="is clamped to [-{v:g}, {v:g}]"),
+    Switch("kl_in", "the KL penalty",
+           {"reward": "is -beta KL_t in the rewards",
+            "loss": "is beta mean(KL) added to the policy loss, not in the rewards"}),
+    Switch("use_kl_in_reward", "the KL penalty in the reward",
+           {True: "is applied (-beta KL_t in the rewards)",
+            False: "is off (the rewards are the score alone)"}),
+    Switch("use_kl_loss", "the KL loss term",
+           {True: "is added to the policy loss (beta k3 against the reference)",
+            False: "is off"}),
+    Switch("log_ratio_clamp", "the log-ratio", {None: "is not clamped before exp"},
+           default="is clamped to [-{v:g}, {v:g}] before exp"),
+    Switch("dual_clip", "the dual clip", {None: "is off"},
+           default="is on: the A < 0 term is bounded below by {v:g} A"),
+    Switch("epsilon_high", "the upper clip bound", {None: "is 1 + epsilon (symmetric)"},
+           default="is 1 + {v:g}"),
+    Switch("loss_agg_mode", "the loss aggregation", {}, default="is {v!r}"),
+    Switch("policy_agg", "the policy loss aggregation", {}, default="is {v!r}"),
+    Switch("value_agg", "the value loss aggregation", {}, default="is {v!r}"),
+    Switch("value_clip_form", "the clipped value",
+           {"offset": "is V_old + clip(V - V_old, -c, c)",
+            "clamp": "is clamp(V, V_old - c, V_old + c)"}),
+):
+    add_switch(_s)
+
+
+PRESET_SWITCHES = {}
+"""preset name -> {param: (alternatives, the framework's source for its own value)}."""
+
+
+def register_switches(preset: str, switches: dict) -> None:
+    """Register, for ``preset``, ``{param: (alternatives, source)}``; merged with earlier ones.
+
+    Every param must be in :data:`SWITCHES` (ValueError otherwise, naming it).
+    """
+    for param, entry in switches.items():
+        if param not in SWITCHES:
+            raise ValueError(f"switch: {param!r} is not in the table; add it with add_switch")
+        if not (isinstance(entry, tuple) and len(entry) == 2 and isinstance(entry[0], tuple)):
+            raise ValueError(f"switch {param!r}: expected (alternatives tuple, source), got "
+                             f"{entry!r}")
+    PRESET_SWITCHES.setdefault(preset, {}).update(switches)
+
+
+def switches_for(preset) -> dict:
+    """``{param: (alternatives, source)}`` registered for ``preset`` (a Preset or a name), the
+    alternatives restricted to values other than the preset's own."""
+    name = preset if isinstance(preset, str) else preset.name
+    own = {} if isinstance(preset, str) else preset.parameters
+    out = {}
+    for param, (alternatives, source) in PRESET_SWITCHES.get(name, {}).items():
+        alts = tuple(a for a in alternatives if param not in own or a != own[param])
+        if alts:
+            out[param] = (alts, source)
+    return out
+
+
+def explain_switch(preset, param: str, value) -> str:
+    """The sentence: what code with ``param=value`` does and what ``preset`` does, with its
+    source, e.g. "the whitening's variance: yours is the population variance (divides by n,
+    ddof 0); verl's has Bessel's correction (divides by n - 1, ddof 1)
+    (verl/utils/torch_functional.py masked_var)"."""
+    switch = SWITCHES[param]
+    own = preset.parameters[param]
+    source = PRESET_SWITCHES.get(preset.name, {}).get(param, ((), ""))[1]
+    where = f" ({source})" if source else ""
+    return (f"{switch.topic}: yours {switch.phrase(value)}; {preset.name}'s "
+            f"{switch.phrase(own)}{where}")
+
+
+def markdown_table() -> str:
+    """:data:`SWITCHES` as the markdown table of ``docs/oracle.md`` (a test keeps them equal)."""
+    lines = ["| switch | about | values |", "|---|---|---|"]
+    for s in SWITCHES.values():
+        values = "; ".join(f"`{k!r}`: {v}" for k, v in s.means.items())
+        if not s.means or "{v" in s.default and s.default != "is {v!r}":
+            values = (values + "; " if values else "") + "otherwise " + s.default.format(v="v")
+        lines.append(f"| `{s.param}` | {s.topic} | {values} |")
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------
+# Per preset: the alternatives worth trying and the framework's source for its own value
+
+_VERL = "verl"
+_EPS = (0.0, 1e-6, 1e-5)
+_AGG = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+
+register_switches("seed", {
+    "score_position": (("after-last", "last-column"), "docs/objective.md: r~_T = -beta KL_T "
+                       "+ score at the last token"),
+    "gae_holes": (("decay",), "docs/conventions.md section 12"),
+    "whiten_advantages": ((True,), "docs/objective.md: A_hat as GAE gives it"),
+    "kl_estimator": (("k2", "k3", "abs"), "docs/objective.md: KL_t = logp - logp_ref"),
+    "kl_clamp": ((10.0,), "docs/objective.md"),
+    "kl_in": (("loss",), "docs/objective.md: r~_t = -beta KL_t + ..."),
+    "log_ratio_clamp": ((20.0,), "docs/objective.md: rho = exp(logp - logp_old)"),
+    "dual_clip": ((3.0,), "docs/objective.md"),
+    "epsilon_high": ((0.28,), "docs/objective.md: clip(rho, 1 - eps, 1 + eps)"),
+    "policy_agg": (_AGG, "docs/objective.md: L_PPO sums over tokens, means over responses"),
+    "value_agg": (_AGG, "ppo_numpy.aggregate default"),
+})
+register_switches("trl", {
+    "score_position": (("last-token", "last-column"), "trl/trainer/ppo_trainer.py "
+                       "PPOTrainer.train: scores at sequence_lengths_p1"),
+    "whiten_ddof": ((0,), "trl/core.py masked_var, unbiased=True"),
+    "whiten_eps": (_EPS, "trl/core.py masked_whiten: rsqrt(var + 1e-8)"),
+    "whiten_eps_mode": (("floor",), "trl/core.py masked_whiten"),
+    "whiten_mask": (("all",), "trl/core.py masked_whiten(advantages, ~padding_mask)"),
+    "shift_mean": ((False,), "trl/core.py masked_whiten, shift_mean=True"),
+    "whiten_rewards": ((True,), "trl/trainer/ppo_config.py whiten_rewards=False"),
+    "kl_estimator": (("k3",), "trl/trainer/ppo_config.py kl_estimator='k1'"),
+    "kl_clamp": ((10.0,), "trl/trainer/ppo_trainer.py PPOTrainer.train"),
+    "kl_in": (("loss",), "trl/trainer/ppo_trainer.py PPOTrainer.train: non_score_reward"),
+    "log_ratio_clamp": ((20.0,), "trl/trainer/ppo_trainer.py: ratio = exp(logprobs_diff)"),
+    "dual_clip": ((3.0,), "trl/trainer/ppo_trainer.py PPOTrainer.train"),
+    "epsilon_high": ((0.28,), "trl/trainer/ppo_trainer.py: clamp(ratio, 1 - cliprange, "
+                     "1 + cliprange)"),
+    "value_clip_form": (("offset",), "trl/trainer/ppo_trainer.py: torch.clamp(vpred, "
+                        "mb_values - cliprange_value, mb_values + cliprange_value)"),
+})
+register_switches("trl-0.11", {
+    "score_position": (("after-last", "last-column"), "trl/trainer/ppo_trainer.py "
+                       "compute_rewards: mask.nonzero()[-1]"),
+    "gae_holes": (("skip",), "trl/trainer/ppo_trainer.py compute_advantages"),
+    "whiten_ddof": ((0,), "trl/core.py masked_var, unbiased=True"),
+    "whiten_eps": (_EPS, "trl/core.py masked_whiten: rsqrt(var + 1e-8)"),
+    "whiten_eps_mode": (("floor",), "trl/core.py masked_whiten"),
+    "whiten_mask": (("all",), "trl/core.py masked_whiten(advantages, mask)"),
+    "shift_mean": ((False,), "trl/core.py masked_whiten, shift_mean=True"),
+    "kl_estimator": (("k2", "abs"), "trl/trainer/ppo_config.py kl_penalty='kl'"),
+    "kl_clamp": ((10.0,), "trl/trainer/ppo_trainer.py _kl_penalty"),
+    "value_clip_form": (("offset",), "trl/trainer/ppo_trainer.py loss: clip_by_value(vpreds, "
+                        "values - cliprange_value, values + cliprange_value)"),
+})
+register_switches(_VERL, {
+    "score_position": (("after-last", "last-column"), "verl/workers/reward_manager/naive.py: "
+                       "reward_tensor[i, valid_response_length - 1]"),
+    "gae_holes": (("decay",), "verl/trainer/ppo/core_algos.py compute_gae_advantage_return"),
+    "whiten_ddof": ((0,), "verl/utils/torch_functional.py masked_var, unbiased=True"),
+    "whiten_eps": (_EPS, "verl/utils/torch_functional.py masked_whiten: rsqrt(var + 1e-8)"),
+    "whiten_eps_mode": (("floor",), "verl/utils/torch_functional.py masked_whiten"),
+    "whiten_mask": (("all",), "verl/utils/torch_functional.py masked_whiten(advantages, "
+                    "response_mask)"),
+    "shift_mean": ((False,), "verl/utils/torch_functional.py masked_whiten, shift_mean=True"),
+    "use_kl_in_reward": ((True,), "verl/trainer/ppo/ray_trainer.py apply_kl_penalty, "
+                         "algorithm.use_kl_in_reward=False"),
+    "use_kl_loss": ((True,), "verl/trainer/config/_generated_ppo_trainer.yaml "
+                    "actor.use_kl_loss=False"),
+    "log_ratio_clamp": ((None,), "verl/trainer/ppo/core_algos.py compute_policy_loss_vanilla: "
+                        "clamp(log_prob - old_log_prob, -20, 20)"),
+    "dual_clip": ((None,), "verl/trainer/ppo/core_algos.py compute_policy_loss_vanilla, "
+                  "clip_ratio_c=3"),
+    "epsilon_high": ((0.28,), "verl/trainer/ppo/core_algos.py compute_policy_loss_vanilla, "
+                     "clip_ratio_high=0.2"),
+    "loss_agg_mode": (_AGG, "verl/trainer/ppo/core_algos.py agg_loss, "
+                      "loss_agg_mode='token-mean'"),
+    "value_clip_form": (("offset",), "verl/trainer/ppo/core_algos.py compute_value_loss: "
+                        "clip_by_value(vpreds, values - cliprange_value, values + "
+                        "cliprange_value)"),
+})
+register_switches("openrlhf", {
+    "score_position": (("after-last", "last-column"), "openrlhf/models/utils.py "
+                       "compute_reward: eos_indices"),
+    "gae_holes": (("skip",), "openrlhf/trainer/ppo_utils/experience_maker.py "
+                  "get_advantages_and_returns"),
+    "whiten_ddof": ((1,), "openrlhf/trainer/ppo_utils/experience_maker.py "
+                    "compute_advantages_and_returns: var = masked mean of (A - mean)^2"),
+    "whiten_eps": (_EPS, "experience_maker.py compute_advantages_and_returns: "
+                   "var.clamp(min=1e-8).rsqrt()"),
+    "whiten_eps_mode": (("add",), "experience_maker.py compute_advantages_and_returns: "
+                        "var.clamp(min=1e-8).rsqrt()"),
+    "whiten_mask": (("all",), "experience_maker.py compute_advantages_and_returns: over "
+                    "action_mask"),
+    "shift_mean": ((False,), "experience_maker.py compute_advantages_and_returns: "
+                   "(A - mean) * rstd"),
+    "kl_estimator": (("k2", "k3"), "openrlhf/models/utils.py compute_approx_kl, "
+                     "--kl_estimator k1"),
+    "kl_clamp": ((None,), "openrlhf/models/utils.py compute_approx_kl: "
+                 "log_ratio.clamp(min=-10, max=10)"),
+    "log_ratio_clamp": ((None,), "openrlhf/models/loss.py PolicyLoss: "
+                        "(log_probs - old_log_probs).clamp(-20, 20)"),
+    "dual_clip": ((3.0,), "openrlhf/models/loss.py PolicyLoss, --dual_clip None"),
+    "epsilon_high": ((0.28,), "openrlhf/models/loss.py PolicyLoss, eps_clip 0.2"),
+    "loss_agg_mode": (("seq-mean-token-mean",), "openrlhf/models/loss.py aggregate_loss, "
+                      "token-mean"),
+    "value_clip_form": (("clamp",), "openrlhf/models/loss.py ValueLoss: old_values + "
+                        "(values - old_values).clamp(-clip_eps, clip_eps)"),
+})
+register_switches("deepspeed-chat", {
+    "value_clip_form": (("offset",), "dschat/rlhf/ppo_trainer.py critic_loss_fn: "
+                        "torch.clamp(values, old_values - c, old_values + c)"),
+})
+register_switches("lm-human-preferences", {
+    "whiten_rewards": ((False,), "lm_human_preferences/train_policy.py RewardHParams "
+                       "whiten=True"),
+    "value_clip_form": (("offset",), "lm_human_preferences/train_policy.py loss: "
+                        "tf.clip_by_value(vpred, values - c, values + c)"),
+})
