@@ -35,7 +35,23 @@ all-equal-rewards       equal scores, no KL, zero values, gamma = lam = 1:
 gamma0-lam0 ...         gamma and lambda at 0 and 1 (four cases)
 one-valid-token         one response token in the whole batch (whitening
                         needs two: the presets that whiten reject it)
+dual-clip               rho in [3.3, 7.4] everywhere, advantages of both signs
+                        in each row: the dual clip bound decides most A < 0
+                        terms, the upper clip bound the A > 0 ones
+tiny-advantage-variance advantages of size 1e-4 (variance ~1e-8 ~ eps): the
+                        whitening's eps and its mode change them by O(1)
+values-on-clip-bounds   values exactly on, or one ulp inside, V_old +- 0.2
+                        and +- 0.5, returns close to them: the two forms of
+                        the value clip count different tokens as clipped
+one-sided-log-ratios    logp - logp_old = +25 on two columns (not balanced):
+                        a log-ratio clamp at 20 shows in the logged KL
+holes-discounted        holes in the mask with gamma 0.9, lam 0.8: skipping a
+                        hole and running through it differ
 ======================  ======================================================
+
+Every convention switch of :mod:`ppo_numpy.oracle.switches` changes some output
+on some case, by more than the tolerance (``tests/test_diagnose.py`` plants each
+one and checks that the diagnosis names it).
 
 Extreme log-ratios: frameworks that clamp the log-ratio before ``exp`` (a
 preset's ``log_ratio_clamp``) or the KL estimate (``kl_clamp``) give other
@@ -250,6 +266,105 @@ def _gamma_lam(gamma, lam):
     return build
 
 
+def _dual_clip(rng):
+    # rho = exp(logp - logp_old) in [e^1.2, e^2] = [3.3, 7.4] on every token, beyond the
+    # dual-clip bound 3 (verl's clip_ratio_c); scores near 0 and values N(0, 1), so
+    # A = R - V changes sign inside each row: most rows have tokens with A < 0 where the
+    # dual clip bounds the term (and A > 0 ones where the upper clip bound decides)
+    mask = mask_from_lengths([6, 5, 6, 4], 6)
+    inputs = sample_inputs(rng, mask)
+    valid = mask == 1
+    logp = inputs["logp"]
+    logp_old = np.where(valid, logp - rng.uniform(1.2, 2.0, size=mask.shape), 0.0)
+    logp_ref = np.where(valid, np.minimum(logp_old + rng.normal(0.0, 0.3, size=mask.shape),
+                                          -1e-4), 0.0)
+    inputs.update(logp_old=logp_old, logp_ref=logp_ref,
+                  scores=rng.normal(0.0, 0.3, size=mask.shape[0]))
+    return ("rho in [3.3, 7.4] on every token and advantages of both signs in each row: the "
+            "dual clip (bound 3) and the upper clip bound decide most terms", inputs, {})
+
+
+def _tiny_advantage_variance(rng):
+    # scores ~ N(0, 1e-4^2), no KL, zero values, gamma = lam = 1: each token's advantage is
+    # its row's score, so their variance (~1e-8) is of the order of the whitening's eps:
+    # eps's value, and whether it is added to the variance or floors it, change the
+    # whitened advantages by O(1)
+    mask = mask_from_lengths([5, 5, 4, 3], 5)
+    inputs = sample_inputs(rng, mask)
+    zero = np.zeros_like(mask)
+    inputs.update(logp_old=inputs["logp"].copy(), logp_ref=inputs["logp"].copy(),
+                  values=zero.copy(), old_values=zero.copy(),
+                  scores=rng.normal(0.0, 1e-4, size=mask.shape[0]))
+    return ("scores of size 1e-4, no KL, zero values, gamma = lam = 1: the advantages' "
+            "variance (~1e-8) is of the order of the whitening's eps", inputs,
+            {"gamma": 1.0, "lam": 1.0})
+
+
+VALUE_CLIP_BOUND_COLUMNS = ((0.2, -1), (-0.2, 1), (0.2, 0), (-0.2, 0), (0.5, -1), (-0.5, 1))
+"""``values-on-clip-bounds``: per column (cycled), the offset d and ulps k of
+``V = fl(V_old + d)`` moved k ulps (towards V_old for k != 0)."""
+
+
+def _values_on_clip_bounds(rng):
+    # V on the value-clip bounds fl(V_old +- c), c = 0.2 (TRL, TRL 0.11, DeepSpeed-Chat,
+    # lm-human-preferences) and 0.5 (verl, OpenRLHF), exactly or one ulp inside: there
+    # V_old + clip(V - V_old, -c, c) need not round back to V (|V_old| <= 0.3 makes it
+    # likely), so the offset form moves V_clip one ulp off V where the clamp form keeps V.
+    # The max of the two squared errors resolves that ulp only when R is close to V: with
+    # gamma = 1, lam = 0 and no KL, R_t = V_old,t+1, so V_old walks by the column's d plus
+    # a step of 1e-3 (|R - V| ~ 1e-3) and the two forms count different tokens as clipped
+    B, T = 6, 12
+    mask = np.ones((B, T))
+    inputs = sample_inputs(rng, mask)
+    old = np.empty((B, T))
+    values = np.empty((B, T))
+    old[:, 0] = rng.uniform(-0.3, 0.3, size=B)
+    for t in range(T):
+        d, k = VALUE_CLIP_BOUND_COLUMNS[t % len(VALUE_CLIP_BOUND_COLUMNS)]
+        v = old[:, t] + d
+        for _ in range(abs(k)):
+            v = np.nextafter(v, np.sign(k) * np.inf)
+        values[:, t] = v
+        if t + 1 < T:
+            old[:, t + 1] = old[:, t] + d + rng.uniform(-1e-3, 1e-3, size=B)
+    inputs.update(old_values=old, values=values, logp_ref=inputs["logp_old"].copy())
+    return ("values on the value-clip bounds V_old +- 0.2 and +- 0.5, exactly or one ulp "
+            "inside, returns within 1e-3 of them (no KL, gamma = 1, lam = 0): the offset "
+            "and clamp forms of the clip count different tokens as clipped", inputs,
+            {"gamma": 1.0, "lam": 0.0})
+
+
+def _one_sided_log_ratios(rng):
+    # logp - logp_old = +25 on columns 0 and 3 of every row: beyond the clamp 20 of verl
+    # and OpenRLHF, and not balanced by a -25 (as in extreme-log-ratios), so the clamp
+    # changes the mean log-ratio the frameworks log even where the dual clip hides it
+    # from the loss
+    mask = np.ones((3, 6))
+    inputs = sample_inputs(rng, mask)
+    logp = inputs["logp"].copy()
+    logp_old = inputs["logp_old"].copy()
+    for t in (0, 3):
+        logp[:, t] = -0.05
+        logp_old[:, t] = -25.05
+    logp_ref = inputs["logp_ref"].copy()
+    logp_ref[:, (0, 3)] = np.minimum(logp_old[:, (0, 3)] + rng.normal(0.0, 0.3, (3, 2)),
+                                     -1e-4)
+    inputs.update(logp=logp, logp_old=logp_old, logp_ref=logp_ref)
+    return ("logp - logp_old = +25 on two columns of every row (rho = e^25), not balanced "
+            "by negative ones: a log-ratio clamp at 20 shows in the logged mean log-ratio",
+            inputs, {})
+
+
+def _holes_discounted(rng):
+    # the layout of multi-turn-holes with gamma 0.9 and lam 0.8: with gamma = lam = 1 a
+    # hole run through as a zero state changes nothing (A_t = sum of later rewards - V_t)
+    mask = np.array([[1, 1, 1, 0, 0, 1, 1, 0, 1, 1, 1, 0],
+                     [1, 1, 0, 0, 0, 1, 1, 0, 1, 1, 1, 1],
+                     [1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 0, 0]], dtype=np.float64)
+    return ("masks with holes, gamma 0.9, lam 0.8: skipping a hole and running through it "
+            "as a state of value 0 differ", sample_inputs(rng, mask), {"gamma": 0.9, "lam": 0.8})
+
+
 def _one_valid_token(rng):
     mask = np.array([[0.0, 0.0, 1.0, 0.0, 0.0, 0.0]])
     return ("a single response token in the whole batch (whitening needs two)",
@@ -270,6 +385,11 @@ EDGE_CASES = {
     "gamma1-lam0": _gamma_lam(1.0, 0.0),
     "gamma1-lam1": _gamma_lam(1.0, 1.0),
     "one-valid-token": _one_valid_token,
+    "dual-clip": _dual_clip,
+    "tiny-advantage-variance": _tiny_advantage_variance,
+    "values-on-clip-bounds": _values_on_clip_bounds,
+    "one-sided-log-ratios": _one_sided_log_ratios,
+    "holes-discounted": _holes_discounted,
 }
 """Builders of the named edge cases: ``builder(rng) -> (description, inputs, params)``."""
 
