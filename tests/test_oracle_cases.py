@@ -135,7 +135,7 @@ def test_unpadded_cases_for_presets_without_a_mask(cases):
     full = [n for n, c in cases.items() if np.all(c["inputs"]["mask"] == 1)]
     assert full == ["random-2", "random-6", "extreme-log-ratios", "extreme-kl",
                     "all-equal-rewards", "gamma0-lam0", "gamma0-lam1", "gamma1-lam0",
-                    "gamma1-lam1"]
+                    "gamma1-lam1", "values-on-clip-bounds", "one-sided-log-ratios"]
 
 
 def test_length_1(cases):

@@ -40,6 +40,7 @@ def test_manifest_records_what_is_needed(seed_dir):
     assert manifest["ppo_numpy_version"] == ppo_numpy.__version__
     assert manifest["preset"]["name"] == "seed"
     assert manifest["preset"]["defaults"] == preset.defaults
+    assert manifest["preset"]["conventions"] == preset.conventions
     assert manifest["preset"]["sources"] == list(preset.sources)
     assert manifest["input_names"] == list(INPUT_NAMES)
     assert manifest["tolerances"] == {d: {"rtol": t.rtol, "atol": t.atol}
@@ -50,11 +51,38 @@ def test_manifest_records_what_is_needed(seed_dir):
     assert list(entries) == [c["name"] for c in generate_cases(0)]
     e = entries["gamma1-lam0"]
     assert e["overrides"] == {"gamma": 1.0, "lam": 0.0}
-    assert e["params"] == {**preset.defaults, "gamma": 1.0, "lam": 0.0}
+    assert e["params"] == {**preset.defaults, **preset.conventions, "gamma": 1.0, "lam": 0.0}
     assert e["file"] == "cases/gamma1-lam0.npz" and (seed_dir / e["file"]).is_file()
     assert e["shape"] == [3, 6]
     assert {"policy_loss", "value_loss", "dlogp", "dvalues"} <= (
         set(e["expected_scalars"]) | set(e["expected_arrays"]))
+
+
+def test_manifest_carries_the_presets_own_tolerance(tmp_path):
+    # verl rounds its Bessel factor and clip fractions to float32: float64 rtol 1e-9 + 2^-24
+    golden.export(tmp_path, get_preset("verl"), generate_cases(0, ["random-0"]))
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    assert manifest["tolerances"]["float64"] == {"rtol": 1e-9 + 2.0**-24, "atol": 1e-12}
+    assert manifest["tolerances"]["float32"] == {"rtol": 1e-4, "atol": 1e-5}
+    assert "masked_var" in manifest["tolerance_note"]
+
+
+def test_old_manifest_without_conventions_still_verifies(seed_dir, tmp_path):
+    # a manifest written before the convention switches: no preset.conventions, params
+    # without them
+    import shutil
+
+    shutil.copytree(seed_dir, tmp_path / "old")
+    path = tmp_path / "old" / "manifest.json"
+    manifest = json.loads(path.read_text())
+    del manifest["preset"]["conventions"]
+    del manifest["tolerance_note"]
+    conventions = set(get_preset("seed").conventions)
+    for case in manifest["cases"]:
+        case["params"] = {k: v for k, v in case["params"].items() if k not in conventions}
+    path.write_text(json.dumps(manifest))
+    report, problems = golden.verify(tmp_path / "old")
+    assert report.passed and not problems, (str(report), problems)
 
 
 def test_reload_is_bit_identical_to_the_cases_and_the_preset(seed_dir):
@@ -96,7 +124,7 @@ def test_rejected_cases_are_kept_with_the_reason(trl_dir):
     manifest, cases = golden.load(trl_dir)
     rejected = {c["name"]: c["rejected"] for c in cases if c["rejected"]}
     assert set(rejected) == {"left-padding", "multi-turn-holes", "garbage-in-padding",
-                             "one-valid-token"}
+                             "one-valid-token", "holes-discounted"}
     assert rejected["left-padding"].startswith("ValueError: trl: mask row")
     for c in cases:
         if c["rejected"]:

@@ -14,11 +14,15 @@ a ten-line loader). :func:`load` reads them back into case dicts and
 
 Format version 1. Manifest keys: ``format``, ``format_version``,
 ``ppo_numpy_version``, ``numpy_version``, ``preset`` (name, description,
-defaults, sources), ``seed``, ``input_names``, ``per_token_outputs``,
-``conventions``, ``tolerances`` ({dtype: {rtol, atol}}), ``cases``. Each case
+defaults, conventions (the switches of ``Preset.conventions``; absent in manifests
+written before them), sources), ``seed``, ``input_names``, ``per_token_outputs``,
+``conventions``, ``tolerances`` ({dtype: {rtol, atol}}: the preset's own where its
+framework's arithmetic implies one, see :func:`~ppo_numpy.oracle.compare.tolerance_for`),
+``tolerance_note`` (why), ``cases``. Each case
 has ``name``, ``description``, ``file``, ``shape`` [B, T], ``overrides`` (the
 case's own parameters), ``params`` (the preset's defaults updated by the
-overrides: everything needed to recompute it) and either ``expected_arrays``
+overrides: everything needed to recompute it; with the convention switches since they
+exist) and either ``expected_arrays``
 (names) with ``expected_scalars`` ({name: number}) or ``rejected`` (the
 preset's ValueError message: a conforming implementation refuses this input
 too, or at least must not be compared on it). Scalars are JSON numbers,
@@ -37,7 +41,7 @@ import numpy as np
 from .._npz import BadFileError, load_npz, savez_reproducible
 from .._npz import entry as npz_entry
 from .cases import INPUT_NAMES, generate_cases
-from .compare import TOLERANCES, ComparisonReport, compare_outputs
+from .compare import TOLERANCES, ComparisonReport, compare_outputs, tolerance_for
 
 FORMAT = "ppo_numpy.oracle.golden"
 FORMAT_VERSION = 1
@@ -60,6 +64,11 @@ def _resolve(preset):
 
         return get_preset(preset)
     return preset
+
+
+def _parameters(preset) -> dict:
+    """Every parameter of ``preset``: its defaults and its convention switches."""
+    return {**preset.defaults, **getattr(preset, "conventions", {})}
 
 
 def _jsonable(x):
@@ -122,7 +131,7 @@ def export(directory, preset, cases=None, *, seed: int = 0) -> Path:
         entry = {"name": name, "description": case.get("description", ""),
                  "file": f"cases/{name}.npz", "shape": list(inputs["mask"].shape),
                  "overrides": _jsonable(overrides),
-                 "params": _jsonable({**preset.defaults, **overrides})}
+                 "params": _jsonable({**_parameters(preset), **overrides})}
         arrays = dict(inputs)
         try:
             outputs = preset({"name": name, "inputs": inputs, "params": overrides})
@@ -147,12 +156,17 @@ def export(directory, preset, cases=None, *, seed: int = 0) -> Path:
         "ppo_numpy_version": __version__,
         "numpy_version": np.__version__,
         "preset": {"name": preset.name, "description": preset.description,
-                   "defaults": _jsonable(preset.defaults), "sources": _jsonable(preset.sources)},
+                   "defaults": _jsonable(preset.defaults),
+                   "conventions": _jsonable(getattr(preset, "conventions", {})),
+                   "sources": _jsonable(preset.sources)},
         "seed": int(seed),
         "input_names": list(INPUT_NAMES),
         "per_token_outputs": sorted(per_token),
         "conventions": CONVENTIONS,
-        "tolerances": {d: {"rtol": t.rtol, "atol": t.atol} for d, t in TOLERANCES.items()},
+        "tolerances": {d: {"rtol": t.rtol, "atol": t.atol}
+                       for d, t in ((d, tolerance_for(preset, d)) for d in TOLERANCES)},
+        "tolerance_note": getattr(preset, "tolerance_note", "") or
+        "the oracle's table by dtype (docs/oracle.md, The comparison)",
         "cases": entries,
     }
     path = root / MANIFEST
@@ -336,9 +350,18 @@ def verify(directory, preset=None) -> tuple:
     if manifest["preset"]["defaults"] != _jsonable(preset.defaults):
         problems.append(f"preset {preset.name!r}: defaults changed since the export: "
                         f"{manifest['preset']['defaults']} -> {_jsonable(preset.defaults)}")
+    # a manifest written before the convention switches existed has no "conventions": the
+    # preset's conventions then are the ones its code had, and the outputs say if not
+    stored = manifest["preset"].get("conventions")
+    conventions = _jsonable(getattr(preset, "conventions", {}))
+    if isinstance(stored, dict) and stored != conventions:
+        problems.append(f"preset {preset.name!r}: conventions changed since the export: "
+                        f"{stored} -> {conventions}")
     for k, case in enumerate(cases):
         name = case["name"]
-        if case["effective_params"] != _jsonable({**preset.defaults, **case["params"]}):
+        # before the convention switches, params were the defaults and the overrides
+        base = _parameters(preset) if isinstance(stored, dict) else preset.defaults
+        if case["effective_params"] != _jsonable({**base, **case["params"]}):
             problems.append(f"{name}: effective parameters differ from the preset's defaults "
                             "updated by the case's overrides")
         try:
