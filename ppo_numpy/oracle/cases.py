@@ -40,8 +40,8 @@ dual-clip               rho in [3.3, 7.4] everywhere, advantages of both signs
                         terms, the upper clip bound the A > 0 ones
 tiny-advantage-variance advantages of size 1e-4 (variance ~1e-8 ~ eps): the
                         whitening's eps and its mode change them by O(1)
-values-on-clip-bounds   values exactly on, or one ulp inside, V_old +- 0.2
-                        and +- 0.5, returns close to them: the two forms of
+values-on-clip-bounds   values one ulp inside the bounds V_old +- 0.2 and
+                        +- 0.5, returns close to them: the two forms of
                         the value clip count different tokens as clipped
 one-sided-log-ratios    logp - logp_old = +25 on two columns (not balanced):
                         a log-ratio clamp at 20 shows in the logged KL
@@ -300,14 +300,17 @@ def _tiny_advantage_variance(rng):
             {"gamma": 1.0, "lam": 1.0})
 
 
-VALUE_CLIP_BOUND_COLUMNS = ((0.2, -1), (-0.2, 1), (0.2, 0), (-0.2, 0), (0.5, -1), (-0.5, 1))
+VALUE_CLIP_BOUND_COLUMNS = ((0.2, -1), (-0.2, 1), (0.5, -1), (-0.5, 1))
 """``values-on-clip-bounds``: per column (cycled), the offset d and ulps k of
-``V = fl(V_old + d)`` moved k ulps (towards V_old for k != 0)."""
+``V = fl(V_old + d)`` moved k ulps towards V_old: one ulp inside the bound. (Exactly on
+the bound, the offset form's V_clip can equal V with V - V_old rounded beyond c: a tie of
+the max where PyTorch splits the gradient in half and ppo_numpy, like TensorFlow, gives
+it to the unclipped branch; ``tests/test_value_loss.py`` places values exactly there.)"""
 
 
 def _values_on_clip_bounds(rng):
-    # V on the value-clip bounds fl(V_old +- c), c = 0.2 (TRL, TRL 0.11, DeepSpeed-Chat,
-    # lm-human-preferences) and 0.5 (verl, OpenRLHF), exactly or one ulp inside: there
+    # V one ulp inside the value-clip bounds fl(V_old +- c), c = 0.2 (TRL, TRL 0.11,
+    # DeepSpeed-Chat, lm-human-preferences) and 0.5 (verl, OpenRLHF): there
     # V_old + clip(V - V_old, -c, c) need not round back to V (|V_old| <= 0.3 makes it
     # likely), so the offset form moves V_clip one ulp off V where the clamp form keeps V.
     # The max of the two squared errors resolves that ulp only when R is close to V: with
@@ -328,8 +331,8 @@ def _values_on_clip_bounds(rng):
         if t + 1 < T:
             old[:, t + 1] = old[:, t] + d + rng.uniform(-1e-3, 1e-3, size=B)
     inputs.update(old_values=old, values=values, logp_ref=inputs["logp_old"].copy())
-    return ("values on the value-clip bounds V_old +- 0.2 and +- 0.5, exactly or one ulp "
-            "inside, returns within 1e-3 of them (no KL, gamma = 1, lam = 0): the offset "
+    return ("values one ulp inside the value-clip bounds V_old +- 0.2 and +- 0.5, "
+            "returns within 1e-3 of them (no KL, gamma = 1, lam = 0): the offset "
             "and clamp forms of the clip count different tokens as clipped", inputs,
             {"gamma": 1.0, "lam": 0.0})
 
