@@ -647,3 +647,71 @@ def test_whiten_eps_mode():
     close(whiten([0.0, 2.0], ddof=0, eps=0.5, eps_mode="floor"), [-1.0, 1.0])
     with pytest.raises(ValueError, match=r"eps_mode: expected 'add' or 'floor'"):
         whiten([0.0, 2.0], eps_mode="clamp")
+
+
+# --------------------------------------------------------------------------------------
+# Exact to the last tie: values on the value-clip bounds (issue 14 item 3)
+
+
+def values_on_the_bounds(c, B=8, T=3, seed=5):
+    """A case with every value exactly on fl(V_old +- c) or one ulp inside, returns near."""
+    rng = np.random.default_rng(seed)
+    old = rng.uniform(-0.3, 0.3, size=(B, T))
+    sign = np.where(rng.random((B, T)) < 0.5, 1.0, -1.0)
+    values = old + sign * c
+    inside = rng.random((B, T)) < 0.5
+    values = np.where(inside, np.nextafter(values, old), values)
+    logp_old = -rng.gamma(2.0, 0.5, size=(B, T))
+    return make_case(np.ones((B, T)), scores=rng.normal(0, 1.5, B), logp_old=logp_old,
+                     logp=logp_old + rng.normal(0, 0.1, (B, T)), old_values=old,
+                     values=values)
+
+
+def trl_vf_clipfrac(case, returns, c):
+    """TRL's PPOTrainer.train, written out: vpredclipped = clamp(vpred, V_old - c, V_old + c),
+    vf_clipfrac = masked_mean(vf_losses2 > vf_losses1) over the mask (+ slot after: none
+    here, the rows are full)."""
+    vpred, old = case["values"], case["old_values"]
+    vpredclipped = np.minimum(np.maximum(vpred, old - c), old + c)
+    vf_losses1 = (vpred - returns) ** 2
+    vf_losses2 = (vpredclipped - returns) ** 2
+    return float(np.mean(vf_losses2 > vf_losses1))
+
+
+def test_trl_value_clipfrac_equals_trls_on_values_exactly_on_the_bounds():
+    preset = get_preset("trl")
+    differs = 0
+    for seed in range(40):
+        case = values_on_the_bounds(0.2, seed=seed)
+        # gamma 1, lam 0: R_t = r_t + V_old,t+1
+        out = preset(case, gamma=1.0, lam=0.0)
+        want = trl_vf_clipfrac(case, out["returns"], 0.2)
+        assert out["stat/val/clipfrac_avg"] == want, (seed, out["stat/val/clipfrac_avg"], want)
+        offset = preset(case, gamma=1.0, lam=0.0, value_clip_form="offset")
+        differs += offset["stat/val/clipfrac_avg"] != want
+    # the offset form (the preset's form before) disagrees with TRL on some of them
+    assert differs > 0
+
+
+def test_trl_value_clip_on_the_bounds_against_torch():
+    torch = pytest.importorskip("torch")
+    preset = get_preset("trl")
+    for seed in range(10):
+        case = values_on_the_bounds(0.2, seed=seed)
+        out = preset(case, gamma=1.0, lam=0.0)
+        vpred = torch.tensor(case["values"], dtype=torch.float64, requires_grad=True)
+        old = torch.tensor(case["old_values"], dtype=torch.float64)
+        R = torch.tensor(out["returns"], dtype=torch.float64)
+        # trl/trainer/ppo_trainer.py (v0.20.0), the value loss of PPOTrainer.train
+        vpredclipped = torch.clamp(vpred, old - 0.2, old + 0.2)
+        vf_losses1 = torch.square(vpred - R)
+        vf_losses2 = torch.square(vpredclipped - R)
+        vf_loss = 0.5 * torch.max(vf_losses1, vf_losses2).mean()
+        vf_clipfrac = (vf_losses2 > vf_losses1).float().mean()
+        vf_loss.backward()
+        assert float(vf_loss.detach()) == pytest.approx(out["value_loss"], rel=1e-15, abs=0)
+        # torch's clip fraction is float32 k / n (rounded once)
+        assert float(vf_clipfrac) == float(np.float32(out["stat/val/clipfrac_avg"]))
+        # at a tie (V on the bound: V_clip = V) torch splits the gradient of max in half
+        # and clamp passes it at its bounds: V - R, as the preset
+        np.testing.assert_allclose(vpred.grad.numpy(), out["dvalues"], rtol=1e-15, atol=0)

@@ -78,3 +78,41 @@ def test_padding_is_zero_whatever_it_holds():
         assert_zero_at_padding(got, mask, "value loss", clip_range=c)
     got = value_loss(V, V_old, R, mask, clip_range=0.2)
     assert_close(got, [[0.5 * 1.3**2, 0.0], [0.0, 0.5]], rtol=1e-14, atol=0)
+
+
+# --------------------------------------------------------------------------------------
+# The two forms of the clip: V_old + clip(V - V_old, -c, c) and clamp(V, V_old - c, V_old + c)
+
+
+def test_the_two_forms_differ_by_one_ulp_at_the_bound():
+    from ppo_numpy.loss_grads import value_loss_grad
+    from ppo_numpy.value_loss import ValueLoss
+
+    # V_old = -0.1, c = 0.2: the upper bound fl(-0.1 + 0.2) is 0.1. V one ulp below it:
+    # V - V_old rounds to 0.2 = c exactly, and V_old + 0.2 = 0.1, one ulp above V; the
+    # clamp form keeps V (it is inside). R = 0.09 is below both, so the offset form's
+    # clipped error (0.1 - 0.09)^2 is strictly the larger: one form counts a clip
+    v = np.nextafter(0.1, 0.0)
+    assert -0.1 + 0.2 == 0.1 and v - (-0.1) == 0.2 and v < 0.1
+    V, V_old, R = np.array([v]), np.array([-0.1]), np.array([0.09])
+    offset, clamp = ValueLoss(V, V_old, R, 0.2), ValueLoss(V, V_old, R, 0.2, "clamp")
+    assert offset.v_clip[0] == 0.1 and bool(offset.clipped_wins[0])
+    assert clamp.v_clip[0] == v and not bool(clamp.clipped_wins[0])
+    assert value_loss(V, V_old, R, clip_range=0.2)[0] == 0.5 * (0.1 - 0.09) ** 2
+    assert value_loss(V, V_old, R, clip_range=0.2, form="clamp")[0] == 0.5 * (v - 0.09) ** 2
+    # inside the range both derivatives are (V_clip - R) or (V - R): within one ulp
+    g_off = value_loss_grad(V, V_old, R, clip_range=0.2)[0]
+    g_clamp = value_loss_grad(V, V_old, R, clip_range=0.2, form="clamp")[0]
+    assert g_off == 0.1 - 0.09 and g_clamp == v - 0.09
+    # exactly on the bound both forms give V_clip = V: a tie, not a clip
+    on = np.array([0.1])
+    for form in ("offset", "clamp"):
+        vl = ValueLoss(on, V_old, R, 0.2, form)
+        assert vl.v_clip[0] == 0.1 and not bool(vl.clipped_wins[0])
+
+
+def test_the_form_is_checked():
+    import pytest
+
+    with pytest.raises(ValueError, match=r"form: expected 'offset' .* or 'clamp' .*got 'clip'"):
+        value_loss([1.0], [0.5], [2.0], clip_range=0.2, form="clip")
