@@ -45,10 +45,6 @@ class Switch:
         return self.default.format(v=value)
 
 
-def _clamp(what):
-    return {None: f"does not clamp {what}"}
-
-
 SWITCHES = {}
 """param -> :class:`Switch`: the one table of conventions (``docs/oracle.md`` prints it)."""
 
@@ -87,7 +83,7 @@ for _s in (
     Switch("whiten_rewards", "reward whitening",
            {True: "whitens the rewards (the mean kept)", False: "does not whiten the rewards"}),
     Switch("kl_estimator", "the per-token KL estimator", {}, default="is {v}"),
-    Switch("kl_clamp", "the KL estimate", _clamp("the KL estimate"),
+    Switch("kl_clamp", "the KL estimate", {None: "is not clamped"},
            default="is clamped to [-{v:g}, {v:g}]"),
     Switch("kl_in", "the KL penalty",
            {"reward": "is -beta KL_t in the rewards",
@@ -163,8 +159,11 @@ def markdown_table() -> str:
     lines = ["| switch | about | values |", "|---|---|---|"]
     for s in SWITCHES.values():
         values = "; ".join(f"`{k!r}`: {v}" for k, v in s.means.items())
-        if not s.means or "{v" in s.default and s.default != "is {v!r}":
-            values = (values + "; " if values else "") + "otherwise " + s.default.format(v="v")
+        if not s.means or s.default != "is {v!r}":
+            other = s.default
+            for field_ in ("{v!r}", "{v:g}", "{v}"):
+                other = other.replace(field_, "v")
+            values = (values + "; otherwise " if values else "`v`: ") + other
         lines.append(f"| `{s.param}` | {s.topic} | {values} |")
     return "\n".join(lines)
 
