@@ -238,3 +238,39 @@ def test_dual_clip_off_fails_on_most_cases_with_the_dual_clip_case(cases):
     rho = np.exp(dual["inputs"]["logp"] - dual["inputs"]["logp_old"])
     rows = np.any((out["advantages"] < 0) & (rho > 3) & (dual["inputs"]["mask"] == 1), axis=1)
     assert rows.sum() >= 3 and rows.size == 4
+
+
+# --------------------------------------------------------------------------------------
+# python -m ppo_numpy oracle diagnose
+
+
+def test_cli_diagnose_names_the_switch_and_exits_1(tmp_path, capsys):
+    from ppo_numpy.programs.oracle import main
+
+    (tmp_path / "mine.py").write_text(
+        "from ppo_numpy.oracle.presets import get_preset\n\n\n"
+        "def step(case):\n"
+        "    return get_preset('verl')(case, dual_clip=None)\n")
+    rc = main(["diagnose", f"{tmp_path / 'mine.py'}:step", "--preset", "verl",
+               "--cases", "random-0", "dual-clip", "--probes", "0"])
+    out = capsys.readouterr().out
+    assert rc == 1
+    assert "match the verl preset with dual_clip=None on every case" in out
+    assert "the dual clip: yours is off; verl's is on" in out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["diagnose", "nofile.py:step"], "nofile.py: no such file"),
+    (["diagnose", "justaname"], "expected FILE.py:FUNCTION"),
+    (["diagnose", "ppo_numpy:no_such_function"], "has no function 'no_such_function'"),
+    (["diagnose", "ppo_numpy.no_such_module:f"], "cannot import ppo_numpy.no_such_module"),
+    (["diagnose", "ppo_numpy:gae", "--preset", "ppo"], "unknown preset 'ppo'"),
+    (["diagnose", "ppo_numpy:gae", "--cases", "nope"], "unknown case 'nope'"),
+])
+def test_cli_diagnose_bad_input_is_one_line_and_exit_2(argv, message, capsys):
+    from ppo_numpy.programs.oracle import main
+
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("oracle diagnose: error: ") and message in err
+    assert err.count("\n") == 1

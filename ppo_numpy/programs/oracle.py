@@ -3,9 +3,14 @@
     python -m ppo_numpy oracle list
     python -m ppo_numpy oracle export DIR --preset NAME [--seed S] [--cases NAME ...]
     python -m ppo_numpy oracle verify DIR
+    python -m ppo_numpy oracle diagnose FILE.py:FUNCTION --preset NAME [--dtype D] [--cases ...]
 
 ``verify`` exits 0 verified, 1 not verified, 2 when DIR is missing or a file in
 it is damaged (one line ``oracle verify: error: <file>: <what>`` on stderr).
+``diagnose`` compares a candidate ``case -> outputs`` (a function in a Python file, or
+``package.module:function``) with a preset and names the conventions that explain each
+failing output; it exits 0 when every output matches, 1 when some do not, 2 on bad input
+(one line ``oracle diagnose: error: <what>``).
 See ``docs/oracle.md`` for the file format and how to check your own code.
 """
 
@@ -83,6 +88,62 @@ def cmd_verify(args) -> int:
     return 0 if ok else 1
 
 
+def load_candidate(spec: str):
+    """The callable named by ``FILE.py:NAME`` or ``package.module:NAME``; ValueError if not."""
+    import importlib
+    import importlib.util
+    from pathlib import Path
+
+    path, sep, attr = spec.rpartition(":")
+    if not sep or not path or not attr:
+        raise ValueError(f"candidate {spec!r}: expected FILE.py:FUNCTION or "
+                         "package.module:FUNCTION")
+    if path.endswith(".py"):
+        file = Path(path)
+        if not file.is_file():
+            raise ValueError(f"candidate {spec!r}: {path}: no such file")
+        module_spec = importlib.util.spec_from_file_location(file.stem, file)
+        module = importlib.util.module_from_spec(module_spec)
+        sys.path.insert(0, str(file.resolve().parent))
+        try:
+            module_spec.loader.exec_module(module)
+        except Exception as err:
+            raise ValueError(f"candidate {spec!r}: importing {path} raised "
+                             f"{type(err).__name__}: {err}") from None
+        finally:
+            sys.path.pop(0)
+    else:
+        try:
+            module = importlib.import_module(path)
+        except ImportError as err:
+            raise ValueError(f"candidate {spec!r}: cannot import {path} ({err})") from None
+    fn = getattr(module, attr, None)
+    if not callable(fn):
+        raise ValueError(f"candidate {spec!r}: {path} has no function {attr!r}")
+    return fn
+
+
+def cmd_diagnose(args) -> int:
+    from ..oracle.diagnose import diagnose
+
+    presets, default = _presets()
+    name = args.preset or default
+    try:
+        if name not in presets:
+            raise ValueError(f"unknown preset {name!r}; valid ones are {', '.join(presets)}")
+        candidate = load_candidate(args.candidate)
+        cases = generate_cases(args.seed, args.cases)
+        if args.probes < 0:
+            raise ValueError(f"--probes must be >= 0, got {args.probes}")
+        d = diagnose(candidate, presets[name], cases, args.dtype, outputs=args.outputs,
+                     probes=args.probes, pairs=not args.no_pairs)
+    except (TypeError, ValueError) as err:
+        print(f"oracle diagnose: error: {err}", file=sys.stderr)
+        return 2
+    print(d)
+    return 0 if d.passed else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m ppo_numpy oracle",
@@ -103,6 +164,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--preset", default=None,
                    help="recompute with this preset instead of the manifest's")
     p.set_defaults(run=cmd_verify)
+    p = sub.add_parser("diagnose", help="compare a candidate with a preset and name the "
+                                        "conventions that explain its differences")
+    p.add_argument("candidate", help="FILE.py:FUNCTION or package.module:FUNCTION, a "
+                                     "function case -> outputs (docs/oracle.md)")
+    p.add_argument("--preset", default=None, help="preset name (default: the default preset)")
+    p.add_argument("--dtype", default="float64", choices=("float64", "float32", "bfloat16"),
+                   help="the precision the candidate computes in (default float64)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the cases (default 0)")
+    p.add_argument("--cases", nargs="+", default=None, metavar="NAME",
+                   help="only these cases: edge case names, random-K, 'random' or 'edge'")
+    p.add_argument("--outputs", nargs="+", default=None, metavar="NAME",
+                   help="outputs that must be returned (default: those the candidate returns)")
+    p.add_argument("--probes", type=int, default=8,
+                   help="perturbed reference runs per case for kinks (default 8)")
+    p.add_argument("--no-pairs", action="store_true", help="try single switches only")
+    p.set_defaults(run=cmd_diagnose)
     return parser
 
 
