@@ -8,6 +8,8 @@
 * :mod:`ppo_numpy.oracle.compare`, :mod:`ppo_numpy.oracle.golden`,
   :mod:`ppo_numpy.programs.oracle`: comparing an implementation against a preset,
   golden files, and ``python -m ppo_numpy oracle`` (``docs/oracle.md``).
+* :mod:`ppo_numpy.oracle.diagnose`, :mod:`ppo_numpy.oracle.switches`: which known
+  convention (a preset parameter such as ``whiten_ddof``) explains a failing output.
 
 >>> from ppo_numpy.oracle import get_preset
 >>> get_preset("trl").defaults["lam"]
