@@ -162,7 +162,7 @@ def _rel_err(actual, expected, case, tol) -> float:
     valid = valid & np.isfinite(e) & (np.abs(e) > tol.atol)
     if not np.any(valid):
         return 0.0
-    with np.errstate(invalid="ignore", over="ignore"):
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         rel = np.where(a == e, 0.0, np.abs(a - e) / np.abs(e))
     return float(np.nanmax(np.where(valid, rel, 0.0)))
 
