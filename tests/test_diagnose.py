@@ -299,3 +299,45 @@ def test_cli_diagnose_bad_input_is_one_line_and_exit_2(argv, message, capsys):
     err = capsys.readouterr().err
     assert err.startswith("oracle diagnose: error: ") and message in err
     assert err.count("\n") == 1
+
+
+def test_verls_whitening_in_torch_is_within_the_presets_tolerance(cases):
+    # verl/utils/torch_functional.py (0.9.1) masked_mean / masked_var / masked_whiten, in
+    # torch with float64 values and an integer mask, as a float64 run of verl holds them:
+    # mask.sum() + 1e-8 is a float32 tensor equal to n; mask_sum / (mask_sum - 1) float32
+    torch = pytest.importorskip("torch")
+
+    def masked_mean(values, mask):
+        return (values * mask).sum() / (mask.sum() + 1e-8)
+
+    def masked_whiten(values, mask):
+        mean = masked_mean(values, mask)
+        variance = masked_mean((values - mean) ** 2, mask)
+        mask_sum = mask.sum()
+        variance = variance * (mask_sum / (mask_sum - 1))
+        return (values - mean) * torch.rsqrt(variance + 1e-8)
+
+    n = torch.tensor([[1, 1, 0]], dtype=torch.int64).sum()
+    assert (n + 1e-8).dtype == torch.float32 and float(n + 1e-8) == 2.0
+    assert (n / (n - 1)).dtype == torch.float32
+    verl = get_preset("verl")
+    tol = verl.tolerances["float64"][0]
+    worst = 0.0
+    for case in cases:
+        try:
+            out = verl(case)
+        except ValueError:
+            continue
+        m = case["inputs"]["mask"] == 1
+        # verl's advantages before whitening (no KL in its reward): the seed preset's, with
+        # beta 0 and verl's gamma and lam
+        p = {**verl.defaults, **case["params"]}
+        raw = get_preset("seed")(case["inputs"], gamma=p["gamma"], lam=p["lam"],
+                                 beta=0.0)["advantages"]
+        white = masked_whiten(torch.tensor(raw), torch.tensor(m.astype(np.int64))).numpy()
+        e = out["advantages"][m]
+        rel = np.abs(white[m] - e) / np.maximum(np.abs(e), 1e-300)
+        big = np.abs(e) > 1e-6
+        if np.any(big):
+            worst = max(worst, float(np.max(rel[big])))
+    assert 1e-9 < worst <= tol, worst
