@@ -342,3 +342,17 @@ def test_verls_whitening_in_torch_is_within_the_presets_tolerance(cases):
             worst = max(worst, float(np.max(rel[big])))
     # measured: 2.8e-8 on the generated cases (seed 0)
     assert 1e-9 < worst <= tol, worst
+
+
+def test_a_float32_candidate_is_diagnosed_with_the_float32_tolerance(cases):
+    verl = get_preset("verl")
+
+    def float32_ddof0(case):
+        # the inputs arrive rounded to float32; the outputs are rounded to float32 too
+        out = verl(case, whiten_ddof=0)
+        return {k: np.asarray(v, dtype=np.float32) for k, v in out.items()}
+
+    d = diagnose(float32_ddof0, verl, cases, "float32", probes=0)
+    assert d.report.dtype == "float32" and d.report.tolerance.rtol == 1e-4
+    assert d.explained_by("advantages")[0] == "whiten_ddof=0"
+    assert "(max rel err 6e-08)" in d.summary()
