@@ -47,7 +47,7 @@ import numpy as np
 from ._validation import prepare, where_valid
 from .aggregation import aggregation_weights, check_mode, mode_norm
 from .entropy import log_softmax_kernel, prepare_logits
-from .kl import _check_estimator, check_kl_clamp, kl_terms
+from .kl import _check_estimator, check_kl_clamp, kl_estimate_grad_kernel
 from .loss_options import resolve
 from .objective import policy_loss_kernel
 from .value_loss import ValueLoss, check_value_clip
@@ -287,15 +287,3 @@ def kl_estimate_grad(logp, logp_ref, estimator="k1", mask=None, *, clamp=None, a
     else:
         w = None
     return kl_estimate_grad_kernel(logp, logp_ref, estimator, m, clamp, w)
-
-
-def kl_estimate_grad_kernel(logp, logp_ref, estimator, m, clamp=None, w=None):
-    """:func:`kl_estimate_grad` on checked arrays (unchecked kernel); ``w`` the aggregation
-    weights or ``None`` (per token)."""
-    kl, dkl = kl_terms(logp - logp_ref, estimator)
-    dkl = dkl()
-    if clamp is not None:
-        dkl = np.where(np.abs(kl) <= clamp, dkl, 0.0)
-    if w is not None:
-        dkl = w * dkl
-    return where_valid(m, dkl)
