@@ -64,7 +64,7 @@ def ppo_objective(logp, logp_old, advantages, mask=None, epsilon=0.2, **clip_opt
 
 def ppo_policy_loss(logp, logp_old, advantages, mask=None, epsilon=0.2, agg="token-mean", *,
                     epsilon_high=None, dual_clip=None, norm=None, log_ratio_clamp=None,
-                    options=None):
+                    options=None, logp_ref=None, **more_options):
     """Policy loss -aggregate(min(rho A, clip(rho) A)) and the statistics frameworks log.
 
     Parameters
@@ -87,6 +87,12 @@ def ppo_policy_loss(logp, logp_old, advantages, mask=None, epsilon=0.2, agg="tok
     options : PolicyLossOptions, optional
         All of ``epsilon``, ``agg``, ``epsilon_high``, ``dual_clip``, ``norm`` and
         ``log_ratio_clamp`` in one object (then give none of those keywords).
+    logp_ref : array, same shape, optional
+        log pi_ref of the tokens, for a KL term in the loss (``kl_coef > 0``).
+    **more_options
+        Any other field of :class:`PolicyLossOptions`: the critic-free family's
+        ``importance_level`` (GSPO), ``log_ratio_max``, ``delta``, ``loss_type``
+        (CISPO), ``cispo_clip``, ``kl_coef``, ``kl_estimator``, ``kl_clamp``, ``kl_agg``.
 
     Returns
     -------
@@ -105,7 +111,14 @@ def ppo_policy_loss(logp, logp_old, advantages, mask=None, epsilon=0.2, agg="tok
         * ``approx_kl_k1``, ``approx_kl_k2``, ``approx_kl_k3``: estimates of
           KL(pi_old || pi_theta) from the old samples, with r = rho:
           -log rho, (log rho)^2 / 2 and (rho - 1) - log rho;
-        * ``ratio_mean``, ``ratio_min``, ``ratio_max``.
+        * ``ratio_mean``, ``ratio_min``, ``ratio_max``;
+        * with any option of the critic-free family also ``clipfrac_low`` and
+          ``clipfrac_high`` (TRL's ``clip_ratio/low_mean``, ``high_mean``: A < 0 with
+          min(rho, delta) < 1 - eps, A > 0 with it > 1 + eps_high) and ``kl_ref``
+          (the token mean of the KL term's KL_t, 0 without one). Under
+          ``importance_level="sequence"`` the ratio statistics are of the sequence
+          ratio (at every token of its response), the ``approx_kl`` ones of the token
+          log-ratios.
 
     Examples
     --------
@@ -116,14 +129,32 @@ def ppo_policy_loss(logp, logp_old, advantages, mask=None, epsilon=0.2, agg="tok
     >>> loss, stats = ppo_policy_loss(np.log([1.5, 0.5, 1.1]), [0.0, 0.0, 0.0], [2.0, -1.0, 1.0])
     >>> round(loss, 12), round(stats["clipfrac_active"], 6)
     (-0.9, 0.666667)
+
+    GSPO: one response with token log-ratios [0.3, 0.1] and A = 1 has the sequence ratio
+    exp(0.2) = 1.2214 > 1.2, clipped at both tokens: the loss is -1.2.
+
+    >>> loss, stats = ppo_policy_loss([0.3, 0.1], [0.0, 0.0], [1.0, 1.0],
+    ...                               importance_level="sequence")
+    >>> round(loss, 12), stats["clipfrac_active"]
+    (-1.2, 1.0)
     """
     opts = resolve(options, epsilon=epsilon, agg=agg, epsilon_high=epsilon_high,
-                   dual_clip=dual_clip, norm=norm, log_ratio_clamp=log_ratio_clamp)
+                   dual_clip=dual_clip, norm=norm, log_ratio_clamp=log_ratio_clamp,
+                   **more_options)
     # in float64 even for Fractions (rho needs exp), so that term and rho * A round alike
-    (lp, lp_old, A), m = prepare({"logp": logp, "logp_old": logp_old, "advantages": advantages},
-                                 mask, exact=False)
-    out = policy_loss_kernel(lp, lp_old, A, m, opts)
+    (lp, lp_old, A, ref), m = prepare_loss_inputs(logp, logp_old, advantages, mask, logp_ref)
+    out = policy_loss_kernel(lp, lp_old, A, m, opts, ref)
     return out.loss, out.stats()
+
+
+def prepare_loss_inputs(logp, logp_old, advantages, mask, logp_ref=None):
+    """The policy loss's arrays checked once (float64, 0 at padding); ``logp_ref`` None if not
+    given."""
+    arrays = {"logp": logp, "logp_old": logp_old, "advantages": advantages}
+    if logp_ref is not None:
+        arrays["logp_ref"] = logp_ref
+    out, m = prepare(arrays, mask, exact=False)
+    return (*out[:3], out[3] if logp_ref is not None else None), m
 
 
 class PolicyLoss:
