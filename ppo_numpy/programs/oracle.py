@@ -16,6 +16,7 @@ import json
 import sys
 
 from ..oracle.cases import EDGE_CASES, N_RANDOM, generate_cases
+from ..oracle.group_cases import cases_for
 
 
 def _presets():
@@ -50,7 +51,7 @@ def cmd_export(args) -> int:
               f"{', '.join(presets)}", file=sys.stderr)
         return 2
     try:
-        cases = generate_cases(args.seed, args.cases)
+        cases = cases_for(presets[name], args.seed, args.cases)
     except ValueError as err:
         print(f"oracle export: {err}", file=sys.stderr)
         return 2
