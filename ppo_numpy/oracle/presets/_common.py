@@ -207,13 +207,17 @@ def value_clipfrac(x: Rollout, returns, m, clip) -> float:
     return masked_mean(vl.clipped_wins.astype(np.float64), m)
 
 
-def losses(x: Rollout, advantages, returns, p: dict, *, policy_mask, value_mask,
-           policy_agg="token-mean", value_agg="token-mean", epsilon_high=None, dual_clip=None,
-           log_ratio_clamp=None):
+def loss_options(p: dict, agg: str = "token-mean") -> PolicyLossOptions:
+    """The policy-loss options of a preset's parameters: ``epsilon`` and, where the framework
+    has them, ``epsilon_high``, ``dual_clip``, ``log_ratio_clamp``."""
+    return PolicyLossOptions(epsilon=p["epsilon"], epsilon_high=p.get("epsilon_high"),
+                             dual_clip=p.get("dual_clip"),
+                             log_ratio_clamp=p.get("log_ratio_clamp"), agg=agg)
+
+
+def losses(x: Rollout, advantages, returns, opts: PolicyLossOptions, value_clip, *,
+           policy_mask, value_mask, value_agg="token-mean"):
     """Policy loss, its stats and gradient; value loss and its gradient."""
-    opts = PolicyLossOptions(epsilon=p["epsilon"], epsilon_high=epsilon_high,
-                             dual_clip=dual_clip, log_ratio_clamp=log_ratio_clamp,
-                             agg=policy_agg)
     pm = policy_mask
     pl = policy_loss_kernel(where_valid(pm, x.logp), where_valid(pm, x.logp_old),
                             where_valid(pm, advantages), pm, opts)
@@ -221,7 +225,7 @@ def losses(x: Rollout, advantages, returns, p: dict, *, policy_mask, value_mask,
     PolicyLossOptions(agg=value_agg)  # checks the mode's name
     norm = mode_norm(value_agg, None, vm.shape[-1])
     vl = ValueLoss(where_valid(vm, x.values), where_valid(vm, x.old_values),
-                   where_valid(vm, returns), p["value_clip"])
+                   where_valid(vm, returns), value_clip)
     vloss = float(aggregate_kernel(where_valid(vm, vl.loss), vm, value_agg, norm))
     dvalues = where_valid(vm, aggregation_weights(vm, value_agg, norm) * vl.dv + 0.0)
     return pl.loss, pl.stats(), pl.dlogp, vloss, dvalues
