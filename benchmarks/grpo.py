@@ -356,8 +356,8 @@ CALLS = {
 }
 
 
-def markdown(rows, *, command: str, rounds: int, target: float) -> list[str]:
-    """The section of docs/benchmarks.md, as lines."""
+def markdown(rows, *, command: str, rounds: int, target: float, load: str = "") -> list[str]:
+    """The section of docs/benchmarks.md, as lines (``load``: a sentence on the machine's load)."""
     out = [
         SECTION,
         "",
@@ -375,7 +375,15 @@ def markdown(rows, *, command: str, rounds: int, target: float) -> list[str]:
         "vectorised over `view(-1, G)`; verl's a Python loop over the rows building one list "
         "per uid, then `torch.mean` / `torch.std` per group; the losses' gradients by "
         "autograd) and checks every one equal to ppo_numpy (rtol 1e-9) before timing. A "
-        "ratio above 1 means ppo_numpy is faster. No test asserts a time.",
+        "ratio above 1 means ppo_numpy is faster. No test asserts a time." + (
+            f" {load}" if load else ""),
+        "",
+        "Reading the tables: the advantages are a (B,) computation, so their times hardly "
+        "grow with T (verl's form also writes the (B, T) tensor); verl's form pays Python "
+        "per row and per group, TRL's a few tensor calls. ppo_numpy's loss and gradient are "
+        "two calls, each running the (B, T) case analysis and the former its 9 statistics; "
+        "under `importance_level=\"sequence\"` it does so at every token with the sequence "
+        "ratio, where TRL's form clips one (B, 1) ratio per sequence and broadcasts.",
         "",
     ]
     for name in FUNCTIONS:
@@ -402,6 +410,13 @@ def write_section(path: str, lines: list[str]) -> None:
     head = text.split("\n" + SECTION + "\n", 1)[0].rstrip("\n")
     with open(path, "w") as f:
         f.write(head + "\n\n" + "\n".join(lines).rstrip("\n") + "\n")
+
+
+def _load() -> str:
+    try:
+        return f"{os.getloadavg()[0]:.1f}"
+    except OSError:
+        return "unknown"
 
 
 def _parser():
@@ -432,14 +447,17 @@ def main(argv=None) -> int:
               + (f"  TRL/ppo_numpy {r.trl / r.ours:6.1f}  verl/ppo_numpy {r.verl / r.ours:6.1f}"
                  if r.trl else ""), file=sys.stderr, flush=True)
 
+    load_start = _load()
     rows = run_grid(QUICK_GRID if args.quick else GRID, rounds=rounds, target=target,
                     use_torch=use_torch, progress=progress)
+    load = (f"Load average (1 min) on the machine's {os.cpu_count()} cores: {load_start} at "
+            f"the start of this run, {_load()} at the end.")
     parts = [".venv/bin/python -m benchmarks.grpo"]
     parts += ["--quick"] if args.quick else []
     parts += [f"--rounds {args.rounds}"] if args.rounds is not None else []
     parts += ["--no-torch"] if args.no_torch else []
     parts += [f"--output {args.output}"] if args.output != "-" else []
-    lines = markdown(rows, command=" ".join(parts), rounds=rounds, target=target)
+    lines = markdown(rows, command=" ".join(parts), rounds=rounds, target=target, load=load)
     if args.output == "-":
         sys.stdout.write("\n".join(lines) + "\n")
     else:
