@@ -11,6 +11,7 @@ from matplotlib.figure import Figure
 
 from .._validation import check_int
 from ..training.metrics import COLUMNS, critic_summary, history_to_columns
+from .style import MIN_DPI, legend_outside
 
 
 def _columns(metrics):
@@ -25,17 +26,6 @@ def _columns(metrics):
     if len(cols["iteration"]) == 0:
         raise ValueError("metrics: no iteration to plot")
     return cols
-
-
-#: smallest figure and resolution any figure of ppo_numpy.plotting is drawn and saved at
-#: (``tests/test_plotting_readable.py``): at 90 dpi an 8-point label is about 10 pixels
-MIN_DPI = 90
-
-
-def legend_below(ax, ncols=2, **kwargs):
-    """A legend under the axes (below the x label), where it cannot cover any data."""
-    return ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncols=ncols,
-                     fontsize=8, frameon=False, **kwargs)
 
 
 def plot_training(metrics, *, optimum=1.0, random_score=None, title=None, path=None) -> Figure:
@@ -73,7 +63,7 @@ def plot_training(metrics, *, optimum=1.0, random_score=None, title=None, path=N
     critic = critic_summary(c | {"score_frac": c["score"] / optimum})
     n_learn = critic["learning_end"]
     reached = bool(np.any(c["score"] >= 0.9 * optimum))
-    fig = Figure(figsize=(13, 14), layout="constrained")
+    fig = Figure(figsize=(13, 14), dpi=MIN_DPI, layout="constrained")
     ax = fig.subplots(4, 3).ravel()
 
     ax[0].plot(it, c["score"], label="mean score")
@@ -150,7 +140,7 @@ def plot_training(metrics, *, optimum=1.0, random_score=None, title=None, path=N
     for a in ax:
         a.set_xlabel("PPO iteration")
     for k in (0, 4, 7, 8):
-        legend_below(ax[k])
+        legend_outside(ax[k])
     exact = bool(np.all(c["ratio_first_min"] == 1.0) and np.all(c["ratio_first_max"] == 1.0))
     check = ("rho = 1 exactly on every first minibatch" if exact
              else "rho != 1 on some first minibatch: logp_old is stale")
@@ -181,7 +171,7 @@ def plot_beta_sweep(results, *, optimum=1.0, last=10, path=None) -> Figure:
         raise ValueError("results: no run to plot")
     # x[-0:] is all of x: last = 0 would average every iteration under a "last 0" label
     last = check_int(last, "last")
-    fig = Figure(figsize=(14, 4.2), layout="constrained")
+    fig = Figure(figsize=(13.5, 4.6), dpi=MIN_DPI, layout="constrained")
     ax = fig.subplots(1, 3)
     final = []
     for beta, metrics in sorted(results.items()):
@@ -190,12 +180,14 @@ def plot_beta_sweep(results, *, optimum=1.0, last=10, path=None) -> Figure:
         ax[1].plot(c["iteration"], c["kl_ref"], label=f"beta = {beta:g}")
         final.append((beta, float(np.mean(c["kl_ref"][-last:])),
                       float(np.mean(c["score"][-last:]))))
-    ax[0].axhline(optimum, color="k", lw=0.8)
+    ax[0].axhline(optimum, color="k", lw=0.8, label="optimum")
     ax[0].set_title("score")
-    ax[1].set_title("KL(pi_theta || pi_ref) per sequence")
+    ax[0].set_ylabel("score (reward units)")
+    ax[1].set_title("KL(pi_theta || pi_ref)")
+    ax[1].set_ylabel("nats per response")
     for a in ax[:2]:
-        a.set_xlabel("iteration")
-        a.legend(fontsize=7)
+        a.set_xlabel("PPO iteration")
+        legend_outside(a, ncols=3)
     betas, kls, scores = zip(*final)
     ax[2].plot(kls, scores, "o-")
     for b, k, s in final:
@@ -204,12 +196,39 @@ def plot_beta_sweep(results, *, optimum=1.0, last=10, path=None) -> Figure:
     ax[2].set_ylabel(f"score (mean of last {last} iterations)")
     ax[2].set_title("larger beta: closer to pi_ref, lower score")
     if path is not None:
-        fig.savefig(path, dpi=90)
+        fig.savefig(path, dpi=MIN_DPI)
     return fig
 
 
 #: what :func:`plot_runs` draws by default: the statistics that tell runs apart first
 RUN_COLUMNS = ("score", "kl_ref", "clipfrac", "approx_kl_k3", "entropy", "explained_variance")
+
+#: column -> (panel title, y label with units): what :func:`plot_runs` writes on a panel
+LABELS = {
+    "score": ("mean score of the responses", "reward units"),
+    "score_frac": ("score / optimum", "fraction"),
+    "kl_ref": ("KL(pi_theta || pi_ref)", "nats per response"),
+    "beta": ("KL coefficient beta", "reward per nat"),
+    "clipfrac": ("clip fraction", "fraction of tokens"),
+    "approx_kl_k1": ("step size: KL(pi_old || pi_theta), k1", "nats per token"),
+    "approx_kl_k3": ("step size: KL(pi_old || pi_theta), k3", "nats per token"),
+    "entropy": ("entropy of the policy", "nats per token"),
+    "policy_loss": ("policy loss", "clipped surrogate loss"),
+    "value_loss": ("value loss 1/2 (V - R)^2", "reward units^2"),
+    "explained_variance": ("explained variance of V", "1 - Var(R - V) / Var(R)"),
+    "return_variance": ("variance of the returns Var(R)", "reward units^2"),
+    "response_length": ("response length", "tokens (EOS included)"),
+    "eos_frac": ("responses ending with EOS", "fraction of responses"),
+    "grad_norm": ("gradient norm (before clipping)", "global L2 norm"),
+    "ratio_first_min": ("min rho, first minibatch", "rho (must be 1)"),
+    "ratio_first_max": ("max rho, first minibatch", "rho (must be 1)"),
+    "ratio_first_mean": ("mean rho, first minibatch", "rho (must be 1)"),
+}
+
+
+def column_label(name: str) -> tuple[str, str]:
+    """(title, y label) of a metrics column; a column without an entry shows its name."""
+    return LABELS.get(name, (name.replace("_", " "), ""))
 
 
 def plot_runs(runs, *, columns=RUN_COLUMNS, ncols=3, path=None) -> Figure:
@@ -235,16 +254,20 @@ def plot_runs(runs, *, columns=RUN_COLUMNS, ncols=3, path=None) -> Figure:
     data = {str(label): _columns(metrics) for label, metrics in runs.items()}
     ncols = max(1, min(int(ncols), len(columns)))
     nrows = -(-len(columns) // ncols)
-    fig = Figure(figsize=(4.3 * ncols, 3.0 * nrows), layout="constrained")
+    fig = Figure(figsize=(4.3 * ncols, 3.0 * nrows + 0.5), dpi=MIN_DPI, layout="constrained")
     axes = np.atleast_1d(fig.subplots(nrows, ncols)).ravel()
     for ax, name in zip(axes, columns):
         for label, c in data.items():
             ax.plot(c["iteration"], c[name], label=label)
-        ax.set_title(name, fontsize=10)
-        ax.set_xlabel("iteration")
+        title, unit = column_label(name)
+        ax.set_title(title, fontsize=10)
+        ax.set_ylabel(unit)
+        ax.set_xlabel("PPO iteration")
     for ax in axes[len(columns):]:
         ax.axis("off")
-    axes[0].legend(fontsize=7)
+    # one legend for every panel, above them: the runs share colours
+    fig.legend(handles=axes[0].lines, loc="outside upper center", ncols=len(data),
+               fontsize=9, frameon=False)
     if path is not None:
-        fig.savefig(path, dpi=90)
+        fig.savefig(path, dpi=MIN_DPI)
     return fig
