@@ -93,13 +93,20 @@ def plot_reward_model_fit(history, *, path=None) -> Figure:
     if not history:
         raise ValueError("history: nothing to plot")
     step = [h["step"] for h in history]
-    fig = Figure(figsize=(11, 4), dpi=MIN_DPI, layout="constrained")
+    fig = Figure(figsize=(11, 4.8), dpi=MIN_DPI, layout="constrained")
     ax = fig.subplots(1, 2)
     ax[0].plot(step, [h["bt_loss"] for h in history], label="training pairs")
     if "heldout_bt_loss" in history[0]:
-        ax[0].plot(step, [h["heldout_bt_loss"] for h in history], label="held-out pairs")
+        held = [h["heldout_bt_loss"] for h in history]
+        best = int(np.argmin(held))
+        ax[0].plot(step, held, label="held-out pairs")
+        ax[0].axvline(step[best], color="C1", lw=0.8, ls="--",
+                      label=f"held-out minimum {held[best]:.3f} (step {step[best]})")
     ax[0].axhline(np.log(2), color="k", lw=0.8, ls=":", label="log 2 (r constant)")
-    ax[0].set_title("Bradley-Terry loss")
+    overfit = "heldout_bt_loss" in history[0] and held[-1] > np.log(2)
+    ax[0].set_title("Bradley-Terry loss" + (": held-out above log 2,\noverfitted "
+                                            "(confident and wrong on new pairs)"
+                                            if overfit else ""))
     ax[0].set_ylabel("loss per pair (nats)")
     ax[1].plot(step, [h["accuracy"] for h in history], label="training, vs labels")
     if "heldout_accuracy" in history[0]:
