@@ -19,6 +19,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
+from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
 from matplotlib.collections import PolyCollection  # noqa: E402
 from matplotlib.patches import Polygon, Rectangle  # noqa: E402
 from matplotlib.text import Text  # noqa: E402
@@ -96,11 +97,17 @@ def _overlaps(a, b):
 
 
 def legend_problems(fig) -> list[str]:
-    """Legends drawn on their panel's data: a line's point inside, or a band overlapping."""
+    """Legends drawn on their panel's data (a line's point inside, a band overlapping) or
+    on its x label."""
     problems = []
     for ax in fig.axes:
         legend = ax.get_legend()
-        if legend is None or not _overlaps(legend.get_window_extent(), ax.get_window_extent()):
+        if legend is None:
+            continue
+        label = ax.xaxis.label
+        if label.get_text() and _overlaps(legend.get_window_extent(), label.get_window_extent()):
+            problems.append(f"{ax.get_title()!r}: legend covers the x label")
+        if not _overlaps(legend.get_window_extent(), ax.get_window_extent()):
             continue
         box = legend.get_window_extent()
         for line in ax.lines:
@@ -121,6 +128,8 @@ def legend_problems(fig) -> list[str]:
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_figure_is_readable(name):
     fig = CASES[name]()
+    # a Figure made without pyplot has no renderer yet: give it Agg, then lay it out and draw
+    FigureCanvasAgg(fig) if not isinstance(fig.canvas, FigureCanvasAgg) else None
     fig.canvas.draw()
     width, _ = fig.get_size_inches()
     assert fig.dpi >= MIN_DPI, f"{name}: dpi {fig.dpi}"

@@ -165,7 +165,7 @@ def plot_gradients(grads, *, title=None, ncols=4):
                              squeeze=False, layout="constrained")
     for ax, (name, g) in zip(axes.ravel(), data.items()):
         # a scalar or a short vector also prints its values: a colour alone is hard to read
-        scale = _heatmap(ax, g, annotate=g.size <= 6,
+        scale = _heatmap(ax, g, annotate=g.size <= 3,
                          title=f"d{name} {np.shape(grads[name])}\nmax |.| {np.max(np.abs(g)):.2g}")
         _colorbar(fig, scale, ax)
     for ax in axes.ravel()[len(data):]:

@@ -16,7 +16,14 @@ MAX_WIDTH_IN = 13.5
 MIN_FONT_PT = 7
 
 
+#: how far below the axes a legend starts: below the tick labels and the x label
+LEGEND_DROP_PT = 38
+
+
 def legend_outside(ax, *, ncols=2, fontsize=8, **kwargs):
-    """A legend under the axes (below the x label), where it cannot cover any data."""
-    return ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.18), ncols=ncols,
-                     fontsize=fontsize, frameon=False, **kwargs)
+    """A legend under the axes, below the x label, where it cannot cover any data."""
+    from matplotlib.transforms import offset_copy
+
+    below = offset_copy(ax.transAxes, fig=ax.figure, y=-LEGEND_DROP_PT, units="points")
+    return ax.legend(loc="upper center", bbox_to_anchor=(0.5, 0.0), bbox_transform=below,
+                     ncols=ncols, fontsize=fontsize, frameon=False, **kwargs)

@@ -100,7 +100,7 @@ def plot_training(metrics, *, optimum=1.0, random_score=None, title=None, path=N
 
     ax[6].plot(it, c["policy_loss"], color="C0")
     ax[6].axhline(0.0, color="k", lw=0.5)
-    ax[6].set_title("policy loss (near 0 by whitening:\nnot a learning curve)")
+    ax[6].set_title("policy loss (small with whitened advantages:\nnot a learning curve)")
     ax[6].set_ylabel("clipped surrogate loss")
 
     for a in ax[7:9]:
