@@ -78,7 +78,7 @@ def _line(r) -> str:
             f"{_fmt(r['cpu_90'], '.1f')} | {r['final']:.3f} | {r['final_kl']:.2f} |")
 
 
-HEADER = ("| task | algo | seeds at 90% | iteration at 90% (seeds 0, 1, 2) | median iteration | "
+HEADER = ("| task | algo | seeds at 90% | iteration at 90% (each run) | median iteration | "
           "median wall s | median CPU s | final (median) | KL to ref (final) |\n"
           "|---|---|---:|---|---:|---:|---:|---:|---:|")
 
