@@ -141,7 +141,7 @@ def ppo_iteration(state: RunState) -> dict:
 
     # 3. TD errors, GAE, returns R_t = A_hat_t + V(s_t); whitening
     if critic_free:
-        advantages = group_advantages(c, rewards, groups, mask)
+        advantages = critic_free_advantages(c, rewards, groups, mask)
         # no value target: R = V(s_t), so the value loss is 0 (and c_V = 0 below)
         returns = old_values
     else:
@@ -208,13 +208,15 @@ def ppo_iteration(state: RunState) -> dict:
     return {name: row[name] for name in COLUMNS}
 
 
-def group_advantages(c: PPOConfig, rewards, groups, mask):
+def critic_free_advantages(c: PPOConfig, rewards, groups, mask):
     """The critic-free advantages (B, T) of one iteration, 0 at padding.
 
     grpo and rloo: sequence-level A_i of each response's return sum_t r~_t (the score
     itself when beta = 0; verl's ``token_level_rewards.sum(-1)``), the same A_i on every
     token of the response. reinforce_plus_plus: token-level, the returns-to-go of r~_t
-    whitened over the batch's tokens (verl's defaults: ddof 1, eps 1e-8).
+    whitened over the batch's tokens (verl's defaults: ddof 1, eps 1e-8). These are the
+    public functions of ``ppo_numpy.group_advantages`` (it has no unchecked kernels); their
+    checks of arrays the loop made cost microseconds per iteration.
     """
     if c.algo == "reinforce_plus_plus":
         return reinforce_plus_plus_advantages(rewards, mask, float(c.gamma))
