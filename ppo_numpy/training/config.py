@@ -13,12 +13,19 @@ import json
 import math
 from dataclasses import dataclass, field
 
-from ..aggregation import MODES
+from ..aggregation import MODES, TRL_MODES
+from ..group_advantages import SCALES
 from ..kl import ESTIMATORS
 from .tasks import TASKS
 
 MODELS = ("mlp", "bigram")
 KL_CONTROLLERS = ("fixed", "adaptive")
+#: "ppo": PPO with GAE and a value head; the others are critic-free (notebook 13)
+ALGOS = ("ppo", "grpo", "rloo", "reinforce_plus_plus")
+CRITIC_FREE = ("grpo", "rloo", "reinforce_plus_plus")
+#: responses per prompt when ``group_size`` is None
+DEFAULT_GROUP_SIZE = {"ppo": 1, "grpo": 8, "rloo": 8, "reinforce_plus_plus": 8}
+IMPORTANCE_LEVELS = ("token", "sequence")
 
 #: fields that may change between an interrupted run and its resumption
 RUN_LENGTH_FIELDS = ("iterations",)
@@ -33,6 +40,9 @@ class PPOConfig:
     """Hyperparameters of :func:`ppo_numpy.training.train`, grouped by loop step."""
 
     # the run
+    algo: str = _f("ppo", "", "ppo: PPO with GAE and a value head; grpo, rloo, "
+                              "reinforce_plus_plus: critic-free, G responses per prompt, "
+                              "no value head (docs/training.md)", choices=ALGOS)
     task: str = _f("length", "", "toy task", choices=tuple(TASKS))
     seed: int = _f(0, "", "seed of the one np.random.Generator of the run")
     iterations: int = _f(80, "", "PPO iterations (rollout + update) after the warm-up")
@@ -46,7 +56,11 @@ class PPOConfig:
     warmup_lr: float = _f(1e-2, "", "Adam learning rate of the warm-up")
     warmup_batch: int = _f(64, "", "prior responses per warm-up step")
     # 1. rollout
-    batch_size: int = _f(64, "B", "prompts (and sampled responses) per iteration")
+    batch_size: int = _f(64, "B", "sampled responses per iteration (B / G prompts, each "
+                                  "answered G times)")
+    group_size: int | None = _f(None, "G", "responses per prompt, consecutive rows (must "
+                                           "divide B; none: 1 for ppo, 8 for the "
+                                           "critic-free algos)")
     # 2. KL-shaped rewards r~_t = -beta KL_t + [t = T] score
     beta: float = _f(0.05, "beta", "KL penalty coefficient (initial value if adaptive)")
     kl_estimator: str = _f("k1", "KL_t", "per-token KL estimator in the rewards",
@@ -54,16 +68,29 @@ class PPOConfig:
     kl_controller: str = _f("fixed", "", "how beta moves", choices=KL_CONTROLLERS)
     kl_target: float = _f(2.0, "KL_target", "adaptive controller: target KL per sequence (nats)")
     kl_horizon: float = _f(10000.0, "horizon", "adaptive controller: horizon in sequences")
+    kl_loss_coef: float = _f(0.0, "beta_loss", "coefficient of a KL-to-reference term in the "
+                                              "loss, beta_loss * agg(KL_t) (GRPO's; 0: off)")
+    kl_loss_estimator: str = _f("k3", "", "per-token estimator of KL(pi_theta || pi_ref) in "
+                                          "the loss term", choices=ESTIMATORS)
     # 3. TD errors, GAE, returns, whitening
     gamma: float = _f(1.0, "gamma", "discount factor")
     lam: float = _f(0.95, "lambda", "GAE parameter")
-    whiten_advantages: bool = _f(True, "", "whiten A_hat over the batch before the update")
+    whiten_advantages: bool = _f(True, "", "ppo: whiten A_hat over the batch before the "
+                                           "update (reinforce_plus_plus always whitens)")
+    # 3'. critic-free: the group baseline (ppo_numpy.group_advantages)
+    grpo_scale: str = _f("group", "", "grpo: divide s_i - mean_g by the group's std, the "
+                                      "batch's, or nothing (none: Dr. GRPO)", choices=SCALES)
+    grpo_eps: float = _f(1e-6, "eps_std", "grpo: added to the standard deviation")
     # 4. K epochs x minibatches of updates
     epochs: int = _f(4, "K", "passes over each batch")
     minibatches: int = _f(4, "", "minibatches per epoch (must divide B)")
     eps: float = _f(0.2, "epsilon", "clip range of the ratio rho")
-    agg: str = _f("token-mean", "", "loss aggregation", choices=MODES)
-    c_v: float = _f(0.5, "c_V", "value loss coefficient")
+    agg: str = _f("token-mean", "", "loss aggregation (ppo_numpy.aggregate modes, or TRL's)",
+                  choices=MODES + TRL_MODES)
+    importance_level: str = _f("token", "rho", "token ratios, or GSPO's sequence ratio",
+                               choices=IMPORTANCE_LEVELS)
+    c_v: float = _f(0.5, "c_V", "value loss coefficient (ppo; the critic-free algos have no "
+                                "value loss: 0)")
     value_clip: float | None = _f(None, "c", "value clip range (none: no clipping)")
     c_H: float = _f(0.0, "c_H", "entropy bonus coefficient")
     lr: float = _f(3e-3, "alpha", "Adam learning rate of the PPO updates")
@@ -93,7 +120,8 @@ class PPOConfig:
                 if f.name not in ignore and getattr(self, f.name) != getattr(other, f.name)}
 
 
-FIELD_TYPES = {"int": int, "float": float, "str": str, "bool": bool, "float | None": float}
+FIELD_TYPES = {"int": int, "float": float, "str": str, "bool": bool, "float | None": float,
+               "int | None": int}
 
 
 def field_kind(f) -> tuple[type, bool]:
@@ -125,7 +153,8 @@ def check_config(c: PPOConfig) -> None:
     for name in positive:
         if getattr(c, name) <= 0:
             raise ValueError(f"{name}: must be > 0, got {getattr(c, name)}")
-    for name in ("seed", "iterations", "warmup_steps", "beta", "c_v", "c_H", "eps"):
+    for name in ("seed", "iterations", "warmup_steps", "beta", "c_v", "c_H", "eps",
+                 "kl_loss_coef", "grpo_eps"):
         if getattr(c, name) < 0:
             raise ValueError(f"{name}: must be >= 0, got {getattr(c, name)}")
     for name in ("gamma", "lam"):
@@ -139,3 +168,22 @@ def check_config(c: PPOConfig) -> None:
                          f"got {c.minibatches}")
     if c.whiten_advantages and c.batch_size < 2:
         raise ValueError("batch_size: whitening the advantages needs at least 2 responses")
+    if c.group_size is not None and c.group_size <= 0:
+        raise ValueError(f"group_size: must be > 0 or None, got {c.group_size}")
+    G = responses_per_prompt(c)
+    if c.batch_size % G:
+        raise ValueError(f"group_size: must divide batch_size={c.batch_size} (B = prompts x "
+                         f"G), got {G}")
+    if c.algo in ("grpo", "rloo") and G < 2:
+        raise ValueError(f"group_size: {c.algo} needs at least 2 responses per prompt (its "
+                         f"baseline is the other responses of the group), got {G}")
+    if c.algo == "reinforce_plus_plus" and c.batch_size < 2:
+        raise ValueError("batch_size: reinforce_plus_plus whitens its returns over the batch, "
+                         "needs at least 2 responses")
+    if c.algo == "grpo" and c.grpo_scale == "batch" and c.batch_size < 2:
+        raise ValueError("batch_size: grpo_scale='batch' needs at least 2 responses")
+
+
+def responses_per_prompt(c: PPOConfig) -> int:
+    """G, the responses per prompt of a run: ``c.group_size``, or the algo's default."""
+    return DEFAULT_GROUP_SIZE[c.algo] if c.group_size is None else c.group_size

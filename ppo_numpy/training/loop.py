@@ -2,15 +2,23 @@
 
 One iteration, each step named as docs/objective.md names it:
 
-1. rollout: sample a response for each of B prompts from pi_theta_old (the
-   current policy); record logp_old, the values V(s_t) and the response mask;
+1. rollout: B / G prompts, each repeated G times in consecutive rows (``groups``
+   holds the prompt id of each row; G = 1 for PPO); sample a response for each
+   of the B rows from pi_theta_old (the current policy); record logp_old, the
+   values V(s_t) and the response mask;
 2. score each response (the task's rule, or ``RunState.score_fn`` when set:
    e.g. a learned reward model, ``ppo_numpy.reward.overoptimisation``), compute
    logp_ref under the frozen reference, and the KL-shaped rewards r~_t = -beta KL_t + [t = T] score;
 3. TD errors and GAE: advantages A_hat_t and returns R_t = A_hat_t + V(s_t);
-   whiten A_hat over the batch (switchable);
-4. K epochs over the batch in minibatches: policy loss + c_V value loss -
-   c_H entropy, its manual gradients, gradient-norm clipping, Adam. On the
+   whiten A_hat over the batch (switchable). Critic-free algos (``algo`` grpo,
+   rloo, reinforce_plus_plus; notebook 13) take their advantages from
+   ``ppo_numpy.group_advantages`` instead: GRPO and RLOO of each response's
+   KL-shaped return sum_t r~_t (the score when beta = 0), broadcast over its
+   tokens; REINFORCE++ the whitened returns-to-go of r~_t. No value is used;
+4. K epochs over the batch in minibatches: policy loss + c_V value loss - c_H
+   entropy (+ beta_loss KL in the loss), its manual gradients, gradient-norm
+   clipping, Adam; c_V = 0 for the critic-free algos (the value head gets no
+   gradient and stays as initialised). On the
    first minibatch of each iteration pi_theta = pi_theta_old, so rho is
    exactly 1 there; the run stops with :class:`RatioNotOneError` otherwise;
 5. update beta with the KL controller (fixed or adaptive).
@@ -25,12 +33,18 @@ a run is a deterministic function of its configuration, and a checkpoint
 from __future__ import annotations
 
 import copy
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from .._validation import where_valid
 from ..gae import gae_kernel
+from ..group_advantages import (
+    grpo_advantages,
+    reinforce_plus_plus_advantages,
+    rloo_advantages,
+)
 from ..kl import check_scores, kl_estimate_kernel, kl_shaped_rewards_kernel
 from ..loss_options import PolicyLossOptions
 from ..policy.loss import loss_and_grads_kernel
@@ -38,9 +52,9 @@ from ..policy.optim import Adam, global_norm, scale_to_norm
 from ..policy.sampling import evaluate_kernel, sample
 from ..value_loss import check_value_clip
 from ..whitening import whiten_kernel
-from .config import PPOConfig
+from .config import CRITIC_FREE, PPOConfig, responses_per_prompt
 from .kl_controllers import AdaptiveKLController, FixedKLController
-from .metrics import COLUMNS, explained_variance
+from .metrics import COLUMNS, explained_variance, return_variance
 from .tasks import Task, make_task, response_lengths
 from .warmup import warm_up
 
@@ -101,10 +115,13 @@ def new_run(config: PPOConfig) -> RunState:
 def ppo_iteration(state: RunState) -> dict:
     """Run one PPO iteration on ``state`` (in place) and return its row of metrics."""
     c, task, rng = state.config, state.task, state.rng
-    B = c.batch_size
+    B, G = c.batch_size, responses_per_prompt(c)
+    critic_free = c.algo in CRITIC_FREE
 
-    # 1. rollout: y ~ pi_theta_old(. | x); record logp_old, V(s_t), the mask
-    prompts = task.sample_prompts(rng, B)
+    # 1. rollout: B / G prompts, G consecutive copies of each (prompt id = group);
+    #    y ~ pi_theta_old(. | x); record logp_old, V(s_t), the mask
+    prompts = np.repeat(task.sample_prompts(rng, B // G), G, axis=0)  # (B, P)
+    groups = np.repeat(np.arange(B // G), G)  # (B,)
     rollout = sample(state.policy, prompts, rng, task.max_new_tokens)
     responses, mask = rollout.responses, rollout.mask
     logp_old, old_values = rollout.logp_old, rollout.old_values
@@ -123,16 +140,24 @@ def ppo_iteration(state: RunState) -> dict:
     kl_ref = float(where_valid(mask, k1).sum(axis=1).mean())
 
     # 3. TD errors, GAE, returns R_t = A_hat_t + V(s_t); whitening
-    advantages, returns = gae_kernel(rewards, old_values.copy(), float(c.gamma), float(c.lam),
-                                     mask)
-    if c.whiten_advantages:
-        advantages = whiten_kernel(advantages, mask)
+    if critic_free:
+        advantages = critic_free_advantages(c, rewards, groups, mask)
+        # no value target: R = V(s_t), so the value loss is 0 (and c_V = 0 below)
+        returns = old_values
+    else:
+        advantages, returns = gae_kernel(rewards, old_values.copy(), float(c.gamma),
+                                         float(c.lam), mask)
+        if c.whiten_advantages:
+            advantages = whiten_kernel(advantages, mask)
     batch = rollout.replace_trusted(logp_ref=logp_ref, scores=scores, advantages=advantages,
-                                    returns=returns)
+                                    returns=returns, groups=groups)
 
-    # 4. K epochs x minibatches: policy loss + c_V value loss - c_H entropy, clip, Adam
+    # 4. K epochs x minibatches: policy loss + c_V value loss - c_H entropy
+    #    (+ beta_loss KL_t in the loss), clip, Adam
     size = B // c.minibatches
-    opts = PolicyLossOptions(epsilon=c.eps, agg=c.agg)
+    opts = PolicyLossOptions(epsilon=c.eps, agg=c.agg, importance_level=c.importance_level,
+                             kl_coef=c.kl_loss_coef, kl_estimator=c.kl_loss_estimator)
+    c_v = 0.0 if critic_free else c.c_v
     value_clip = check_value_clip(c.value_clip)
     sums = dict.fromkeys(("clipfrac", "approx_kl_k1", "approx_kl_k3", "entropy",
                           "policy_loss", "value_loss", "grad_norm"), 0.0)
@@ -142,7 +167,7 @@ def ppo_iteration(state: RunState) -> dict:
         for k in range(c.minibatches):
             minibatch = batch.rows(order[k * size : (k + 1) * size])
             loss, grads, stats = loss_and_grads_kernel(
-                state.policy, minibatch, opts, c_v=c.c_v, c_H=c.c_H, value_clip=value_clip)
+                state.policy, minibatch, opts, c_v=c_v, c_H=c.c_H, value_clip=value_clip)
             if first is None:
                 first = stats
                 _check_ratio_is_one(stats, state.iteration + 1)
@@ -169,14 +194,39 @@ def ppo_iteration(state: RunState) -> dict:
         score_frac=score / task.optimum,
         kl_ref=kl_ref,
         beta=float(beta),
-        explained_variance=explained_variance(old_values, returns, mask),
+        # critic-free: no value head in use, nothing to explain (NaN, as for constant R)
+        explained_variance=(math.nan if critic_free
+                            else explained_variance(old_values, returns, mask)),
+        return_variance=math.nan if critic_free else return_variance(returns, mask),
         response_length=float(mask.sum(axis=1).mean()),
         eos_frac=float(np.mean(response_lengths(responses, mask)[1])),
         ratio_first_min=first["ratio_min"],
         ratio_first_max=first["ratio_max"],
         ratio_first_mean=first["ratio_mean"],
     )
+    if critic_free:
+        row["value_loss"] = math.nan
     return {name: row[name] for name in COLUMNS}
+
+
+def critic_free_advantages(c: PPOConfig, rewards, groups, mask):
+    """The critic-free advantages (B, T) of one iteration, 0 at padding.
+
+    grpo and rloo: sequence-level A_i of each response's return sum_t r~_t (the score
+    itself when beta = 0; verl's ``token_level_rewards.sum(-1)``), the same A_i on every
+    token of the response. reinforce_plus_plus: token-level, the returns-to-go of r~_t
+    whitened over the batch's tokens (verl's defaults: ddof 1, eps 1e-8). These are the
+    public functions of ``ppo_numpy.group_advantages`` (it has no unchecked kernels); their
+    checks of arrays the loop made cost microseconds per iteration.
+    """
+    if c.algo == "reinforce_plus_plus":
+        return reinforce_plus_plus_advantages(rewards, mask, float(c.gamma))
+    returns = rewards.sum(axis=1)  # (B,)
+    if c.algo == "grpo":
+        A = grpo_advantages(returns, groups, scale=c.grpo_scale, eps=float(c.grpo_eps))
+    else:
+        A = rloo_advantages(returns, groups)
+    return where_valid(mask, A[:, None])  # (B, T): A_i on each response token
 
 
 def _check_ratio_is_one(stats, iteration):

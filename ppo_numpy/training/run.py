@@ -27,7 +27,7 @@ import numpy as np
 from .._npz import BadFileError, entry
 from ..policy.checkpoint import _check_expected, load_checkpoint, save_checkpoint
 from ..policy.optim import Adam
-from .config import PPOConfig
+from .config import CRITIC_FREE, PPOConfig, responses_per_prompt
 from .loop import RunState, make_kl_controller, make_policy, new_run, ppo_iteration
 from .metrics import COLUMNS, MetricsWriter, read_metrics, read_rows
 from .tasks import make_task
@@ -194,11 +194,29 @@ def _run(state: RunState, out: Path | None, callback, plot: bool, history=None):
     if out is not None and plot and history:
         from ..plotting.training import plot_training
 
-        plot_training(read_metrics(out / "metrics.csv"), optimum=state.task.optimum,
-                      random_score=float(state.task.random_score()),
-                      title=f"{state.config.task} (seed {state.config.seed})",
-                      path=out / "dashboard.png")
+        c = state.config
+        title = f"{c.task} (seed {c.seed})"
+        if c.algo in CRITIC_FREE:
+            title = f"{c.algo}, G = {responses_per_prompt(c)}: {title}"
+        fig = plot_training(read_metrics(out / "metrics.csv"), optimum=state.task.optimum,
+                            random_score=float(state.task.random_score()), title=title)
+        if c.algo in CRITIC_FREE:
+            _label_unused_value_head(fig)
+        fig.savefig(out / "dashboard.png", dpi=90)
     return history
+
+
+def _label_unused_value_head(fig) -> None:
+    """Say on the dashboard that a critic-free run logs no value statistics (NaN columns)."""
+    for ax in fig.axes:
+        title = ax.get_title()
+        if title == "losses":
+            ax.set_title("losses (no value loss: critic-free)")
+        if "explained variance" in title:
+            ax.set_title("explained variance: no value head")
+            ax.set_xlim(fig.axes[0].get_xlim())
+            ax.text(0.5, 0.5, "critic-free run:\nthe value head is not used",
+                    transform=ax.transAxes, ha="center", va="center", color="0.4")
 
 
 def train(config: PPOConfig | None = None, out_dir=None, callback=None, *, force=False,

@@ -13,6 +13,7 @@ from ._common import (
     float32_roundings,
     gae_over,
     kl_estimate,
+    loss_options,
     losses,
     masked_mean,
     mean_rows,
@@ -75,9 +76,9 @@ def _openrlhf(x: Rollout, p: dict) -> dict:
         raise ValueError(f"{name}: loss_agg_mode must be 'token-mean' or "
                          f"'seq-mean-token-mean', got {agg!r}")
     policy_loss, st, dlogp, vloss, dvalues = losses(
-        x, advantages, returns, p, policy_mask=m, value_mask=m, policy_agg=agg,
-        epsilon_high=p["epsilon_high"], dual_clip=p["dual_clip"],
-        log_ratio_clamp=p["log_ratio_clamp"], value_clip_form=p["value_clip_form"])
+        x, advantages, returns, loss_options(p, agg), p["value_clip"], policy_mask=m,
+        value_mask=m,
+        value_clip_form=p["value_clip_form"])
     stats = {
         "policy_loss": policy_loss,
         "ppo_clip_ratio": st["clipfrac_active"],

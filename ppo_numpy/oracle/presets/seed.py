@@ -12,6 +12,7 @@ from ._common import (
     gae_over,
     kl_estimate,
     kl_loss,
+    loss_options,
     losses,
     mean_rows,
     result,
@@ -46,9 +47,8 @@ def _seed(x: Rollout, p: dict) -> dict:
     if p["whiten_advantages"]:
         advantages = whiten_advantages(advantages, m, p)
     policy_loss, st, dlogp, vloss, dvalues = losses(
-        x, advantages, returns, p, policy_mask=m, value_mask=m,
-        policy_agg=p["policy_agg"], value_agg=p["value_agg"], epsilon_high=p["epsilon_high"],
-        dual_clip=p["dual_clip"], log_ratio_clamp=p["log_ratio_clamp"],
+        x, advantages, returns, loss_options(p, p["policy_agg"]), p["value_clip"],
+        policy_mask=m, value_mask=m, value_agg=p["value_agg"],
         value_clip_form=p["value_clip_form"])
     if in_loss:
         value, grad = kl_loss(x, m, p["beta"], est, p["kl_clamp"], p["policy_agg"])

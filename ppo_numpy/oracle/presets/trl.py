@@ -17,6 +17,7 @@ from ._common import (
     gae_over,
     kl_estimate,
     kl_loss,
+    loss_options,
     losses,
     masked_mean,
     mean_rows,
@@ -89,9 +90,9 @@ def _trl(x: Rollout, p: dict) -> dict:
     raw_advantages, returns = gae(rewards, x.old_values, p["gamma"], p["lam"], m_p1)
     advantages = whiten_advantages(raw_advantages, m, p)
     policy_loss, st, dlogp, vloss, dvalues = losses(
-        x, advantages, returns, p, policy_mask=m, value_mask=m_p1,
-        epsilon_high=p["epsilon_high"], dual_clip=p["dual_clip"],
-        log_ratio_clamp=p["log_ratio_clamp"], value_clip_form=p["value_clip_form"])
+        x, advantages, returns, loss_options(p), p["value_clip"], policy_mask=m,
+        value_mask=m_p1,
+        value_clip_form=p["value_clip_form"])
     if in_loss:
         value, grad = kl_loss(x, m, p["beta"], est, p["kl_clamp"])
         policy_loss, dlogp = policy_loss + value, dlogp + grad
@@ -171,7 +172,8 @@ def _trl_011(x: Rollout, p: dict) -> dict:
                                        p["gae_holes"])
     advantages = whiten_advantages(raw_advantages, m, p)
     policy_loss, st, dlogp, vloss, dvalues = losses(
-        x, advantages, returns, p, policy_mask=m, value_mask=m,
+        x, advantages, returns, loss_options(p), p["value_clip"], policy_mask=m,
+        value_mask=m,
         value_clip_form=p["value_clip_form"])
     if st["ratio_mean"] > p["ratio_threshold"]:
         # why: v0.11.4 PPOTrainer.loss multiplies both losses by 0 ("Skipping batch")

@@ -14,6 +14,7 @@ from ._common import (
     gae_over,
     kl_estimate,
     kl_loss,
+    loss_options,
     losses,
     masked_mean,
     masked_var,
@@ -90,9 +91,9 @@ def _verl(x: Rollout, p: dict) -> dict:
     advantages = whiten_advantages(raw_advantages, m, p)
     agg = p["loss_agg_mode"]
     policy_loss, st, dlogp, vloss, dvalues = losses(
-        x, advantages, returns, p, policy_mask=m, value_mask=m, policy_agg=agg, value_agg=agg,
-        epsilon_high=p["epsilon_high"], dual_clip=p["dual_clip"],
-        log_ratio_clamp=p["log_ratio_clamp"], value_clip_form=p["value_clip_form"])
+        x, advantages, returns, loss_options(p, agg), p["value_clip"], policy_mask=m,
+        value_mask=m, value_agg=agg,
+        value_clip_form=p["value_clip_form"])
     if p["use_kl_loss"]:
         # why: verl core_algos.py kl_penalty "low_var_kl" (k3 clamped to [-10, 10]) of the
         # current policy against the reference, agg_loss'd and times kl_loss_coef

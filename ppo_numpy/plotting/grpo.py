@@ -1,0 +1,144 @@
+"""Figures of notebook ``13`` (from PPO to GRPO), one named function per figure.
+
+Each function takes the numbers to draw (computed in the notebook with the library's
+functions, so the notebook can tabulate and check them) and returns a
+:class:`matplotlib.figure.Figure` (no pyplot state). Nothing here computes a quantity
+of the objective. ``tests/test_plotting_grpo.py`` checks what each one draws.
+
+=====================  ==================================================
+function               draws
+=====================  ==================================================
+plot_std_scaling       1 / std of a group against its fraction solved, and
+                       a correct response's advantage with and without it
+plot_length_bias       per-token push A_i x weight of each response, by
+                       aggregation mode (per-sequence vs token mean)
+plot_training_curves   score and KL to the reference of several runs
+=====================  ==================================================
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from matplotlib.figure import Figure
+
+__all__ = ["plot_length_bias", "plot_std_scaling", "plot_training_curves"]
+
+DPI = 80
+
+
+def _vector(x, name, length=None):
+    arr = np.asarray(x, dtype=np.float64)
+    if arr.ndim != 1 or arr.shape[0] == 0:
+        raise ValueError(f"{name}: expected a non-empty 1-d array, got shape {arr.shape}")
+    if length is not None and arr.shape[0] != length:
+        raise ValueError(f"{name}: expected length {length}, got length {arr.shape[0]}")
+    return arr
+
+
+def plot_std_scaling(fraction_solved, multiplier, centred, scaled, *, group_size=None):
+    """Dr. GRPO's difficulty bias: what dividing by the group's std does per prompt.
+
+    Parameters
+    ----------
+    fraction_solved : array (K,)
+        p = k / G, the fraction of the group's G responses that score 1.
+    multiplier : array (K,)
+        1 / (std_g + eps): the factor std scaling puts on the centred advantages.
+    centred : array (K,)
+        A correct response's advantage without scaling, 1 - p (Dr. GRPO).
+    scaled : array (K,)
+        The same with scaling, (1 - p) / (std_g + eps) (GRPO).
+    group_size : int, optional
+        G, for the titles.
+    """
+    p = _vector(fraction_solved, "fraction_solved")
+    K = p.shape[0]
+    mult = _vector(multiplier, "multiplier", K)
+    a0, a1 = _vector(centred, "centred", K), _vector(scaled, "scaled", K)
+    fig = Figure(figsize=(10, 3.6), dpi=DPI, layout="constrained")
+    left, right = fig.subplots(1, 2)
+    g = f" (G = {group_size})" if group_size else ""
+    left.plot(p, mult, marker="o", color="C3", label="1 / (std_g + eps)")
+    left.axhline(1.0, color="k", lw=0.8, ls=":", label="no scaling (Dr. GRPO)")
+    left.set_title(f"the factor std scaling applies{g}", fontsize=10)
+    left.set_ylabel("multiplier of s_i - mean_g")
+    right.plot(p, a1, marker="o", color="C3", label="GRPO: (1 - p) / std_g")
+    right.plot(p, a0, marker="s", color="C0", label="Dr. GRPO: 1 - p")
+    right.set_title(f"advantage of a correct response{g}", fontsize=10)
+    right.set_ylabel("A_i")
+    for ax in (left, right):
+        ax.set_xlabel("fraction of the group solved, p = k / G")
+        ax.legend(fontsize=8, loc="upper center")
+    return fig
+
+
+def plot_length_bias(lengths, advantages, per_token):
+    """The per-token push A_i * w_i of each response under each aggregation mode.
+
+    Parameters
+    ----------
+    lengths : array (B,)
+        Response lengths n_i.
+    advantages : array (B,)
+        Sequence-level advantages A_i (the same on every token of response i).
+    per_token : dict of str -> array (B,)
+        Mode -> weight w_i of one token of response i in the loss
+        (``token-mean``: 1 / N; ``seq-mean-token-mean``: 1 / (B n_i)).
+    """
+    n = _vector(lengths, "lengths")
+    B = n.shape[0]
+    A = _vector(advantages, "advantages", B)
+    if not per_token:
+        raise ValueError("per_token: no mode to draw")
+    modes = {str(k): _vector(v, f"per_token[{k!r}]", B) for k, v in per_token.items()}
+    fig = Figure(figsize=(9, 3.6), dpi=DPI, layout="constrained")
+    ax = fig.subplots()
+    x = np.arange(B)
+    width = 0.8 / len(modes)
+    for j, (mode, w) in enumerate(modes.items()):
+        ax.bar(x + (j - (len(modes) - 1) / 2) * width, A * w, width, label=mode)
+    ax.axhline(0.0, color="k", lw=0.8)
+    ax.set_xticks(x, [f"n = {int(k)}, A = {a:+.3g}" for k, a in zip(n, A)], fontsize=8)
+    ax.set_xlabel("response (length n_i, advantage A_i)")
+    ax.set_ylabel("push on each token, A_i w_i")
+    ax.set_title("length bias: per-sequence normalisation weighs short responses' tokens more",
+                 fontsize=10)
+    ax.legend(fontsize=8, loc="lower left")
+    return fig
+
+
+def plot_training_curves(runs, *, optimum=1.0, columns=("score", "kl_ref")):
+    """Several runs' score (with the 90% line) and other logged columns per iteration.
+
+    Parameters
+    ----------
+    runs : dict label -> history (list of per-iteration rows, as ``train`` returns)
+    optimum : float
+        The task's optimum; the score panel draws 0.9 * optimum.
+    columns : sequence of str
+        Row keys to draw, one panel each; the first should be ``"score"``.
+    """
+    if not runs:
+        raise ValueError("runs: no run to plot")
+    columns = tuple(columns)
+    if not columns:
+        raise ValueError("columns: nothing to draw")
+    fig = Figure(figsize=(5 * len(columns), 3.6), dpi=DPI, layout="constrained")
+    axes = np.atleast_1d(fig.subplots(1, len(columns)))
+    for label, history in runs.items():
+        if not history:
+            raise ValueError(f"runs[{label!r}]: no iteration")
+        missing = [c for c in columns if c not in history[0]]
+        if missing:
+            raise ValueError(f"runs[{label!r}]: no column {missing[0]!r}")
+        it = [row["iteration"] for row in history]
+        for ax, name in zip(axes, columns):
+            ax.plot(it, [row[name] for row in history], label=str(label))
+    for ax, name in zip(axes, columns):
+        ax.set_title(name, fontsize=10)
+        ax.set_xlabel("iteration")
+        ax.set_ylabel(name)
+    if columns[0] == "score":
+        axes[0].axhline(0.9 * optimum, color="g", ls="--", lw=0.8, label="90% of optimum")
+    axes[0].legend(fontsize=8, loc="lower right")
+    return fig
