@@ -17,6 +17,7 @@ import pytest
 from ppo_numpy.oracle.cases import generate_cases
 from ppo_numpy.oracle.compare import TOLERANCES, compare
 from ppo_numpy.oracle.diagnose import diagnose
+from ppo_numpy.oracle.group_cases import cases_for
 from ppo_numpy.oracle.presets import PRESETS, get_preset
 from ppo_numpy.oracle.switches import (
     PRESET_SWITCHES,
@@ -61,17 +62,18 @@ class CachedPreset:
 
 
 CACHED = {name: CachedPreset(preset) for name, preset in PRESETS.items()}
+CASES = {name: cases_for(preset, 0) for name, preset in PRESETS.items()}
 
 
 @pytest.mark.parametrize("name, param, value", PLANTED,
                          ids=[f"{n}-{p}={v!r}" for n, p, v in PLANTED])
-def test_each_planted_switch_is_named(name, param, value, cases):
+def test_each_planted_switch_is_named(name, param, value):
     preset = CACHED[name]
 
     def planted(case):
         return preset(case, **{param: value})
 
-    d = diagnose(planted, preset, cases, probes=0)
+    d = diagnose(planted, preset, CASES[name], probes=0)
     failing = [o for o in d.outputs.values() if not o.passed]
     # the case generator has a case on which this switch changes an output
     assert failing, f"{name}: {param}={value!r} changes no output on the generated cases"

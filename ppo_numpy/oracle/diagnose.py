@@ -199,8 +199,9 @@ def diagnose(candidate, preset, cases=None, dtype="float64", *, outputs=None, to
         The preset to compare with; its switches are those registered in
         :mod:`ppo_numpy.oracle.switches`.
     cases, dtype, outputs, tolerance, probes
-        As for :func:`~ppo_numpy.oracle.compare.compare` (``tolerance`` default: the
-        preset's own for ``dtype``; ``probes`` for the first comparison only).
+        As for :func:`~ppo_numpy.oracle.compare.compare` (``cases`` default: the
+        preset's, :func:`~ppo_numpy.oracle.group_cases.cases_for`; ``tolerance`` default:
+        the preset's own for ``dtype``; ``probes`` for the first comparison only).
     pairs : bool
         Also try pairs of switches for outputs no single switch explains. Default True.
 
@@ -209,7 +210,7 @@ def diagnose(candidate, preset, cases=None, dtype="float64", *, outputs=None, to
     Diagnosis: ``print(diagnosis)`` shows the comparison report and the diagnosis;
     ``diagnosis.explained_by("advantages")`` lists the settings that explain an output.
     """
-    from .cases import generate_cases
+    from .group_cases import cases_for
     from .presets import get_preset
 
     dtype = check_dtype(dtype)
@@ -219,7 +220,7 @@ def diagnose(candidate, preset, cases=None, dtype="float64", *, outputs=None, to
         raise TypeError(f"preset: expected a Preset or a preset name, got "
                         f"{type(preset).__name__}")
     if cases is None:
-        cases = generate_cases(0)
+        cases = cases_for(preset, 0)
     cases = list(cases)
     names = [c.get("name") for c in cases]
     if len(set(names)) != len(names):

@@ -103,6 +103,27 @@ for _s in (
     Switch("loss_agg_mode", "the loss aggregation", {}, default="is {v!r}"),
     Switch("policy_agg", "the policy loss aggregation", {}, default="is {v!r}"),
     Switch("value_agg", "the value loss aggregation", {}, default="is {v!r}"),
+    # the critic-free presets, under their frameworks' own option names
+    Switch("scale_rewards", "the group advantage's scale",
+           {"group": "divides by each group's std", "batch": "divides by the batch's std",
+            "none": "divides by no std (Dr. GRPO)"}),
+    Switch("norm_adv_by_std_in_grpo", "the group advantage's scale",
+           {True: "divides by the group's std", False: "divides by no std (Dr. GRPO)"}),
+    Switch("adv_estimator", "the baseline", {"grpo": "is the group mean (GRPO)",
+                                             "rloo": "is the mean of the others (RLOO)"},
+           default="is {v!r}"),
+    Switch("advantage_estimator", "the baseline",
+           {"group_norm": "is the group mean, divided by its std (GRPO)",
+            "rloo": "is the mean of the others (RLOO)",
+            "dr_grpo": "is the group mean, no std (Dr. GRPO)"}, default="is {v!r}"),
+    Switch("importance_sampling_level", "the ratio",
+           {"token": "is per token", "sequence": "is the sequence's (GSPO)"}),
+    Switch("loss_mode", "the policy loss", {"vanilla": "has a ratio per token",
+                                            "gspo": "has the sequence's ratio (GSPO)"},
+           default="is {v!r}"),
+    Switch("policy_loss_type", "the policy loss", {"ppo": "has a ratio per token",
+                                                   "gspo": "has the sequence's ratio (GSPO)"}),
+    Switch("loss_type", "the loss normalisation", {}, default="is {v!r}"),
     Switch("value_clip_form", "the clipped value",
            {"offset": "is V_old + clip(V - V_old, -c, c)",
             "clamp": "is clamp(V, V_old - c, V_old + c)"}),
@@ -282,4 +303,31 @@ register_switches("lm-human-preferences", {
                        "whiten=True"),
     "value_clip_form": (("offset",), "lm_human_preferences/train_policy.py loss: "
                         "tf.clip_by_value(vpred, values - c, values + c)"),
+})
+_TRL_GRPO = "trl/trainer/grpo_trainer.py"
+register_switches("trl-grpo", {
+    "scale_rewards": (("batch", "none"), f"{_TRL_GRPO} _generate_and_score_completions, "
+                      "scale_rewards='group'"),
+    "importance_sampling_level": (("sequence",), f"{_TRL_GRPO} _compute_loss, "
+                                  "importance_sampling_level='token'"),
+    # why: bnpo is dapo for one batch on one process (both divide by the batch's tokens)
+    "loss_type": (("grpo", "dr_grpo"), f"{_TRL_GRPO} _compute_loss, loss_type='dapo'"),
+})
+register_switches("verl-grpo", {
+    "norm_adv_by_std_in_grpo": ((False,), "verl/trainer/ppo/core_algos.py "
+                                "compute_grpo_outcome_advantage, norm_adv_by_std_in_grpo=True"),
+    "adv_estimator": (("rloo",), "verl/trainer/ppo/core_algos.py, algorithm.adv_estimator="
+                      "'grpo'"),
+    "loss_mode": (("gspo",), "verl/trainer/ppo/core_algos.py compute_policy_loss_vanilla"),
+    "use_kl_loss": ((True,), "actor.use_kl_loss=False"),
+    "use_kl_in_reward": ((True,), "algorithm.use_kl_in_reward=False"),
+    "loss_agg_mode": (_AGG, "verl/trainer/ppo/core_algos.py agg_loss, "
+                      "loss_agg_mode='token-mean'"),
+})
+register_switches("openrlhf-grpo", {
+    "advantage_estimator": (("rloo", "dr_grpo"), "openrlhf/trainer/ppo_utils/"
+                            "experience_maker.py, --advantage_estimator group_norm"),
+    "policy_loss_type": (("gspo",), "openrlhf/models/loss.py PolicyLoss, "
+                         "--policy_loss_type ppo"),
+    "dual_clip": ((3.0,), "openrlhf/models/loss.py PolicyLoss, --dual_clip None"),
 })
