@@ -89,14 +89,15 @@ def gelu(u):
     >>> float(gelu(np.array(0.0))[0]), round(float(gelu(np.array(10.0))[0]), 12)
     (0.0, 10.0)
     """
-    t = np.tanh(_GELU_C * (u + _GELU_A * u**3))
+    # u * u * u, not u**3: a float power is ~10x slower than two products
+    t = np.tanh(_GELU_C * (u + _GELU_A * (u * u * u)))
     return 0.5 * u * (1.0 + t), t
 
 
 def gelu_backward(du_out, u, t):
     """d/du GELU(u) = (1 + t)/2 + u/2 (1 - t^2) c (1 + 3 a u^2), times the upstream gradient."""
-    return du_out * (0.5 * (1.0 + t) + 0.5 * u * (1.0 - t**2) * _GELU_C
-                     * (1.0 + 3.0 * _GELU_A * u**2))
+    return du_out * (0.5 * (1.0 + t) + 0.5 * u * (1.0 - t * t) * _GELU_C
+                     * (1.0 + 3.0 * _GELU_A * (u * u)))
 
 
 class TransformerPolicy(ToyPolicy):
