@@ -39,6 +39,9 @@ COLUMNS = {
     "ratio_first_min": "min of rho on the first minibatch (must be exactly 1)",
     "ratio_first_max": "max of rho on the first minibatch (must be exactly 1)",
     "ratio_first_mean": "mean of rho on the first minibatch (must be exactly 1)",
+    "heldout_accuracy": "share of the task's evaluation prompts whose greedy response "
+                        "reaches the optimum, after the update (Task.heldout_accuracy; "
+                        "held out from training for add)",
 }
 
 
