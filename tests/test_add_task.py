@@ -75,13 +75,13 @@ def test_one_digit_version():
 def test_held_out_set_is_fixed_and_never_drawn_for_training():
     task, again = AddTask(), AddTask()
     np.testing.assert_array_equal(task.heldout_prompts(), again.heldout_prompts())
-    assert task.heldout_prompts().shape == (500, 7)
+    assert task.heldout_prompts().shape == (200, 7)
     held = set(task.heldout_pairs.tolist())
-    assert len(held) == 500 and held.isdisjoint(task.train_pairs.tolist())
+    assert len(held) == 200 and held.isdisjoint(task.train_pairs.tolist())
     assert len(held) + len(task.train_pairs) == 10_000
     a, b = task.operands(task.sample_prompts(np.random.default_rng(0), 20_000))
     drawn = set((a * 100 + b).tolist())
-    # 20000 uniform draws from 9500 pairs cover 9500 (1 - e^(-20000/9500)) ~ 8340 of them
+    # 20000 uniform draws from 9800 pairs cover 9800 (1 - e^(-20000/9800)) ~ 8530 of them
     assert drawn.isdisjoint(held) and len(drawn) > 8000
     # prompts depend on the run's generator only through the training pairs
     x1 = task.sample_prompts(np.random.default_rng(5), 8)

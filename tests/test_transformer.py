@@ -1,6 +1,7 @@
 """The transformer policy: forward by hand, backward against finite differences through the
 whole PPO loss, causality, row independence, bit-identical re-evaluation, checkpoints,
-bad arguments, determinism, and PyTorch autograd as an independent implementation."""
+bad arguments, determinism, and PyTorch autograd as an independent implementation
+(``benchmarks/transformer.py``'s model; skipped when torch is not importable)."""
 
 from __future__ import annotations
 
@@ -309,32 +310,13 @@ def test_other_bad_input():
 # ---------------------------------------------------------------- PyTorch, independently
 
 
-def torch_forward(torch, m, tokens, params):
-    """The same model written with torch.nn.functional, on float64 leaves (for autograd)."""
-    F = torch.nn.functional
-    B, L = tokens.shape
-    D, H = m.d_model, m.n_heads
-    t = torch.as_tensor(tokens)
-    x = params["E_tok"][t] + params["E_pos"][:L]
-    mask = torch.ones(L, L, dtype=torch.bool).tril()
-    for layer in range(m.n_layers):
-        w = {k.split(".", 1)[1]: v for k, v in params.items() if k.startswith(f"h{layer}.")}
-        a = F.layer_norm(x, (D,), w["ln1_g"], w["ln1_b"], eps=1e-5)
-        q, k, v = (a @ w["W_qkv"] + w["b_qkv"]).split(D, dim=-1)
-        q, k, v = (z.view(B, L, H, D // H).transpose(1, 2) for z in (q, k, v))
-        o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-        x = x + o.transpose(1, 2).reshape(B, L, D) @ w["W_o"] + w["b_o"]
-        a2 = F.layer_norm(x, (D,), w["ln2_g"], w["ln2_b"], eps=1e-5)
-        x = x + F.gelu(a2 @ w["W_fc"] + w["b_fc"], approximate="tanh") @ w["W_proj"] \
-            + w["b_proj"]
-    h = F.layer_norm(x, (D,), params["lnf_g"], params["lnf_b"], eps=1e-5)
-    logits = h @ params["W_pi"] + params["b_pi"] + torch.as_tensor(m.logit_bias)
-    return logits, h @ params["w_v"] + params["b_v"]
-
-
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch not installed")
 def test_torch_autograd_gives_the_same_outputs_and_gradients():
+    # the benchmark's PyTorch model (torch.nn.functional: layer_norm,
+    # scaled_dot_product_attention with a causal mask, gelu "tanh"), float64 autograd
     import torch
+
+    from benchmarks.transformer import torch_grads
 
     m = model(seed=2, d_model=16, n_heads=4, n_layers=2, max_len=10)
     rng = np.random.default_rng(3)
@@ -344,15 +326,15 @@ def test_torch_autograd_gives_the_same_outputs_and_gradients():
     G[..., [PAD, BOS]] = 0.0
     Gv = rng.normal(size=values.shape)
     grads = m.backward(cache, G, Gv)
-    leaves = {k: torch.tensor(v, dtype=torch.float64, requires_grad=True)
-              for k, v in m.params.items()}
-    t_logits, t_values = torch_forward(torch, m, tokens, leaves)
-    np.testing.assert_allclose(t_logits.detach().numpy(), logits, rtol=1e-12, atol=1e-9)
-    np.testing.assert_allclose(t_values.detach().numpy(), values, rtol=1e-12, atol=1e-12)
-    ((t_logits * torch.as_tensor(G)).sum() + (t_values * torch.as_tensor(Gv)).sum()).backward()
+    t_logits, t_values, t_grads = torch_grads(torch, m, tokens, G, Gv)
+    np.testing.assert_allclose(t_logits, logits, rtol=1e-12, atol=1e-9)
+    np.testing.assert_allclose(t_values, values, rtol=1e-12, atol=1e-12)
     for name, g in grads.items():
-        np.testing.assert_allclose(g, leaves[name].grad.numpy(), rtol=1e-10, atol=1e-12,
-                                   err_msg=name)
+        np.testing.assert_allclose(g, t_grads[name], rtol=1e-10, atol=1e-12, err_msg=name)
+    # and the check would fail on a wrong gradient
+    with pytest.raises(AssertionError):
+        np.testing.assert_allclose(1.001 * grads["h0.W_qkv"], t_grads["h0.W_qkv"],
+                                   rtol=1e-10, atol=1e-12)
 
 
 # ---------------------------------------------------------------- PPO training with it
