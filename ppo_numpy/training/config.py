@@ -107,7 +107,7 @@ def field_kind(f) -> tuple[type, bool]:
 #: defaults that differ by task; the command line applies them under the options given
 TASK_DEFAULTS = {
     # docs/training.md, "The add task": 3 seeds, each under 2 minutes on 2 cores
-    "add": {"model": "transformer", "iterations": 100, "warmup_steps": 1500,
+    "add": {"model": "transformer", "iterations": 150, "warmup_steps": 1500,
             "warmup_lr": 3e-3, "lr": 3e-4},
 }
 
