@@ -180,3 +180,14 @@ def test_bad_arguments_name_themselves():
         AddTask().prompts_for([100], [1])
     with pytest.raises(ValueError, match="prompts"):
         AddTask().score(np.array([[BOS, 3]]), np.array([[2]]), np.array([[1]]))
+
+
+def test_the_dashboard_draws_the_held_out_accuracy_on_the_score_panel():
+    from ppo_numpy.plotting.training import plot_training
+    from ppo_numpy.training.metrics import COLUMNS
+
+    acc = [0.55, 0.7, 0.91]
+    history = [{c: float(k + 1) for c in COLUMNS} | {"heldout_accuracy": acc[k]}
+               for k in range(3)]
+    lines = plot_training(history).axes[0].lines
+    assert [list(line.get_ydata()) for line in lines].count(acc) == 1
