@@ -275,7 +275,7 @@ class TransformerPolicy(ToyPolicy):
         for layer in reversed(range(self.n_layers)):
             c = cache["blocks"][layer]
             w = {name: p[f"h{layer}.{name}"] for name in BLOCK_PARAMS}
-            g = {}
+            g = {}  # g[name] is d(h<layer>.name), e.g. g["W_o"] = dW_o of this block
             # x'' = x' + f W_proj + b_proj: the residual passes dx to x' unchanged
             g["W_proj"] = _wgrad(c["f"], dx)  # (F, D)
             g["b_proj"] = dx.sum(axis=(0, 1))  # (D,)
