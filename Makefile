@@ -1,43 +1,52 @@
 # Two commands for a newcomer: `make demo` and `make test`.
-# Each creates .venv if it is missing and installs what it needs.
+# Each creates .venv if it is missing and installs what it needs: `make demo` the
+# runtime (requirements.txt), `make test` also the test tools (requirements-dev.txt).
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
-STAMP  := $(VENV)/.installed
+# Two stamps: RUN_STAMP = what the demo needs (requirements.txt and the package);
+# DEV_STAMP = that plus the test tools (requirements-dev.txt). `make test` builds RUN_STAMP
+# first, so either command may come first on a fresh clone.
+RUN_STAMP := $(VENV)/.installed-run
+DEV_STAMP := $(VENV)/.installed-dev
 
 .PHONY: demo test lint doctest pytest notebooks bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
-$(STAMP): $(PY) requirements.txt requirements-dev.txt pyproject.toml
+$(RUN_STAMP): $(PY) requirements.txt pyproject.toml
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -r requirements-dev.txt
+	$(PY) -m pip install --quiet -r requirements.txt
 	$(PY) -m pip install --quiet --no-deps -e .
-	touch $(STAMP)
+	touch $(RUN_STAMP)
+
+$(DEV_STAMP): $(RUN_STAMP) requirements-dev.txt
+	$(PY) -m pip install --quiet -r requirements-dev.txt
+	touch $(DEV_STAMP)
 
 # One BLAS thread: the toy model's matrices are tiny, and OpenBLAS's threads made
 # training ~4x slower on a 2-core machine (benchmarks/train_speed.py).
 ONE_THREAD := OPENBLAS_NUM_THREADS=1
 
-demo: $(STAMP)
+demo: $(RUN_STAMP)
 	$(ONE_THREAD) $(PY) -m ppo_numpy demo
 
-lint: $(STAMP)
+lint: $(DEV_STAMP)
 	$(PY) -m ruff check ppo_numpy tests benchmarks examples
 
-doctest: $(STAMP)
+doctest: $(DEV_STAMP)
 	$(ONE_THREAD) $(PY) -m pytest -q --doctest-modules ppo_numpy
 
-pytest: $(STAMP)
+pytest: $(DEV_STAMP)
 	$(ONE_THREAD) $(PY) -m pytest -q --durations=5 tests
 
 test: lint doctest pytest
 
-notebooks: $(STAMP)
+notebooks: $(DEV_STAMP)
 	$(ONE_THREAD) $(PY) -m tests.notebook_runner --write notebooks/*.ipynb
 
-bench: $(STAMP)
+bench: $(RUN_STAMP)
 	$(PY) -m benchmarks
 
 clean:

@@ -1,6 +1,6 @@
 """ppo_numpy: the PPO objective for language models, written out in NumPy.
 
-Each quantity of the seed text has one pure function in a module named for it:
+Each quantity of the objective (docs/objective.md) has one pure function in a module named for it:
 
 =====================  ==========================  ===========================
 quantity               function                    module
@@ -17,23 +17,34 @@ token/sequence means   aggregate                   ppo_numpy.aggregation
 L_PPO                  ppo_objective               ppo_numpy.objective
 policy loss + stats    ppo_policy_loss             ppo_numpy.objective
 H_t                    entropy_from_logits         ppo_numpy.entropy
-beta schedule          Adaptive/FixedKLController  ppo_numpy.kl_controllers
+beta schedule          Adaptive/FixedKLController  ppo_numpy.training.kl_controllers
 d loss / d inputs      policy_loss_grad, ...       ppo_numpy.loss_grads
 finite differences     gradcheck, cmp              ppo_numpy.gradcheck
 toy policies           MLPPolicy, BigramPolicy     ppo_numpy.policy
 loss + grads (params)  ppo_loss_and_grads          ppo_numpy.policy.loss
+group baselines        grpo_advantages, rloo_...   ppo_numpy.group_advantages
+rollout batch          Rollout                     ppo_numpy.rollout
+loss options           PolicyLossOptions           ppo_numpy.loss_options
 =====================  ==========================  ===========================
 """
 
+from . import _moved
 from .aggregation import MODES as AGGREGATION_MODES
 from .aggregation import aggregate
 from .clipping import clipped_surrogate
 from .entropy import entropy_from_logits, log_softmax
 from .gae import gae
 from .gradcheck import cmp, gradcheck, numerical_grad
+from .group_advantages import (
+    grpo_advantages,
+    reinforce_plus_plus_advantages,
+    reinforce_plus_plus_baseline_advantages,
+    remax_advantages,
+    returns_to_go,
+    rloo_advantages,
+)
 from .kl import ESTIMATORS as KL_ESTIMATORS
 from .kl import kl_estimate, kl_shaped_rewards
-from .kl_controllers import AdaptiveKLController, FixedKLController
 from .loss_grads import (
     aggregate_grad,
     entropy_grad,
@@ -41,6 +52,7 @@ from .loss_grads import (
     policy_loss_grad,
     value_loss_grad,
 )
+from .loss_options import PolicyLossOptions
 from .objective import ppo_objective, ppo_policy_loss
 from .policy import (
     SGD,
@@ -53,11 +65,15 @@ from .policy import (
     save_checkpoint,
 )
 from .ratio import probability_ratio
+from .rollout import Rollout
 from .td import td_errors
+from .training.kl_controllers import AdaptiveKLController, FixedKLController
 from .value_loss import value_loss
 from .whitening import masked_mean, whiten
 
 __version__ = "0.1.0"
+
+_moved.install()
 
 __all__ = [
     "AGGREGATION_MODES",
@@ -67,6 +83,8 @@ __all__ = [
     "FixedKLController",
     "KL_ESTIMATORS",
     "MLPPolicy",
+    "PolicyLossOptions",
+    "Rollout",
     "SGD",
     "aggregate",
     "aggregate_grad",
@@ -77,6 +95,7 @@ __all__ = [
     "entropy_grad",
     "gae",
     "gradcheck",
+    "grpo_advantages",
     "kl_estimate",
     "kl_estimate_grad",
     "kl_shaped_rewards",
@@ -89,6 +108,11 @@ __all__ = [
     "ppo_objective",
     "ppo_policy_loss",
     "probability_ratio",
+    "reinforce_plus_plus_advantages",
+    "reinforce_plus_plus_baseline_advantages",
+    "remax_advantages",
+    "returns_to_go",
+    "rloo_advantages",
     "save_checkpoint",
     "td_errors",
     "value_loss",

@@ -1,6 +1,6 @@
 """``python -m ppo_numpy COMMAND ...``: one entry point, one module per command.
 
-Each command lives in its own module, which defines ``main(argv) -> int``.
+Each command is a module of :mod:`ppo_numpy.programs`, which defines ``main(argv) -> int``.
 """
 
 from __future__ import annotations
@@ -9,12 +9,15 @@ import importlib
 import sys
 
 COMMANDS = {
-    "demo": ("ppo_numpy.demo", "the main job: train the default task (see `make demo`)"),
-    "walkthrough": ("ppo_numpy.walkthrough", "the seed's running example through every function"),
-    "train": ("ppo_numpy.training.cli", "train a toy policy by PPO on a toy task"),
-    "explain": ("ppo_numpy.explain.cli", "step-by-step hand-calculation tables"),
-    "oracle": ("ppo_numpy.oracle.cli", "framework presets, golden cases, comparisons"),
-    "overoptimisation": ("ppo_numpy.overoptimisation", "learned reward model vs gold score"),
+    "demo": ("ppo_numpy.programs.demo", "the main job: train the default task (see `make demo`)"),
+    "walkthrough": ("ppo_numpy.programs.walkthrough", "the running example of docs/objective.md"),
+    "train": ("ppo_numpy.programs.train", "train a toy policy by PPO on a toy task"),
+    "explain": ("ppo_numpy.programs.explain", "step-by-step hand-calculation tables"),
+    "oracle": ("ppo_numpy.programs.oracle", "framework presets, golden cases, comparisons"),
+    "overoptimisation": ("ppo_numpy.programs.overoptimisation",
+                         "learned reward model vs gold score"),
+    "gradient-report": ("ppo_numpy.programs.gradient_report",
+                        "finite-difference check and timing of the toy policies' gradients"),
 }
 
 

@@ -223,10 +223,6 @@ def zero_like(arr: np.ndarray):
     return Fraction(0) if arr.dtype == object else 0.0
 
 
-def one_like(arr: np.ndarray):
-    return Fraction(1) if arr.dtype == object else 1.0
-
-
 def scalar_for(value, arr: np.ndarray):
     """``value`` in the arithmetic of ``arr``: a Fraction for exact arrays.
 

@@ -5,7 +5,7 @@ row i, and B' the number of rows with at least one response token:
 
 * ``"token-mean"``: sum_{i,t} m l / sum_{i,t} m (every token weighs the same;
   TRL, OpenRLHF, verl's default);
-* ``"seq-mean-token-sum"``: (1/B') sum_i sum_t m l  (the seed's L_PPO: sum over
+* ``"seq-mean-token-sum"``: (1/B') sum_i sum_t m l  (the objective's L_PPO: sum over
   tokens, mean over prompt-response pairs);
 * ``"seq-mean-token-mean"``: (1/B') sum_i (1/n_i) sum_t m l  (every sequence
   weighs the same);
@@ -17,7 +17,17 @@ row i, and B' the number of rows with at least one response token:
   (volcengine/verl ``verl/trainer/ppo/core_algos.py``, ``agg_loss``): its
   value is B' times this one.
 
-Names follow verl's ``loss_agg_mode``.
+Names follow verl's ``loss_agg_mode``. The normalisations of TRL's ``GRPOTrainer``
+(``loss_type``, huggingface/trl ``trl/trainer/grpo_trainer.py``, ``_compute_loss``) are
+modes too, :data:`TRL_MODES`, with B every row of the batch (a row without tokens
+counts):
+
+* ``"grpo"``: (1/B) sum_i (1/max(n_i, 1)) sum_t m l  (the sequence mean of token means);
+* ``"bnpo"``: sum m l / sum m, the token mean of the local batch (= ``"token-mean"``);
+* ``"dapo"``: sum m l / ``norm``, ``norm`` the token count of the whole (global,
+  accumulated) batch; default the local count, where it equals ``"bnpo"``;
+* ``"dr_grpo"``: sum m l / (B * ``norm``), ``norm`` a constant length
+  (``max_completion_length``); default T.
 """
 
 from __future__ import annotations
@@ -27,12 +37,16 @@ import numpy as np
 from ._validation import check_scalar, prepare, scalar_for
 
 MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+#: TRL GRPOTrainer's ``loss_type`` normalisations (module docstring)
+TRL_MODES = ("grpo", "bnpo", "dapo", "dr_grpo")
+#: the modes that divide by ``norm``
+NORM_MODES = ("seq-mean-token-sum-norm", "dapo", "dr_grpo")
 
 
 def check_mode(mode, name="mode"):
-    if mode not in MODES:
+    if mode not in MODES + TRL_MODES:
         raise ValueError(f"{name}: unknown aggregation mode {mode!r}; valid ones are "
-                         f"{', '.join(MODES)}")
+                         f"{', '.join(MODES + TRL_MODES)}")
 
 
 def mode_norm(mode, norm, T):
@@ -40,12 +54,15 @@ def mode_norm(mode, norm, T):
 
     ``norm`` given with another mode is an error: it would be silently ignored.
     """
-    if mode != "seq-mean-token-sum-norm":
+    if mode not in NORM_MODES:
         if norm is not None:
-            raise ValueError(f"norm: only mode 'seq-mean-token-sum-norm' divides by norm, "
-                             f"got norm={norm!r} with mode {mode!r}")
+            raise ValueError(f"norm: only modes {', '.join(map(repr, NORM_MODES))} divide by "
+                             f"norm, got norm={norm!r} with mode {mode!r}")
         return None
-    return T if norm is None else check_scalar(norm, "norm", low=0, low_open=True)
+    if norm is None:
+        # dapo's default: the batch's own token count, resolved by divisors()
+        return None if mode == "dapo" else T
+    return check_scalar(norm, "norm", low=0, low_open=True)
 
 
 def aggregate(per_token, mask=None, mode="token-mean", *, norm=None):
@@ -81,21 +98,80 @@ def aggregate(per_token, mask=None, mode="token-mean", *, norm=None):
     """
     check_mode(mode)
     (x,), m = prepare({"per_token": per_token}, mask)
-    norm = mode_norm(mode, norm, x.shape[-1])
+    return aggregate_kernel(x, m, mode, mode_norm(mode, norm, x.shape[-1]))
+
+
+def divisors(m: np.ndarray, mode: str, norm=None, like=None):
+    """The one rule of every mode: aggregate = sum_i (sum_t m x)_i / d_i / D (unchecked kernel).
+
+    Returns ``(d, D)``: ``d`` the (B,) per-row divisors (``None`` where every row
+    divides by 1) and ``D`` the overall divisor, with n_i tokens in row i and B'
+    rows that have one:
+
+        token-mean               d = None   D = sum_i n_i
+        seq-mean-token-sum       d = None   D = B'
+        seq-mean-token-mean      d = n_i    D = B'
+        seq-mean-token-sum-norm  d = None   D = B' * norm
+        grpo                     d = max(n_i, 1)   D = B
+        bnpo                     d = None   D = sum_i n_i
+        dapo                     d = None   D = norm (default sum_i n_i)
+        dr_grpo                  d = None   D = B * norm
+
+    :func:`aggregate` divides by them, :func:`aggregation_weights` (the gradient) is
+    m / (d D). ``m``: a bool (B, T) mask; ``norm``: checked (:func:`mode_norm`);
+    ``like``: an exact array makes ``D`` a Fraction.
+    """
+    n_tokens = m.sum(axis=-1)  # (B,)
+    n_seq = int(np.count_nonzero(n_tokens))
+    if n_seq == 0:
+        raise ValueError("mask: no response token to aggregate over")
+    exact = like is not None and like.dtype == object
+    if mode in ("token-mean", "bnpo") or (mode == "dapo" and norm is None):
+        total = int(n_tokens.sum())
+        return None, (scalar_for(total, like) if exact else total)
+    B = m.shape[0]
+    if mode == "grpo":
+        return np.maximum(n_tokens, 1), (scalar_for(B, like) if exact else float(B))
+    if mode == "dapo":
+        return None, (scalar_for(norm, like) if exact else float(norm))
+    if mode == "dr_grpo":
+        return None, (scalar_for(B, like) * scalar_for(norm, like) if exact else B * float(norm))
+    if mode == "seq-mean-token-sum":
+        return None, (scalar_for(n_seq, like) if exact else n_seq)
+    if mode == "seq-mean-token-mean":
+        return n_tokens, (scalar_for(n_seq, like) if exact else float(n_seq))
+    if exact:
+        return None, scalar_for(n_seq, like) * scalar_for(norm, like)
+    return None, n_seq * float(norm)
+
+
+def aggregate_kernel(x: np.ndarray, m: np.ndarray, mode: str, norm=None):
+    """:func:`aggregate` on checked arrays: ``x`` (B, T) or (T,) 0 at padding, ``m`` bool,
+    ``mode`` valid, ``norm`` from :func:`mode_norm` (unchecked kernel)."""
     if x.ndim == 1:
         x, m = x[None], m[None]
-    n_tokens = m.sum(axis=-1)
-    rows = n_tokens > 0
-    if not np.any(rows):
-        raise ValueError("mask: no response token to aggregate over")
-    n_seq = int(rows.sum())
+    d, D = divisors(m, mode, norm, like=x)
     row_sums = x.sum(axis=-1)
-    if mode == "token-mean":
-        return row_sums.sum() / scalar_for(int(n_tokens.sum()), x)
-    if mode == "seq-mean-token-sum":
-        return row_sums.sum() / scalar_for(n_seq, x)
-    if mode == "seq-mean-token-mean":
-        per_seq = row_sums[rows] / np.array([scalar_for(int(n), x) for n in n_tokens[rows]],
-                                            dtype=x.dtype)
-        return per_seq.sum() / scalar_for(n_seq, x)
-    return row_sums.sum() / (scalar_for(n_seq, x) * scalar_for(norm, x))
+    if d is None:
+        return row_sums.sum() / D
+    rows = d > 0
+    if x.dtype == object:
+        per_seq = row_sums[rows] / np.array([scalar_for(int(n), x) for n in d[rows]],
+                                            dtype=object)
+    else:
+        per_seq = row_sums[rows] / d[rows].astype(np.float64)
+    return per_seq.sum() / D
+
+
+def aggregation_weights(m: np.ndarray, mode: str, norm=None) -> np.ndarray:
+    """The weights w with aggregate(x) = sum_{i,t} w x, i.e. m / (d_i D) of :func:`divisors`:
+    d aggregate / d x (unchecked kernel; float64, the shape of ``m``, 0 at padding)."""
+    m2 = m[None] if m.ndim == 1 else m
+    d, D = divisors(m2, mode, norm)
+    mf = m2.astype(np.float64)
+    if d is None:
+        w = mf / D
+    else:
+        # why: a row without tokens has d = 0 and weights 0 (its m is 0)
+        w = mf / (np.maximum(d, 1)[:, None] * D)
+    return w.reshape(m.shape)

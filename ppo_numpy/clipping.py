@@ -1,4 +1,4 @@
-"""The clipped surrogate of the seed (notebook ``02_clipping``).
+"""The clipped surrogate of the objective (docs/objective.md; notebook ``02_clipping``).
 
     min( rho_t A_t , clip(rho_t, 1 - eps, 1 + eps) A_t )
 
@@ -13,6 +13,9 @@ frameworks are keyword options:
 """
 
 from __future__ import annotations
+
+from fractions import Fraction
+from functools import cached_property
 
 import numpy as np
 
@@ -35,6 +38,158 @@ def clip_bounds(epsilon, epsilon_high=None, like=None):
     return scalar_for(1 - eps, like), scalar_for(1 + eps_high, like)
 
 
+def check_dual_clip(dual_clip):
+    """``dual_clip`` checked: ``None`` (off) or a real number c > 1."""
+    if dual_clip is None:
+        return None
+    return check_scalar(dual_clip, "dual_clip", low=1, low_open=True)
+
+
+#: the branch of a token's term, :attr:`ClipCases.case`
+UNCLIPPED, CLIPPED, DUAL_CLIPPED, DELTA_CLIPPED = 0, 1, 2, 3
+CASE_NAMES = ("unclipped", "clipped", "dual clip", "delta")
+
+
+class ClipCases:
+    """The case analysis of the clipped surrogate, token by token: written once, used by the
+    surrogate, the policy loss's statistics, its gradient and the explain tables.
+
+    With lo = 1 - eps, hi = 1 + eps_high and the dual-clip bound c (or none):
+
+        case          where                  term_t       d term_t / d rho_t
+        clipped       A > 0 and rho > hi     hi A         0
+                      A < 0 and rho < lo     lo A         0
+        dual clip     A < 0 and rho > c      c A          0
+        unclipped     otherwise              rho A        A
+
+    (A = 0 is unclipped: its term is 0 whatever rho.) With TRL's two-sided bound
+    ``delta`` (``GRPOConfig.delta``) the unclipped branch uses min(rho, delta):
+
+        delta         A > 0 and delta < rho <= hi       delta A      0
+                      A < 0 and rho > max(delta, hi)    max(delta, hi) A   0
+
+    The term is computed as the frameworks compute it, ``min(rho A, clip(rho, lo, hi) A)``
+    (``min(min(rho, delta) A, ...)`` with delta) and for A < 0 ``max(that, c A)``.
+    At a bound (rho = hi with A > 0, rho = lo or rho = c with A < 0) the derivative
+    jumps; the bound counts as inside, so the derivative is A (``ppo_numpy.loss_grads``:
+    PyTorch's ``clamp`` passes the gradient at a bound).
+
+    The statistics count as frameworks do, from the values (TRL's and verl's
+    ``pg_losses2 > pg_losses``): a token is ``counted_clipped`` where the term is
+    strictly below rho A, ``counted_dual`` where the dual bound strictly raised it.
+    These equal the cases except where the two products are equal: A = 0, or
+    rounding makes hi A equal rho A for a rho just past hi.
+
+    Unchecked kernel: ``rho`` (>= 0) and ``A`` arrays of one shape (float64, or exact
+    Fractions), the bounds in their arithmetic, ``c`` > 1 or None. Each attribute is
+    computed on first use.
+
+    Examples
+    --------
+    >>> cases = ClipCases(np.array([1.1, 1.5, 0.9, 0.5]), np.array([2.0, 2.0, -1.0, -1.0]),
+    ...                   0.8, 1.2)
+    >>> [CASE_NAMES[k] for k in cases.case], [round(float(v), 12) for v in cases.term]
+    (['unclipped', 'clipped', 'unclipped', 'clipped'], [2.2, 2.4, -0.9, -0.8])
+    >>> cases.drho.tolist()
+    [2.0, 0.0, -1.0, 0.0]
+    """
+
+    def __init__(self, rho, A, lo, hi, c=None, delta=None):
+        self.rho, self.A, self.lo, self.hi, self.c, self.delta = rho, A, lo, hi, c, delta
+
+    @cached_property
+    def rho_capped(self):
+        """min(rho_t, delta): the ratio of the unclipped branch (rho itself without delta)."""
+        return self.rho if self.delta is None else np.minimum(self.rho, self.delta)
+
+    @cached_property
+    def unclipped(self):
+        # rho_t A_t  (min(rho_t, delta) A_t with TRL's delta)
+        return self.rho_capped * self.A
+
+    @cached_property
+    def clipped(self):
+        # clip(rho_t, 1 - eps, 1 + eps_high) A_t
+        return np.minimum(np.maximum(self.rho, self.lo), self.hi) * self.A
+
+    @cached_property
+    def term_min(self):
+        # min( rho_t A_t , clip(rho_t, 1-eps, 1+eps) A_t )
+        return np.minimum(self.unclipped, self.clipped)
+
+    @cached_property
+    def term(self):
+        if self.c is None:
+            return self.term_min
+        # for A_t < 0: max( min(...), c A_t )
+        return np.where(self.A < 0, np.maximum(self.term_min, self.c * self.A), self.term_min)
+
+    @cached_property
+    def case(self):
+        rho, A = self.rho, self.A
+        case = np.where(((A > 0) & (rho > self.hi)) | ((A < 0) & (rho < self.lo)),
+                        CLIPPED, UNCLIPPED)
+        if self.delta is not None:
+            d = self.delta
+            capped = ((A > 0) & (rho > d) & (rho <= self.hi)) | (
+                (A < 0) & (rho > d) & (rho > self.hi))
+            case = np.where(capped, DELTA_CLIPPED, case)
+        if self.c is not None:
+            case = np.where((A < 0) & (rho > self.c) & (case != DELTA_CLIPPED), DUAL_CLIPPED,
+                            case)
+        return case
+
+    @cached_property
+    def drho(self):
+        """d term_t / d rho_t: A_t where unclipped, 0 where a constant is taken."""
+        zero = Fraction(0) if self.A.dtype == object else 0.0
+        return np.where(self.case == UNCLIPPED, self.A, zero)
+
+    @cached_property
+    def at_kink(self):
+        """rho_t exactly on the bound that binds, where the derivative jumps."""
+        rho, A = self.rho, self.A
+        kink = ((A > 0) & (rho == self.hi)) | ((A < 0) & (rho == self.lo))
+        if self.c is not None:
+            kink |= (A < 0) & (rho == self.c)
+        if self.delta is not None:
+            kink |= (A != 0) & (rho == self.delta)
+        return kink
+
+    @cached_property
+    def low_clipped(self):
+        """A_t < 0 and the ratio of the unclipped branch below 1 - eps (TRL's
+        ``clip_ratio/low_mean``)."""
+        return (self.rho_capped < self.lo) & (self.A < 0)
+
+    @cached_property
+    def high_clipped(self):
+        """A_t > 0 and the ratio of the unclipped branch above 1 + eps_high (TRL's
+        ``clip_ratio/high_mean``)."""
+        return (self.rho_capped > self.hi) & (self.A > 0)
+
+    @cached_property
+    def counted_clipped(self):
+        return self.term < self.unclipped
+
+    @cached_property
+    def counted_dual(self):
+        if self.c is None:
+            return np.zeros(self.rho.shape, dtype=bool)
+        return self.term > self.term_min
+
+    @cached_property
+    def outside(self):
+        """rho_t outside [1 - eps, 1 + eps_high], whatever the sign of A_t."""
+        return (self.rho < self.lo) | (self.rho > self.hi)
+
+
+def check_rho(rho: np.ndarray) -> None:
+    if np.any(rho < 0):
+        idx = tuple(int(i) for i in np.argwhere(rho < 0)[0])
+        raise ValueError(f"rho: ratios must be >= 0, got {rho[idx]} at index {idx}")
+
+
 def clipped_surrogate(rho, advantages, epsilon=0.2, *, epsilon_high=None, dual_clip=None,
                       mask=None):
     """Per-token clipped surrogate min(rho A, clip(rho, 1-eps, 1+eps) A).
@@ -48,10 +203,10 @@ def clipped_surrogate(rho, advantages, epsilon=0.2, *, epsilon_high=None, dual_c
     epsilon : float >= 0
         Lower clip width: the range starts at ``1 - epsilon``. Default 0.2.
     epsilon_high : float >= 0, optional
-        Upper clip width; ``None`` means ``epsilon`` (symmetric, the seed).
+        Upper clip width; ``None`` means ``epsilon`` (symmetric, as in the objective).
     dual_clip : float > 1, optional
         For A_t < 0, the term becomes ``max(min(...), dual_clip * A_t)``.
-        ``None`` (default): off, as in the seed.
+        ``None`` (default): off, as in the objective.
     mask : array of 0/1, optional
         1 for response tokens; the output is exactly 0 at padding.
 
@@ -75,17 +230,8 @@ def clipped_surrogate(rho, advantages, epsilon=0.2, *, epsilon_high=None, dual_c
     [0.3, -0.7]
     """
     (rho, adv), m = prepare({"rho": rho, "advantages": advantages}, mask)
-    if np.any(rho < 0):
-        idx = tuple(int(i) for i in np.argwhere(rho < 0)[0])
-        raise ValueError(f"rho: ratios must be >= 0, got {rho[idx]} at index {idx}")
+    check_rho(rho)
     lo, hi = clip_bounds(epsilon, epsilon_high, like=rho)
-    # min( rho_t A_t , clip(rho_t, 1-eps, 1+eps) A_t )
-    unclipped = rho * adv
-    clipped = np.minimum(np.maximum(rho, lo), hi) * adv
-    surrogate = np.minimum(unclipped, clipped)
-    if dual_clip is not None:
-        c = check_scalar(dual_clip, "dual_clip", low=1, low_open=True)
-        # for A_t < 0: max( min(...), c A_t )
-        c = scalar_for(c, rho)
-        surrogate = np.where(adv < 0, np.maximum(surrogate, c * adv), surrogate)
-    return where_valid(m, surrogate)
+    c = check_dual_clip(dual_clip)
+    c = None if c is None else scalar_for(c, rho)
+    return where_valid(m, ClipCases(rho, adv, lo, hi, c).term)

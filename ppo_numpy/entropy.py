@@ -22,8 +22,24 @@ def log_softmax(logits):
     z = as_array(logits, "logits", exact=False)
     if z.ndim == 0:
         raise ValueError("logits: expected at least one axis (the vocabulary), got a scalar")
+    _check_vocab(z)
+    return log_softmax_kernel(z)
+
+
+def log_softmax_kernel(z: np.ndarray) -> np.ndarray:
+    """:func:`log_softmax` of a float64 array (unchecked kernel)."""
     z = z - z.max(axis=-1, keepdims=True)
     return z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
+
+
+def entropy_kernel(logq: np.ndarray) -> np.ndarray:
+    """H = -sum_k p_k log p_k from log-probabilities ``logq`` (..., K) (unchecked kernel)."""
+    return -(np.exp(logq) * logq).sum(axis=-1)
+
+
+def _check_vocab(z):
+    if z.shape[-1] == 0:
+        raise ValueError(f"logits: empty vocabulary (K = 0 on the last axis), got shape {z.shape}")
 
 
 def prepare_logits(logits, mask=None):
@@ -34,6 +50,7 @@ def prepare_logits(logits, mask=None):
     z = as_array(logits, "logits", exact=False)
     if z.ndim not in (2, 3):
         raise ValueError(f"logits: expected shape (T, K) or (B, T, K), got shape {z.shape}")
+    _check_vocab(z)
     m = as_mask(mask, z[..., 0], "logits[..., 0]")
     check_finite(z, "logits", np.broadcast_to(m[..., None], z.shape))
     return np.where(m[..., None], z, 0.0), m
@@ -61,6 +78,4 @@ def entropy_from_logits(logits, mask=None):
     [1.386294, 0.0]
     """
     z, m = prepare_logits(logits, mask)
-    logp = log_softmax(z)
-    H = -(np.exp(logp) * logp).sum(axis=-1)
-    return where_valid(m, H)
+    return where_valid(m, entropy_kernel(log_softmax_kernel(z)))

@@ -1,4 +1,4 @@
-"""Generalized Advantage Estimation of the seed (notebook ``05_gae``).
+"""Generalized Advantage Estimation of the objective (docs/objective.md; notebook ``05_gae``).
 
     A_hat_t = sum_{l=0}^{T-t} (gamma lambda)^l delta_{t+l}
 
@@ -30,7 +30,7 @@ import functools
 import numpy as np
 
 from ._validation import check_int, check_scalar, prepare, scalar_for, where_valid
-from .td import _td_errors, has_holes
+from .td import has_holes, td_errors_kernel
 
 METHODS = ("blocked", "loop")
 
@@ -64,7 +64,8 @@ def gae(rewards, values, gamma=1.0, lam=0.95, mask=None, *, method=None, block=3
 
     Examples
     --------
-    The seed's running example: delta = [0.1, 0.1, 0.3], gamma 1, lambda 0.95:
+    The running example at beta = 0 (docs/objective.md): delta = [0.1, 0.1, 0.3],
+    gamma 1, lambda 0.95:
     A_3 = 0.3, A_2 = 0.1 + 0.95 * 0.3 = 0.385, A_1 = 0.1 + 0.95 * 0.385 = 0.46575.
 
     >>> A, R = gae([0, 0, 1], [0.5, 0.6, 0.7], gamma=1.0, lam=0.95)
@@ -84,11 +85,16 @@ def gae(rewards, values, gamma=1.0, lam=0.95, mask=None, *, method=None, block=3
     elif method == "blocked" and v.dtype == object:
         raise ValueError("method: 'blocked' computes in float64; exact Fraction input needs "
                          "method='loop' (or None, which picks it)")
-    gamma = scalar_for(gamma, v)
+    return gae_kernel(r, v, scalar_for(gamma, v), scalar_for(lam, v), m, method, block)
+
+
+def gae_kernel(r, v, gamma, lam, m, method="blocked", block=32):
+    """:func:`gae` on checked arrays (unchecked kernel): ``r``, ``v`` 0 at padding and this
+    call's own (``v`` becomes the returns), ``gamma``, ``lam`` in their arithmetic, ``m``
+    a bool mask, ``method`` resolved. Returns ``(advantages, returns)``."""
     holes = has_holes(m)
-    # r and v are this call's own copies: delta is computed in r, returns in v
-    delta = _td_errors(r, v, gamma, m, holes)
-    gl = gamma * scalar_for(lam, v)
+    delta = td_errors_kernel(r, v, gamma, m, holes)
+    gl = gamma * lam
     if method == "loop":
         advantages = _gae_loop(delta, m, gl)
     else:
@@ -187,7 +193,7 @@ def _suffix_sums(x, g, C):
 def _gae_blocked(delta, mask, gl, C, holes):
     """The sum definition A_t = sum_l (gl)^l delta_{t+l}, evaluated block by block.
 
-    ``delta``: 0 at padding and this call's own (written into), as from ``_td_errors``;
+    ``delta``: 0 at padding and this call's own (written into), as from :func:`td_errors_kernel`;
     ``holes``: ``has_holes(mask)``.
     """
     squeeze = delta.ndim == 1

@@ -1,5 +1,5 @@
-"""Per-token KL estimators and the KL-shaped rewards r~_t of the seed
-(notebook ``03_kl_shaped_rewards``).
+"""Per-token KL estimators and the KL-shaped rewards r~_t of the objective
+(docs/objective.md; notebook ``03_kl_shaped_rewards``).
 
 The policy is pulled back towards a frozen reference model pi_ref by a
 per-token penalty, and the reward model's score is added at the last token:
@@ -22,7 +22,6 @@ import numpy as np
 
 from ._validation import (
     as_array,
-    as_mask,
     check_scalar,
     finite_entries,
     prepare,
@@ -78,19 +77,58 @@ def kl_estimate(logp, logp_ref, estimator="k1", mask=None, *, clamp=None):
     # k3 needs exp: it is never exact
     exact = False if estimator == "k3" else None
     (logp, logp_ref), m = prepare({"logp": logp, "logp_ref": logp_ref}, mask, exact=exact)
+    return where_valid(m, kl_estimate_kernel(logp, logp_ref, estimator, check_kl_clamp(clamp)))
+
+
+def check_kl_clamp(clamp, name="clamp"):
+    """A KL clamp checked: ``None`` (off) or a real number > 0."""
+    return None if clamp is None else check_scalar(clamp, name, low=0, low_open=True)
+
+
+def kl_terms(d, estimator: str):
+    """``(KL_t, dKL_t / dd)`` of one estimator as a function of d = logp - logp_ref.
+
+    The one place each estimator's formula is written: :func:`kl_estimate` takes the
+    value, :func:`ppo_numpy.kl_estimate_grad` the derivative (the second item is
+    computed only when it is used: a callable).
+
+        k1 = d                  dk1/dd = 1
+        k2 = d^2 / 2            dk2/dd = d
+        k3 = (r - 1) + d        dk3/dd = 1 - r,   r = exp(-d) = pi_ref / pi_theta
+        abs = |d|               dabs/dd = sign(d)  (0 at d = 0)
+
+    Unchecked kernel: ``d`` a float64 (or, but for k3, exact) array.
+    """
     if estimator == "k1":
-        kl = logp - logp_ref
-    elif estimator == "k2":
-        kl = (logp - logp_ref) ** 2 / 2
-    elif estimator == "abs":
-        kl = np.abs(logp - logp_ref)
-    else:
-        log_r = logp_ref - logp
-        kl = np.expm1(log_r) - log_r
+        return d, lambda: np.ones_like(d)
+    if estimator == "k2":
+        return d**2 / 2, lambda: d
+    if estimator == "abs":
+        return np.abs(d), lambda: np.sign(d)
+    # k3 = (r - 1) - log r with log r = -d
+    log_r = -d
+    return np.expm1(log_r) - log_r, lambda: -np.expm1(log_r)
+
+
+def kl_estimate_kernel(logp, logp_ref, estimator: str, clamp=None):
+    """:func:`kl_estimate` on checked arrays (0 at padding), ``clamp`` checked (kernel)."""
+    kl, _ = kl_terms(logp - logp_ref, estimator)
     if clamp is not None:
-        c = scalar_for(check_scalar(clamp, "clamp", low=0, low_open=True), kl)
+        c = scalar_for(clamp, kl)
         kl = np.minimum(np.maximum(kl, -c), c)
-    return where_valid(m, kl)
+    return kl
+
+
+def kl_estimate_grad_kernel(logp, logp_ref, estimator, m, clamp=None, w=None):
+    """:func:`kl_estimate_grad` on checked arrays (unchecked kernel); ``w`` the aggregation
+    weights or ``None`` (per token)."""
+    kl, dkl = kl_terms(logp - logp_ref, estimator)
+    dkl = dkl()
+    if clamp is not None:
+        dkl = np.where(np.abs(kl) <= clamp, dkl, 0.0)
+    if w is not None:
+        dkl = w * dkl
+    return where_valid(m, dkl)
 
 
 def last_valid_index(mask: np.ndarray) -> np.ndarray:
@@ -129,7 +167,7 @@ def kl_shaped_rewards(scores, logp, logp_ref, beta, mask=None, estimator="k1", *
     kl_clamp : float > 0, optional
         Passed to :func:`kl_estimate` as ``clamp``.
     score_offset : {0, 1}
-        0 (default, the seed): the score goes to the last response token.
+        0 (default, as in the objective): the score goes to the last response token.
         1: it goes one slot *after* the last response token, to the first
         padding position (or to the last token when the row has no room
         left), as TRL's current PPOTrainer does (see ``docs/frameworks.md``).
@@ -147,12 +185,12 @@ def kl_shaped_rewards(scores, logp, logp_ref, beta, mask=None, estimator="k1", *
 
     Examples
     --------
-    The seed's running example has no KL (logp == logp_ref) and score 1:
+    With no KL (logp == logp_ref) and score 1, the rewards are [0, 0, 1]:
 
     >>> [float(v) for v in kl_shaped_rewards(1.0, [-1.0, -2.0, -0.5], [-1.0, -2.0, -0.5], 0.1)]
     [0.0, 0.0, 1.0]
 
-    With k1 = logp - logp_ref = [0.5, -0.2, 0.1] and beta = 0.1:
+    The running example of docs/objective.md: k1 = logp - logp_ref = [0.5, -0.2, 0.1], beta 0.1:
 
     >>> r = kl_shaped_rewards(1.0, [-1.0, -2.0, -0.5], [-1.5, -1.8, -0.6], 0.1)
     >>> [round(float(v), 12) for v in r]
@@ -167,23 +205,42 @@ def kl_shaped_rewards(scores, logp, logp_ref, beta, mask=None, estimator="k1", *
     """
     _check_estimator(estimator)
     beta = check_scalar(beta, "beta", low=0)
-    kl = kl_estimate(logp, logp_ref, estimator, mask, clamp=kl_clamp)
-    m = as_mask(mask, kl, "logp")
-    exact = kl.dtype == object
-    beta = scalar_for(beta, kl)
-    s = as_array(scores, "scores", exact=exact)
-    want = kl.shape[:-1]
+    # k3 needs exp: it is never exact
+    exact = False if estimator == "k3" else None
+    (logp, logp_ref), m = prepare({"logp": logp, "logp_ref": logp_ref}, mask, exact=exact)
+    clamp = check_kl_clamp(kl_clamp)
+    s = check_scores(scores, logp)
+    if isinstance(score_offset, bool) or score_offset not in (0, 1):
+        raise ValueError(f"score_offset: must be 0 or 1, got {score_offset!r}")
+    bounds = None if score_clip is None else _score_bounds(score_clip)
+    kl = kl_estimate_kernel(logp, logp_ref, estimator, clamp)
+    return kl_shaped_rewards_kernel(s, kl, m, scalar_for(beta, kl), score_offset, bounds)
+
+
+def check_scores(scores, logp: np.ndarray) -> np.ndarray:
+    """One finite score per response: shape logp.shape[:-1], in the arithmetic of ``logp``."""
+    s = as_array(scores, "scores", exact=logp.dtype == object)
+    want = logp.shape[:-1]
     if s.shape != want:
         raise ValueError(
             f"scores: expected shape {want} (one score per response) for logp of shape "
-            f"{kl.shape}, got shape {s.shape}"
+            f"{logp.shape}, got shape {s.shape}"
         )
     if not np.all(finite_entries(s)):
         raise ValueError("scores: must be finite")
-    if isinstance(score_offset, bool) or score_offset not in (0, 1):
-        raise ValueError(f"score_offset: must be 0 or 1, got {score_offset!r}")
-    if score_clip is not None:
-        low, high = _score_bounds(score_clip)
+    return s
+
+
+def kl_shaped_rewards_kernel(scores, kl, m, beta, score_offset=0, score_bounds=None):
+    """:func:`kl_shaped_rewards` on checked arrays (unchecked kernel).
+
+    ``scores`` (B,) or a 0-d array, ``kl`` the per-token estimate, ``m`` the bool mask
+    (every row with a response token), ``beta`` in the arithmetic of ``kl``,
+    ``score_offset`` 0 or 1, ``score_bounds`` ``(low, high)`` or ``None``.
+    """
+    s = scores
+    if score_bounds is not None:
+        low, high = score_bounds
         s = np.minimum(np.maximum(s, scalar_for(low, s)), scalar_for(high, s))
     # r~_t = -beta * KL_t
     rewards = where_valid(m, -beta * kl + 0)  # (+ 0 prints -0.0 as 0.0)

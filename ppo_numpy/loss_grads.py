@@ -44,11 +44,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._validation import check_scalar, prepare, where_valid
-from .aggregation import check_mode, mode_norm
-from .clipping import clip_bounds
-from .entropy import log_softmax, prepare_logits
-from .kl import _check_estimator
+from ._validation import prepare, where_valid
+from .aggregation import aggregation_weights, check_mode, mode_norm
+from .entropy import log_softmax_kernel, prepare_logits
+from .kl import _check_estimator, check_kl_clamp, kl_estimate_grad_kernel
+from .loss_options import resolve
+from .objective import policy_loss_kernel, prepare_loss_inputs
+from .value_loss import ValueLoss, check_value_clip
 
 
 def aggregate_grad(per_token, mask=None, mode="token-mean", *, norm=None):
@@ -86,30 +88,17 @@ def aggregate_grad(per_token, mask=None, mode="token-mean", *, norm=None):
     """
     check_mode(mode)
     (x,), m = prepare({"per_token": per_token}, mask, exact=False)
-    return _weights(m, mode, norm)
+    return aggregation_weights(m, mode, mode_norm(mode, norm, m.shape[-1]))
 
 
 def _weights(m: np.ndarray, mode: str, norm) -> np.ndarray:
-    norm = mode_norm(mode, norm, m.shape[-1])
-    m2 = m[None] if m.ndim == 1 else m
-    n_tokens = m2.sum(axis=-1)  # (B,)
-    n_seq = int((n_tokens > 0).sum())
-    if n_seq == 0:
-        raise ValueError("mask: no response token to aggregate over")
-    mf = m2.astype(np.float64)
-    if mode == "token-mean":
-        w = mf / float(n_tokens.sum())
-    elif mode == "seq-mean-token-sum":
-        w = mf / n_seq
-    elif mode == "seq-mean-token-mean":
-        w = mf / (np.maximum(n_tokens, 1)[:, None] * float(n_seq))
-    else:
-        w = mf / (n_seq * float(norm))
-    return w.reshape(m.shape)
+    """:func:`aggregation_weights` with ``norm`` checked (``None``: the mode's default)."""
+    return aggregation_weights(m, mode, mode_norm(mode, norm, m.shape[-1]))
 
 
 def policy_loss_grad(logp, logp_old, advantages, mask=None, epsilon=0.2, agg="token-mean", *,
-                     epsilon_high=None, dual_clip=None, norm=None, log_ratio_clamp=None):
+                     epsilon_high=None, dual_clip=None, norm=None, log_ratio_clamp=None,
+                     options=None, logp_ref=None, **more_options):
     """d/d logp of the policy loss of :func:`ppo_policy_loss` (same arguments).
 
     The loss is -sum_{i,t} w_{i,t} term_{i,t} with term = min(rho A, clip(rho, lo, hi) A)
@@ -128,8 +117,8 @@ def policy_loss_grad(logp, logp_old, advantages, mask=None, epsilon=0.2, agg="to
     Parameters
     ----------
     logp, logp_old, advantages, mask, epsilon, agg, epsilon_high, dual_clip, norm, \
-log_ratio_clamp
-        Exactly as in :func:`ppo_policy_loss`.
+log_ratio_clamp, options, logp_ref, **more_options
+        Exactly as in :func:`ppo_policy_loss` (GSPO, delta, CISPO, a KL term included).
 
     Returns
     -------
@@ -145,28 +134,13 @@ log_ratio_clamp
     >>> [round(float(v), 12) for v in d]
     [0.0, 0.0, -0.366666666667]
     """
-    check_mode(agg, "agg")
-    (logp, logp_old, A), m = prepare(
-        {"logp": logp, "logp_old": logp_old, "advantages": advantages}, mask, exact=False)
-    lo, hi = clip_bounds(epsilon, epsilon_high)
-    log_ratio = logp - logp_old
-    dlog_ratio = np.ones_like(log_ratio)
-    if log_ratio_clamp is not None:
-        c = check_scalar(log_ratio_clamp, "log_ratio_clamp", low=0, low_open=True)
-        dlog_ratio = (np.abs(log_ratio) <= c).astype(np.float64)
-        log_ratio = np.clip(log_ratio, -c, c)
-    # rho_t = exp(logp_t - logp_old_t)
-    rho = np.exp(log_ratio)
-    # A > 0: A min(rho, hi);  A < 0: A max(rho, lo)
-    inside = np.where(A > 0, rho <= hi, rho >= lo)
-    if dual_clip is not None:
-        c_dual = check_scalar(dual_clip, "dual_clip", low=1, low_open=True)
-        # A < 0: max(A max(rho, lo), c A) = c A where rho > c
-        inside = inside & ~((A < 0) & (rho > c_dual))
-    drho = np.where(inside, A, 0.0)
-    w = _weights(m, agg, norm)
-    dlogp = -w * drho * rho * dlog_ratio + 0.0  # (+ 0.0 turns -0.0 into 0.0)
-    return where_valid(m, dlogp)
+    opts = resolve(options, epsilon=epsilon, agg=agg, epsilon_high=epsilon_high,
+                   dual_clip=dual_clip, norm=norm, log_ratio_clamp=log_ratio_clamp,
+                   **more_options)
+    (logp, logp_old, A, ref), m = prepare_loss_inputs(logp, logp_old, advantages, mask,
+                                                      logp_ref)
+    # the case analysis of ppo_numpy.clipping.ClipCases: dterm/drho = A where unclipped
+    return policy_loss_kernel(logp, logp_old, A, m, opts, ref).dlogp
 
 
 def value_loss_grad(values, old_values, returns, mask=None, clip_range=None, agg="token-mean",
@@ -210,16 +184,7 @@ def value_loss_grad(values, old_values, returns, mask=None, clip_range=None, agg
     check_mode(agg, "agg")
     (v, v_old, R), m = prepare(
         {"values": values, "old_values": old_values, "returns": returns}, mask, exact=False)
-    # dL/dV of 1/2 (V - R)^2
-    dL = v - R
-    if clip_range is not None:
-        c = check_scalar(clip_range, "clip_range", low=0)
-        v_clip = v_old + np.clip(v - v_old, -c, c)
-        clipped_wins = (v_clip - R) ** 2 > (v - R) ** 2
-        # dV_clip/dV = 1 inside the range (bounds included), 0 outside. Inside, V_old +
-        # (V - V_old) can differ from V by rounding and win the max: its derivative is not 0.
-        dv_clip = (np.abs(v - v_old) <= c).astype(np.float64)
-        dL = np.where(clipped_wins, (v_clip - R) * dv_clip, dL)
+    dL = ValueLoss(v, v_old, R, check_value_clip(clip_range)).dv
     dvalues = _weights(m, agg, norm) * dL + 0.0
     return where_valid(m, dvalues)
 
@@ -260,12 +225,16 @@ def entropy_grad(logits, mask=None, agg="token-mean", *, norm=None):
     """
     check_mode(agg, "agg")
     z, m = prepare_logits(logits, mask)
-    logp_all = log_softmax(z)
+    w = _weights(m, agg, norm)
+    return entropy_grad_kernel(log_softmax_kernel(z), m, w)
+
+
+def entropy_grad_kernel(logp_all, m, w):
+    """dH/dz of log-probabilities ``logp_all`` (..., K), times the weights ``w`` (kernel)."""
     p = np.exp(logp_all)
     H = -(p * logp_all).sum(axis=-1, keepdims=True)  # (..., 1)
     # dH/dz_k = -p_k (log p_k + H)
     dH = -p * (logp_all + H)
-    w = _weights(m, agg, norm)
     return np.where(m[..., None], w[..., None] * dH, 0.0)
 
 
@@ -309,23 +278,13 @@ def kl_estimate_grad(logp, logp_ref, estimator="k1", mask=None, *, clamp=None, a
     """
     _check_estimator(estimator)
     (logp, logp_ref), m = prepare({"logp": logp, "logp_ref": logp_ref}, mask, exact=False)
-    d = logp - logp_ref
-    if estimator == "k1":
-        kl, dkl = d, np.ones_like(d)
-    elif estimator == "k2":
-        kl, dkl = d**2 / 2, d
-    elif estimator == "abs":
-        kl, dkl = np.abs(d), np.sign(d)
-    else:
-        # k3 = expm1(-d) + d; dk3/dd = 1 - exp(-d) = -expm1(-d)
-        kl, dkl = np.expm1(-d) + d, -np.expm1(-d)
-    if clamp is not None:
-        c = check_scalar(clamp, "clamp", low=0, low_open=True)
-        dkl = np.where(np.abs(kl) <= c, dkl, 0.0)
+    clamp = check_kl_clamp(clamp)
     if agg is not None:
         check_mode(agg, "agg")
-        dkl = _weights(m, agg, norm) * dkl
+        w = _weights(m, agg, norm)
     elif norm is not None:
         raise ValueError(f"norm: only agg='seq-mean-token-sum-norm' divides by norm, got "
                          f"norm={norm!r} with agg=None")
-    return where_valid(m, dkl)
+    else:
+        w = None
+    return kl_estimate_grad_kernel(logp, logp_ref, estimator, m, clamp, w)

@@ -1,4 +1,4 @@
-"""TD errors delta_t of the seed (notebook ``04_td_errors``).
+"""TD errors delta_t of the objective (docs/objective.md; notebook ``04_td_errors``).
 
     delta_t = r~_t + gamma V(s_{t+1}) - V(s_t),   V(s_{T+1}) = 0
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._validation import check_scalar, prepare, scalar_for, where_valid, zero_like
+from ._validation import check_scalar, prepare, scalar_for, zero_like
 
 
 def next_valid_values(values: np.ndarray, mask: np.ndarray) -> np.ndarray:
@@ -40,26 +40,26 @@ def has_holes(mask: np.ndarray) -> bool:
     return runs > np.count_nonzero(mask.any(axis=-1))
 
 
-def _td_errors(r: np.ndarray, v: np.ndarray, gamma, m: np.ndarray, holes=None) -> np.ndarray:
-    """td_errors on checked arrays: r, v as :func:`prepare` returns them (this call's own
-    copies, 0 at padding), gamma in their arithmetic (:func:`scalar_for`), m a bool mask,
-    holes = has_holes(m) if known. Without holes delta is computed in ``r``'s memory."""
-    if has_holes(m) if holes is None else holes:
-        # delta_t = r_t + gamma V(s_{t+1}) - V(s_t)
-        return where_valid(m, r + gamma * next_valid_values(v, m) - v)
-    # why: without holes the next response token is t + 1, and v is 0 at padding, so
-    # V(s_{t+1}) = v[t + 1] (0 after the last token); same operations, same rounding
-    zero = zero_like(v)
-    delta = r
+def next_values(v: np.ndarray, m: np.ndarray, holes: bool) -> np.ndarray:
+    """V(s_{t+1}) of every position: :func:`next_valid_values`, or, for a mask without holes
+    and ``v`` 0 at padding, simply v[t + 1] (0 after the last column): the same numbers."""
+    if holes:
+        return next_valid_values(v, m)
+    v_next = np.empty_like(v)
+    v_next[..., :-1] = v[..., 1:]
+    v_next[..., -1] = v.flat[0] * 0 if v.size else 0  # 0 in the arithmetic of v
+    return v_next
+
+
+def td_errors_kernel(r: np.ndarray, v: np.ndarray, gamma, m: np.ndarray, holes=None):
+    """:func:`td_errors` on checked arrays (unchecked kernel): ``r``, ``v`` 0 at padding,
+    ``gamma`` in their arithmetic (:func:`scalar_for`), ``m`` a bool mask,
+    ``holes`` = :func:`has_holes` (m) when known."""
+    v_next = next_values(v, m, has_holes(m) if holes is None else holes)
     # delta_t = r_t + gamma V(s_{t+1}) - V(s_t)
-    if gamma == 1:
-        delta[..., :-1] += v[..., 1:]
-    else:
-        delta[..., :-1] += gamma * v[..., 1:]
-    delta[..., -1:] += zero
+    delta = r + (v_next if gamma == 1 else gamma * v_next)
     delta -= v
-    # padding just before a run that starts after t = 0 holds gamma v[t + 1]
-    np.copyto(delta, zero, where=~m)
+    np.copyto(delta, zero_like(v), where=~m)
     return delta
 
 
@@ -85,7 +85,8 @@ def td_errors(rewards, values, gamma=1.0, mask=None):
 
     Examples
     --------
-    The seed's running example: rewards [0, 0, 1], values [0.5, 0.6, 0.7], gamma 1:
+    The running example at beta = 0 (docs/objective.md): rewards [0, 0, 1],
+    values [0.5, 0.6, 0.7], gamma 1:
     delta = [0 + 0.6 - 0.5, 0 + 0.7 - 0.6, 1 + 0 - 0.7].
 
     >>> [round(float(d), 12) for d in td_errors([0, 0, 1], [0.5, 0.6, 0.7])]
@@ -93,4 +94,4 @@ def td_errors(rewards, values, gamma=1.0, mask=None):
     """
     gamma = check_scalar(gamma, "gamma", low=0, high=1)
     (r, v), m = prepare({"rewards": rewards, "values": values}, mask)
-    return _td_errors(r, v, scalar_for(gamma, v), m)
+    return td_errors_kernel(r, v, scalar_for(gamma, v), m)

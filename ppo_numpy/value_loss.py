@@ -10,6 +10,8 @@ R_t are the GAE returns. Value clipping is the PPO2 baselines convention
 
 from __future__ import annotations
 
+from functools import cached_property
+
 import numpy as np
 
 from ._validation import check_scalar, prepare, scalar_for, where_valid
@@ -48,12 +50,65 @@ def value_loss(values, old_values, returns, mask=None, clip_range=None):
     (v, v_old, R), m = prepare(
         {"values": values, "old_values": old_values, "returns": returns}, mask
     )
-    half = scalar_for(0.5, v)
-    # 1/2 (V_t - R_t)^2
-    loss = half * (v - R) ** 2
-    if clip_range is not None:
-        c = scalar_for(check_scalar(clip_range, "clip_range", low=0), v)
+    c = check_value_clip(clip_range)
+    return where_valid(m, ValueLoss(v, v_old, R, None if c is None else scalar_for(c, v)).loss)
+
+
+def check_value_clip(clip_range):
+    """``clip_range`` checked: ``None`` (no clipping) or a real number >= 0."""
+    return None if clip_range is None else check_scalar(clip_range, "clip_range", low=0)
+
+
+class ValueLoss:
+    """The value loss's case analysis, token by token: written once, used by the loss, its
+    gradient and the value clip fraction the frameworks log.
+
+        L_t = 1/2 max( (V_t - R_t)^2 , (V_clip,t - R_t)^2 )
+        V_clip = V_old + clip(V - V_old, -c, c)
+
+    ``clipped_wins``: the clipped error is strictly the larger (TRL's and verl's
+    ``vf_clipfrac``: ``vf_losses2 > vf_losses1``). dL/dV: V - R where the unclipped
+    error is the larger or the two tie; (V_clip - R) [|V - V_old| <= c] where the clipped
+    one wins: outside the range V_clip does not move with V, inside it V_old + (V - V_old)
+    can differ from V by rounding and win the max.
+
+    Unchecked kernel: float64 (or exact) arrays of one shape, ``c`` >= 0 in their arithmetic
+    or ``None``. Attributes are computed on first use.
+    """
+
+    def __init__(self, v, v_old, R, c=None):
+        self.v, self.v_old, self.R, self.c = v, v_old, R, c
+
+    @cached_property
+    def half(self):
+        return scalar_for(0.5, self.v)
+
+    @cached_property
+    def v_clip(self):
         # V_clip = V_old + clip(V - V_old, -c, c)
-        v_clip = v_old + np.minimum(np.maximum(v - v_old, -c), c)
-        loss = np.maximum(loss, half * (v_clip - R) ** 2)
-    return where_valid(m, loss)
+        return self.v_old + np.minimum(np.maximum(self.v - self.v_old, -self.c), self.c)
+
+    @cached_property
+    def loss(self):
+        # 1/2 (V_t - R_t)^2
+        loss = self.half * (self.v - self.R) ** 2
+        if self.c is None:
+            return loss
+        return np.maximum(loss, self.half * (self.v_clip - self.R) ** 2)
+
+    @cached_property
+    def clipped_wins(self):
+        if self.c is None:
+            return np.zeros(self.v.shape, dtype=bool)
+        return (self.v_clip - self.R) ** 2 > (self.v - self.R) ** 2
+
+    @cached_property
+    def dv(self):
+        """dL_t / dV_t (float64)."""
+        # dL/dV of 1/2 (V - R)^2
+        dL = self.v - self.R
+        if self.c is None:
+            return dL
+        # dV_clip/dV = 1 inside the range (bounds included), 0 outside
+        dv_clip = (np.abs(self.v - self.v_old) <= self.c).astype(np.float64)
+        return np.where(self.clipped_wins, (self.v_clip - self.R) * dv_clip, dL)

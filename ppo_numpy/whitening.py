@@ -24,10 +24,14 @@ def masked_mean(x, mask=None):
     2.0
     """
     (x,), m = prepare({"x": x}, mask, ranks=(1, 2), exact=False)
-    n = int(m.sum())
-    if n == 0:
+    if not m.any():
         raise ValueError("mask: no valid element to average")
-    return float(x.sum() / n)
+    return masked_mean_kernel(x, m)
+
+
+def masked_mean_kernel(x: np.ndarray, m: np.ndarray) -> float:
+    """:func:`masked_mean` of a checked array, 0 at padding, ``m`` with a 1 (kernel)."""
+    return float(x.sum() / int(m.sum()))
 
 
 def whiten(x, mask=None, shift_mean=True, *, ddof=1, eps=1e-8, eps_mode="add"):
@@ -87,6 +91,17 @@ def whiten(x, mask=None, shift_mean=True, *, ddof=1, eps=1e-8, eps_mode="add"):
     if n < 2:
         name, what = ("x", "elements") if mask is None else ("mask", "valid elements")
         raise ValueError(f"{name}: whitening needs at least 2 {what}, got {n} "
+                         "(the variance of fewer is undefined)")
+    return whiten_kernel(x, m, shift_mean, ddof, eps, eps_mode)
+
+
+def whiten_kernel(x, m, shift_mean=True, ddof=1, eps=1e-8, eps_mode="add", *, n=None):
+    """:func:`whiten` on a checked array (unchecked kernel): ``x`` float64 0 at padding,
+    ``m`` bool with at least 2 valid elements, the options checked. ``n``: ``m.sum()`` if
+    known."""
+    n = int(m.sum()) if n is None else n
+    if n < 2:
+        raise ValueError(f"mask: whitening needs at least 2 valid elements, got {n} "
                          "(the variance of fewer is undefined)")
     mean = x.sum() / n
     centred = where_valid(m, x - mean)

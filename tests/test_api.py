@@ -6,7 +6,10 @@ Checked as a subset: other parts of the project add names of their own.
 import importlib
 import inspect
 
+import pytest
+
 import ppo_numpy
+from ppo_numpy._moved import MOVED
 
 CORE = {
     "probability_ratio": "ppo_numpy.ratio",
@@ -25,8 +28,15 @@ CORE = {
     "ppo_policy_loss": "ppo_numpy.objective",
     "entropy_from_logits": "ppo_numpy.entropy",
     "log_softmax": "ppo_numpy.entropy",
-    "AdaptiveKLController": "ppo_numpy.kl_controllers",
-    "FixedKLController": "ppo_numpy.kl_controllers",
+    "AdaptiveKLController": "ppo_numpy.training.kl_controllers",
+    "FixedKLController": "ppo_numpy.training.kl_controllers",
+    "Rollout": "ppo_numpy.rollout",
+    "grpo_advantages": "ppo_numpy.group_advantages",
+    "rloo_advantages": "ppo_numpy.group_advantages",
+    "reinforce_plus_plus_advantages": "ppo_numpy.group_advantages",
+    "reinforce_plus_plus_baseline_advantages": "ppo_numpy.group_advantages",
+    "remax_advantages": "ppo_numpy.group_advantages",
+    "PolicyLossOptions": "ppo_numpy.loss_options",
 }
 
 
@@ -91,3 +101,41 @@ def test_every_public_callable_has_a_doctest():
                if callable(getattr(ppo_numpy, name))
                and ">>>" not in (inspect.getdoc(getattr(ppo_numpy, name)) or "")]
     assert not missing, f"public callables without a doctest example: {missing}"
+
+
+@pytest.mark.parametrize("old", sorted(MOVED))
+def test_a_moved_module_path_still_imports_the_same_module(old):
+    import importlib
+    import sys
+    import warnings
+
+    from ppo_numpy._moved import MOVED
+
+    sys.modules.pop(old, None)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        module = importlib.import_module(old)
+    assert module is importlib.import_module(MOVED[old])
+    assert any(issubclass(w.category, DeprecationWarning) and MOVED[old] in str(w.message)
+               for w in caught)
+
+
+def test_python_m_on_a_moved_path_runs_the_new_module():
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "ppo_numpy.policy.report", "--help"],
+                         capture_output=True, text=True, check=True)
+    assert "gradient-report" in out.stdout
+
+
+def test_the_old_overoptimisation_module_keeps_its_experiment_names():
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from ppo_numpy import overoptimisation as old
+    from ppo_numpy.reward import overoptimisation as experiment
+
+    assert old.run_overoptimisation is experiment.run_overoptimisation
+    assert callable(old.main)

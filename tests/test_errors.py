@@ -13,9 +13,11 @@ from ppo_numpy import (
     aggregate,
     clipped_surrogate,
     entropy_from_logits,
+    entropy_grad,
     gae,
     kl_estimate,
     kl_shaped_rewards,
+    log_softmax,
     masked_mean,
     ppo_objective,
     ppo_policy_loss,
@@ -78,6 +80,27 @@ def test_shape_mismatch_names_argument_and_both_shapes(case, call, pattern):
 def test_wrong_rank_names_argument(call, name):
     with pytest.raises(ValueError, match=rf"^{name}: expected shape .*got shape"):
         call()
+
+
+def test_log_softmax_of_an_empty_vocabulary_names_logits():
+    for shape in [(0,), (3, 0), (2, 3, 0)]:
+        with pytest.raises(ValueError, match=rf"^logits: empty vocabulary \(K = 0 on the last "
+                                             rf"axis\), got shape {re.escape(str(shape))}$"):
+            log_softmax(np.zeros(shape))
+
+
+def test_entropy_of_an_empty_vocabulary_names_logits():
+    for shape in [(3, 0), (2, 3, 0)]:
+        with pytest.raises(ValueError, match=r"^logits: empty vocabulary \(K = 0"):
+            entropy_from_logits(np.zeros(shape))
+        with pytest.raises(ValueError, match=r"^logits: empty vocabulary \(K = 0"):
+            entropy_from_logits(np.zeros(shape), mask=np.ones(shape[:-1]))
+
+
+def test_entropy_grad_of_an_empty_vocabulary_names_logits():
+    for shape in [(3, 0), (2, 3, 0)]:
+        with pytest.raises(ValueError, match=r"^logits: empty vocabulary \(K = 0"):
+            entropy_grad(np.zeros(shape))
 
 
 RANGE_CASES = [
@@ -220,7 +243,8 @@ def test_unknown_aggregation_lists_valid_ones():
 @pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean"])
 def test_norm_with_a_mode_that_does_not_use_it(mode):
     # it would be silently ignored
-    pattern = rf"^norm: only mode 'seq-mean-token-sum-norm' divides by norm.*{mode}"
+    pattern = (r"^norm: only modes 'seq-mean-token-sum-norm', 'dapo', 'dr_grpo' divide by norm"
+               rf".*{mode}")
     with pytest.raises(ValueError, match=pattern):
         aggregate(X3, mode=mode, norm=4.0)
     with pytest.raises(ValueError, match=pattern):

@@ -24,8 +24,8 @@ from ppo_numpy.explain import (
     render,
     rewards_table,
 )
-from ppo_numpy.explain.cli import main
-from ppo_numpy.explain.docs import REGENERATE, render_docs
+from ppo_numpy.programs.explain import main
+from ppo_numpy.programs.hand_calculations import REGENERATE, render_docs
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -384,7 +384,9 @@ def test_cli_ppo(capsys):
     (GAE_ARGS + ["--mask", "1,1"], "--mask: expected 3 numbers to match --rewards, got 2"),
     (["gae", "--rewards", "0,0,1"], "the following arguments are required: --values"),
     (["clip", "--rho", "1,-1", "--advantages", "1,1"], "--rho: ratios must be >= 0"),
-    (["clip", "--advantages", "1"], "--rho: give either --rho or --logp"),
+    (["clip", "--advantages", "1"], "one of the arguments --rho --logp is required"),
+    (["clip", "--rho", "1", "--logp", "0", "--advantages", "1"],
+     "argument --logp: not allowed with argument --rho"),
     (["clip", "--logp", "0", "--advantages", "1"], "--logp-old: required with --logp"),
     (["clip", "--rho", "1", "--advantages", "1", "--eps", "-0.1"], "--eps: must be >= 0"),
     (["clip", "--rho", "1", "--advantages", "1", "--dual-clip", "1"],
@@ -398,7 +400,7 @@ def test_cli_ppo(capsys):
     (["rewards", "--logp", "0", "--logp-ref", "0", "--score", "1", "--beta", "1",
       "--estimator", "k9"], "argument --estimator: invalid choice"),
     (["ppo", "--score", "1", "--logp-old", "0", "--logp-ref", "0", "--values", "0",
-      "--beta", "0"], "--rho: give either --rho or --logp"),
+      "--beta", "0"], "one of the arguments --rho --logp is required"),
     (["variance"], "invalid choice: 'variance'"),
 ])
 def test_cli_errors_exit_2_naming_the_option(argv, message, capsys):
@@ -411,6 +413,40 @@ def test_cli_errors_exit_2_naming_the_option(argv, message, capsys):
 def test_cli_help_exits_0(capsys):
     assert main(["gae", "--help"]) == 0
     assert "--rewards" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("quantity", ["clip", "ppo"])
+def test_cli_help_says_one_of_rho_and_logp_is_required(quantity, capsys):
+    assert main([quantity, "--help"]) == 0
+    out = capsys.readouterr().out
+    # the usage line shows the required choice, a heading says it in words
+    assert "(--rho X1,X2,... | --logp X1,X2,...)" in " ".join(out.split())
+    heading = next(line for line in out.splitlines() if "one of these is required" in line)
+    section = out.split(heading, 1)[1].split("\n\n")[0]
+    assert "--rho" in section and "--logp" in section
+    # and neither is listed among the optional options
+    options = out.split("options:", 1)[1].split(heading)[0]
+    assert "--rho" not in options and "  --logp " not in options
+
+
+def test_cli_gae_warns_about_a_reward_on_padding(capsys):
+    # mask [1, 1, 0]: the reward 1 at t = 3 sits on padding. gae ignores it, so the rewards
+    # seen are [0, 0]: delta_2 = 0 + 0 - 3/5 (V(s_3) = 0 after the last response token),
+    # delta_1 = 0 + 3/5 - 1/2 = 1/10
+    assert main(["gae", "--rewards", "0,0,1", "--values", "0.5,0.6,0.7", "--mask", "1,1,0",
+                 "--exact"]) == 0
+    captured = capsys.readouterr()
+    assert ("warning: --rewards: entry 3 is 1, but --mask marks t = 3 as padding: padding is "
+            "ignored, so this reward is dropped (the last response token is t = 2)"
+            in captured.err), captured.err
+    assert "-3/5" in captured.out and "3 (pad)" in captured.out
+    # one line per dropped reward; zeros on padding and no mask give no warning
+    assert main(["gae", "--rewards", "2,0,1", "--values", "0,0,0", "--mask", "0,1,0"]) == 0
+    err = capsys.readouterr().err
+    assert err.count("warning:") == 2 and "entry 1 is 2" in err and "entry 3 is 1" in err
+    for argv in (GAE_ARGS, ["gae", "--rewards", "0,1,0", "--values", "0,0,0", "--mask", "1,1,0"]):
+        assert main(argv) == 0
+        assert capsys.readouterr().err == ""
 
 
 def test_cli_subprocess():

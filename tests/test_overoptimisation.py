@@ -11,7 +11,8 @@ import math
 import numpy as np
 import pytest
 
-from ppo_numpy import overoptimisation as oo
+from ppo_numpy.programs import overoptimisation as overoptimisation_cli
+from ppo_numpy.reward import overoptimisation as oo
 from ppo_numpy.training.config import PPOConfig
 from ppo_numpy.training.loop import new_run, ppo_iteration
 
@@ -45,7 +46,7 @@ def test_proxy_and_gold_recorder_returns_the_proxy_and_remembers_both_means():
 
 
 def test_quick_run_writes_finite_outputs_and_is_deterministic(tmp_path):
-    assert oo.main(["--quick", "--quiet", "--out", str(tmp_path)]) == 0
+    assert overoptimisation_cli.main(["--quick", "--quiet", "--out", str(tmp_path)]) == 0
     rows = oo.read_csv(tmp_path / "overoptimisation.csv")
     q = oo.QUICK
     assert len(rows) == len(q.betas) * q.iterations
@@ -132,15 +133,15 @@ def test_config_checks_name_the_field(capsys):
         oo.OveroptimisationConfig(task="nope")
     with pytest.raises(TypeError, match="config: expected an OveroptimisationConfig"):
         oo.run_overoptimisation(PPOConfig())
-    assert oo.main(["--quick", "--betas", "0,-1"]) == 2
+    assert overoptimisation_cli.main(["--quick", "--betas", "0,-1"]) == 2
     assert "betas" in capsys.readouterr().err
     for flag, value, match in [("--tau", "-1", "tau: must be >= 0"),
                                ("--random-frac", "1.5", "random_frac: must be <= 1"),
                                ("--rm-lr", "0", "rm_lr: must be > 0"),
                                ("--seed", "-1", "seed: must be >= 0")]:
-        assert oo.main(["--quick", flag, value]) == 2
+        assert overoptimisation_cli.main(["--quick", flag, value]) == 2
         assert match in capsys.readouterr().err
-    assert oo.main(["--quick", "--out", "/proc/no-such-dir/x"]) == 2
+    assert overoptimisation_cli.main(["--quick", "--out", "/proc/no-such-dir/x"]) == 2
     assert "cannot write there" in capsys.readouterr().err
     assert oo.OveroptimisationConfig(betas=(0, 1)).betas == (0.0, 1.0)
 

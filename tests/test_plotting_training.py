@@ -7,9 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ppo_numpy import overoptimisation as oo
 from ppo_numpy.plotting.overoptimisation import plot_overoptimisation
 from ppo_numpy.plotting.training import plot_beta_sweep, plot_training
+from ppo_numpy.reward import overoptimisation as oo
 from ppo_numpy.training.metrics import COLUMNS
 
 

@@ -41,7 +41,7 @@ def test_rollout_structure(name):
     r = sample(model, PROMPTS, np.random.default_rng(4), T)
     B = PROMPTS.shape[0]
     assert r.responses.shape == r.mask.shape == r.logp.shape == r.values.shape == (B, T)
-    assert r.responses.dtype == np.int64 and r.mask.dtype == np.float64
+    assert r.responses.dtype == np.int64 and r.mask.dtype == bool
     np.testing.assert_array_equal(r.prompts, PROMPTS)
     for b in range(B):
         n = int(r.mask[b].sum())

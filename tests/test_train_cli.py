@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ppo_numpy.training import cli
+from ppo_numpy.programs import train as cli
 from ppo_numpy.training.config import PPOConfig
 from ppo_numpy.training.metrics import read_rows
 
@@ -138,7 +138,7 @@ def test_module_entry_point_exit_status(tmp_path):
 
 
 def test_demo_trains_and_prints_the_dashboard_path(capsys, tmp_path, monkeypatch):
-    from ppo_numpy import demo
+    from ppo_numpy.programs import demo
 
     quick = PPOConfig(iterations=3, warmup_steps=10, batch_size=16, minibatches=2, epochs=2,
                       d_hidden=16)

@@ -192,7 +192,8 @@ def test_stale_logp_old_stops_the_run(monkeypatch):
 
     def stale(model, prompts, rng, max_new_tokens, temperature=1.0):
         r = real_sample(model, prompts, rng, max_new_tokens, temperature)
-        return dataclasses.replace(r, logp=np.where(r.mask == 1, r.logp * (1 + 1e-12), 0.0))
+        stale = np.where(r.mask == 1, r.logp * (1 + 1e-12), 0.0)
+        return dataclasses.replace(r, logp=stale, logp_old=stale)
 
     monkeypatch.setattr(loop, "sample", stale)
     state = new_run(QUICK)

@@ -361,7 +361,7 @@ def test_training_is_deterministic_and_resumes_bit_identically(tmp_path):
 
 
 def test_the_command_line_takes_policy_as_an_alias_and_the_add_defaults(capsys, tmp_path):
-    from ppo_numpy.training import cli
+    from ppo_numpy.programs import train as cli
     from ppo_numpy.training.config import TASK_DEFAULTS, PPOConfig, config_for_task
 
     argv = ["--task", "add", "--policy", "transformer", "--d-model", "8", "--n-heads", "2",

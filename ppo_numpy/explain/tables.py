@@ -1,4 +1,4 @@
-"""Step-by-step tables of the seed's formulas for one response, for checking them by hand.
+"""Step-by-step tables of the objective's formulas for one response, for checking them by hand.
 
 Each table lists, token by token, what a person writes down when working a
 formula out on paper, in the order they would write it:
@@ -23,8 +23,8 @@ With ``fractions.Fraction`` inputs every rational step is exact and printed
 as a fraction (1863/4000); a float parameter such as 0.95 is read as the
 number written, 19/20. Steps that need exp or log (rho from log-probabilities,
 the k3 estimator) are floats, printed with a leading ``~`` in an exact table.
-Floats are printed to 10 significant digits. ``t`` counts from 1 as in the
-seed (array index t - 1).
+Floats are printed to 10 significant digits. ``t`` counts from 1 as in
+docs/objective.md (array index t - 1).
 
 ``python -m ppo_numpy explain`` prints these tables; ``docs/hand-calculations.md``
 shows worked examples.
@@ -40,7 +40,15 @@ import numpy as np
 
 from .._validation import as_array, prepare, scalar_for
 from ..aggregation import aggregate
-from ..clipping import clip_bounds, clipped_surrogate
+from ..clipping import (
+    CASE_NAMES,
+    UNCLIPPED,
+    ClipCases,
+    check_dual_clip,
+    check_rho,
+    clip_bounds,
+    clipped_surrogate,
+)
 from ..gae import gae
 from ..kl import kl_estimate, kl_shaped_rewards, last_valid_index
 from ..ratio import probability_ratio
@@ -232,23 +240,6 @@ def _number_notes(exact: bool, any_float: bool, what: str = "") -> list:
             "fractions."]
 
 
-def _branches(rho, A, m, term_min, term, unclipped, lo, hi, c):
-    """Name the branch each token's term comes from, using the core's outputs."""
-    names = []
-    for i in range(rho.shape[0]):
-        if not m[i]:
-            names.append(PAD)
-        elif term[i] != term_min[i]:
-            names.append("dual clip")
-        elif term_min[i] == unclipped[i]:
-            kink = ((A[i] > 0 and rho[i] == hi) or (A[i] < 0 and rho[i] == lo)
-                    or (c is not None and A[i] < 0 and rho[i] == c))
-            names.append("unclipped, at the kink" if kink else "unclipped")
-        else:
-            names.append("clipped")
-    return names
-
-
 def clip_table(rho, advantages, epsilon=0.2, *, epsilon_high=None, dual_clip=None,
                mask=None) -> Table:
     """The clipped surrogate min(rho_t A_hat_t, clip(rho_t, 1 - eps, 1 + eps) A_hat_t), per token.
@@ -291,21 +282,20 @@ def clip_table(rho, advantages, epsilon=0.2, *, epsilon_high=None, dual_clip=Non
     >>> [str(x) for x in tab.column("d min / d rho_t")]
     ['2', '0', '2']
     """
-    term_min = clipped_surrogate(rho, advantages, epsilon, epsilon_high=epsilon_high, mask=mask)
-    term = term_min
-    if dual_clip is not None:
-        term = clipped_surrogate(rho, advantages, epsilon, epsilon_high=epsilon_high,
-                                 dual_clip=dual_clip, mask=mask)
     (rho_a, A), m = prepare({"rho": rho, "advantages": advantages}, mask, ranks=(1,))
+    check_rho(rho_a)
     exact = _exact(rho_a)
-    lo, hi = (scalar_for(b, rho_a) for b in clip_bounds(epsilon, epsilon_high))
-    c = None if dual_clip is None else scalar_for(dual_clip, rho_a)
+    lo, hi = clip_bounds(epsilon, epsilon_high, like=rho_a)
+    c = check_dual_clip(dual_clip)
+    c = None if c is None else scalar_for(c, rho_a)
+    # the one case analysis of the surrogate, its statistics and its gradient
+    cases = ClipCases(rho_a, A, lo, hi, c)
+    term_min, term = cases.term_min, cases.term
     # clip(rho_t, 1 - eps, 1 + eps_high)
     rho_clip = np.minimum(np.maximum(rho_a, lo), hi)
-    unclipped = rho_a * A
-    clipped = rho_clip * A
-    branch = _branches(rho_a, A, m, term_min, term, unclipped, lo, hi, c)
-    zero = Fraction(0) if exact else 0.0
+    unclipped, clipped = cases.unclipped, cases.clipped
+    branch = [CASE_NAMES[k] + (", at the kink" if k == UNCLIPPED and kink else "")
+              for k, kink in zip(cases.case, cases.at_kink)]
     grad_name = "d min / d rho_t" if c is None else "d term_t / d rho_t"
     columns = ["t", "rho_t", "A_hat_t", "clip(rho_t)", "rho_t * A_hat_t",
                "clip(rho_t) * A_hat_t", "min"]
@@ -321,8 +311,7 @@ def clip_table(rho, advantages, epsilon=0.2, *, epsilon_high=None, dual_clip=Non
                _cell(clipped[i]), _cell(term_min[i])]
         if c is not None:
             row += [_cell(c * A[i]), _cell(term[i])]
-        grad = A[i] if branch[i].startswith("unclipped") else zero
-        row += [branch[i], _cell(grad)]
+        row += [branch[i], _cell(cases.drho[i])]
         rows.append(tuple(row))
     fmt = format_number
     eps_name = "eps" if epsilon_high is None else "eps_high"

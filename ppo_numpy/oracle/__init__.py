@@ -6,7 +6,7 @@
   pipeline; ``docs/conventions.md`` and ``docs/frameworks.md`` give the facts.
 * :mod:`ppo_numpy.oracle.cases`: seeded random batches and named edge cases.
 * :mod:`ppo_numpy.oracle.compare`, :mod:`ppo_numpy.oracle.golden`,
-  :mod:`ppo_numpy.oracle.cli`: comparing an implementation against a preset,
+  :mod:`ppo_numpy.programs.oracle`: comparing an implementation against a preset,
   golden files, and ``python -m ppo_numpy oracle`` (``docs/oracle.md``).
 
 >>> from ppo_numpy.oracle import get_preset

@@ -30,13 +30,16 @@ reads.
 from __future__ import annotations
 
 import json
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import numpy as np
 
-from .._npz import savez_reproducible
-from .cases import INPUT_NAMES, generate_cases
+from .._npz import BadFileError, load_npz, savez_reproducible
+from .._npz import entry as npz_entry
+from .cases import INPUT_NAMES
 from .compare import TOLERANCES, ComparisonReport, compare_outputs
+from .group_cases import cases_for
+from .presets import GROUP_INPUT_NAMES
 
 FORMAT = "ppo_numpy.oracle.golden"
 FORMAT_VERSION = 1
@@ -105,7 +108,8 @@ def export(directory, preset, cases=None, *, seed: int = 0) -> Path:
 
     preset = _resolve(preset)
     if cases is None:
-        cases = generate_cases(seed)
+        cases = cases_for(preset, seed)
+    input_names = getattr(preset, "input_names", INPUT_NAMES)
     root = Path(directory)
     (root / "cases").mkdir(parents=True, exist_ok=True)
     entries = []
@@ -116,7 +120,7 @@ def export(directory, preset, cases=None, *, seed: int = 0) -> Path:
         if name in seen:
             raise ValueError(f"cases: two cases are named {name!r}")
         seen.add(name)
-        inputs = {n: np.asarray(case["inputs"][n], dtype=np.float64) for n in INPUT_NAMES}
+        inputs = {n: np.asarray(case["inputs"][n], dtype=np.float64) for n in input_names}
         overrides = dict(case.get("params", {}))
         entry = {"name": name, "description": case.get("description", ""),
                  "file": f"cases/{name}.npz", "shape": list(inputs["mask"].shape),
@@ -148,7 +152,7 @@ def export(directory, preset, cases=None, *, seed: int = 0) -> Path:
         "preset": {"name": preset.name, "description": preset.description,
                    "defaults": _jsonable(preset.defaults), "sources": _jsonable(preset.sources)},
         "seed": int(seed),
-        "input_names": list(INPUT_NAMES),
+        "input_names": list(input_names),
         "per_token_outputs": sorted(per_token),
         "conventions": CONVENTIONS,
         "tolerances": {d: {"rtol": t.rtol, "atol": t.atol} for d, t in TOLERANCES.items()},
@@ -160,18 +164,105 @@ def export(directory, preset, cases=None, *, seed: int = 0) -> Path:
 
 
 def read_manifest(directory) -> dict:
-    """The manifest of a golden directory, after checking its format and version."""
+    """The manifest of a golden directory, after checking its format, version and structure.
+
+    A missing manifest is a FileNotFoundError; one that is not valid JSON, of
+    another format or version, or whose structure differs from what
+    :func:`export` writes (see the module docstring) is a
+    :class:`~ppo_numpy._npz.BadFileError` (a ValueError) naming the file and
+    the offending key, e.g. ``cases[3].expected_scalars``.
+    """
     path = Path(directory) / MANIFEST
     if not path.is_file():
-        raise FileNotFoundError(f"directory: no {MANIFEST} in {str(directory)!r}")
-    manifest = json.loads(path.read_text())
+        raise FileNotFoundError(f"{path}: not found (no {MANIFEST} in {str(directory)!r})")
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as err:
+        raise BadFileError(path, f"not UTF-8 text ({err})") from None
+    except json.JSONDecodeError as err:
+        raise BadFileError(path, f"not valid JSON ({err})") from None
+    if not isinstance(manifest, dict):
+        raise BadFileError(path, f"expected a JSON object at the top level, got "
+                                 f"{_json_type(manifest)}")
     if manifest.get("format") != FORMAT:
-        raise ValueError(f"{path}: not a ppo_numpy golden manifest (format "
-                         f"{manifest.get('format')!r})")
+        raise BadFileError(path, f"not a ppo_numpy golden manifest (format "
+                                 f"{manifest.get('format')!r})")
     if manifest.get("format_version") != FORMAT_VERSION:
-        raise ValueError(f"{path}: format version {manifest.get('format_version')!r}, this "
-                         f"ppo_numpy reads version {FORMAT_VERSION}")
+        raise BadFileError(path, f"format version {manifest.get('format_version')!r}, this "
+                                 f"ppo_numpy reads version {FORMAT_VERSION}")
+    _check_manifest(path, manifest)
     return manifest
+
+
+def _json_type(x) -> str:
+    """What ``x``, read by ``json.loads``, is called in JSON."""
+    if isinstance(x, bool):
+        return "a boolean"
+    if isinstance(x, (int, float)):
+        return "a number"
+    return {dict: "an object", list: "an array", str: "a string"}.get(type(x), "null")
+
+
+def _check_manifest(path, manifest: dict) -> None:
+    """The keys :func:`load` and :func:`verify` read, with their JSON types; BadFileError."""
+
+    def need(obj, key, kind, where):
+        label = f"{where}.{key}" if where else key
+        if key not in obj:
+            raise BadFileError(path, f"{label}: missing")
+        value = obj[key]
+        ok = isinstance(value, kind) and not (isinstance(value, bool) and kind is not bool)
+        if not ok:
+            wanted = {dict: "an object", list: "an array", str: "a string"}[kind]
+            raise BadFileError(path, f"{label}: expected {wanted}, got {_json_type(value)}")
+        return value
+
+    def strings(obj, key, where):
+        items = need(obj, key, list, where)
+        for k, v in enumerate(items):
+            if not isinstance(v, str):
+                raise BadFileError(path, f"{where}.{key}[{k}]: expected a string, got "
+                                         f"{_json_type(v)}")
+        return items
+
+    names = strings(manifest, "input_names", "")
+    required = GROUP_INPUT_NAMES if "groups" in names else INPUT_NAMES
+    missing = [n for n in required if n not in names]
+    if missing:
+        raise BadFileError(path, f"input_names: missing {', '.join(missing)}")
+    preset = need(manifest, "preset", dict, "")
+    need(preset, "name", str, "preset")
+    need(preset, "defaults", dict, "preset")
+    seen = set()
+    for k, case in enumerate(need(manifest, "cases", list, "")):
+        where = f"cases[{k}]"
+        if not isinstance(case, dict):
+            raise BadFileError(path, f"{where}: expected an object, got {_json_type(case)}")
+        name = need(case, "name", str, where)
+        if name in seen:
+            raise BadFileError(path, f"{where}.name: two cases are named {name!r}")
+        seen.add(name)
+        need(case, "description", str, where)
+        file = PurePosixPath(need(case, "file", str, where))
+        if file.is_absolute() or ".." in file.parts or "\\" in str(file) or not file.parts:
+            raise BadFileError(path, f"{where}.file: {str(file)!r} is not a path inside the "
+                                     "golden directory")
+        shape = need(case, "shape", list, where)
+        if len(shape) != 2 or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0
+                                      for n in shape):
+            raise BadFileError(path, f"{where}.shape: expected [B, T], two integers >= 0, got "
+                                     f"{shape!r}")
+        need(case, "overrides", dict, where)
+        need(case, "params", dict, where)
+        if "rejected" in case:
+            need(case, "rejected", str, where)
+            continue
+        strings(case, "expected_arrays", where)
+        for out, v in need(case, "expected_scalars", dict, where).items():
+            number = isinstance(v, (int, float)) and not isinstance(v, bool)
+            if not number and v not in ("nan", "inf", "-inf"):
+                raise BadFileError(path, f"{where}.expected_scalars[{out!r}]: expected a "
+                                         f"number or \"nan\", \"inf\", \"-inf\", got {v!r}")
 
 
 def load(directory) -> tuple:
@@ -181,22 +272,49 @@ def load(directory) -> tuple:
     arrays), ``params`` (the overrides, as :func:`generate_cases` makes them,
     so ``preset(case)`` recomputes it), ``effective_params``, ``expected``
     (arrays and floats; empty for a rejected case) and ``rejected`` (None or
-    the preset's error message).
+    the preset's error message). A damaged or incomplete file is a
+    :class:`~ppo_numpy._npz.BadFileError` naming it (see :func:`read_manifest`).
     """
     root = Path(directory)
     manifest = read_manifest(root)
     cases = []
     for entry in manifest["cases"]:
-        with np.load(root / entry["file"]) as data:
-            inputs = {n: np.array(data[n]) for n in manifest["input_names"]}
-            expected = {n: np.array(data[f"expected/{n}"])
-                        for n in entry.get("expected_arrays", [])}
+        path = root / entry["file"]
+        data = load_npz(path)
+        B, T = entry["shape"]
+        shapes = {n: (B,) if n in ("scores", "groups", "baseline_scores") else (B, T)
+                  for n in manifest["input_names"]}
+        inputs = {n: npz_entry(path, data, n, "f", shape=shapes.get(n))
+                  for n in manifest["input_names"]}
+        expected = {n: npz_entry(path, data, f"expected/{n}", "f")
+                    for n in entry.get("expected_arrays", [])}
         expected.update({k: float(v) for k, v in entry.get("expected_scalars", {}).items()})
         cases.append({"name": entry["name"], "description": entry["description"],
                       "inputs": inputs, "params": dict(entry["overrides"]),
                       "effective_params": dict(entry["params"]), "expected": expected,
                       "rejected": entry.get("rejected")})
     return manifest, cases
+
+
+def _manifest_preset(directory, manifest, preset):
+    """``preset`` resolved, or (``None``) the one the manifest names; BadFileError if unknown."""
+    if preset is not None:
+        return _resolve(preset)
+    from .presets import PRESETS
+
+    name = manifest["preset"]["name"]
+    if name not in PRESETS:
+        raise BadFileError(Path(directory) / MANIFEST, f"preset.name: unknown preset {name!r}; "
+                                                       f"valid ones are {', '.join(PRESETS)}")
+    return PRESETS[name]
+
+
+def _recompute(directory, preset, case, k):
+    """``preset(case)``; a TypeError (a parameter of the wrong type) is the manifest's fault."""
+    try:
+        return preset(case)
+    except TypeError as err:
+        raise BadFileError(Path(directory) / MANIFEST, f"cases[{k}].overrides: {err}") from None
 
 
 def verify(directory, preset=None) -> tuple:
@@ -216,20 +334,22 @@ def verify(directory, preset=None) -> tuple:
         Default: the preset named in the manifest.
     """
     manifest, cases = load(directory)
-    preset = _resolve(preset if preset is not None else manifest["preset"]["name"])
+    preset = _manifest_preset(directory, manifest, preset)
     report = ComparisonReport("float64", TOLERANCES["float64"],
                               title=f"preset {preset.name!r} now vs golden files")
     problems = []
     if manifest["preset"]["defaults"] != _jsonable(preset.defaults):
         problems.append(f"preset {preset.name!r}: defaults changed since the export: "
                         f"{manifest['preset']['defaults']} -> {_jsonable(preset.defaults)}")
-    for case in cases:
+    for k, case in enumerate(cases):
         name = case["name"]
         if case["effective_params"] != _jsonable({**preset.defaults, **case["params"]}):
             problems.append(f"{name}: effective parameters differ from the preset's defaults "
                             "updated by the case's overrides")
         try:
-            outputs = preset(case)
+            outputs = _recompute(directory, preset, case, k)
+        except BadFileError:
+            raise
         except ValueError as err:
             report.rejected[name] = f"{type(err).__name__}: {err}"
             if case["rejected"] is None:
@@ -249,13 +369,15 @@ def verify(directory, preset=None) -> tuple:
 def bit_identical(directory, preset=None) -> tuple:
     """``(n_identical, n_outputs)``: stored outputs a fresh computation reproduces bit for bit."""
     manifest, cases = load(directory)
-    preset = _resolve(preset if preset is not None else manifest["preset"]["name"])
+    preset = _manifest_preset(directory, manifest, preset)
     same = total = 0
-    for case in cases:
+    for k, case in enumerate(cases):
         if case["rejected"] is not None:
             continue
         try:
-            outputs = preset(case)
+            outputs = _recompute(directory, preset, case, k)
+        except BadFileError:
+            raise
         except ValueError:
             # rejected now, accepted at export (verify lists it): none of its outputs is
             # reproduced

@@ -12,7 +12,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from .._validation import check_int
-from ..overoptimisation import rows_by_beta
+from ..reward.overoptimisation import rows_by_beta
 
 
 def _moving_average(x, k):

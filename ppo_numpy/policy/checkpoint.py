@@ -5,7 +5,10 @@ arrays plus ``format/version``. Loading uses ``np.load(allow_pickle=False)``,
 so only numeric, bool and string arrays can be stored (never Python objects),
 and the round trip is bit-exact: the archive holds the raw array bytes.
 A file whose names or shapes differ from what the caller expects is an error
-that lists every difference, never a silent partial load.
+that lists every difference, never a silent partial load. A damaged file
+(truncated, empty, a flipped bit, not a zip at all) is a
+:class:`~ppo_numpy._npz.BadFileError` (a ValueError) naming the file and
+what is wrong: every member is read whole, so its CRC-32 is checked.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .._npz import savez_reproducible
+from .._npz import BadFileError, entry, load_npz, savez_reproducible
 
 FORMAT_VERSION = 1
 SECTIONS = ("params", "optim", "extra")
@@ -93,8 +96,9 @@ def load_checkpoint(path, expected_params=None) -> dict:
     path : str or Path ending in ``.npz``
     expected_params : dict[str, array], optional
         E.g. ``model.params``. When given, the stored parameters must have
-        exactly these names, shapes and dtypes; otherwise a ValueError lists
-        the missing, unexpected and mismatched entries.
+        exactly these names, shapes and dtypes; otherwise a ValueError
+        (:class:`~ppo_numpy._npz.BadFileError`) lists the missing, unexpected
+        and mismatched entries.
 
     Returns
     -------
@@ -121,31 +125,32 @@ def load_checkpoint(path, expected_params=None) -> dict:
     p = _check_path(path)
     if not p.exists():
         raise FileNotFoundError(f"path: no checkpoint at {str(p)!r}")
+    data = load_npz(p)
+    if "format/version" not in data:
+        raise BadFileError(p, "not a ppo_numpy checkpoint (no format/version entry)")
+    version = int(entry(p, data, "format/version", "iu", shape=()))
+    if version != FORMAT_VERSION:
+        raise BadFileError(p, f"checkpoint format {version}, this code reads {FORMAT_VERSION}")
     out = {s: {} for s in SECTIONS}
-    with np.load(p, allow_pickle=False) as data:
-        if "format/version" not in data.files:
-            raise ValueError(f"path: {str(p)!r} is not a ppo_numpy checkpoint "
-                             "(no format/version entry)")
-        version = int(data["format/version"])
-        if version != FORMAT_VERSION:
-            raise ValueError(f"path: checkpoint format {version}, this code reads "
-                             f"{FORMAT_VERSION}")
-        for key in data.files:
-            if key == "format/version":
-                continue
-            section, _, name = key.partition("/")
-            if section not in out or not name:
-                raise ValueError(f"path: unexpected entry {key!r} in {str(p)!r}")
-            out[section][name] = np.array(data[key])
+    for key in data:
+        if key == "format/version":
+            continue
+        section, _, name = key.partition("/")
+        if section not in out or not name:
+            raise BadFileError(p, f"unexpected entry {key!r}")
+        out[section][name] = entry(p, data, key, "biufU")
     if not out["params"]:
-        raise ValueError(f"path: {str(p)!r} holds no parameters")
+        raise BadFileError(p, "holds no parameters")
     if expected_params is not None:
-        _check_expected(out["params"], expected_params)
+        problems = _check_expected(out["params"], expected_params)
+        if problems:
+            raise BadFileError(p, f"parameters do not match expected_params: {problems}")
     return {"params": out["params"], "optimizer_state": out["optim"] or None,
             "extra": out["extra"]}
 
 
-def _check_expected(loaded, expected):
+def _check_expected(loaded, expected) -> str:
+    """The names, shapes and dtypes that differ between ``loaded`` and ``expected`` ("": none)."""
     missing = sorted(set(expected) - set(loaded))
     unexpected = sorted(set(loaded) - set(expected))
     mismatched = [f"{n}: stored {loaded[n].shape} {loaded[n].dtype}, expected "
@@ -154,5 +159,5 @@ def _check_expected(loaded, expected):
                   if loaded[n].shape != np.shape(expected[n])
                   or loaded[n].dtype != np.asarray(expected[n]).dtype]
     if missing or unexpected or mismatched:
-        raise ValueError(f"checkpoint parameters do not match expected_params: missing "
-                         f"{missing}, unexpected {unexpected}, mismatched {mismatched}")
+        return f"missing {missing}, unexpected {unexpected}, mismatched {mismatched}"
+    return ""

@@ -19,26 +19,39 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from .._validation import check_scalar
-from ..aggregation import aggregate, check_mode
-from ..kl import kl_estimate
-from ..loss_grads import entropy_grad, kl_estimate_grad, policy_loss_grad, value_loss_grad
-from ..objective import ppo_policy_loss
-from ..value_loss import value_loss
-from .sampling import evaluate
+from .._validation import check_scalar, where_valid
+from ..aggregation import aggregate_kernel, aggregation_weights
+from ..kl import _check_estimator, kl_estimate_kernel
+from ..loss_grads import entropy_grad_kernel, kl_estimate_grad_kernel
+from ..loss_options import PolicyLossOptions, resolve
+from ..objective import policy_loss_kernel
+from ..rollout import Rollout
+from ..value_loss import ValueLoss, check_value_clip
+from .sampling import _check_prompts, evaluate_kernel
 
 BATCH_FIELDS = ("prompts", "responses", "mask", "logp_old", "old_values", "advantages",
                 "returns")
 
 
-def _field(batch, name):
-    if isinstance(batch, Mapping):
-        if name not in batch:
-            raise KeyError(f"batch: missing field {name!r} (needs {', '.join(BATCH_FIELDS)})")
-        return batch[name]
-    if not hasattr(batch, name):
-        raise KeyError(f"batch: missing field {name!r} (needs {', '.join(BATCH_FIELDS)})")
-    return getattr(batch, name)
+def as_rollout(batch, model, *, kl: bool = False) -> Rollout:
+    """``batch`` (a :class:`~ppo_numpy.rollout.Rollout`, a mapping or an object with the
+    :data:`BATCH_FIELDS` as attributes, and ``logp_ref`` when ``kl``) as a checked Rollout
+    whose tokens are checked against ``model``'s vocabulary."""
+    names = BATCH_FIELDS + (("logp_ref",) if kl else ())
+    if isinstance(batch, Rollout):
+        r = batch
+        r.require(*names, why=f"the loss needs {', '.join(names)}")
+    else:
+        def field(name):
+            has = name in batch if isinstance(batch, Mapping) else hasattr(batch, name)
+            if not has:
+                raise KeyError(f"batch: missing field {name!r} (needs {', '.join(names)})")
+            return batch[name] if isinstance(batch, Mapping) else getattr(batch, name)
+
+        r = Rollout(**{name: field(name) for name in names})
+    _check_prompts(model, r.prompts)
+    model.check_tokens(r.responses, "responses")
+    return r
 
 
 def logits_grad_from_logp(logq, responses, dlogp):
@@ -73,18 +86,26 @@ def logits_grad_from_logp(logq, responses, dlogp):
 def ppo_loss_and_grads(model, batch, *, epsilon=0.2, agg="token-mean", c_v=0.5, c_H=0.0,
                        value_clip=None, temperature=1.0, epsilon_high=None, dual_clip=None,
                        norm=None, log_ratio_clamp=None, kl_coef=0.0, kl_estimator="k3",
-                       params=None):
+                       params=None, options=None, **more_options):
     """PPO loss of ``model`` on ``batch``, its gradient w.r.t. every parameter, and statistics.
 
     Parameters
     ----------
     model : a toy policy (:class:`BigramPolicy`, :class:`MLPPolicy`)
-    batch : mapping (or object with attributes)
+    batch : Rollout, or a mapping (or object with attributes)
         ``prompts (B, P)``, ``responses (B, T)``, ``mask (B, T)``, ``logp_old (B, T)``,
         ``old_values (B, T)``, ``advantages (B, T)``, ``returns (B, T)``; and
-        ``logp_ref (B, T)`` when ``kl_coef > 0``.
+        ``logp_ref (B, T)`` when ``kl_coef > 0``. A mapping is checked into a
+        :class:`~ppo_numpy.rollout.Rollout` (once).
     epsilon, epsilon_high, dual_clip, log_ratio_clamp
         Clipping options of :func:`ppo_policy_loss`.
+    options : PolicyLossOptions, optional
+        ``epsilon``, ``agg``, ``epsilon_high``, ``dual_clip``, ``norm``, ``log_ratio_clamp``
+        in one object (then give none of those keywords).
+    **more_options
+        Other fields of :class:`~ppo_numpy.PolicyLossOptions` (``importance_level``,
+        ``delta``, ``loss_type``, ...). Its own KL term (``kl_coef`` there) is the
+        ``kl_coef`` of this function: give one or the other.
     agg : str
         Aggregation mode of every term. Default ``"token-mean"``.
     norm : float, optional
@@ -127,43 +148,57 @@ def ppo_loss_and_grads(model, batch, *, epsilon=0.2, agg="token-mean", c_v=0.5, 
     >>> round(loss, 12), stats["ratio_mean"], sorted(grads)  # 0.5 * 1/2 (V - (V + 1))^2
     (0.25, 1.0, ['W', 'v'])
     """
-    check_mode(agg)
+    opts = resolve(options, epsilon=epsilon, agg=agg, epsilon_high=epsilon_high,
+                   dual_clip=dual_clip, norm=norm, log_ratio_clamp=log_ratio_clamp,
+                   **more_options)
     c_v = check_scalar(c_v, "c_v", low=0, allow_exact=False)
     c_H = check_scalar(c_H, "c_H", low=0, allow_exact=False)
     kl_coef = check_scalar(kl_coef, "kl_coef", low=0, allow_exact=False)
-    mask = np.asarray(_field(batch, "mask"))
-    ev = evaluate(model, _field(batch, "prompts"), _field(batch, "responses"), mask,
-                  temperature, params=params)
-    logp_old = _field(batch, "logp_old")
-    A = _field(batch, "advantages")
-    old_values, returns = _field(batch, "old_values"), _field(batch, "returns")
-    clip = {"epsilon_high": epsilon_high, "dual_clip": dual_clip, "norm": norm,
-            "log_ratio_clamp": log_ratio_clamp}
+    value_clip = check_value_clip(value_clip)
+    temperature = check_scalar(temperature, "temperature", low=0, low_open=True,
+                               allow_exact=False)
+    if kl_coef > 0:
+        _check_estimator(kl_estimator)
+    rollout = as_rollout(batch, model, kl=kl_coef > 0 or opts.kl_coef > 0)
+    return loss_and_grads_kernel(model, rollout, opts, c_v=c_v, c_H=c_H, value_clip=value_clip,
+                                 temperature=temperature, kl_coef=kl_coef,
+                                 kl_estimator=kl_estimator, params=params)
+
+
+def loss_and_grads_kernel(model, batch: Rollout, opts: PolicyLossOptions, *, c_v=0.5, c_H=0.0,
+                          value_clip=None, temperature=1.0, kl_coef=0.0, kl_estimator="k3",
+                          params=None):
+    """:func:`ppo_loss_and_grads` of a checked :class:`Rollout` and checked options
+    (unchecked kernel: the training loop calls it on its minibatches)."""
+    m = batch.mask
+    ev = evaluate_kernel(model, batch.prompts, batch.responses, m, temperature, params)
+    agg, norm = opts.agg, opts.norm_for(m.shape[-1])
 
     # forward: each term aggregated with agg
-    policy_loss, stats = ppo_policy_loss(ev.logp, logp_old, A, mask, epsilon, agg, **clip)
-    L_V = float(aggregate(value_loss(ev.values, old_values, returns, mask, value_clip), mask,
-                          agg, norm=norm))
-    H = float(aggregate(ev.entropy, mask, agg, norm=norm))
+    pl = policy_loss_kernel(ev.logp, batch.logp_old, batch.advantages, m, opts,
+                            batch.logp_ref if opts.kl_coef > 0 else None)
+    policy_loss, stats = pl.loss, pl.stats()
+    vl = ValueLoss(ev.values, batch.old_values, batch.returns, value_clip)
+    L_V = float(aggregate_kernel(where_valid(m, vl.loss), m, agg, norm))
+    H = float(aggregate_kernel(ev.entropy, m, agg, norm))
     # loss = L_pi + c_v L_V - c_H H (+ kl_coef KL)
     loss = policy_loss + c_v * L_V - c_H * H
     kl = 0.0
+    w = aggregation_weights(m, agg, norm)
     if kl_coef > 0:
-        logp_ref = _field(batch, "logp_ref")
-        kl = float(aggregate(kl_estimate(ev.logp, logp_ref, kl_estimator, mask), mask, agg,
-                             norm=norm))
+        kl_t = where_valid(m, kl_estimate_kernel(ev.logp, batch.logp_ref, kl_estimator))
+        kl = float(aggregate_kernel(kl_t, m, agg, norm))
         loss += kl_coef * kl
 
     # backward: d loss / d logp, d loss / d values, d loss / d z
-    dlogp = policy_loss_grad(ev.logp, logp_old, A, mask, epsilon, agg, **clip)
+    dlogp = pl.dlogp
     if kl_coef > 0:
-        dlogp = dlogp + kl_coef * kl_estimate_grad(ev.logp, logp_ref, kl_estimator, mask,
-                                                   agg=agg, norm=norm)
-    dvalues = c_v * value_loss_grad(ev.values, old_values, returns, mask, value_clip, agg,
-                                    norm=norm)  # (B, T)
+        dlogp = dlogp + kl_coef * kl_estimate_grad_kernel(ev.logp, batch.logp_ref, kl_estimator,
+                                                          m, None, w)
+    dvalues = c_v * where_valid(m, w * vl.dv + 0.0)  # (B, T)
     dz = logits_grad_from_logp(ev.logq, ev.responses, dlogp)  # (B, T, K)
     if c_H > 0:
-        dz -= c_H * entropy_grad(ev.logits, mask, agg, norm=norm)
+        dz -= c_H * entropy_grad_kernel(ev.logq, m, w)
     # z = logits / temperature
     dz_logits = dz / ev.temperature
     B, L = ev.cache["tokens"].shape

@@ -136,7 +136,7 @@ class MLPPolicy(ToyPolicy):
         # heads: logits = h W_pi + b_pi, V = h . w_v + b_v
         # Weight gradients sum one small (., L) @ (L, .) product per sequence: a single
         # (H, B*L) @ (B*L, K) product is multithreaded by OpenBLAS and was measured 10-100x
-        # slower on a loaded 2-core machine (python -m ppo_numpy.policy.report).
+        # slower on a loaded 2-core machine (python -m ppo_numpy gradient-report).
         dW_pi = (h.transpose(0, 2, 1) @ dlogits).sum(axis=0)  # (H, K)
         db_pi = dlogits.sum(axis=(0, 1))  # (K,)
         dw_v = (h * dvalues[..., None]).sum(axis=(0, 1))  # (H,)

@@ -92,8 +92,10 @@ class Adam:
         self.m = {n: np.zeros_like(p) for n, p in params.items()}
         self.v = {n: np.zeros_like(p) for n, p in params.items()}
 
-    def step(self, grads) -> None:
-        g_all = _check_grads(self.params, grads)
+    def step(self, grads, *, check=True) -> None:
+        """One update. ``check=False``: ``grads`` are trusted (the training loop's own, made by
+        a model's backward: the names, shapes and float64 of ``params``, finite)."""
+        g_all = _check_grads(self.params, grads) if check else grads
         self.t += 1
         for name, p in self.params.items():
             g = g_all[name]
@@ -141,8 +143,9 @@ class SGD:
         self.t = 0
         self.buf = {n: np.zeros_like(p) for n, p in params.items()}
 
-    def step(self, grads) -> None:
-        g_all = _check_grads(self.params, grads)
+    def step(self, grads, *, check=True) -> None:
+        """One update; ``check=False`` as in :meth:`Adam.step`."""
+        g_all = _check_grads(self.params, grads) if check else grads
         self.t += 1
         for name, p in self.params.items():
             # b_t = mu b_{t-1} + g;  theta_t = theta_{t-1} - lr b_t
@@ -189,7 +192,13 @@ def clip_grad_norm(grads, max_norm):
     max_norm = check_scalar(max_norm, "max_norm", low=0, low_open=True, allow_exact=False)
     g = {n: np.asarray(a, dtype=np.float64) for n, a in grads.items()}
     norm = global_norm(g)
+    return scale_to_norm(g, max_norm, norm), norm
+
+
+def scale_to_norm(grads: dict, max_norm: float, norm: float) -> dict:
+    """``grads`` times min(1, max_norm / norm), ``norm`` their global norm (unchecked kernel of
+    :func:`clip_grad_norm`, for a loop that has the norm already)."""
     if not np.isfinite(norm):
         raise ValueError(f"grads: the global norm is {norm}")
     scale = max_norm / norm if norm > max_norm else 1.0
-    return {n: a * scale for n, a in g.items()}, norm
+    return {n: a * scale for n, a in grads.items()}

@@ -29,22 +29,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._validation import as_mask, check_int, check_scalar, where_valid
-from ..entropy import entropy_from_logits, log_softmax
+from ..entropy import entropy_kernel, log_softmax_kernel
+from ..rollout import Rollout
 from .vocab import EOS, PAD
-
-
-@dataclass(frozen=True)
-class Rollout:
-    """Sampled responses: ``prompts (B, P)``, ``responses (B, T)`` (PAD after EOS),
-    ``mask (B, T)`` float64 (1 for response tokens, EOS included), ``logp (B, T)`` and
-    ``values (B, T)`` of the sampled tokens (0 at padding), and the ``temperature``."""
-
-    prompts: np.ndarray
-    responses: np.ndarray
-    mask: np.ndarray
-    logp: np.ndarray
-    values: np.ndarray
-    temperature: float
 
 
 @dataclass(frozen=True)
@@ -83,7 +70,7 @@ def _response_scores(model, prompts, responses, temperature, params=None):
     logits, values, cache = model.forward(tokens, params=params)
     # z_t = logits[:, P - 1 + t] / temperature
     z = logits[:, P - 1 : P - 1 + T] / temperature  # (B, T, K)
-    logq = log_softmax(z)  # (B, T, K)
+    logq = log_softmax_kernel(z)  # (B, T, K)
     return z, logq, values[:, P - 1 : P - 1 + T], cache
 
 
@@ -106,8 +93,10 @@ def sample(model, prompts, rng, max_new_tokens, temperature=1.0):
     Returns
     -------
     Rollout
-        ``responses`` always has T columns; after a row's EOS it holds PAD with
-        mask 0, logp 0 and values 0.
+        ``prompts``, ``responses`` (always T columns; after a row's EOS, PAD with mask 0),
+        the bool ``mask``, ``logp_old`` and ``old_values`` of the sampled tokens (0 at
+        padding), the ``temperature``; and ``logp``, ``values``: the same arrays, since
+        at rollout time the policy being trained is pi_theta_old.
 
     Notes
     -----
@@ -122,9 +111,9 @@ def sample(model, prompts, rng, max_new_tokens, temperature=1.0):
     >>> model = BigramPolicy(6, np.random.default_rng(0))
     >>> r = sample(model, np.array([[1, 3], [1, 4]]), np.random.default_rng(1), 5)
     >>> r.responses.shape, r.mask.dtype
-    ((2, 5), dtype('float64'))
-    >>> bool(np.all((r.mask == 1) | (r.responses == 0)))
-    True
+    ((2, 5), dtype('bool'))
+    >>> bool(np.all(r.mask | (r.responses == 0))), r.logp_old is r.logp
+    (True, True)
     """
     if not isinstance(rng, np.random.Generator):
         raise TypeError(f"rng: expected an np.random.Generator, got {type(rng).__name__}")
@@ -134,7 +123,7 @@ def sample(model, prompts, rng, max_new_tokens, temperature=1.0):
                                allow_exact=False)
     B, T, K = x.shape[0], max_new_tokens, model.vocab_size
     responses = np.full((B, T), PAD, dtype=np.int64)
-    mask = np.zeros((B, T))
+    mask = np.zeros((B, T), dtype=bool)
     logp = np.zeros((B, T))
     values = np.zeros((B, T))
     done = np.zeros(B, dtype=bool)
@@ -152,8 +141,9 @@ def sample(model, prompts, rng, max_new_tokens, temperature=1.0):
         done |= live & (y == EOS)
         if np.all(done):
             break
-    return Rollout(prompts=x, responses=responses, mask=mask, logp=logp, values=values,
-                   temperature=temperature)
+    # made here from checked inputs: trusted, not checked again
+    return Rollout._trusted(prompts=x, responses=responses, mask=mask, logp=logp, values=values,
+                            logp_old=logp, old_values=values, temperature=temperature)
 
 
 def evaluate(model, prompts, responses, mask, temperature=1.0, *, params=None):
@@ -197,12 +187,17 @@ def evaluate(model, prompts, responses, mask, temperature=1.0, *, params=None):
     m = as_mask(mask, y, "responses")
     temperature = check_scalar(temperature, "temperature", low=0, low_open=True,
                                allow_exact=False)
+    return evaluate_kernel(model, x, y, m, temperature, params)
+
+
+def evaluate_kernel(model, x, y, m, temperature, params=None) -> Evaluation:
+    """:func:`evaluate` of checked tokens ``x``, ``y``, bool mask ``m`` (unchecked kernel)."""
     z, logq, vals, cache = _response_scores(model, x, y, temperature, params)
     logp = np.take_along_axis(logq, y[..., None], axis=-1)[..., 0]  # (B, T)
     return Evaluation(
         logp=where_valid(m, logp),
         values=where_valid(m, vals),
-        entropy=entropy_from_logits(z, m),
+        entropy=where_valid(m, entropy_kernel(logq)),
         logits=z,
         logq=logq,
         responses=y,

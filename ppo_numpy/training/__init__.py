@@ -9,7 +9,8 @@ supervised warm-up -> pi_ref           ``warmup``: cross_entropy_and_grads, warm
 one PPO iteration (steps 1-5)          ``loop``: new_run, ppo_iteration
 runs, checkpoints, resume, sweeps      ``run``: train, resume, beta_sweep
 what is logged, metrics.csv            ``metrics``: COLUMNS, read_metrics
-``python -m ppo_numpy train``          ``cli``
+beta controllers (fixed, adaptive)     ``kl_controllers``
+``python -m ppo_numpy train``          ``ppo_numpy.programs.train``
 =====================================  ==========================================
 """
 

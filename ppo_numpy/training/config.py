@@ -1,6 +1,6 @@
 """The configuration of a PPO run: one dataclass, each field named for its symbol.
 
-Every field has a ``symbol`` (the seed's notation where it has one) and a
+Every field has a ``symbol`` (the notation of docs/objective.md where it has one) and a
 ``help`` text in its metadata; ``python -m ppo_numpy train --help`` is
 generated from them, so the two never disagree. The defaults train the
 default task (``length``) to 90% of its optimum in a few seconds.

@@ -1,12 +1,12 @@
 """The PPO training loop for toy language-model tasks (``docs/training.md``).
 
-One iteration, each step named as the seed names it:
+One iteration, each step named as docs/objective.md names it:
 
 1. rollout: sample a response for each of B prompts from pi_theta_old (the
    current policy); record logp_old, the values V(s_t) and the response mask;
 2. score each response (the task's rule, or ``RunState.score_fn`` when set:
-   e.g. a learned reward model, ``ppo_numpy.overoptimisation``), compute logp_ref under the frozen
-   reference, and the KL-shaped rewards r~_t = -beta KL_t + [t = T] score;
+   e.g. a learned reward model, ``ppo_numpy.reward.overoptimisation``), compute
+   logp_ref under the frozen reference, and the KL-shaped rewards r~_t = -beta KL_t + [t = T] score;
 3. TD errors and GAE: advantages A_hat_t and returns R_t = A_hat_t + V(s_t);
    whiten A_hat over the batch (switchable);
 4. K epochs over the batch in minibatches: policy loss + c_V value loss -
@@ -29,14 +29,17 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..gae import gae
-from ..kl import kl_estimate, kl_shaped_rewards
-from ..kl_controllers import AdaptiveKLController, FixedKLController
-from ..policy.loss import ppo_loss_and_grads
-from ..policy.optim import Adam, clip_grad_norm, global_norm
-from ..policy.sampling import evaluate, sample
-from ..whitening import whiten
+from .._validation import where_valid
+from ..gae import gae_kernel
+from ..kl import check_scores, kl_estimate_kernel, kl_shaped_rewards_kernel
+from ..loss_options import PolicyLossOptions
+from ..policy.loss import loss_and_grads_kernel
+from ..policy.optim import Adam, global_norm, scale_to_norm
+from ..policy.sampling import evaluate_kernel, sample
+from ..value_loss import check_value_clip
+from ..whitening import whiten_kernel
 from .config import PPOConfig
+from .kl_controllers import AdaptiveKLController, FixedKLController
 from .metrics import COLUMNS, explained_variance
 from .tasks import Task, make_task, response_lengths
 from .warmup import warm_up
@@ -110,44 +113,49 @@ def ppo_iteration(state: RunState) -> dict:
     prompts = task.sample_prompts(rng, B)
     rollout = sample(state.policy, prompts, rng, task.max_new_tokens)
     responses, mask = rollout.responses, rollout.mask
-    logp_old, old_values = rollout.logp, rollout.values
+    logp_old, old_values = rollout.logp_old, rollout.old_values
 
     # 2. reference log-probs, scores, KL-shaped rewards r~_t = -beta KL_t + [t = T] score
-    logp_ref = evaluate(state.reference, prompts, responses, mask).logp
+    logp_ref = evaluate_kernel(state.reference, prompts, responses, mask, 1.0).logp
     score_fn = task.score if state.score_fn is None else state.score_fn
-    scores = np.asarray(score_fn(prompts, responses, mask), dtype=np.float64)
+    # why: score_fn may be the user's: its output is the one input checked here
+    scores = check_scores(np.asarray(score_fn(prompts, responses, mask), dtype=np.float64),
+                          logp_old)
     beta = state.kl_controller.value
-    rewards = kl_shaped_rewards(scores, logp_old, logp_ref, beta, mask, c.kl_estimator)
+    kl = kl_estimate_kernel(logp_old, logp_ref, c.kl_estimator)
+    rewards = kl_shaped_rewards_kernel(scores, kl, mask, float(beta))
     # KL to the reference: sum over tokens of k1, mean over sequences
-    kl_ref = float(kl_estimate(logp_old, logp_ref, "k1", mask).sum(axis=1).mean())
+    k1 = kl if c.kl_estimator == "k1" else kl_estimate_kernel(logp_old, logp_ref, "k1")
+    kl_ref = float(where_valid(mask, k1).sum(axis=1).mean())
 
     # 3. TD errors, GAE, returns R_t = A_hat_t + V(s_t); whitening
-    advantages, returns = gae(rewards, old_values, c.gamma, c.lam, mask)
+    advantages, returns = gae_kernel(rewards, old_values.copy(), float(c.gamma), float(c.lam),
+                                     mask)
     if c.whiten_advantages:
-        advantages = whiten(advantages, mask)
+        advantages = whiten_kernel(advantages, mask)
+    batch = rollout.replace_trusted(logp_ref=logp_ref, scores=scores, advantages=advantages,
+                                    returns=returns)
 
     # 4. K epochs x minibatches: policy loss + c_V value loss - c_H entropy, clip, Adam
     size = B // c.minibatches
+    opts = PolicyLossOptions(epsilon=c.eps, agg=c.agg)
+    value_clip = check_value_clip(c.value_clip)
     sums = dict.fromkeys(("clipfrac", "approx_kl_k1", "approx_kl_k3", "entropy",
                           "policy_loss", "value_loss", "grad_norm"), 0.0)
     first = None
     for _ in range(c.epochs):
         order = rng.permutation(B)
         for k in range(c.minibatches):
-            idx = order[k * size : (k + 1) * size]
-            batch = {"prompts": prompts[idx], "responses": responses[idx], "mask": mask[idx],
-                     "logp_old": logp_old[idx], "old_values": old_values[idx],
-                     "advantages": advantages[idx], "returns": returns[idx]}
-            loss, grads, stats = ppo_loss_and_grads(
-                state.policy, batch, epsilon=c.eps, agg=c.agg, c_v=c.c_v, c_H=c.c_H,
-                value_clip=c.value_clip)
+            minibatch = batch.rows(order[k * size : (k + 1) * size])
+            loss, grads, stats = loss_and_grads_kernel(
+                state.policy, minibatch, opts, c_v=c.c_v, c_H=c.c_H, value_clip=value_clip)
             if first is None:
                 first = stats
                 _check_ratio_is_one(stats, state.iteration + 1)
             grad_norm = global_norm(grads)
             if c.max_grad_norm is not None:
-                grads, grad_norm = clip_grad_norm(grads, c.max_grad_norm)
-            state.optimizer.step(grads)
+                grads = scale_to_norm(grads, c.max_grad_norm, grad_norm)
+            state.optimizer.step(grads, check=False)
             sums["clipfrac"] += stats["clipfrac_active"]
             sums["grad_norm"] += float(grad_norm)
             for name in ("approx_kl_k1", "approx_kl_k3", "entropy", "policy_loss",

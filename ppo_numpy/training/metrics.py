@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .._npz import BadFileError
 from .._validation import prepare
 
 #: column -> what it is. Statistics of the update are means over its minibatches.
@@ -108,11 +109,20 @@ class MetricsWriter:
 
 
 def read_rows(path) -> list[list[str]]:
-    """The data rows of a metrics.csv, as strings (header checked)."""
-    with open(path, newline="") as f:
-        rows = list(csv.reader(f))
+    """The data rows of a metrics.csv, as strings (header checked).
+
+    A file that cannot be decoded or parsed, or whose header differs, is a
+    :class:`~ppo_numpy._npz.BadFileError` (a ValueError) naming it.
+    """
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            rows = list(csv.reader(f))
+    except FileNotFoundError:
+        raise
+    except (OSError, UnicodeDecodeError, csv.Error) as err:
+        raise BadFileError(path, f"not a readable CSV file ({err})") from None
     if not rows or tuple(rows[0]) != tuple(COLUMNS):
-        raise ValueError(f"{path}: not a metrics.csv of this version (header differs)")
+        raise BadFileError(path, "not a metrics.csv of this version (header differs)")
     return rows[1:]
 
 

@@ -24,7 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..policy.checkpoint import load_checkpoint, save_checkpoint
+from .._npz import BadFileError, entry
+from ..policy.checkpoint import _check_expected, load_checkpoint, save_checkpoint
 from ..policy.optim import Adam
 from .config import PPOConfig
 from .loop import RunState, make_kl_controller, make_policy, new_run, ppo_iteration
@@ -76,31 +77,54 @@ def save_state(state: RunState, path) -> None:
 
 
 def load_state(path) -> RunState:
-    """Rebuild the :class:`RunState` saved by :func:`save_state`."""
+    """Rebuild the :class:`RunState` saved by :func:`save_state`.
+
+    A file that is damaged or not a training checkpoint (an entry missing or of
+    the wrong dtype, a configuration or generator state that does not parse,
+    NaN or inf in an array) is a :class:`~ppo_numpy._npz.BadFileError` naming
+    the file and what is wrong; a checkpoint this code cannot resume (another
+    version, parameters that do not fit its own configuration) a :class:`RunError`.
+    """
     path = Path(path)
     if not path.exists():
         raise RunError(f"no checkpoint at {path}")
-    try:
-        saved = load_checkpoint(path)
-        extra = saved["extra"]
-        version = int(extra["version"])
-        config = PPOConfig.from_json(str(extra["config"]))
-    except (KeyError, ValueError, TypeError, OSError) as err:  # OSError: also a broken zip
-        raise RunError(f"{path}: not a training checkpoint ({err})") from None
+    saved = load_checkpoint(path)
+    extra = saved["extra"]
+
+    def get(key, kinds):
+        return entry(path, extra, key, kinds, shape=(), label=f"extra/{key}")
+
+    version = int(get("version", "iu"))
     if version != CHECKPOINT_VERSION:
         raise RunError(f"{path}: checkpoint version {version}, this code reads "
                        f"{CHECKPOINT_VERSION}")
+    config_json, rng_json = str(get("config", "U")), str(get("rng_state", "U"))
+    try:
+        config = PPOConfig.from_json(config_json)
+    except (ValueError, TypeError) as err:
+        raise BadFileError(path, f"extra/config is not a configuration ({err})") from None
+    beta, iteration = float(get("beta", "f")), int(get("iteration", "iu"))
+    if iteration < 0:
+        raise BadFileError(path, f"extra/iteration is {iteration}, expected >= 0")
+    for section, arrays in (("params", saved["params"]),
+                            ("optim", saved["optimizer_state"] or {}), ("extra", extra)):
+        for key, value in arrays.items():
+            if value.dtype.kind == "f" and not np.isfinite(value).all():
+                raise BadFileError(path, f"{section}/{key} holds NaN or inf")
+    if beta < 0:
+        raise BadFileError(path, f"extra/beta is {beta}, expected >= 0")
     task = make_task(config.task)
     # the architecture only: every parameter is overwritten below
     policy = make_policy(config, task, np.random.default_rng(0))
     reference = make_policy(config, task, np.random.default_rng(0))
-    try:
-        saved = load_checkpoint(path, expected_params=policy.params)
-    except ValueError as err:
-        raise RunError(f"{path}: does not match its own configuration ({err})") from None
+    problems = _check_expected(saved["params"], policy.params)
+    if problems:
+        raise RunError(f"{path}: does not match its own configuration ({problems})")
     for name in policy.params:
         policy.params[name][...] = saved["params"][name]
-        reference.params[name][...] = extra[f"ref.{name}"]
+        reference.params[name][...] = entry(path, extra, f"ref.{name}", "f",
+                                            shape=policy.params[name].shape,
+                                            label=f"extra/ref.{name}")
     optimizer = Adam(policy.params, lr=config.lr)
     try:
         optimizer.load_state_dict(saved["optimizer_state"] or {})
@@ -108,23 +132,49 @@ def load_state(path) -> RunState:
         raise RunError(f"{path}: its optimizer state does not match ({err})") from None
     # a PCG64 generator (the kind default_rng makes), then the saved state
     rng = np.random.Generator(np.random.PCG64(0))
-    rng.bit_generator.state = json.loads(str(extra["rng_state"]))
+    try:
+        rng.bit_generator.state = json.loads(rng_json)
+    except (ValueError, TypeError, KeyError) as err:
+        raise BadFileError(path, f"extra/rng_state is not a PCG64 generator state "
+                                 f"({type(err).__name__}: {err})") from None
     return RunState(config, task, rng, policy, reference, optimizer,
-                    make_kl_controller(config, float(extra["beta"])), int(extra["iteration"]))
+                    make_kl_controller(config, beta), iteration)
 
 
-def _parse_row(row: list[str]) -> dict:
-    return {name: int(v) if name == "iteration" else float(v) for name, v in zip(COLUMNS, row)}
-
-
-def _run(state: RunState, out: Path | None, callback, plot: bool, keep_rows: int = 0):
-    """Iterate until ``state.config.iterations``; write rows, checkpoints, the dashboard."""
+def _read_history(path: Path, n: int) -> list[dict]:
+    """The first ``n`` rows of metrics.csv as dicts; BadFileError naming the file and row."""
+    rows = read_rows(path)
+    if len(rows) < n:
+        raise BadFileError(path, f"has {len(rows)} rows, the checkpoint is at iteration {n}")
     history = []
+    for k, row in enumerate(rows[:n], start=1):
+        if len(row) != len(COLUMNS):
+            raise BadFileError(path, f"row {k} (line {k + 1}) has {len(row)} fields, "
+                                     f"expected {len(COLUMNS)}")
+        parsed = {}
+        for name, v in zip(COLUMNS, row):
+            try:
+                parsed[name] = int(v) if name == "iteration" else float(v)
+            except ValueError:
+                raise BadFileError(path, f"row {k} (line {k + 1}): {name} = {v!r} is not a "
+                                         "number") from None
+        if parsed["iteration"] != k:
+            raise BadFileError(path, f"row {k} (line {k + 1}) has iteration "
+                                     f"{parsed['iteration']}, expected {k}")
+        history.append(parsed)
+    return history
+
+
+def _run(state: RunState, out: Path | None, callback, plot: bool, history=None):
+    """Iterate until ``state.config.iterations``; write rows, checkpoints, the dashboard.
+
+    ``history``: the rows of the iterations already done (a resume, checked by
+    :func:`_read_history`); metrics.csv keeps them.
+    """
+    history = list(history or [])
     writer = None
     if out is not None:
-        history = [_parse_row(r) for r in read_rows(out / "metrics.csv")[:keep_rows]] \
-            if keep_rows else []
-        writer = MetricsWriter(out / "metrics.csv", keep_rows=keep_rows)
+        writer = MetricsWriter(out / "metrics.csv", keep_rows=len(history))
         (out / "config.json").write_text(
             json.dumps(json.loads(state.config.to_json()), indent=2) + "\n")
         if state.iteration == 0:
@@ -185,6 +235,8 @@ def resume(out_dir, overrides=None, callback=None, *, plot=True) -> list[dict]:
 
     ``overrides`` may change ``iterations`` (to extend a run); any other field
     must equal the checkpoint's, or :class:`RunError` lists the differences.
+    A damaged checkpoint.npz or metrics.csv is a :class:`~ppo_numpy._npz.BadFileError`
+    naming the file and what is wrong; nothing in ``out_dir`` is changed then.
     """
     out = Path(out_dir)
     state = load_state(out / "checkpoint.npz")
@@ -204,7 +256,9 @@ def resume(out_dir, overrides=None, callback=None, *, plot=True) -> list[dict]:
     state.config = asked
     if not (out / "metrics.csv").exists():
         raise RunError(f"{out}: has a checkpoint but no metrics.csv")
-    return _run(state, out, callback, plot, keep_rows=state.iteration)
+    # checked before anything is written: a refused resume leaves the run as it was
+    history = _read_history(out / "metrics.csv", state.iteration)
+    return _run(state, out, callback, plot, history)
 
 
 def beta_sweep(betas, config: PPOConfig | None = None, callback=None) -> dict:

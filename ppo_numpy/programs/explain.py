@@ -4,14 +4,19 @@
     python -m ppo_numpy explain clip --rho 1.1,1.5,0.9,0.5 --advantages 2,2,-1,-1 --exact
     python -m ppo_numpy explain rewards --logp -1,-2,-0.5 --logp-ref -1.5,-1.8,-0.6 \\
         --score 1 --beta 0.1 --exact
-    python -m ppo_numpy explain ppo --score 1 --logp-old -1,-2,-0.5 --logp-ref -1,-2,-0.5 \\
+    python -m ppo_numpy explain ppo --score 1 --logp-old -1,-2,-0.5 --logp-ref -1.5,-1.8,-0.6 \\
         --values 0.5,0.6,0.7 --beta 0.1 --rho 1.1,1.5,0.7 --exact
+
+The last command is the running example of ``docs/objective.md`` (``python -m ppo_numpy
+walkthrough`` prints it in floats).
 
 Numbers are written as integers, decimals or fractions (``0.95``, ``19/20``);
 lists are comma-separated, one number per token of the response (its length
 is T). Without ``--exact`` they are read as float64; with it, as the exact
 fraction written (``0.95`` is 19/20), and the tables print exact fractions.
-Bad input exits with status 2 and a message naming the option.
+Bad input exits with status 2 and a message naming the option. A nonzero reward
+that ``--mask`` marks as padding is ignored, as every core function ignores padding;
+``gae`` prints a warning naming it.
 """
 
 from __future__ import annotations
@@ -21,8 +26,15 @@ import re
 import sys
 from fractions import Fraction
 
+from ..explain.tables import (
+    clip_table,
+    gae_table,
+    ppo_tables,
+    ratio_clip_tables,
+    render,
+    rewards_table,
+)
 from ..kl import ESTIMATORS
-from .tables import clip_table, gae_table, ppo_tables, ratio_clip_tables, render, rewards_table
 
 PROG = "python -m ppo_numpy explain"
 
@@ -101,13 +113,24 @@ class _Parser(argparse.ArgumentParser):
         self.value_options.update(names)
         return self.add_argument(*names, **kwargs)
 
+    def add_one_of(self, title: str, *specs):
+        """Options of which exactly one must be given, under their own heading in --help.
+
+        ``specs`` are ``(name, kwargs)`` pairs; argparse's usage line shows them as
+        ``(--a A | --b B)`` and its error names them when none is given.
+        """
+        group = self.add_argument_group(title).add_mutually_exclusive_group(required=True)
+        for name, kwargs in specs:
+            self.value_options.add(name)
+            group.add_argument(name, **kwargs)
+
 
 def build_parser():
     """The ``explain`` parser and its sub-parsers by name."""
     parser = argparse.ArgumentParser(
         prog=PROG, allow_abbrev=False,
-        description="Step-by-step tables of the seed's formulas for one response, to check "
-                    "by hand. See docs/hand-calculations.md.")
+        description="Step-by-step tables of the objective's formulas (docs/objective.md) for "
+                    "one response, to check by hand. See docs/hand-calculations.md.")
     sub = parser.add_subparsers(dest="quantity", required=True, metavar="QUANTITY",
                                 parser_class=_Parser)
     specs = {
@@ -135,10 +158,12 @@ def build_parser():
     g.add_value("--lam", default="0.95", help="GAE lambda (default 0.95)")
 
     c = subs["clip"]
-    c.add_value("--rho", metavar=LIST, help="probability ratios rho_t (or --logp, --logp-old)")
-    c.add_value("--logp", metavar=LIST, help="log pi_theta of the tokens (rho = exp(logp - "
-                                             "logp_old), a float)")
-    c.add_value("--logp-old", metavar=LIST, help="log pi_theta_old of the tokens, with --logp")
+    c.add_one_of("the ratio (one of these is required)",
+                 ("--rho", dict(metavar=LIST, help="probability ratios rho_t")),
+                 ("--logp", dict(metavar=LIST, help="log pi_theta of the tokens, with "
+                                 "--logp-old (rho = exp(logp - logp_old), a float)")))
+    c.add_value("--logp-old", metavar=LIST, help="log pi_theta_old of the tokens (required "
+                                                 "with --logp)")
     c.add_value("--advantages", required=True, metavar=LIST, help="A_hat_t")
     _add_clip_options(c)
 
@@ -161,8 +186,10 @@ def build_parser():
     p.add_value("--lam", default="0.95", help="GAE lambda (default 0.95)")
     p.add_value("--estimator", choices=ESTIMATORS, default="k1",
                 help="KL estimator (default k1)")
-    p.add_value("--rho", metavar=LIST, help="rho_t after the update (or --logp)")
-    p.add_value("--logp", metavar=LIST, help="log pi_theta after the update (rho a float)")
+    p.add_one_of("the ratio after the update (one of these is required)",
+                 ("--rho", dict(metavar=LIST, help="rho_t after the update")),
+                 ("--logp", dict(metavar=LIST, help="log pi_theta after the update "
+                                 "(rho = exp(logp - logp_old), a float)")))
     p.add_value("--eps", "--epsilon", dest="eps", default="0.2", help="clip width (default 0.2)")
     return parser, subs
 
@@ -192,8 +219,27 @@ def _join_negative_values(argv: list, value_options: set) -> list:
     return out
 
 
-def _tables(args) -> list:
-    """Parse the numbers of ``args`` and build the tables; OptionError on bad values."""
+def padding_warnings(rewards: list, mask) -> list:
+    """One warning per nonzero reward that ``mask`` marks as padding (it is ignored).
+
+    >>> padding_warnings([0, 0, 1], [1, 1, 0])  # doctest: +NORMALIZE_WHITESPACE
+    ['warning: --rewards: entry 3 is 1, but --mask marks t = 3 as padding: padding is
+      ignored, so this reward is dropped (the last response token is t = 2)']
+    """
+    if mask is None or not any(mask):
+        return []
+    last = max(t for t, m in enumerate(mask, start=1) if m)
+    return [f"warning: --rewards: entry {t} is {r}, but --mask marks t = {t} as padding: "
+            f"padding is ignored, so this reward is dropped (the last response token is "
+            f"t = {last})"
+            for t, (r, m) in enumerate(zip(rewards, mask), start=1) if not m and r != 0]
+
+
+def _tables(args, warnings: list | None = None) -> list:
+    """Parse the numbers of ``args`` and build the tables; OptionError on bad values.
+
+    Warnings about the input (see :func:`padding_warnings`) are appended to ``warnings``.
+    """
     ex = args.exact
 
     def num(option):
@@ -219,12 +265,13 @@ def _tables(args) -> list:
     if args.quantity == "gae":
         rewards = lst("--rewards")
         values = lst("--values", rewards, "--rewards")
-        return [gae_table(rewards, values, num("--gamma"), num("--lam"),
-                          mask(rewards, "--rewards"))]
+        m = mask(rewards, "--rewards")
+        if warnings is not None:
+            warnings.extend(padding_warnings(rewards, m))
+        return [gae_table(rewards, values, num("--gamma"), num("--lam"), m)]
     if args.quantity == "clip":
         clip_options = {"epsilon_high": num("--eps-high"), "dual_clip": num("--dual-clip")}
-        if (args.rho is None) == (args.logp is None):
-            raise OptionError("--rho", "give either --rho or --logp (with --logp-old)")
+        # the parser has made sure that exactly one of --rho and --logp is given
         if args.rho is not None:
             if args.logp_old is not None:
                 raise OptionError("--logp-old", "goes with --logp, not with --rho")
@@ -246,8 +293,6 @@ def _tables(args) -> list:
     logp_old = lst("--logp-old")
     logp_ref = lst("--logp-ref", logp_old, "--logp-old")
     values = lst("--values", logp_old, "--logp-old")
-    if (args.rho is None) == (args.logp is None):
-        raise OptionError("--rho", "give either --rho or --logp")
     return ppo_tables(num("--score"), logp_old, logp_ref, values, num("--beta"), num("--gamma"),
                       num("--lam"), rho=lst("--rho", logp_old, "--logp-old"),
                       logp=lst("--logp", logp_old, "--logp-old"), epsilon=num("--eps"),
@@ -262,17 +307,23 @@ def _core_error_message(err: Exception) -> str:
 
 
 def render_command(argv) -> str:
-    """The output of ``explain`` for ``argv``; bad input exits (SystemExit(2), argparse style)."""
+    """The output of ``explain`` for ``argv``; bad input exits (SystemExit(2), argparse style).
+
+    Warnings about the input go to stderr.
+    """
     parser, subs = build_parser()
     value_options = set().union(*(p.value_options for p in subs.values()))
     args = parser.parse_args(_join_negative_values(list(argv), value_options))
     sub = subs[args.quantity]
+    warnings = []
     try:
-        tables = _tables(args)
+        tables = _tables(args, warnings)
     except OptionError as err:
         sub.error(str(err))
     except (ValueError, TypeError) as err:
         sub.error(_core_error_message(err))
+    for line in warnings:
+        print(line, file=sys.stderr)
     return render(tables, args.format)
 
 

@@ -1,4 +1,4 @@
-"""Gradient-check and timing report of the toy policies: ``python -m ppo_numpy.policy.report``.
+"""Gradient-check and timing report of the toy policies: ``python -m ppo_numpy gradient-report``.
 
 1. For the bigram and the MLP policy, every coordinate of every parameter tensor
    is checked against centered finite differences (float64, h = 1e-5) of
@@ -17,11 +17,11 @@ import numpy as np
 
 from ..aggregation import MODES
 from ..gradcheck import gradcheck
-from .bigram import BigramPolicy
-from .loss import ppo_loss_and_grads
-from .mlp import MLPPolicy
-from .sampling import sample
-from .vocab import BOS
+from ..policy.bigram import BigramPolicy
+from ..policy.loss import ppo_loss_and_grads
+from ..policy.mlp import MLPPolicy
+from ..policy.sampling import sample
+from ..policy.vocab import BOS
 
 EPS, EPS_HIGH, DUAL, VCLIP, TEMP = 0.2, 0.28, 1.8, 0.2, 0.8
 
@@ -96,7 +96,7 @@ def median_time(fn, repeats):
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ppo_numpy.policy.report",
+    parser = argparse.ArgumentParser(prog="python -m ppo_numpy gradient-report",
                                      description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=50, help="timing repeats (median)")
     parser.add_argument("--skip-gradcheck", action="store_true")

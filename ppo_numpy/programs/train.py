@@ -2,7 +2,8 @@
 
 Every field of :class:`~ppo_numpy.training.config.PPOConfig` is an option
 (``--help`` lists them with their symbol and default). Exit status: 0 done,
-2 bad arguments or refused output directory, 130 interrupted (the checkpoint
+2 bad arguments, refused output directory or a damaged file to resume from
+(one line ``...: error: <file>: <what>``), 130 interrupted (the checkpoint
 of the last finished iteration is kept; ``--resume DIR`` continues).
 """
 
@@ -14,9 +15,10 @@ import sys
 import time
 from pathlib import Path
 
-from .config import TASK_DEFAULTS, PPOConfig, config_for_task, field_kind
-from .run import RunError, resume, train
-from .tasks import TASKS, make_task
+from .._npz import BadFileError
+from ..training.config import TASK_DEFAULTS, PPOConfig, config_for_task, field_kind
+from ..training.run import RunError, resume, train
+from ..training.tasks import TASKS, make_task
 
 
 def _parse_optional(kind):
@@ -122,7 +124,7 @@ def main(argv=None) -> int:
                   f"({config.warmup_steps} steps)")
             history = train(config, out, callback=_progress(args.quiet),
                                    force=args.force, plot=not args.no_plot)
-    except RunError as err:
+    except (RunError, BadFileError) as err:
         return fail(str(err))
     except KeyboardInterrupt:
         if (out / "checkpoint.npz").exists():

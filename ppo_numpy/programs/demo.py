@@ -6,21 +6,23 @@ warms up a reference on the ``length`` task's prior (responses of a random
 length), runs PPO with the default :class:`~ppo_numpy.training.PPOConfig`,
 prints a progress line every few iterations, a few responses before and
 after, and where the outputs (metrics.csv, checkpoint, dashboard.png) are.
-``python -m ppo_numpy walkthrough`` prints the seed's running example instead.
+``python -m ppo_numpy walkthrough`` prints the running example of docs/objective.md instead.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-from .policy.sampling import sample
-from .policy.vocab import Vocab
-from .training import PPOConfig, make_task, train
-from .training.run import RunError, load_state
+from .._npz import BadFileError
+from ..policy.sampling import sample
+from ..policy.vocab import Vocab
+from ..training import PPOConfig, make_task, train
+from ..training.run import RunError, load_state
 
 DEFAULT_OUT = Path("runs") / "demo"
 
@@ -52,7 +54,7 @@ def main(argv=None) -> int:
         description="Train the default task by PPO (the main job); print where the dashboard is.")
     parser.add_argument("--out", metavar="DIR", help=f"output directory (default: "
                         f"{DEFAULT_OUT}, or {DEFAULT_OUT}-2, ... if it already holds a run)")
-    parser.add_argument("--seed", type=int, default=0, help="seed (default 0)")
+    parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     args = parser.parse_args(argv)
     try:
         config = PPOConfig(seed=args.seed)
@@ -82,10 +84,10 @@ def main(argv=None) -> int:
 
     try:
         history = train(config, out, callback=progress)
-    except RunError as err:
-        print(f"python -m ppo_numpy demo: error: {err}")
+        state = load_state(out / "checkpoint.npz")
+    except (RunError, BadFileError) as err:
+        print(f"python -m ppo_numpy demo: error: {err}", file=sys.stderr)
         return 2
-    state = load_state(out / "checkpoint.npz")
     print()
     show_responses("the reference pi_ref (after the warm-up):", state.reference, task)
     show_responses("the trained policy:", state.policy, task)

@@ -4,6 +4,8 @@
     python -m ppo_numpy oracle export DIR --preset NAME [--seed S] [--cases NAME ...]
     python -m ppo_numpy oracle verify DIR
 
+``verify`` exits 0 verified, 1 not verified, 2 when DIR is missing or a file in
+it is damaged (one line ``oracle verify: error: <file>: <what>`` on stderr).
 See ``docs/oracle.md`` for the file format and how to check your own code.
 """
 
@@ -13,11 +15,12 @@ import argparse
 import json
 import sys
 
-from .cases import EDGE_CASES, N_RANDOM, generate_cases
+from ..oracle.cases import EDGE_CASES, N_RANDOM, generate_cases
+from ..oracle.group_cases import cases_for, generate_group_cases
 
 
 def _presets():
-    from .presets import DEFAULT_PRESET, PRESETS
+    from ..oracle.presets import DEFAULT_PRESET, PRESETS
 
     return PRESETS, DEFAULT_PRESET
 
@@ -35,11 +38,14 @@ def cmd_list(args) -> int:
     for case in generate_cases(args.seed, list(EDGE_CASES)):
         params = ", ".join(f"{k}={v:g}" for k, v in case["params"].items())
         print(f"  {case['name']:<22} {case['description']}" + (f" [{params}]" if params else ""))
+    print("\ncases of the critic-free presets (trl-grpo, verl-grpo, openrlhf-grpo):")
+    for case in generate_group_cases(args.seed):
+        print(f"  {case['name']:<22} {case['description']}")
     return 0
 
 
 def cmd_export(args) -> int:
-    from .golden import export
+    from ..oracle.golden import export
 
     presets, default = _presets()
     name = args.preset or default
@@ -48,7 +54,7 @@ def cmd_export(args) -> int:
               f"{', '.join(presets)}", file=sys.stderr)
         return 2
     try:
-        cases = generate_cases(args.seed, args.cases)
+        cases = cases_for(presets[name], args.seed, args.cases)
     except ValueError as err:
         print(f"oracle export: {err}", file=sys.stderr)
         return 2
@@ -63,15 +69,16 @@ def cmd_export(args) -> int:
 
 
 def cmd_verify(args) -> int:
-    from .golden import bit_identical, verify
+    from ..oracle.golden import bit_identical, verify
 
     try:
         report, problems = verify(args.directory, args.preset)
-    except (FileNotFoundError, ValueError, KeyError) as err:
-        print(f"oracle verify: {err}", file=sys.stderr)
+        same, total = bit_identical(args.directory, args.preset)
+    except (FileNotFoundError, ValueError) as err:
+        # a missing or damaged file (BadFileError: "<file>: <what>"), an unknown --preset
+        print(f"oracle verify: error: {err}", file=sys.stderr)
         return 2
     print(report)
-    same, total = bit_identical(args.directory, args.preset)
     print(f"bit-identical: {same} of {total} stored outputs")
     for p in problems:
         print(f"PROBLEM: {p}")

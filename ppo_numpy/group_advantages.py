@@ -1,0 +1,593 @@
+"""Group baselines: advantages from a group of responses to the same prompt (issue 13).
+
+The critic-free members of the PPO family replace the value head V(s_t) by a
+baseline computed from other responses. Each prompt is answered several times;
+the responses to one prompt form a *group* (``groups`` holds one integer prompt
+id per row: rows with equal ids are one group, in any order). With s_i the
+score of response i, g(i) its group, n_g the group's size and mean_g its mean:
+
+    GRPO          A_i = (s_i - mean_g(i)) / (std_g(i) + eps)       (B,)
+    Dr. GRPO      A_i =  s_i - mean_g(i)                            (B,)
+    RLOO          A_i =  s_i - (sum_g(i) - s_i) / (n_g(i) - 1)      (B,)
+    REINFORCE++   A_t = whiten(G_t)                                 (B, T)
+    RF++-baseline A_t = whiten(s_i - mean_g(i) + G_t)               (B, T)
+    ReMax         A_t = G_t - b_i                                   (B, T)
+
+with G_t = sum_{l >= 0} gamma^l r~_{t+l} the return-to-go of the per-token
+(KL-shaped) rewards over the response tokens (padding between response tokens
+is skipped, as in :func:`ppo_numpy.gae`), ``whiten`` the batch whitening of
+:func:`ppo_numpy.whiten`, and b_i the score of a greedy response to the same
+prompt. Sequence-level advantages are broadcast over a response's tokens by the
+loss; token-level outputs are exactly 0 at padding.
+
+What each framework does (a group of one, equal scores, eps, ddof, dtype) is in
+each docstring and in ``docs/conventions.md`` (section "Group baselines").
+Sources, read for issue 13: verl ``verl/trainer/ppo/core_algos.py`` at
+012be9d9, TRL ``trl/trainer/grpo_trainer.py`` at d2b69d76 and the string
+``scale_rewards`` of TRL PR #3935 (fe44806), TRL ``trl/trainer/rloo_trainer.py``
+at 13b4eb95, OpenRLHF ``openrlhf/trainer/ppo_utils/experience_maker.py`` at
+89308a0b. The issue names verl b178a3c, TRL f2cd577 and OpenRLHF 3c3be62; those
+commits were not available, so the versions above are the ones read.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import numpy as np
+
+from ._validation import (
+    as_array,
+    check_scalar,
+    finite_entries,
+    is_exact,
+    prepare,
+    scalar_for,
+    where_valid,
+)
+from .whitening import whiten
+
+SCALES = ("group", "batch", "none")
+SINGLETONS = ("error", "zero", "raw")
+
+
+# --- checks at the edge ---------------------------------------------------------------------
+
+
+def _check_choice(value, name, choices):
+    if not isinstance(value, str) or value not in choices:
+        raise ValueError(f"{name}: expected one of {', '.join(map(repr, choices))}, "
+                         f"got {value!r}")
+
+
+def _check_scores(scores, name, *, exact=None):
+    """``scores`` as a new (B,) float64 (or exact) array, every entry finite."""
+    s = as_array(scores, name, exact=exact)
+    if s.ndim != 1 or s.shape[0] == 0:
+        raise ValueError(f"{name}: expected shape (B,) with B >= 1 (one score per response), "
+                         f"got shape {s.shape}")
+    ok = finite_entries(s)
+    if not np.all(ok):
+        i = int(np.argwhere(~ok)[0][0])
+        raise ValueError(f"{name}: non-finite value {s[i]} at row {i} "
+                         "(every response needs a finite score)")
+    return s
+
+
+def _check_groups(groups, B):
+    """Integer prompt ids (B,) -> (index of each row's group (B,), group sizes (G,), ids (G,))."""
+    if isinstance(groups, np.ndarray):
+        g = groups
+    else:
+        try:
+            g = np.asarray(groups)
+        except ValueError as err:  # ragged lists
+            raise ValueError(f"groups: not a rectangular array ({err})") from None
+    if g.dtype.kind not in "iu":
+        what = "bool" if g.dtype.kind == "b" else str(g.dtype)
+        raise TypeError(f"groups: expected integer prompt ids (one per response), got {what} "
+                        "values; map prompts to integers first")
+    if g.shape != (B,):
+        raise ValueError(f"groups: expected shape ({B},), one prompt id per score, got shape "
+                         f"{g.shape}")
+    ids, inverse, counts = np.unique(g, return_inverse=True, return_counts=True)
+    return inverse.reshape(B), counts, ids
+
+
+def _singletons(counts, inverse, ids, singleton, fix):
+    """Rows whose group has one response (bool (B,)); raises for ``singleton="error"``."""
+    single = counts[inverse] == 1
+    if singleton == "error" and np.any(single):
+        i = int(np.argmax(single))
+        raise ValueError(
+            f"groups: prompt id {ids[inverse[i]]} has a single response (row {i}); a group "
+            f"baseline needs >= 2 responses per prompt. {fix}")
+    return single
+
+
+# --- kernels (checked inputs) ---------------------------------------------------------------
+
+
+def _group_sums(x, inverse, n_groups):
+    """sum_{j in g} x_j for each group g, (G,), in the arithmetic of ``x``."""
+    if x.dtype == object:
+        sums = np.array([Fraction(0)] * n_groups, dtype=object)
+    else:
+        sums = np.zeros(n_groups, dtype=x.dtype)
+    np.add.at(sums, inverse, x)
+    return sums
+
+
+def _clip_bounds(clip):
+    """(low, high) from ``c`` (meaning [-c, c]) or a (low, high) pair."""
+    if isinstance(clip, (tuple, list)):
+        if len(clip) != 2:
+            raise ValueError(f"score_clip: expected a number or (low, high), got {clip!r}")
+        low = check_scalar(clip[0], "score_clip low", allow_exact=False)
+        high = check_scalar(clip[1], "score_clip high", allow_exact=False)
+        if low > high:
+            raise ValueError(f"score_clip: low {low} > high {high}")
+        return low, high
+    c = check_scalar(clip, "score_clip", low=0, low_open=True, allow_exact=False)
+    return -c, c
+
+
+def _flat_groups(s, inverse, n_groups):
+    """Rows whose group's scores are all equal (bool (B,)).
+
+    Why: the float mean of equal scores can miss them by one rounding (three times
+    0.1 sums to 0.30000000000000004), and that 1e-17, divided by a std of ~1e-17
+    plus eps = 1e-6, is not 0. Such rows get an advantage of exactly 0.
+    """
+    if s.dtype == object:  # exact: s - mean is already 0
+        return np.zeros(s.shape, dtype=bool)
+    lo = np.full(n_groups, np.inf, dtype=s.dtype)
+    hi = np.full(n_groups, -np.inf, dtype=s.dtype)
+    np.minimum.at(lo, inverse, s)
+    np.maximum.at(hi, inverse, s)
+    return (lo == hi)[inverse]
+
+
+def _returns_to_go(r, mask, gamma):
+    """G_t = r_t + gamma G_{t+1} over the response tokens of each row; 0 at padding."""
+    G = r * 0
+    last = r[..., 0] * 0  # G after the last response token is 0
+    for t in reversed(range(r.shape[-1])):
+        # G_t = r~_t + gamma G_{t+1}   (padding carries G_{t+1} through)
+        last = np.where(mask[..., t], r[..., t] + gamma * last, last)
+        G[..., t] = last
+    return where_valid(mask, G)
+
+
+def _token_inputs(arrays, mask, scores_like, exact=None):
+    """``prepare`` for (B, T) token arrays, with a (B,) score array of the same B."""
+    out, m = prepare(arrays, mask, ranks=(2,), exact=exact)
+    B = out[0].shape[0]
+    name, s = scores_like
+    if s.shape != (B,):
+        first = next(iter(arrays))
+        raise ValueError(f"{name}: expected shape ({B},), one score per row of {first} "
+                         f"(shape {out[0].shape}), got shape {s.shape}")
+    return out, m
+
+
+# --- public functions -----------------------------------------------------------------------
+
+
+def returns_to_go(rewards, mask=None, gamma=1.0):
+    """Discounted returns-to-go G_t = sum_{l >= 0} gamma^l r~_{t+l} of per-token rewards.
+
+    The sum runs over the response tokens of the row from t on (padding between
+    response tokens is skipped, as in :func:`ppo_numpy.gae`). Equal to
+    :func:`ppo_numpy.gae` with values 0 and lambda 1.
+
+    Parameters
+    ----------
+    rewards : array (T,) or (B, T)
+        Per-token rewards r~_t (e.g. :func:`ppo_numpy.kl_shaped_rewards`).
+    mask : array of 0/1, optional
+        1 for response tokens; the output is exactly 0 at padding.
+    gamma : float in [0, 1]
+        Discount factor. Default 1.0.
+
+    Returns
+    -------
+    float64 array (exact Fractions for Fraction input), same shape.
+
+    Examples
+    --------
+    The running example's rewards [0, 0, 1]: G = [1, 1, 1] with gamma 1, [0.81, 0.9, 1]
+    with gamma 0.9:
+
+    >>> [float(g) for g in returns_to_go([0, 0, 1])]
+    [1.0, 1.0, 1.0]
+    >>> [round(float(g), 12) for g in returns_to_go([0, 0, 1], gamma=0.9)]
+    [0.81, 0.9, 1.0]
+    """
+    gamma = check_scalar(gamma, "gamma", low=0, high=1)
+    (r,), m = prepare({"rewards": rewards}, mask)
+    return _returns_to_go(r, m, scalar_for(gamma, r))
+
+
+def grpo_advantages(scores, groups, *, scale="group", eps=1e-6, ddof=1, singleton="error",
+                    dtype=np.float64):
+    """GRPO advantages: each score minus its group's mean, divided by a standard deviation.
+
+        scale="group":  A_i = (s_i - mean_g(i)) / (std_g(i) + eps)
+        scale="batch":  A_i = (s_i - mean_g(i)) / (std(s) + eps)
+        scale="none":   A_i =  s_i - mean_g(i)                    (Dr. GRPO)
+
+    std_g is the standard deviation of the group's scores with divisor n_g - ddof;
+    std(s) that of all B scores around their batch mean (not of the centred
+    scores). eps is added to the standard deviation, outside the square root, in
+    all three frameworks.
+
+    Parameters
+    ----------
+    scores : array (B,)
+        One score per response (verl: ``token_level_rewards.sum(-1)``, the score
+        itself unless ``algorithm.use_kl_in_reward``; TRL: the weighted sum of the
+        reward functions; OpenRLHF: the reward).
+    groups : array of int (B,)
+        Prompt id of each response; rows with equal ids are one group, in any order
+        (verl groups by ``uid``; TRL and OpenRLHF by blocks of ``num_generations`` /
+        ``n_samples_per_prompt`` consecutive rows: pass ``np.arange(B) // n``).
+    scale : {"group", "batch", "none"}
+        What to divide by. Default ``"group"``.
+    eps : float >= 0
+        Added to the standard deviation. Default 1e-6 (verl). TRL: 1e-4; OpenRLHF
+        ``group_norm``: 1e-9.
+    ddof : {1, 0}
+        Divisor n - ddof of the variances. Default 1 (``torch.std``, all three).
+    singleton : {"error", "zero", "raw"}
+        A group with one response. ``"error"`` (default): ValueError. ``"zero"``: its
+        advantage is 0 (its own mean is its baseline; TRL, and OpenRLHF ``dr_grpo``).
+        ``"raw"``: its mean is taken as 0 and its std as 1, so A = s / (1 + eps),
+        or s with ``scale="none"`` (verl). OpenRLHF ``group_norm`` and TRL before
+        the string ``scale_rewards`` give NaN (``torch.std`` of one value).
+    dtype : {numpy.float64, numpy.float32}
+        Arithmetic precision. Default float64. float32: scores are rounded to
+        float32 and every step is float32 (TRL's reward tensor, verl's
+        ``token_level_rewards``); agreement with them is then to float32 rounding
+        (the order of the sums differs), and the result is returned as float64.
+
+    Returns
+    -------
+    float64 array (B,). ``scale="none"`` stays exact for Fraction input.
+
+    Notes
+    -----
+    A group whose scores are all equal has std 0: every framework gives it
+    advantage 0 (0 / eps). With ``eps=0`` that is 0 / 0 and raises here.
+
+    Framework options: TRL ``GRPOConfig.scale_rewards`` = "group" (default) /
+    "batch" / "none" (before PR #3935 a bool: True = "group", False = "none"),
+    eps 1e-4, groups of ``num_generations`` consecutive rows (``GRPOTrainer.
+    _generate_and_score_completions``); verl ``algorithm.adv_estimator=grpo``,
+    ``algorithm.norm_adv_by_std_in_grpo`` True = "group", False = "none", eps 1e-6
+    (``compute_grpo_outcome_advantage``); OpenRLHF ``--advantage_estimator
+    group_norm`` = "group" with eps 1e-9, ``dr_grpo`` = "none"
+    (``compute_advantages_and_returns``).
+
+    Examples
+    --------
+    scores [1, 0, 0, 1], groups [0, 0, 1, 1]: each group has mean 1/2 and (ddof 1)
+    std sqrt((1/4 + 1/4) / 1) = 0.7071...; with eps 0, A = +-0.5 / 0.7071 = +-0.7071:
+
+    >>> [round(float(a), 6) for a in grpo_advantages([1, 0, 0, 1], [0, 0, 1, 1], eps=0)]
+    [0.707107, -0.707107, -0.707107, 0.707107]
+    >>> [float(a) for a in grpo_advantages([1, 0, 0, 1], [0, 0, 1, 1], scale="none")]
+    [0.5, -0.5, -0.5, 0.5]
+
+    Groups may be interleaved; a group of equal scores gets 0:
+
+    >>> [float(a) for a in grpo_advantages([1, 3, 0, 3], [0, 1, 0, 1], scale="none")]
+    [0.5, 0.0, -0.5, 0.0]
+    """
+    _check_choice(scale, "scale", SCALES)
+    _check_choice(singleton, "singleton", SINGLETONS)
+    eps = check_scalar(eps, "eps", low=0, allow_exact=False)
+    if isinstance(ddof, bool) or ddof not in (0, 1):
+        raise ValueError(f"ddof: must be 0 or 1, got {ddof!r}")
+    try:
+        dt = np.dtype(dtype)
+    except TypeError:
+        dt = None
+    if dt not in (np.dtype(np.float64), np.dtype(np.float32)):
+        raise ValueError(f"dtype: expected numpy.float64 or numpy.float32, got {dtype!r}")
+    s = _check_scores(scores, "scores", exact=None if scale == "none" else False)
+    if s.dtype != object:
+        s = s.astype(dt)
+    inverse, counts, ids = _check_groups(groups, s.shape[0])
+    single = _singletons(counts, inverse, ids, singleton,
+                         "Pass singleton='zero' (TRL) or 'raw' (verl).")
+    zero = s.dtype.type(0) if s.dtype != object else Fraction(0)
+    n = counts if s.dtype == object else counts.astype(s.dtype)
+    mean = (_group_sums(s, inverse, len(counts)) / n)[inverse]
+    if singleton == "raw":
+        # verl: a group of one has mean 0 (and std 1)
+        mean = np.where(single, zero, mean)
+    # s_i - mean_g(i), exactly 0 in a group of equal scores
+    centred = np.where(_flat_groups(s, inverse, len(counts)) & ~single, zero, s - mean)
+    if singleton == "zero":
+        centred = np.where(single, zero, centred)
+    if scale == "none":
+        return centred if s.dtype == object else centred.astype(np.float64)
+    one, eps = s.dtype.type(1), s.dtype.type(eps)
+    if scale == "group":
+        sq = _group_sums(centred * centred, inverse, len(counts))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            std = np.sqrt(sq / (n - ddof))[inverse]
+        # a group of one: std undefined with ddof 1; "raw" takes it as 1 ("zero" has A = 0)
+        std = np.where(single, one, std)
+        flat = std == 0
+        where = "the group of prompt id {} has equal scores"
+    else:
+        B = s.shape[0]
+        if B - ddof < 1:
+            raise ValueError(f"scores: scale='batch' needs at least {ddof + 1} scores for a "
+                             f"standard deviation with ddof={ddof}, got {B}")
+        dev = s - s.sum(dtype=s.dtype) / s.dtype.type(B)
+        std = np.full(B, np.sqrt((dev * dev).sum(dtype=s.dtype) / s.dtype.type(B - ddof)))
+        flat = std == 0
+        where = "every score of the batch is the same (row 0: prompt id {})"
+    if eps == 0 and np.any(flat):
+        i = int(np.argmax(flat))
+        raise ValueError(f"scores: {where.format(ids[inverse[i]])} (std 0) and eps is 0, so "
+                         "the advantage is 0 / 0; pass eps > 0")
+    # (s_i - mean_g(i)) / (std + eps)
+    return (centred / (std + eps)).astype(np.float64)
+
+
+def rloo_advantages(scores, groups, *, singleton="error"):
+    """RLOO advantages: each score minus the mean of the *other* responses of its group.
+
+        A_i = s_i - (sum_{j in g(i), j != i} s_j) / (n_g(i) - 1)
+            = n / (n - 1) * (s_i - mean_g(i))
+
+    Parameters
+    ----------
+    scores : array (B,)
+        One score per response. TRL's ``RLOOTrainer`` (legacy) leaves one out of
+        ``score - kl_coef * sum_t KL_t`` (the KL enters the score first); verl's
+        ``rloo`` of ``token_level_rewards.sum(-1)``; OpenRLHF's ``rloo`` of the
+        reward, its KL then added per token.
+    groups : array of int (B,)
+        Prompt id of each response, any order (verl by ``uid``; OpenRLHF blocks of
+        ``n_samples_per_prompt`` rows; TRL legacy stacks ``rloo_k`` copies of the
+        prompt batch, so row j * P + p answers prompt p: pass ``np.arange(B) % P``).
+    singleton : {"error", "zero", "raw"}
+        A group with one response has no other response. ``"error"`` (default):
+        ValueError. ``"zero"``: advantage 0. ``"raw"``: the score itself (verl:
+        mean 0, no leave-one-out rescaling). OpenRLHF and TRL divide by
+        n - 1 = 0 and give NaN.
+
+    Returns
+    -------
+    float64 array (B,); exact Fractions for Fraction input.
+
+    Notes
+    -----
+    Framework options: verl ``algorithm.adv_estimator=rloo``
+    (``compute_rloo_outcome_advantage``); OpenRLHF ``--advantage_estimator rloo``
+    (``compute_advantages_and_returns``); TRL ``RLOOTrainer``, ``RLOOConfig.rloo_k``,
+    optional ``normalize_advantage`` (whitening with std + 1e-8 afterwards).
+
+    Examples
+    --------
+    scores [1, 0, 0, 1], groups [0, 0, 1, 1]: the other response of each pair is the
+    baseline, A = [1 - 0, 0 - 1, 0 - 1, 1 - 0]:
+
+    >>> [float(a) for a in rloo_advantages([1, 0, 0, 1], [0, 0, 1, 1])]
+    [1.0, -1.0, -1.0, 1.0]
+
+    A group of three, [3, 0, 0]: baselines (0 + 0) / 2, (3 + 0) / 2, (3 + 0) / 2:
+
+    >>> [float(a) for a in rloo_advantages([3, 0, 0], [7, 7, 7])]
+    [3.0, -1.5, -1.5]
+    """
+    _check_choice(singleton, "singleton", SINGLETONS)
+    s = _check_scores(scores, "scores")
+    inverse, counts, ids = _check_groups(groups, s.shape[0])
+    single = _singletons(counts, inverse, ids, singleton,
+                         "Pass singleton='zero' or 'raw' (verl: the score itself).")
+    sums = _group_sums(s, inverse, len(counts))[inverse]
+    # n - 1 others; a group of one gets 1 here and is replaced below
+    others = np.maximum(counts - 1, 1)[inverse]
+    if s.dtype == object:
+        others = np.array([Fraction(int(k)) for k in others], dtype=object)
+    # A_i = s_i - (sum_g - s_i) / (n_g - 1), exactly 0 in a group of equal scores
+    A = np.where(_flat_groups(s, inverse, len(counts)), s * 0, s - (sums - s) / others)
+    if np.any(single):
+        A = np.where(single, s if singleton == "raw" else s * 0, A)
+    return A
+
+
+def reinforce_plus_plus_advantages(rewards, mask, gamma=1.0, *, ddof=1, eps=1e-8,
+                                   eps_mode="add"):
+    """REINFORCE++ advantages: returns-to-go of the token rewards, whitened over the batch.
+
+        G_t = sum_{l >= 0} gamma^l r~_{t+l},    A_t = (G_t - mean(G)) / sqrt(var(G) + eps)
+
+    mean and var over every response token of the batch (:func:`ppo_numpy.whiten`).
+    No baseline besides the whitening's mean; the KL penalty is inside r~_t.
+
+    Parameters
+    ----------
+    rewards : array (T,) or (B, T)
+        Per-token KL-shaped rewards r~_t (score at the last token).
+    mask : array of 0/1, or None
+        1 for response tokens (None: all). The output is exactly 0 at padding.
+    gamma : float in [0, 1]
+        Discount factor. Default 1.0 (verl ``algorithm.gamma``, OpenRLHF ``--gamma``).
+    ddof : {1, 0}
+        Variance divisor n - ddof. Default 1 (verl ``masked_whiten``); OpenRLHF 0.
+    eps : float >= 0
+        Default 1e-8 (both).
+    eps_mode : {"add", "floor"}
+        ``"add"`` (default, verl): divide by sqrt(var + eps). ``"floor"`` (OpenRLHF):
+        by sqrt(max(var, eps)).
+
+    Returns
+    -------
+    float64 array, same shape; exactly 0 at padding.
+
+    Notes
+    -----
+    verl ``algorithm.adv_estimator=reinforce_plus_plus``
+    (``compute_reinforce_plus_plus_outcome_advantage``): ``ddof=1, eps=1e-8,
+    eps_mode="add"``. OpenRLHF ``--advantage_estimator reinforce``
+    (``get_cumulative_returns`` then the normalisation in
+    ``compute_advantages_and_returns``): ``ddof=0, eps=1e-8, eps_mode="floor"``;
+    ``--no_advantage_std_norm`` only subtracts the mean. The three agree for masks
+    without holes. At a hole verl restarts the sum (tokens before it do not see
+    rewards after it) and OpenRLHF counts it as a step of reward 0 (an extra factor
+    gamma); here holes are skipped (``docs/conventions.md`` section 12).
+
+    Examples
+    --------
+    Two responses, rewards [0, 1] and [0, 0, -1], gamma 1: G = [1, 1 | -1, -1, -1],
+    mean -1/5, deviations [6/5, 6/5, -4/5, -4/5, -4/5], squared sum 24/5; with ddof 0
+    var = 24/25, std = 0.9798 (eps 0 for round numbers):
+
+    >>> A = reinforce_plus_plus_advantages([[0, 1, 0], [0, 0, -1]], [[1, 1, 0], [1, 1, 1]],
+    ...                                    ddof=0, eps=0)
+    >>> [[round(float(a), 6) for a in row] for row in A]
+    [[1.224745, 1.224745, 0.0], [-0.816497, -0.816497, -0.816497]]
+    """
+    gamma = check_scalar(gamma, "gamma", low=0, high=1)
+    (r,), m = prepare({"rewards": rewards}, mask)
+    G = _returns_to_go(r, m, scalar_for(gamma, r))
+    return whiten(G, m, ddof=ddof, eps=eps, eps_mode=eps_mode)
+
+
+def reinforce_plus_plus_baseline_advantages(scores, groups, mask, *, token_rewards=None,
+                                            singleton="error", ddof=1, eps=1e-8,
+                                            eps_mode="add", score_clip=None):
+    """REINFORCE++-baseline: score minus group mean, on every response token, whitened.
+
+        c_i = s_i - mean_g(i),    A_t = whiten(c_i + G_t(token_rewards))
+
+    G_t is the undiscounted return-to-go of ``token_rewards`` (0 when None);
+    whitening over every response token of the batch (:func:`ppo_numpy.whiten`).
+
+    Parameters
+    ----------
+    scores : array (B,)
+        One score per response.
+    groups : array of int (B,)
+        Prompt id of each response, any order.
+    mask : array of 0/1 (B, T)
+        1 for response tokens. A row without response tokens still counts in its
+        group's mean (as in verl) and is 0 everywhere.
+    token_rewards : array (B, T), optional
+        Per-token rewards *without* the score, e.g. -beta KL_t; their returns-to-go
+        are added to c_i (OpenRLHF). None (default): c_i alone (verl).
+    singleton : {"error", "zero", "raw"}
+        A group of one: ``"error"`` (default), ``"zero"`` (c = 0: its own mean;
+        OpenRLHF) or ``"raw"`` (c = s: mean 0; verl).
+    ddof, eps, eps_mode :
+        The whitening, as in :func:`reinforce_plus_plus_advantages`. Default verl's
+        ``ddof=1, eps=1e-8, eps_mode="add"``; OpenRLHF ``ddof=0, eps_mode="floor"``.
+    score_clip : float > 0 or (low, high), optional
+        Clip c_i to ``[-score_clip, score_clip]`` or ``[low, high]`` (OpenRLHF's
+        ``--reward_clip_range``, default (-10, 10)). None (default): no clip (verl).
+
+    Returns
+    -------
+    float64 array (B, T); exactly 0 at padding.
+
+    Notes
+    -----
+    verl ``algorithm.adv_estimator=reinforce_plus_plus_baseline``
+    (``compute_reinforce_plus_plus_baseline_outcome_advantage``): the score is
+    ``token_level_rewards.sum(-1)``, so with ``algorithm.use_kl_in_reward`` the
+    *whole-response* KL penalty is in s_i and the same c_i is on every token: pass
+    ``scores = rewards.sum(-1)`` and no ``token_rewards``. OpenRLHF
+    ``--advantage_estimator reinforce_baseline`` (``compute_advantages_and_returns``):
+    c_i is clipped to ``--reward_clip_range`` (-10, 10) and put at the last token,
+    the per-token KL added, returns-to-go taken with gamma 1 and whitened:
+    ``token_rewards=-beta * KL, score_clip=(-10, 10), ddof=0, eps_mode="floor"``.
+
+    Examples
+    --------
+    scores [1, 0, 0, 1], groups [0, 0, 1, 1], two tokens each: c = [1/2, -1/2, -1/2, 1/2]
+    on 8 tokens, mean 0, every squared deviation 1/4; ddof 1: var = 2/7, A = c / 0.5345:
+
+    >>> A = reinforce_plus_plus_baseline_advantages([1, 0, 0, 1], [0, 0, 1, 1],
+    ...                                             np.ones((4, 2)), eps=0)
+    >>> [round(float(a), 6) for a in A[:, 0]]
+    [0.935414, -0.935414, -0.935414, 0.935414]
+    """
+    _check_choice(singleton, "singleton", SINGLETONS)
+    s = _check_scores(scores, "scores", exact=False)
+    inverse, counts, ids = _check_groups(groups, s.shape[0])
+    if mask is None:
+        raise ValueError("mask: required, (B, T) with 1 for the response tokens the advantage "
+                         "covers")
+    if token_rewards is None:
+        # no token rewards: G = 0; the zeros have the mask's shape (checked as "mask")
+        (G,), m = _token_inputs({"mask": as_array(mask, "mask") * 0}, mask, ("scores", s))
+    else:
+        (r,), m = _token_inputs({"token_rewards": token_rewards}, mask, ("scores", s),
+                                exact=False)
+        G = _returns_to_go(r, m, 1.0)
+    single = _singletons(counts, inverse, ids, singleton,
+                         "Pass singleton='zero' (OpenRLHF) or 'raw' (verl).")
+    mean = (_group_sums(s, inverse, len(counts)) / counts)[inverse]
+    # c_i = s_i - mean_g(i); a group of one: 0 ("zero") or the score ("raw", verl)
+    c = np.where(_flat_groups(s, inverse, len(counts)), 0.0, s - mean)
+    c = np.where(single, 0.0 if singleton == "zero" else s, c)
+    if score_clip is not None:
+        c = np.clip(c, *_clip_bounds(score_clip))
+    return whiten(where_valid(m, c[:, None] + G), m, ddof=ddof, eps=eps, eps_mode=eps_mode)
+
+
+def remax_advantages(rewards, baseline_scores, mask, *, gamma=1.0):
+    """ReMax advantages: returns-to-go of the token rewards minus a greedy response's score.
+
+        A_t = G_t - b_i,    G_t = sum_{l >= 0} gamma^l r~_{t+l}
+
+    b_i is the score of the greedy (argmax-decoded) response to the prompt of
+    response i, on every response token. No whitening.
+
+    Parameters
+    ----------
+    rewards : array (B, T)
+        Per-token KL-shaped rewards r~_t of the sampled responses.
+    baseline_scores : array (B,)
+        b_i, the greedy response's score (repeated for each sample of a prompt).
+    mask : array of 0/1 (B, T), or None
+        1 for response tokens; the output is exactly 0 at padding.
+    gamma : float in [0, 1]
+        Discount. Default 1.0: verl's ``remax`` does not discount.
+
+    Returns
+    -------
+    float64 array (B, T) (exact Fractions for Fraction input); 0 at padding.
+
+    Notes
+    -----
+    verl ``algorithm.adv_estimator=remax`` (``compute_remax_outcome_advantage``;
+    the baseline is the reward function's score of a ``do_sample=False``
+    generation, summed over its tokens, in ``RayPPOTrainer.fit``): the KL
+    penalty (``use_kl_in_reward``) is in r~_t, not in b_i. verl's output at
+    padding is the return-to-go there (nonzero before a left-padded response);
+    here it is 0.
+
+    Examples
+    --------
+    rewards [[0, 1], [0, 0]], greedy scores [0.5, 0.5]: G = [[1, 1], [0, 0]],
+    A = [[0.5, 0.5], [-0.5, -0.5]]:
+
+    >>> A = remax_advantages([[0, 1], [0, 0]], [0.5, 0.5], None)
+    >>> [[float(a) for a in row] for row in A]
+    [[0.5, 0.5], [-0.5, -0.5]]
+    """
+    gamma = check_scalar(gamma, "gamma", low=0, high=1)
+    exact = is_exact(rewards) or is_exact(baseline_scores)
+    b = _check_scores(baseline_scores, "baseline_scores", exact=exact)
+    (r,), m = _token_inputs({"rewards": rewards}, mask, ("baseline_scores", b), exact=exact)
+    G = _returns_to_go(r, m, scalar_for(gamma, r))
+    # A_t = G_t - b_i on the response tokens
+    return where_valid(m, G - b[:, None])

@@ -1,0 +1,323 @@
+"""What every preset shares: the :class:`Preset` type, reading a case into a checked
+:class:`~ppo_numpy.rollout.Rollout`, checking the parameters once, and the small
+compositions of core kernels that several pipelines use.
+
+Inside a pipeline nothing is checked again: the case was checked when it was read
+and the parameters when the preset was called; each function here zeroes its
+inputs outside the mask it is given (a framework may read a position past the
+response, e.g. TRL's slot after the last token) and calls the core kernels.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..._validation import as_array, as_mask, check_scalar, where_valid
+from ...aggregation import aggregate_kernel, aggregation_weights, mode_norm
+from ...gae import gae_kernel
+from ...kl import _score_bounds, kl_estimate_kernel, kl_shaped_rewards_kernel
+from ...loss_options import PolicyLossOptions
+from ...objective import policy_loss_kernel
+from ...ratio import log_ratio
+from ...rollout import Rollout
+from ...value_loss import ValueLoss, check_value_clip
+from ...whitening import masked_mean_kernel, whiten_kernel
+
+INPUT_NAMES = ("logp", "logp_old", "logp_ref", "values", "old_values", "scores", "mask")
+#: the inputs of the critic-free presets: no values; prompt ids and (ReMax) greedy scores
+GROUP_INPUT_NAMES = ("logp", "logp_old", "logp_ref", "scores", "groups", "baseline_scores",
+                     "mask")
+
+
+@dataclass(frozen=True)
+class Preset:
+    """One framework's convention: defaults, sources, and the pipeline that applies them.
+
+    Attributes
+    ----------
+    name : str
+        ``"seed"``, ``"trl"``, ``"trl-0.11"``, ``"verl"``, ``"openrlhf"``,
+        ``"deepspeed-chat"`` or ``"lm-human-preferences"``.
+    description : str
+        One sentence: which trainer, which version.
+    defaults : dict
+        The framework's default hyperparameters, under ppo_numpy's names
+        (``gamma``, ``lam``, ``beta``, ``epsilon``, ``value_clip``, ...).
+        Each may be overridden per call.
+    sources : tuple of str
+        ``"owner/repo: path (function)"`` for every file the pipeline follows.
+    pipeline : callable
+        ``pipeline(rollout, params) -> dict`` on a checked case and checked
+        parameters; call the preset instead.
+    input_names : tuple of str
+        The inputs a case must have: :data:`INPUT_NAMES` (PPO with a value head) or
+        :data:`GROUP_INPUT_NAMES` (the critic-free presets).
+    """
+
+    name: str
+    description: str
+    defaults: dict
+    sources: tuple
+    pipeline: Callable = field(repr=False, compare=False)
+    input_names: tuple = INPUT_NAMES
+
+    def __call__(self, case: dict, **overrides) -> dict:
+        """Run the pipeline on ``case`` with ``defaults`` updated by ``overrides``.
+
+        Returns a dict with ``rewards``, ``advantages``, ``returns``, ``dlogp``,
+        ``dvalues`` (B, T) arrays, ``policy_loss`` and ``value_loss`` floats and
+        one ``"stat/<name>"`` float per statistic the framework logs.
+        """
+        if not isinstance(case, dict):
+            raise TypeError(f"case: expected a dict of arrays, got {type(case).__name__}")
+        if "inputs" in case:
+            overrides = {**dict(case.get("params") or {}), **overrides}
+            case = case["inputs"]
+        unknown = sorted(set(overrides) - set(self.defaults))
+        if unknown:
+            raise ValueError(
+                f"{self.name}: unknown parameter(s) {', '.join(unknown)}; "
+                f"valid ones are {', '.join(self.defaults)}")
+        params = check_params({**self.defaults, **overrides})
+        return self.pipeline(read_case(case, self.input_names), params)
+
+
+def read_case(case: dict, names=INPUT_NAMES) -> Rollout:
+    """The inputs ``names`` of ``case`` as a checked Rollout, padding kept as given."""
+    missing = [n for n in names if n not in case]
+    if missing:
+        raise ValueError(f"case: missing input(s) {', '.join(missing)}; a case needs "
+                         f"{', '.join(names)}")
+    arrays = {n: case[n] if n == "groups" else as_array(case[n], n, exact=False)
+              for n in names if n != "mask"}
+    logp = arrays["logp"]
+    if logp.ndim != 2:
+        raise ValueError(f"logp: presets take a (B, T) batch, got shape {logp.shape}")
+    for n in ("logp_old", "logp_ref", "values", "old_values"):
+        if n in arrays and arrays[n].shape != logp.shape:
+            raise ValueError(f"{n}: shape {arrays[n].shape} does not match logp shape "
+                             f"{logp.shape}")
+    for n in ("scores", "baseline_scores"):
+        if n in arrays and arrays[n].shape != logp.shape[:1]:
+            raise ValueError(f"{n}: expected shape {logp.shape[:1]} (one score per "
+                             f"response), got shape {arrays[n].shape}")
+    m = as_mask(case["mask"], logp, "logp")
+    empty = ~m.any(axis=-1)
+    if np.any(empty):
+        raise ValueError(f"mask: row {int(np.argmax(empty))} has no response token")
+    return Rollout.keeping_padding(mask=m, **arrays)
+
+
+def check_params(p: dict) -> dict:
+    """Every parameter a preset takes, checked once (the names of the core functions)."""
+    p = dict(p)
+    for name in ("gamma", "lam"):
+        if name in p:
+            p[name] = check_scalar(p[name], name, low=0, high=1, allow_exact=False)
+    for name in ("beta", "vf_coef"):
+        if name in p:
+            p[name] = check_scalar(p[name], name, low=0, allow_exact=False)
+    if "ratio_threshold" in p:
+        p["ratio_threshold"] = check_scalar(p["ratio_threshold"], "ratio_threshold", low=0,
+                                            allow_exact=False)
+    if "value_clip" in p:
+        p["value_clip"] = check_value_clip(p["value_clip"])
+    for name in ("score_clip", "reward_clip_range"):
+        if p.get(name) is not None:
+            _score_bounds(p[name])
+    return p
+
+
+# ---------------------------------------------------------------------------------------
+# The core kernels on one mask: inputs zeroed outside it
+
+
+def mean_rows(x) -> float:
+    return float(np.mean(x))
+
+
+def divide(a, b) -> float:
+    """a / b in IEEE float64: inf or NaN for b = 0, as the frameworks' tensors give."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return float(np.float64(a) / np.float64(b))
+
+
+def masked_mean(x, m) -> float:
+    return masked_mean_kernel(where_valid(m, x), m)
+
+
+def masked_var(x, m, ddof) -> float:
+    """Variance over the masked entries, divisor n - ddof (TRL/verl ``masked_var``: ddof 1)."""
+    n = int(m.sum())
+    mu = masked_mean(x, m)
+    return masked_mean((x - mu) ** 2, m) * n / (n - ddof)
+
+
+def aggregate(x, m, mode) -> float:
+    """``aggregate(x, m, mode)`` (the default norm T for ``"seq-mean-token-sum-norm"``)."""
+    return aggregate_kernel(where_valid(m, x), m, mode, mode_norm(mode, None, m.shape[-1]))
+
+
+def probability_ratio(logp, logp_old, m):
+    """rho = exp(logp - logp_old), 0 outside ``m``."""
+    log_rho, _ = log_ratio(where_valid(m, logp), where_valid(m, logp_old))
+    return where_valid(m, np.exp(log_rho))
+
+
+def kl_estimate(logp, logp_ref, estimator, m=None, clamp=None):
+    """Per-token KL of ``estimator``, 0 outside ``m`` (every column when ``None``)."""
+    if m is None:
+        m = np.ones(logp.shape, dtype=bool)
+    kl = kl_estimate_kernel(where_valid(m, logp), where_valid(m, logp_ref), estimator, clamp)
+    return where_valid(m, kl)
+
+
+def kl_shaped_rewards(scores, logp, logp_ref, beta, m=None, estimator="k1", *, kl_clamp=None,
+                      score_offset=0, score_clip=None):
+    if m is None:
+        m = np.ones(logp.shape, dtype=bool)
+    kl = kl_estimate_kernel(where_valid(m, logp), where_valid(m, logp_ref), estimator, kl_clamp)
+    bounds = None if score_clip is None else _score_bounds(score_clip)
+    return kl_shaped_rewards_kernel(scores, kl, m, float(beta), score_offset, bounds)
+
+
+def gae(rewards, values, gamma, lam, m=None):
+    """Advantages and returns over the positions of ``m`` (every column when ``None``)."""
+    if m is None:
+        m = np.ones(rewards.shape, dtype=bool)
+    return gae_kernel(where_valid(m, rewards), where_valid(m, values), float(gamma),
+                      float(lam), m)
+
+
+def whiten(x, m=None, shift_mean=True, *, ddof=1, eps=1e-8, eps_mode="add"):
+    if m is None:
+        m = np.ones(x.shape, dtype=bool)
+    return whiten_kernel(where_valid(m, x), m, shift_mean, ddof, eps, eps_mode)
+
+
+def value_clipfrac(x: Rollout, returns, m, clip) -> float:
+    """Token mean of "the clipped value error is strictly larger" (TRL/verl ``vf_clipfrac``)."""
+    if clip is None:
+        return 0.0
+    vl = ValueLoss(where_valid(m, x.values), where_valid(m, x.old_values),
+                   where_valid(m, returns), clip)
+    return masked_mean(vl.clipped_wins.astype(np.float64), m)
+
+
+def loss_options(p: dict, agg: str = "token-mean") -> PolicyLossOptions:
+    """The policy-loss options of a preset's parameters: ``epsilon`` and, where the framework
+    has them, ``epsilon_high``, ``dual_clip``, ``log_ratio_clamp``."""
+    return PolicyLossOptions(epsilon=p["epsilon"], epsilon_high=p.get("epsilon_high"),
+                             dual_clip=p.get("dual_clip"),
+                             log_ratio_clamp=p.get("log_ratio_clamp"), agg=agg)
+
+
+def losses(x: Rollout, advantages, returns, opts: PolicyLossOptions, value_clip, *,
+           policy_mask, value_mask, value_agg="token-mean"):
+    """Policy loss, its stats and gradient; value loss and its gradient."""
+    pm = policy_mask
+    pl = policy_loss_kernel(where_valid(pm, x.logp), where_valid(pm, x.logp_old),
+                            where_valid(pm, advantages), pm, opts)
+    vm = value_mask
+    PolicyLossOptions(agg=value_agg)  # checks the mode's name
+    norm = mode_norm(value_agg, None, vm.shape[-1])
+    vl = ValueLoss(where_valid(vm, x.values), where_valid(vm, x.old_values),
+                   where_valid(vm, returns), value_clip)
+    vloss = float(aggregate_kernel(where_valid(vm, vl.loss), vm, value_agg, norm))
+    dvalues = where_valid(vm, aggregation_weights(vm, value_agg, norm) * vl.dv + 0.0)
+    return pl.loss, pl.stats(), pl.dlogp, vloss, dvalues
+
+
+def result(rewards, advantages, returns, policy_loss, value_loss_, dlogp, dvalues,
+           stats: dict) -> dict:
+    out = {"rewards": rewards, "advantages": advantages, "returns": returns,
+           "policy_loss": float(policy_loss), "value_loss": float(value_loss_),
+           "dlogp": dlogp, "dvalues": dvalues}
+    out.update({f"stat/{k}": float(v) for k, v in stats.items()})
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# Checks of a case against a framework's layout
+
+
+def require_prefix(name: str, m: np.ndarray, why: str) -> None:
+    """Raise unless every row is ones from column 0, then zeros (right padding, no holes)."""
+    n = m.sum(axis=-1)
+    prefix = np.arange(m.shape[-1])[None, :] < n[:, None]
+    bad = np.any(m != prefix, axis=-1)
+    if np.any(bad):
+        raise ValueError(f"{name}: mask row {int(np.argmax(bad))} is not a prefix of ones "
+                         f"(response from column 0, then padding); {why}")
+
+
+def slot_after(m: np.ndarray) -> np.ndarray:
+    """The mask extended by one column after each row's last token (none if the row is full)."""
+    n = m.sum(axis=-1)
+    return np.arange(m.shape[-1])[None, :] < np.minimum(n + 1, m.shape[-1])[:, None]
+
+
+def require_finite(name: str, arrays: dict, where: np.ndarray, why: str) -> None:
+    for key, arr in arrays.items():
+        bad = where & ~np.isfinite(arr)
+        if np.any(bad):
+            idx = tuple(int(i) for i in np.argwhere(bad)[0])
+            raise ValueError(f"{name}: {key} is {arr[idx]} at padding position {idx}, which "
+                             f"{why}; it must be finite there")
+
+
+def check_estimator(name: str, estimator, allowed: tuple) -> None:
+    if estimator not in allowed:
+        raise ValueError(f"{name}: kl_estimator {estimator!r} is not one the framework offers; "
+                         f"valid ones are {', '.join(allowed)}")
+
+
+# ---------------------------------------------------------------------------------------
+# The critic-free presets
+
+
+def broadcast(sequence_values, m):
+    """One value per response (B,) at every response token of its row (B, T), 0 at padding."""
+    return np.where(m, np.asarray(sequence_values, dtype=np.float64)[:, None], 0.0)
+
+
+def at_last_token(scores, m):
+    """The scores (B,) at each row's last response token, 0 elsewhere (B, T)."""
+    out = np.zeros(m.shape)
+    last = m.shape[-1] - 1 - np.argmax(m[:, ::-1], axis=-1)
+    out[np.arange(m.shape[0]), last] = scores
+    return out
+
+
+def group_std(scores, groups, *, dtype=np.float64):
+    """Per response, the (ddof 1) standard deviation of its group's scores; 0 for a group of
+    one (the ``reward_std`` TRL and OpenRLHF log)."""
+    s = np.asarray(scores, dtype=dtype)
+    ids, inverse, counts = np.unique(groups, return_inverse=True, return_counts=True)
+    sums = np.zeros(len(ids), dtype=dtype)
+    np.add.at(sums, inverse, s)
+    mean = (sums / counts.astype(dtype))[inverse]
+    sq = np.zeros(len(ids), dtype=dtype)
+    np.add.at(sq, inverse, (s - mean) ** 2)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        std = np.sqrt(sq / (counts - 1).astype(dtype))[inverse]
+    return np.where(counts[inverse] > 1, std, 0.0).astype(np.float64)
+
+
+def require_groups(name: str, groups, *, equal_sizes: bool, min_size: int, why: str) -> None:
+    _, counts = np.unique(groups, return_counts=True)
+    if np.any(counts < min_size):
+        raise ValueError(f"{name}: a group has {int(counts.min())} response(s); {why}")
+    if equal_sizes and np.any(counts != counts[0]):
+        raise ValueError(f"{name}: groups of different sizes {sorted(set(counts.tolist()))}; "
+                         f"{why}")
+
+
+def policy_result(advantages, pl, stats: dict, **arrays) -> dict:
+    """The outputs of a critic-free preset: advantages (B, T), the loss and its gradient."""
+    out = {**arrays, "advantages": advantages, "policy_loss": float(pl.loss), "dlogp": pl.dlogp}
+    out.update({f"stat/{k}": float(v) for k, v in stats.items()})
+    return out

@@ -1,0 +1,82 @@
+"""DeepSpeed-Chat's ``DeepSpeedPPOTrainer`` (preset ``deepspeed-chat``).
+"""
+
+from __future__ import annotations
+
+from ..._validation import where_valid
+from ...rollout import Rollout
+from ._common import (
+    Preset,
+    gae,
+    kl_shaped_rewards,
+    loss_options,
+    losses,
+    mean_rows,
+    require_finite,
+    require_prefix,
+    result,
+    slot_after,
+)
+
+_DSCHAT = "microsoft/DeepSpeedExamples"
+_DSCHAT_DIR = "applications/DeepSpeed-Chat"
+
+
+def _deepspeed_chat(x: Rollout, p: dict) -> dict:
+    """DeepSpeed-Chat's ``DeepSpeedPPOTrainer`` (microsoft/DeepSpeedExamples @ 3b458596,
+    applications/DeepSpeed-Chat/dschat/rlhf/ppo_trainer.py).
+
+    * Mask: a prefix of ones (``attention_mask[:, 1:]`` of a right-padded generation).
+    * Rewards (``compute_rewards``): -0.1 (logp_old - logp_ref) on every column; the
+      score, clipped to [-5, 5], one slot after the last token (the last column for
+      a full row), and the KL of that slot (the first pad token) is kept:
+      ``kl_shaped_rewards(..., mask=mask_p1, score_clip=5)``.
+    * GAE (``train_rlhf``, ``get_advantages_and_returns``): rewards and rollout values
+      zeroed after the slot after, so the value there is kept: ``gae(..., mask=mask_p1)``.
+    * No advantage whitening.
+    * Policy loss (``actor_loss_fn``): token mean over the response tokens (not the
+      slot after), no log-ratio clamp, eps 0.2.
+    * Value loss (``critic_loss_fn``): 1/2 max(...), clip 0.2 around the rollout
+      values, token mean over the response tokens.
+    * Statistics: the TensorBoard scalars of training/step3_rlhf_finetuning/main.py
+      @ 2d1f3b38 (the version that imports dschat): ``actor_loss``, ``critic_loss``,
+      ``reward`` (mean raw score, before the clip).
+    """
+    name = "deepspeed-chat"
+    m = x.mask
+    require_prefix(name, m, "DeepSpeed-Chat counts response tokens to find the end")
+    m_p1 = slot_after(m)
+    require_finite(name, {"logp_old": x.logp_old, "logp_ref": x.logp_ref,
+                           "old_values": x.old_values}, m_p1 & ~m,
+                    "DeepSpeed-Chat reads at the slot after the last token")
+    rewards = kl_shaped_rewards(x.scores, x.logp_old, x.logp_ref, p["beta"], m_p1, "k1",
+                                score_clip=p["score_clip"])
+    raw_advantages, returns_p1 = gae(rewards, x.old_values, p["gamma"], p["lam"], m_p1)
+    advantages = where_valid(m, raw_advantages)
+    returns = where_valid(m, returns_p1)
+    policy_loss, st, dlogp, vloss, dvalues = losses(
+        x, advantages, returns, loss_options(p), p["value_clip"], policy_mask=m,
+        value_mask=m)
+    stats = {
+        "actor_loss": policy_loss,
+        "critic_loss": vloss,
+        "reward": mean_rows(x.scores),
+    }
+    return result(rewards, advantages, returns, policy_loss, vloss, dlogp, dvalues, stats)
+
+
+PRESET = Preset(
+    name="deepspeed-chat",
+    description="DeepSpeed-Chat's DeepSpeedPPOTrainer (dschat): score clipped to 5 one "
+                "slot after the last token, no whitening, beta 0.1.",
+    defaults={"gamma": 1.0, "lam": 0.95, "beta": 0.1, "score_clip": 5.0, "epsilon": 0.2,
+              "value_clip": 0.2},
+    sources=(
+        f"{_DSCHAT}: {_DSCHAT_DIR}/dschat/rlhf/ppo_trainer.py (DeepSpeedPPOTrainer."
+        "compute_rewards, train_rlhf, actor_loss_fn, critic_loss_fn, "
+        "get_advantages_and_returns) @ 3b458596",
+        f"{_DSCHAT}: {_DSCHAT_DIR}/training/step3_rlhf_finetuning/main.py (main: "
+        "TensorBoard scalars) @ 2d1f3b38",
+    ),
+    pipeline=_deepspeed_chat,
+)

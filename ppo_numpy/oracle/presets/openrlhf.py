@@ -1,0 +1,109 @@
+"""OpenRLHF's PPO with GAE (preset ``openrlhf``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..._validation import where_valid
+from ...rollout import Rollout
+from ._common import (
+    Preset,
+    aggregate,
+    check_estimator,
+    gae,
+    kl_estimate,
+    kl_shaped_rewards,
+    loss_options,
+    losses,
+    masked_mean,
+    mean_rows,
+    result,
+    whiten,
+)
+
+# why: OpenRLHF openrlhf/models/utils.py (0.11.2) compute_approx_kl clamps every
+# estimator to [-10, 10]
+_OPENRLHF_KL_CLAMP = 10.0
+
+
+def _openrlhf(x: Rollout, p: dict) -> dict:
+    """OpenRLHF's PPO with GAE (OpenRLHF 0.11.2).
+
+    * KL (openrlhf/models/utils.py ``compute_approx_kl``): k1 (default), k2 or k3
+      from the rollout log-probs, clamped to [-10, 10] whatever the estimator.
+    * Score clipped to ``reward_clip_range`` (-10, 10) and added at the last 1 of
+      the mask (``compute_reward``).
+    * GAE (trainer/ppo_utils/experience_maker.py ``get_advantages_and_returns``):
+      values and rewards multiplied by the mask, recursion over every column (a
+      hole is a zero-value, zero-reward state); gamma 1, lambd 1.
+    * Advantages (``compute_advantages_and_returns``): whole batch over the mask,
+      ddof 0, divided by sqrt(max(var, 1e-8)): ``whiten(..., ddof=0, eps_mode="floor")``;
+      a batch of one token gets advantage 0 (its A - mean is 0).
+    * Policy loss (openrlhf/models/loss.py ``PolicyLoss``): log-ratio clamped to
+      [-20, 20], eps 0.2 (``epsilon_high`` for ``eps_clip_low_high``), ``dual_clip``
+      off, ``loss_agg_mode`` token-mean or seq-mean-token-mean (``aggregate_loss``,
+      whose per-row divisor n_i + 1e-8 is n_i here).
+    * Value loss (``ValueLoss``): 1/2 max(...), ``value_clip`` 0.5, token mean.
+    * Statistics: ``policy_loss``, ``ppo_clip_ratio``, ``ppo_kl`` (token mean of
+      logp_old - logp, unclamped), ``critic_loss``, ``values`` (token mean of the
+      new values), ``kl`` (mean over responses of the token-mean KL; the KL
+      controller's input), ``reward`` (mean raw score).
+    """
+    name = "openrlhf"
+    m = x.mask
+    est = p["kl_estimator"]
+    check_estimator(name, est, ("k1", "k2", "k3"))
+    kl = kl_estimate(x.logp_old, x.logp_ref, est, m, clamp=_OPENRLHF_KL_CLAMP)
+    rewards = kl_shaped_rewards(x.scores, x.logp_old, x.logp_ref, p["beta"], m, est,
+                                kl_clamp=_OPENRLHF_KL_CLAMP, score_clip=p["reward_clip_range"])
+    raw_advantages, returns = gae(rewards, where_valid(m, x.old_values), p["gamma"],
+                                  p["lam"])
+    returns = where_valid(m, returns)
+    if int(m.sum()) == 1:
+        # why: OpenRLHF 0.11.2 experience_maker.py compute_advantages_and_returns: with one
+        # token, A - mean = 0 and var = 0 is floored at 1e-8, so the advantage is 0 (whiten
+        # itself refuses fewer than two tokens)
+        advantages = np.zeros_like(raw_advantages)
+    else:
+        advantages = whiten(raw_advantages, m, ddof=0, eps=1e-8, eps_mode="floor")
+    agg = p["loss_agg_mode"]
+    if agg not in ("token-mean", "seq-mean-token-mean"):
+        raise ValueError(f"{name}: loss_agg_mode must be 'token-mean' or "
+                         f"'seq-mean-token-mean', got {agg!r}")
+    policy_loss, st, dlogp, vloss, dvalues = losses(
+        x, advantages, returns, loss_options(p, agg), p["value_clip"], policy_mask=m,
+        value_mask=m)
+    stats = {
+        "policy_loss": policy_loss,
+        "ppo_clip_ratio": st["clipfrac_active"],
+        "ppo_kl": masked_mean(kl_estimate(x.logp_old, x.logp, "k1", m), m),
+        "critic_loss": vloss,
+        "values": masked_mean(x.values, m),
+        "kl": aggregate(kl, m, "seq-mean-token-mean"),
+        "reward": mean_rows(x.scores),
+    }
+    return result(rewards, advantages, returns, policy_loss, vloss, dlogp, dvalues, stats)
+
+
+PRESET = Preset(
+    name="openrlhf",
+    description="OpenRLHF's PPO with GAE (openrlhf 0.11.2): KL clamped to 10, score "
+                "clipped to 10, ddof-0 advantage normalisation, log-ratio clamp 20.",
+    defaults={"gamma": 1.0, "lam": 1.0, "beta": 0.01, "kl_estimator": "k1",
+              "reward_clip_range": (-10.0, 10.0), "epsilon": 0.2, "epsilon_high": None,
+              "dual_clip": None, "log_ratio_clamp": 20.0, "value_clip": 0.5,
+              "loss_agg_mode": "token-mean"},
+    sources=(
+        "OpenRLHF/OpenRLHF: openrlhf/models/utils.py (compute_approx_kl, compute_reward), "
+        "0.11.2",
+        "OpenRLHF/OpenRLHF: openrlhf/models/loss.py (aggregate_loss, PolicyLoss, "
+        "ValueLoss), 0.11.2",
+        "OpenRLHF/OpenRLHF: openrlhf/trainer/ppo_utils/experience_maker.py "
+        "(compute_advantages_and_returns, get_advantages_and_returns), 0.11.2",
+        "OpenRLHF/OpenRLHF: openrlhf/trainer/ray/ppo_actor.py, ppo_critic.py (logged "
+        "names), 0.11.2",
+        "OpenRLHF/OpenRLHF: openrlhf/cli/train_ppo_ray.py (defaults), 0.11.2",
+    ),
+    pipeline=_openrlhf,
+)

@@ -1,0 +1,213 @@
+"""TRL: the current ``PPOTrainer`` (preset ``trl``) and the legacy ``step()`` trainer of
+TRL 0.11 (preset ``trl-0.11``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..._validation import where_valid
+from ...kl import _score_bounds
+from ...rollout import Rollout
+from ._common import (
+    Preset,
+    aggregate,
+    check_estimator,
+    gae,
+    kl_estimate,
+    kl_shaped_rewards,
+    loss_options,
+    losses,
+    masked_mean,
+    mean_rows,
+    probability_ratio,
+    require_finite,
+    require_prefix,
+    result,
+    slot_after,
+    value_clipfrac,
+    whiten,
+)
+from .lm_human_preferences import lmhp_stats
+
+# why: huggingface/trl trl/trainer/ppo_trainer.py (v0.20.0) fills the log-probs of every
+# padding position with INVALID_LOGPROB = 1.0; its objective/entropy sums them.
+TRL_INVALID_LOGPROB = 1.0
+
+
+def _trl(x: Rollout, p: dict) -> dict:
+    """TRL's current ``PPOTrainer.train`` (huggingface/trl v0.20.0, trl/trainer/ppo_trainer.py).
+
+    * Mask: a prefix of ones (TRL derives it from the first pad token after
+      trl/trainer/utils.py ``truncate_response``, ``first_true_indices``); holes and
+      left padding are rejected.
+    * Log-probs at padding are the constant 1.0 in TRL (``INVALID_LOGPROB``), so the
+      KL there is 0.
+    * KL: ``kl_estimator`` k1 (default) or k3, from the rollout log-probs, no clamp.
+    * Score one slot after the last token, at the last token for a full row:
+      ``kl_shaped_rewards(..., score_offset=1)``.
+    * ``whiten_rewards`` (default False): :func:`whiten` over mask + slot after,
+      ``shift_mean=False`` (trl/core.py ``masked_whiten``).
+    * The rollout value at the slot after is kept and GAE runs over mask + slot
+      after: ``gae(..., mask=mask_p1)``; returns = A + V_old there too.
+    * Advantages: :func:`whiten` over the response tokens, ddof 1, eps 1e-8
+      inside the square root (trl/core.py ``masked_whiten``, ``masked_var``).
+    * Policy loss: token mean over the response tokens, no log-ratio clamp,
+      no dual clip.
+    * Value loss: 1/2 max(...) with ``cliprange_value`` 0.2, token mean over
+      mask + slot after (``~padding_mask_p1``); ``dvalues`` is nonzero there.
+    * Statistics (one minibatch): ``policy/approxkl_avg`` = 0.5 (logp - logp_old)^2
+      summed over tokens / (B T); ``policy/clipfrac_avg``; ``loss/policy_avg``;
+      ``loss/value_avg``; ``val/clipfrac_avg`` (over mask + slot after);
+      ``val/ratio`` (mean over all B T positions, ratio 1 at padding);
+      ``objective/kl``, ``objective/non_score_reward`` (mean over responses of
+      the sums); ``objective/rlhf_reward``; ``objective/scores``;
+      ``objective/entropy`` (mean over responses of the sum over all T columns of
+      -logp_old, padding counting -1.0 each). Not produced: ``policy/entropy_avg``
+      (needs logits), ``val/ratio_var`` (a variance across minibatches).
+    """
+    name = "trl"
+    m = x.mask
+    require_prefix(name, m, "TRL's PPOTrainer derives the mask from the first pad token")
+    m_p1 = slot_after(m)
+    require_finite(name, {"old_values": x.old_values, "values": x.values}, m_p1 & ~m,
+                    "TRL reads as the value of the slot after the last token")
+    est = p["kl_estimator"]
+    check_estimator(name, est, ("k1", "k3"))
+    kl = kl_estimate(x.logp_old, x.logp_ref, est, m)
+    rewards = kl_shaped_rewards(x.scores, x.logp_old, x.logp_ref, p["beta"], m, est,
+                                score_offset=1)
+    if p["whiten_rewards"]:
+        rewards = whiten(rewards, m_p1, shift_mean=False)
+    raw_advantages, returns = gae(rewards, x.old_values, p["gamma"], p["lam"], m_p1)
+    advantages = whiten(raw_advantages, m)
+    policy_loss, st, dlogp, vloss, dvalues = losses(
+        x, advantages, returns, loss_options(p), p["value_clip"], policy_mask=m,
+        value_mask=m_p1)
+    B, T = m.shape
+    rho = probability_ratio(x.logp, x.logp_old, m)
+    kl_per_row = aggregate(kl, m, "seq-mean-token-sum")
+    n_padding = T - m.sum(axis=-1)
+    stats = {
+        "objective/kl": kl_per_row,
+        "objective/entropy": aggregate(-x.logp_old, m, "seq-mean-token-sum")
+        - TRL_INVALID_LOGPROB * mean_rows(n_padding),
+        "objective/non_score_reward": -p["beta"] * kl_per_row,
+        "objective/rlhf_reward": -p["beta"] * kl_per_row + mean_rows(x.scores),
+        "objective/scores": mean_rows(x.scores),
+        "policy/approxkl_avg": aggregate(kl_estimate(x.logp, x.logp_old, "k2", m), m,
+                                         "seq-mean-token-sum-norm"),
+        "policy/clipfrac_avg": st["clipfrac_active"],
+        "loss/policy_avg": policy_loss,
+        "loss/value_avg": vloss,
+        "val/clipfrac_avg": value_clipfrac(x, returns, m_p1, p["value_clip"]),
+        "val/ratio": 1.0 + aggregate(rho - 1.0, m, "seq-mean-token-sum-norm"),
+    }
+    return result(rewards, advantages, returns, policy_loss, vloss, dlogp, dvalues, stats)
+
+
+# ---------------------------------------------------------------------------------------
+# TRL 0.11, the legacy step() trainer
+
+_TRL011_KL_PENALTY = {"k1": "kl", "k2": "mse", "abs": "abs"}
+
+
+def _trl_011(x: Rollout, p: dict) -> dict:
+    """TRL's legacy ``PPOTrainer`` (huggingface/trl v0.11.4, trl/trainer/ppo_trainer.py).
+
+    * Scores clipped to ``[-score_clip, score_clip]`` when set (``step``; default off).
+    * KL (``_kl_penalty``): ``kl_penalty="kl"`` = k1 (default), ``"mse"`` = k2,
+      ``"abs"``; here ``kl_estimator`` k1, k2 or abs. From the rollout log-probs.
+    * Score at the last 1 of the mask (``compute_rewards``).
+    * GAE (``compute_advantages``): values and rewards multiplied by the mask, the
+      recursion over every column: V = 0 after the last token, and a hole in the
+      mask is a state of value 0 and reward 0 the recursion runs through
+      (``gae`` with ``mask=None`` on the zero-filled arrays).
+    * Advantages whitened over the mask, ddof 1, eps 1e-8 inside the square root
+      (trl/core.py ``masked_whiten``).
+    * ``whiten_rewards=True`` is refused: TRL 0.11 leaves its whitened padding
+      nonzero and lets it into GAE, which this preset does not reproduce.
+    * Losses (``loss``): token means over the mask, value clip 0.2 around the
+      rollout values, no log-ratio clamp, no dual clip. When the token mean of
+      the ratio exceeds ``ratio_threshold`` (10) both losses (and gradients) are 0.
+    * Statistics under ``step``'s names: ``ppo/policy/approxkl`` (= approx_kl_k2),
+      ``ppo/policy/policykl`` (= approx_kl_k1), ``ppo/policy/clipfrac``,
+      ``ppo/policy/advantages_mean``, ``ppo/loss/policy|value|total`` (value without
+      and total with ``vf_coef``), ``ppo/returns/mean|var``, ``ppo/val/vpred|error|
+      clipfrac|mean|var|var_explained`` (variances ddof 1; ``val/mean|var`` of the
+      rollout values), ``objective/kl`` (mean over responses of the masked sums;
+      the adaptive controller's input), ``objective/kl_coef``, ``objective/entropy``,
+      ``ppo/mean_non_score_reward`` (a token mean), ``ppo/mean_scores``,
+      ``ppo/std_scores`` (ddof 1; NaN for one response). ``ppo/policy/entropy``
+      needs logits and is not produced.
+    """
+    name = "trl-0.11"
+    m = x.mask
+    est = p["kl_estimator"]
+    check_estimator(name, est, tuple(_TRL011_KL_PENALTY))
+    if p["whiten_rewards"]:
+        raise ValueError(f"{name}: whiten_rewards=True is not reproduced (TRL 0.11 whitens "
+                         "the rewards after masking and does not re-mask, so padding enters "
+                         "GAE; see docs/frameworks.md)")
+    kl = kl_estimate(x.logp_old, x.logp_ref, est, m)
+    rewards = kl_shaped_rewards(x.scores, x.logp_old, x.logp_ref, p["beta"], m, est,
+                                score_clip=p["score_clip"])
+    raw_advantages, returns = gae(rewards, where_valid(m, x.old_values), p["gamma"],
+                                  p["lam"])
+    returns = where_valid(m, returns)
+    advantages = whiten(raw_advantages, m)
+    policy_loss, st, dlogp, vloss, dvalues = losses(
+        x, advantages, returns, loss_options(p), p["value_clip"], policy_mask=m,
+        value_mask=m)
+    if st["ratio_mean"] > p["ratio_threshold"]:
+        # why: v0.11.4 PPOTrainer.loss multiplies both losses by 0 ("Skipping batch")
+        policy_loss, vloss = 0.0, 0.0
+        dlogp, dvalues = np.zeros_like(dlogp), np.zeros_like(dvalues)
+    scores = x.scores
+    if p["score_clip"] is not None:
+        low, high = _score_bounds(p["score_clip"])
+        scores = np.clip(scores, low, high)
+    stats = lmhp_stats(x, returns, m, p, st, policy_loss, vloss, kl, ddof=1)
+    stats.update({
+        "ppo/policy/policykl": st["approx_kl_k1"],
+        "ppo/policy/advantages_mean": masked_mean(advantages, m),
+        "ppo/mean_non_score_reward": masked_mean(-p["beta"] * kl, m),
+        "ppo/mean_scores": mean_rows(scores),
+        "ppo/std_scores": float(np.std(scores, ddof=1)) if scores.size > 1 else float("nan"),
+    })
+    return result(rewards, advantages, returns, policy_loss, vloss, dlogp, dvalues, stats)
+
+
+PRESET = Preset(
+    name="trl",
+    description="TRL's current PPOTrainer (trl 0.20.0, trl/trainer/ppo_trainer.py): score "
+                "one slot after the last token, value of that slot kept, token means.",
+    defaults={"gamma": 1.0, "lam": 0.95, "beta": 0.05, "epsilon": 0.2, "value_clip": 0.2,
+              "kl_estimator": "k1", "whiten_rewards": False, "vf_coef": 0.1},
+    sources=(
+        "huggingface/trl: trl/trainer/ppo_trainer.py (PPOTrainer.train), v0.20.0",
+        "huggingface/trl: trl/trainer/ppo_config.py (PPOConfig), v0.20.0",
+        "huggingface/trl: trl/core.py (masked_mean, masked_var, masked_whiten), v0.20.0",
+        "huggingface/trl: trl/trainer/utils.py (first_true_indices, truncate_response), "
+        "v0.20.0",
+    ),
+    pipeline=_trl,
+)
+
+
+PRESET_0_11 = Preset(
+    name="trl-0.11",
+    description="TRL's legacy step() PPOTrainer (trl 0.11.4): score at the last token, "
+                "GAE over every column with padding zeroed, ratio threshold 10.",
+    defaults={"gamma": 1.0, "lam": 0.95, "beta": 0.2, "epsilon": 0.2, "value_clip": 0.2,
+              "kl_estimator": "k1", "score_clip": None, "whiten_rewards": False,
+              "ratio_threshold": 10.0, "vf_coef": 0.1},
+    sources=(
+        "huggingface/trl: trl/trainer/ppo_trainer.py (PPOTrainer.step, compute_rewards, "
+        "_kl_penalty, compute_advantages, loss, record_step_stats), v0.11.4",
+        "huggingface/trl: trl/trainer/ppo_config.py (PPOConfig), v0.11.4",
+        "huggingface/trl: trl/core.py (masked_mean, masked_var, masked_whiten), v0.11.4",
+        "huggingface/trl: trl/trainer/utils.py (AdaptiveKLController), v0.11.4",
+    ),
+    pipeline=_trl_011,
+)

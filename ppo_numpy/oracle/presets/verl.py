@@ -1,0 +1,125 @@
+"""verl's PPO with GAE (preset ``verl``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...rollout import Rollout
+from ._common import (
+    Preset,
+    aggregate,
+    check_estimator,
+    gae,
+    kl_estimate,
+    kl_shaped_rewards,
+    loss_options,
+    losses,
+    masked_mean,
+    masked_var,
+    mean_rows,
+    result,
+    value_clipfrac,
+    whiten,
+)
+
+# why: volcengine/verl verl/trainer/ppo/core_algos.py (0.9.1) kl_penalty_forward clamps
+# only its low-variance (k3) estimate, to [-10, 10]
+_VERL_KL_CLAMP = {"k1": None, "k2": None, "abs": None, "k3": 10.0}
+
+
+def _verl(x: Rollout, p: dict) -> dict:
+    """verl's PPO with GAE (volcengine/verl 0.9.1).
+
+    * Score at index (number of response tokens) - 1 of the response
+      (verl/workers/reward_manager/naive.py): the last response token when the
+      response starts at column 0, which is required; holes are taken to be
+      attended observation tokens, so the score goes to the last 1 of the mask.
+    * KL in the reward only with ``use_kl_in_reward=True`` (default False,
+      verl/trainer/ppo/ray_trainer.py ``apply_kl_penalty``): beta (``kl_ctrl.kl_coef``
+      0.001) times ``kl_penalty`` k1 ("kl", default), k2 ("mse"), abs, or k3
+      ("low_var_kl", clamped to [-10, 10]) from the rollout log-probs.
+    * GAE (core_algos.py ``compute_gae_advantage_return``): masked positions are
+      skipped (ppo_numpy's default), V = 0 after the last token; gamma 1, lam 1.
+    * Advantages whitened over the mask, ddof 1, eps 1e-8 inside the square root
+      (verl/utils/torch_functional.py ``masked_whiten``).
+    * Policy loss (``compute_policy_loss_vanilla``): log-ratio clamped to [-20, 20],
+      ``clip_ratio_low``/``clip_ratio_high`` 0.2, dual clip c = 3 (``clip_ratio_c``),
+      ``loss_agg_mode`` token-mean (also seq-mean-token-sum, seq-mean-token-mean,
+      seq-mean-token-sum-norm).
+    * Value loss (``compute_value_loss``): 1/2 max(...), ``cliprange_value`` 0.5,
+      same ``loss_agg_mode``.
+    * Statistics: ``actor/pg_loss``, ``actor/pg_clipfrac``, ``actor/ppo_kl`` (k1 of
+      the clamped log-ratio), ``actor/pg_clipfrac_lower`` (dual clip active),
+      ``critic/vf_loss``, ``critic/vf_clipfrac``, ``critic/vpred_mean``
+      (verl/workers/utils/losses.py ``ppo_loss``, ``value_loss``);
+      from verl/trainer/ppo/metric_utils.py ``compute_data_metrics``:
+      ``critic/score/mean``, ``critic/rewards/mean``, ``critic/advantages/mean``,
+      ``critic/returns/mean``, ``critic/values/mean`` (rollout values),
+      ``critic/vf_explained_var`` (ddof 1, + 1e-5), and with the KL in the reward
+      ``actor/reward_kl_penalty`` (mean over responses of the token-mean KL) and
+      ``actor/reward_kl_penalty_coeff``. verl's ``masked_mean`` divides by
+      n + 1e-8; this preset divides by n (relative difference about 1e-8 / n).
+    """
+    name = "verl"
+    m = x.mask
+    if not np.all(m[:, 0]):
+        raise ValueError(f"{name}: mask row {int(np.argmin(m[:, 0]))} does not start at "
+                         "column 0; verl's response part starts with the first generated "
+                         "token and the score index is a count of response tokens")
+    est = p["kl_estimator"]
+    check_estimator(name, est, tuple(_VERL_KL_CLAMP))
+    beta = p["beta"] if p["use_kl_in_reward"] else 0.0
+    kl = kl_estimate(x.logp_old, x.logp_ref, est, m, clamp=_VERL_KL_CLAMP[est])
+    rewards = kl_shaped_rewards(x.scores, x.logp_old, x.logp_ref, beta, m, est,
+                                kl_clamp=_VERL_KL_CLAMP[est])
+    raw_advantages, returns = gae(rewards, x.old_values, p["gamma"], p["lam"], m)
+    advantages = whiten(raw_advantages, m)
+    agg = p["loss_agg_mode"]
+    policy_loss, st, dlogp, vloss, dvalues = losses(
+        x, advantages, returns, loss_options(p, agg), p["value_clip"], policy_mask=m,
+        value_mask=m, value_agg=agg)
+    stats = {
+        "actor/pg_loss": policy_loss,
+        "actor/pg_clipfrac": st["clipfrac_active"],
+        "actor/ppo_kl": st["approx_kl_k1"],
+        "actor/pg_clipfrac_lower": st["dual_clipfrac"],
+        "critic/vf_loss": vloss,
+        "critic/vf_clipfrac": value_clipfrac(x, returns, m, p["value_clip"]),
+        "critic/vpred_mean": masked_mean(x.values, m),
+        "critic/score/mean": mean_rows(x.scores),
+        "critic/rewards/mean": aggregate(rewards, m, "seq-mean-token-sum"),
+        "critic/advantages/mean": masked_mean(advantages, m),
+        "critic/returns/mean": masked_mean(returns, m),
+        "critic/values/mean": masked_mean(x.old_values, m),
+        "critic/vf_explained_var": 1.0 - masked_var(returns - x.old_values, m, 1)
+        / (masked_var(returns, m, 1) + 1e-5),
+    }
+    if p["use_kl_in_reward"]:
+        stats["actor/reward_kl_penalty"] = aggregate(kl, m, "seq-mean-token-mean")
+        stats["actor/reward_kl_penalty_coeff"] = p["beta"]
+    return result(rewards, advantages, returns, policy_loss, vloss, dlogp, dvalues, stats)
+
+
+PRESET = Preset(
+    name="verl",
+    description="verl's PPO with GAE (verl 0.9.1): KL in the reward off by default, "
+                "holes skipped, log-ratio clamp 20, dual clip 3, value clip 0.5.",
+    defaults={"gamma": 1.0, "lam": 1.0, "beta": 0.001, "use_kl_in_reward": False,
+              "kl_estimator": "k1", "epsilon": 0.2, "epsilon_high": 0.2,
+              "dual_clip": 3.0, "log_ratio_clamp": 20.0, "value_clip": 0.5,
+              "loss_agg_mode": "token-mean"},
+    sources=(
+        "volcengine/verl: verl/trainer/ppo/core_algos.py (compute_gae_advantage_return, "
+        "kl_penalty_forward, compute_policy_loss_vanilla, agg_loss, compute_value_loss), "
+        "0.9.1",
+        "volcengine/verl: verl/utils/torch_functional.py (masked_mean, masked_var, "
+        "masked_whiten), 0.9.1",
+        "volcengine/verl: verl/trainer/ppo/ray_trainer.py (apply_kl_penalty), 0.9.1",
+        "volcengine/verl: verl/workers/reward_manager/naive.py (NaiveRewardManager), 0.9.1",
+        "volcengine/verl: verl/workers/utils/losses.py (ppo_loss, value_loss), 0.9.1",
+        "volcengine/verl: verl/trainer/ppo/metric_utils.py (compute_data_metrics), 0.9.1",
+        "volcengine/verl: verl/trainer/config/_generated_ppo_trainer.yaml, 0.9.1",
+    ),
+    pipeline=_verl,
+)
