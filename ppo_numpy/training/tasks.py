@@ -154,7 +154,7 @@ class Task:
         """The fixed evaluation prompts of :meth:`heldout_accuracy`, int64 (n, P).
 
         Here every possible prompt when there are at most :attr:`max_heldout`, else that
-        many drawn by a generator seeded with 0 (whatever the run's seed). Training may
+        many drawn by a generator seeded with 0 (whatever the run's ``seed``). Training may
         draw these prompts too; :class:`AddTask` overrides this with a truly held-out set.
         """
         n_prompts = self.n_content**self.prompt_tokens
@@ -451,7 +451,7 @@ class AddTask(Task):
     tokens. Score 1 if the response is exactly that (EOS included), else 0.
 
     The held-out set is a fixed ``n_heldout`` of the 10^{2n} pairs (a, b), chosen by a
-    generator seeded with 0 whatever the run's seed; :meth:`sample_prompts` draws only
+    generator seeded with 0 whatever the run's ``seed``; :meth:`sample_prompts` draws only
     the other pairs, so training never sees a held-out sum.
 
     Prior (the warm-up): a pupil who forgets to carry. With probability ``forget_prob``
