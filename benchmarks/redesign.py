@@ -1,16 +1,15 @@
 """``python -m benchmarks.redesign --old PATH``: the redesign of issue 12, old and new side by side.
 
 Times the code of two checkouts in one run: ``--old`` (the code before the redesign,
-e.g. a worktree of 2178b48) and ``--new`` (default: this checkout). Two versions of
-``ppo_numpy`` cannot share one interpreter, so each measurement runs in a child
-process whose ``sys.path`` starts with that checkout (the child reports
-``ppo_numpy.__file__``, and the run stops if it is not inside the checkout). Rounds
-alternate: old child, new child, new child, old child, ... (the order flips every
-round). Each child warms up, then times every candidate of its task in-process in
-interleaved samples (each sample many calls, about ``--target`` seconds; garbage
-collection off) and reports the median of its samples; the figure quoted is the
-median over rounds of those medians, and old / new is the ratio of the two medians
-of the same run.
+e.g. a worktree of 2178b48) and ``--new`` (default: this checkout). Each round is a
+fresh child process that imports both: the new checkout's package as ``ppo_numpy``, the
+old one's as ``ppo_numpy_old`` (:func:`load_package`; the package's own imports are
+relative, so each copy uses its own modules; ``__file__`` of each is checked to lie in
+its checkout). In the child, after a warm-up, the candidates (old, new, torch) are timed
+in interleaved samples, one after the other (each sample many calls, about ``--target``
+seconds; garbage collection off), and the child reports each candidate's median. The
+figure quoted is the median over rounds of those medians; old / new and torch / new are
+ratios of medians of the same run, measured side by side in the same processes.
 
 Three tasks:
 
@@ -110,60 +109,71 @@ def time_candidates(candidates: dict, *, samples: int, target: float) -> dict:
     return {name: statistics.median(v) for name, v in times.items()}
 
 
-def _training_task(spec) -> dict:
-    from ppo_numpy.training.config import PPOConfig
-    from ppo_numpy.training.loop import new_run, ppo_iteration
+def load_package(checkout: str, name: str):
+    """``checkout``/ppo_numpy imported under the top-level name ``name`` (its imports inside
+    the package are relative, so they resolve within that copy)."""
+    root = os.path.join(checkout, "ppo_numpy")
+    spec = importlib.util.spec_from_file_location(name, os.path.join(root, "__init__.py"),
+                                                  submodule_search_locations=[root])
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
 
-    state = new_run(PPOConfig())
+
+def _training_task(spec, pkgs) -> dict:
+    import importlib as il
+
+    states, steps = {}, {}
+    for variant, pkg in pkgs.items():
+        config = il.import_module(pkg.__name__ + ".training.config")
+        loop = il.import_module(pkg.__name__ + ".training.loop")
+        states[variant] = loop.new_run(config.PPOConfig())
+        steps[variant] = loop.ppo_iteration
     for _ in range(spec.get("warm", WARM_ITERATIONS)):
-        ppo_iteration(state)
-    ts = []
+        for variant in pkgs:
+            steps[variant](states[variant])
+    ts = {variant: [] for variant in pkgs}
     enabled = gc.isenabled()
     gc.disable()
     try:
-        for _ in range(spec.get("iterations", ITERATIONS)):
-            start = time.perf_counter()
-            ppo_iteration(state)
-            ts.append(time.perf_counter() - start)
+        for i in range(spec.get("iterations", ITERATIONS)):
+            # alternate which version goes first
+            for variant in (list(pkgs) if i % 2 == 0 else list(pkgs)[::-1]):
+                start = time.perf_counter()
+                steps[variant](states[variant])
+                ts[variant].append(time.perf_counter() - start)
     finally:
         if enabled:
             gc.enable()
-    return {"training iteration": statistics.median(ts)}
+    return {f"{variant}: training iteration": statistics.median(v) for variant, v in ts.items()}
 
 
-def public_pipeline(b, p):
-    """The pipeline of public functions, as ``benchmarks.core.ours_pipeline`` writes it."""
-    from ppo_numpy import gae, kl_shaped_rewards, policy_loss_grad, ppo_policy_loss, whiten
-
-    rewards = kl_shaped_rewards(b.scores, b.logp_old, b.logp_ref, p["beta"], b.mask)
-    advantages, returns = gae(rewards, b.values, p["gamma"], p["lam"], b.mask)
-    advantages = whiten(advantages, b.mask)
-    loss, stats = ppo_policy_loss(b.logp, b.logp_old, advantages, b.mask, p["epsilon"])
-    dlogp = policy_loss_grad(b.logp, b.logp_old, advantages, b.mask, p["epsilon"])
+def public_pipeline(P, b, p):
+    """The pipeline of public functions of package ``P``, as ``benchmarks.core.ours_pipeline``
+    writes it."""
+    rewards = P.kl_shaped_rewards(b.scores, b.logp_old, b.logp_ref, p["beta"], b.mask)
+    advantages, returns = P.gae(rewards, b.values, p["gamma"], p["lam"], b.mask)
+    advantages = P.whiten(advantages, b.mask)
+    loss, stats = P.ppo_policy_loss(b.logp, b.logp_old, advantages, b.mask, p["epsilon"])
+    dlogp = P.policy_loss_grad(b.logp, b.logp_old, advantages, b.mask, p["epsilon"])
     return loss, stats, dlogp, returns
 
 
-def make_rollout(b):
-    from ppo_numpy.rollout import Rollout
-
-    return Rollout(mask=b.mask, logp=b.logp, logp_old=b.logp_old, logp_ref=b.logp_ref,
-                   values=b.values, scores=b.scores)
+def make_rollout(P, b):
+    return P.rollout.Rollout(mask=b.mask, logp=b.logp, logp_old=b.logp_old,
+                             logp_ref=b.logp_ref, values=b.values, scores=b.scores)
 
 
-def kernel_pipeline(r, p, opts):
+def kernel_pipeline(P, r, p, opts):
     """The validated-once pipeline on a checked ``Rollout`` ``r``: kernels, one PolicyLoss."""
-    from ppo_numpy.gae import gae_kernel
-    from ppo_numpy.kl import kl_estimate_kernel, kl_shaped_rewards_kernel
-    from ppo_numpy.objective import policy_loss_kernel
-    from ppo_numpy.whitening import whiten_kernel
-
-    kl = kl_estimate_kernel(r.logp_old, r.logp_ref, "k1")
-    rewards = kl_shaped_rewards_kernel(r.scores, kl, r.mask, float(p["beta"]))
+    kl = P.kl.kl_estimate_kernel(r.logp_old, r.logp_ref, "k1")
+    rewards = P.kl.kl_shaped_rewards_kernel(r.scores, kl, r.mask, float(p["beta"]))
     # gae_kernel makes its values argument the returns: give it its own copy
-    advantages, returns = gae_kernel(rewards, r.values.copy(), float(p["gamma"]),
-                                     float(p["lam"]), r.mask)
-    advantages = whiten_kernel(advantages, r.mask)
-    out = policy_loss_kernel(r.logp, r.logp_old, advantages, r.mask, opts)
+    advantages, returns = P.gae_module.gae_kernel(rewards, r.values.copy(), float(p["gamma"]),
+                                                  float(p["lam"]), r.mask)
+    advantages = P.whitening.whiten_kernel(advantages, r.mask)
+    out = P.objective.policy_loss_kernel(r.logp, r.logp_old, advantages, r.mask, opts)
     return out.loss, out.stats(), out.dlogp, returns
 
 
@@ -178,31 +188,46 @@ def _same(x, y) -> bool:
     return x.shape == y.shape and x.dtype == y.dtype and x.tobytes() == y.tobytes()
 
 
-def _pipeline_task(spec) -> dict:
+class _Modules:
+    """The submodules the kernel pipeline uses, of package ``pkg``."""
+
+    def __init__(self, pkg):
+        import importlib as il
+
+        self.pkg = pkg
+        for attr, mod in (("rollout", "rollout"), ("kl", "kl"), ("gae_module", "gae"),
+                          ("whitening", "whitening"), ("objective", "objective"),
+                          ("loss_options", "loss_options")):
+            setattr(self, attr, il.import_module(f"{pkg.__name__}.{mod}"))
+
+
+def _pipeline_task(spec, pkgs) -> dict:
     data = _load("data")
     p = spec["params"]
     out = {}
     for B, T in spec["grid"]:
         b = data.make_batch(B, T)
-        cands = {f"pipeline ({B}, {T}) public": lambda b=b: public_pipeline(b, p)}
-        if spec["variant"] == "new":
-            from ppo_numpy.loss_options import PolicyLossOptions
-
-            opts = PolicyLossOptions(epsilon=p["epsilon"])
-            r = make_rollout(b)
-            if not _same(kernel_pipeline(r, p, opts), public_pipeline(b, p)):
-                raise AssertionError(f"({B}, {T}): the kernel pipeline differs from the "
-                                     "public one")
-            cands[f"pipeline ({B}, {T}) rollout+kernels"] = (
-                lambda b=b, o=opts: kernel_pipeline(make_rollout(b), p, o))
-            cands[f"pipeline ({B}, {T}) kernels"] = lambda r=r, o=opts: kernel_pipeline(r, p, o)
+        want = public_pipeline(pkgs["old"], b, p)
+        cands = {}
+        for variant, P in pkgs.items():
+            if not _same(public_pipeline(P, b, p), want):
+                raise AssertionError(f"({B}, {T}): {variant}'s pipeline differs from old's")
+            cands[f"{variant}: pipeline ({B}, {T}) public"] = lambda P=P, b=b: public_pipeline(
+                P, b, p)
+        M = _Modules(pkgs["new"])
+        opts = M.loss_options.PolicyLossOptions(epsilon=p["epsilon"])
+        r = make_rollout(M, b)
+        if not _same(kernel_pipeline(M, r, p, opts), want):
+            raise AssertionError(f"({B}, {T}): the kernel pipeline differs from old's")
+        cands[f"new: pipeline ({B}, {T}) rollout+kernels"] = (
+            lambda b=b, o=opts, M=M: kernel_pipeline(M, make_rollout(M, b), p, o))
+        cands[f"new: pipeline ({B}, {T}) kernels"] = lambda r=r, o=opts, M=M: kernel_pipeline(
+            M, r, p, o)
         out.update(time_candidates(cands, samples=spec["samples"], target=spec["target"]))
     return out
 
 
-def _functions_task(spec) -> dict:
-    from ppo_numpy import clipped_surrogate, kl_shaped_rewards, td_errors, whiten
-
+def _functions_task(spec, pkgs) -> dict:
     data = _load("data")
     p = spec["params"]
     ti = None
@@ -217,30 +242,32 @@ def _functions_task(spec) -> dict:
     out = {}
     for B, T in spec["grid"]:
         b = data.make_batch(B, T)
-        ours = {
-            "td_errors": lambda b=b: td_errors(b.rewards, b.values, p["gamma"], b.mask),
-            "kl_shaped_rewards": lambda b=b: kl_shaped_rewards(b.scores, b.logp, b.logp_ref,
-                                                               p["beta"], b.mask),
-            "whiten": lambda b=b: whiten(b.advantages, b.mask),
-            "clipped_surrogate": lambda b=b: clipped_surrogate(b.rho, b.advantages,
-                                                               p["epsilon"], mask=b.mask),
-        }
+        t = ti.as_tensors(b) if ti is not None else None
         for name in spec["functions"]:
-            cands = {f"{name} ({B}, {T})": ours[name]}
+            cands = {}
+            for variant, P in pkgs.items():
+                cands[f"{variant}: {name} ({B}, {T})"] = {
+                    "td_errors": lambda P=P, b=b: P.td_errors(b.rewards, b.values, p["gamma"],
+                                                         b.mask),
+                    "kl_shaped_rewards": lambda P=P, b=b: P.kl_shaped_rewards(
+                        b.scores, b.logp, b.logp_ref, p["beta"], b.mask),
+                    "whiten": lambda P=P, b=b: P.whiten(b.advantages, b.mask),
+                    "clipped_surrogate": lambda P=P, b=b: P.clipped_surrogate(
+                        b.rho, b.advantages, p["epsilon"], mask=b.mask),
+                }[name]
             if ti is not None:
-                t = ti.as_tensors(b)
                 fn = {
                     "td_errors": lambda t=t: ti.td_errors_torch(t["rewards"], t["values"],
-                                                                p["gamma"], t["mask"]),
+                                                            p["gamma"], t["mask"]),
                     "kl_shaped_rewards": lambda t=t: ti.kl_shaped_rewards_torch(
                         t["scores"], t["logp"], t["logp_ref"], p["beta"], t["mask"]),
                     "whiten": lambda t=t: ti.whiten_torch(t["advantages"], t["mask"]),
                     "clipped_surrogate": lambda t=t: ti.clipped_surrogate_torch(
                         t["rho"], t["advantages"], p["epsilon"], t["mask"]),
                 }[name]
-                cands[f"{name} ({B}, {T}) torch"] = (
+                cands[f"torch: {name} ({B}, {T})"] = (
                     fn, lambda: torch.set_num_threads(default_threads))
-                cands[f"{name} ({B}, {T}) torch 1 thread"] = (
+                cands[f"torch 1 thread: {name} ({B}, {T})"] = (
                     fn, lambda: torch.set_num_threads(1))
             out.update(time_candidates(cands, samples=spec["samples"], target=spec["target"]))
     if ti is not None:
@@ -252,54 +279,57 @@ TASKS = {"training": _training_task, "pipeline": _pipeline_task, "functions": _f
 
 
 def child_main(spec: dict) -> dict:
-    """Run one task in this process (whose ``sys.path`` starts with ``spec["checkout"]``)."""
-    checkout = os.path.realpath(spec["checkout"])
-    sys.path.insert(0, checkout)
-    import ppo_numpy
-
-    where = os.path.realpath(ppo_numpy.__file__)
-    if not where.startswith(checkout + os.sep):
-        raise RuntimeError(f"ppo_numpy imported from {where}, not from {checkout}")
-    data = _load("timing")
-    data.warm_heap()
-    return {"ppo_numpy": where, "times": TASKS[spec["task"]](spec)}
+    """Run one task in this process: the new checkout's package as ``ppo_numpy``, the old
+    one's as ``ppo_numpy_old``, each checked to come from its checkout."""
+    pkgs, files = {}, {}
+    for variant, name in (("old", "ppo_numpy_old"), ("new", "ppo_numpy")):
+        checkout = os.path.realpath(spec[variant])
+        pkg = load_package(checkout, name)
+        where = os.path.realpath(pkg.__file__)
+        if not where.startswith(checkout + os.sep):
+            raise RuntimeError(f"{name} imported from {where}, not from {checkout}")
+        pkgs[variant], files[variant] = pkg, where
+    _load("timing").warm_heap()
+    return {"files": files, "times": TASKS[spec["task"]](spec, pkgs)}
 
 
 # -------------------------------------------------------------------------- parent side
 
 def run_child(spec: dict, *, timeout=900) -> dict:
-    """Run :func:`child_main` in a fresh interpreter, cwd = the checkout; its result."""
+    """Run :func:`child_main` in a fresh interpreter (cwd: a directory of neither checkout)."""
+    import tempfile
+
     env = dict(os.environ)
     env.pop("PYTHONPATH", None)
     env.update(CHILD_ENV)
-    done = subprocess.run([sys.executable, os.path.abspath(__file__), "--child",
-                           json.dumps(spec)], cwd=spec["checkout"], env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    with tempfile.TemporaryDirectory() as cwd:
+        done = subprocess.run([sys.executable, os.path.abspath(__file__), "--child",
+                               json.dumps(spec)], cwd=cwd, env=env, capture_output=True,
+                              text=True, timeout=timeout)
     if done.returncode != 0:
-        raise RuntimeError(f"child {spec['task']} in {spec['checkout']} failed:\n{done.stderr}")
+        raise RuntimeError(f"child {spec['task']} failed:\n{done.stderr}")
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def side_by_side(task: str, old: str, new: str, *, rounds: int, spec: dict,
                  progress=None) -> dict:
-    """``{"old": {name: median s}, "new": {...}, "files": ...}`` over ``rounds`` rounds of
-    one old and one new child each, the order alternating."""
-    per = {"old": [], "new": []}
-    files = {}
+    """``{"old": {name: s}, "new": {...}, "torch": ..., "files": ...}``: the median over
+    ``rounds`` fresh child processes, each timing old and new interleaved."""
+    per = []
+    files = None
     for i in range(rounds):
-        order = ("old", "new") if i % 2 == 0 else ("new", "old")
-        for variant in order:
-            s = {**spec, "task": task, "variant": variant,
-                 "checkout": old if variant == "old" else new,
-                 "torch": spec.get("torch", False) and variant == "new"}
-            result = run_child(s)
-            files[variant] = result["ppo_numpy"]
-            per[variant].append(result["times"])
+        result = run_child({**spec, "task": task, "old": old, "new": new})
+        files = result["files"]
+        per.append(result["times"])
         if progress:
             progress(f"{task}: round {i + 1}/{rounds}")
-    out = {"files": files, "rounds": rounds}
-    for variant, results in per.items():
-        out[variant] = {k: statistics.median(r[k] for r in results) for k in results[0]}
+    out = {"files": files, "rounds": rounds, "per_round": per}
+    for key in per[0]:
+        variant, _, name = key.partition(": ")
+        if not name:
+            out[key] = per[0][key]
+            continue
+        out.setdefault(variant, {})[name] = statistics.median(r[key] for r in per)
     return out
 
 
@@ -346,8 +376,8 @@ def function_rows(res, grid=FUNCTION_GRID, functions=FUNCTIONS) -> list[dict]:
         for B, T in grid:
             key = f"{name} ({B}, {T})"
             new = res["new"][key]
-            t_def = res["new"].get(f"{key} torch")
-            t_one = res["new"].get(f"{key} torch 1 thread")
+            t_def = res.get("torch", {}).get(key)
+            t_one = res.get("torch 1 thread", {}).get(key)
             rows.append({"function": name, "B": B, "T": T, "old": res["old"][key], "new": new,
                          "speedup": res["old"][key] / new, "torch": t_def, "torch1": t_one,
                          "torch/new": None if t_def is None else t_def / new,
@@ -374,16 +404,17 @@ def markdown(results, *, command, machine, old, new) -> list[str]:
            "this section as it is when it regenerates the page above). Reproduce with:", "",
            "```bash", command, "```", "",
            f"Old: `{old}`; new: `{new}`. " + " ".join(machine), "",
-           "Method: each figure is the median over rounds; a round runs one child process "
-           "per version (order alternating), each importing its own checkout's `ppo_numpy` "
-           "(checked by `ppo_numpy.__file__`), warming up, and timing its candidates in "
-           "interleaved in-process samples (median of the samples). `OPENBLAS_NUM_THREADS=1` "
-           "in every child. Ratios are old / new (or torch / new) from the same run: "
+           "Method: each figure is the median over rounds; a round is one fresh child process "
+           "that imports both checkouts (new as `ppo_numpy`, old as `ppo_numpy_old`, each "
+           "checked by its `__file__`), warms up, and times old, new and torch interleaved "
+           "in-process (median of the samples). `OPENBLAS_NUM_THREADS=1` in every child. "
+           "Ratios are old / new (or torch / new) from the same run: "
            "> 1 means the new code is faster.", ""]
     if "training" in results:
         out += ["### One default training iteration", "",
-                "`new_run(PPOConfig())`, 3 warm-up iterations, then the median of "
-                f"{ITERATIONS} `ppo_iteration` calls per child. Target: at least 15 % faster "
+                "`new_run(PPOConfig())` of each version, 3 warm-up iterations each, then "
+                f"{ITERATIONS} `ppo_iteration` calls of each, alternating (median per child). "
+                "Target: at least 15 % faster "
                 "(old / new >= 1.18).", "",
                 "| | old ms | new ms | old / new | met |", "|---|---:|---:|---:|---|"]
         for r in training_rows(results["training"]):
@@ -408,11 +439,11 @@ def markdown(results, *, command, machine, old, new) -> list[str]:
                        f"| {_ms(r['new'])} | {_x(r['speedup'])} | {_yes(r['met'])} |")
         out.append("")
     if "functions" in results:
-        threads = results["functions"]["new"].get("torch default threads")
+        threads = results["functions"].get("torch default threads")
         out += ["### Core functions against PyTorch on CPU", "",
                 "Public functions with their checks (as `python -m benchmarks` calls them) "
                 "against `benchmarks/torch_impl.py` on float64 CPU tensors, torch timed in "
-                f"the new child with its default {threads} intra-op threads and with "
+                f"the same child with its default {threads} intra-op threads and with "
                 "`torch.set_num_threads(1)` (NumPy's elementwise operations use one core), "
                 "interleaved. Target: no slower than torch at B T >= 65536 "
                 "(met: torch / new >= 1 for both thread settings).", "",
@@ -506,7 +537,7 @@ def main(argv=None) -> int:
 
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "--child":
-        # a child: this file run as a script, cwd = the checkout timed
+        # a child: this file run as a script; its directory is not a place to import from
         sys.path = [p for p in sys.path if os.path.realpath(p) != HERE]
         print(json.dumps(child_main(json.loads(sys.argv[2]))))
         raise SystemExit(0)
