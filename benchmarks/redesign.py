@@ -323,7 +323,8 @@ def side_by_side(task: str, old: str, new: str, *, rounds: int, spec: dict,
         per.append(result["times"])
         if progress:
             progress(f"{task}: round {i + 1}/{rounds}")
-    out = {"files": files, "rounds": rounds, "per_round": per}
+    out = {"files": files, "rounds": rounds, "per_round": per,
+           **{k: spec[k] for k in ("grid", "functions", "iterations", "warm") if k in spec}}
     for key in per[0]:
         variant, _, name = key.partition(": ")
         if not name:
@@ -335,13 +336,13 @@ def side_by_side(task: str, old: str, new: str, *, rounds: int, spec: dict,
 
 def measure_all(old: str, new: str, *, rounds=7, samples=5, target=0.01,
                 pipeline_grid=PIPELINE_GRID, function_grid=FUNCTION_GRID, functions=FUNCTIONS,
-                iterations=ITERATIONS, use_torch=True, tasks=("training", "pipeline",
-                                                              "functions"), progress=None):
+                iterations=ITERATIONS, warm=WARM_ITERATIONS, use_torch=True,
+                tasks=("training", "pipeline", "functions"), progress=None):
     from benchmarks.core import PARAMS
 
     common = {"params": PARAMS, "samples": samples, "target": target}
     specs = {
-        "training": {**common, "iterations": iterations},
+        "training": {**common, "iterations": iterations, "warm": warm},
         "pipeline": {**common, "grid": [list(g) for g in pipeline_grid]},
         "functions": {**common, "grid": [list(g) for g in function_grid],
                       "functions": list(functions), "torch": use_torch},
@@ -358,9 +359,9 @@ def training_rows(res) -> list[dict]:
              "speedup": o / n, "target": 1 / 0.85, "met": o / n >= 1 / 0.85}]
 
 
-def pipeline_rows(res, grid=PIPELINE_GRID) -> list[dict]:
+def pipeline_rows(res) -> list[dict]:
     rows = []
-    for B, T in grid:
+    for B, T in res.get("grid", PIPELINE_GRID):
         o = res["old"][f"pipeline ({B}, {T}) public"]
         for kind in ("public", "rollout+kernels", "kernels"):
             n = res["new"].get(f"pipeline ({B}, {T}) {kind}")
@@ -370,10 +371,10 @@ def pipeline_rows(res, grid=PIPELINE_GRID) -> list[dict]:
     return rows
 
 
-def function_rows(res, grid=FUNCTION_GRID, functions=FUNCTIONS) -> list[dict]:
+def function_rows(res) -> list[dict]:
     rows = []
-    for name in functions:
-        for B, T in grid:
+    for name in res.get("functions", FUNCTIONS):
+        for B, T in res.get("grid", FUNCTION_GRID):
             key = f"{name} ({B}, {T})"
             new = res["new"][key]
             t_def = res.get("torch", {}).get(key)
@@ -412,8 +413,9 @@ def markdown(results, *, command, machine, old, new) -> list[str]:
            "> 1 means the new code is faster.", ""]
     if "training" in results:
         out += ["### One default training iteration", "",
-                "`new_run(PPOConfig())` of each version, 3 warm-up iterations each, then "
-                f"{ITERATIONS} `ppo_iteration` calls of each, alternating (median per child). "
+                f"`new_run(PPOConfig())` of each version, {results['training'].get('warm')} "
+                f"warm-up iterations each, then {results['training'].get('iterations')} "
+                "`ppo_iteration` calls of each, alternating (median per child). "
                 "Target: at least 15 % faster "
                 "(old / new >= 1.18).", "",
                 "| | old ms | new ms | old / new | met |", "|---|---:|---:|---:|---|"]
