@@ -102,6 +102,14 @@ def markdown(rows: list[dict], labels: list[str]) -> list[str]:
     return out
 
 
+def section(checkouts: dict[str, str], exclude=()) -> list[str]:
+    """The markdown table of :func:`table` with a line saying what is counted."""
+    rows = table(checkouts, exclude)
+    return ["Code lines of `ppo_numpy/` (`benchmarks/code_lines.py`: lines holding code, "
+            "without docstrings, comments or blank lines; a package's row sums its files):",
+            "", *markdown(rows, list(checkouts))]
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.code_lines",
                                 description=__doc__.split("\n")[0])
@@ -114,10 +122,10 @@ def main(argv=None) -> int:
     for item in args.checkouts:
         label, _, path = item.rpartition("=")
         checkouts[label or path] = path
-    rows = table(checkouts, args.exclude)
-    print("\n".join(markdown(rows, list(checkouts))))
+    print("\n".join(section(checkouts, args.exclude)))
     return 0
 
 
 if __name__ == "__main__":
     sys.exit(main())
+

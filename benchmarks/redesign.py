@@ -6,10 +6,11 @@ fresh child process that imports both: the new checkout's package as ``ppo_numpy
 old one's as ``ppo_numpy_old`` (:func:`load_package`; the package's own imports are
 relative, so each copy uses its own modules; ``__file__`` of each is checked to lie in
 its checkout). In the child, after a warm-up, the candidates (old, new, torch) are timed
-in interleaved samples, one after the other (each sample many calls, about ``--target``
-seconds; garbage collection off), and the child reports each candidate's median. The
-figure quoted is the median over rounds of those medians; old / new and torch / new are
-ratios of medians of the same run, measured side by side in the same processes.
+in interleaved samples (sample j of every candidate taken one after the other; each
+sample many calls, about ``--target`` seconds; garbage collection off). Times quoted:
+the median of all samples of all rounds. Ratios quoted (old / new, torch / new): the
+median over rounds and j of the ratio of the two candidates' sample j, timings taken
+milliseconds apart in one process, which the machine's drift affects least.
 
 Three tasks:
 
@@ -76,7 +77,8 @@ def _calls(fn, number: int) -> float:
 
 
 def time_candidates(candidates: dict, *, samples: int, target: float) -> dict:
-    """Median seconds per call of each candidate, ``samples`` interleaved samples each.
+    """Seconds per call of each candidate, a list of ``samples`` interleaved samples each
+    (sample j of every candidate is taken in the same pass, one after the other).
 
     ``candidates`` maps a name to ``fn`` or ``(fn, before)``: ``before()`` runs untimed
     before each sample of ``fn`` (e.g. to set torch's threads)."""
@@ -106,7 +108,7 @@ def time_candidates(candidates: dict, *, samples: int, target: float) -> dict:
     finally:
         if enabled:
             gc.enable()
-    return {name: statistics.median(v) for name, v in times.items()}
+    return times
 
 
 def load_package(checkout: str, name: str):
@@ -146,7 +148,7 @@ def _training_task(spec, pkgs) -> dict:
     finally:
         if enabled:
             gc.enable()
-    return {f"{variant}: training iteration": statistics.median(v) for variant, v in ts.items()}
+    return {f"{variant}: training iteration": v for variant, v in ts.items()}
 
 
 def public_pipeline(P, b, p):
@@ -330,11 +332,20 @@ def side_by_side(task: str, old: str, new: str, *, rounds: int, spec: dict,
         if not name:
             out[key] = per[0][key]
             continue
-        out.setdefault(variant, {})[name] = statistics.median(r[key] for r in per)
+        # the median of every sample of every round
+        out.setdefault(variant, {})[name] = statistics.median(x for r in per for x in r[key])
     return out
 
 
-def measure_all(old: str, new: str, *, rounds=7, samples=5, target=0.01,
+def paired_ratio(res, a: str, b: str) -> float | None:
+    """Median over rounds and samples of a's sample / b's sample taken just after or before
+    it in the same child (``a``, ``b``: keys such as ``"old: whiten (64, 1024)"``)."""
+    ratios = [x / y for r in res["per_round"] if a in r and b in r
+              for x, y in zip(r[a], r[b])]
+    return statistics.median(ratios) if ratios else None
+
+
+def measure_all(old: str, new: str, *, rounds=5, samples=15, target=0.005,
                 pipeline_grid=PIPELINE_GRID, function_grid=FUNCTION_GRID, functions=FUNCTIONS,
                 iterations=ITERATIONS, warm=WARM_ITERATIONS, use_torch=True,
                 tasks=("training", "pipeline", "functions"), progress=None):
@@ -355,8 +366,9 @@ def measure_all(old: str, new: str, *, rounds=7, samples=5, target=0.01,
 
 def training_rows(res) -> list[dict]:
     o, n = res["old"]["training iteration"], res["new"]["training iteration"]
+    x = paired_ratio(res, "old: training iteration", "new: training iteration")
     return [{"what": "one default training iteration", "old": o, "new": n,
-             "speedup": o / n, "target": 1 / 0.85, "met": o / n >= 1 / 0.85}]
+             "speedup": x, "met": x >= 1 / 0.85}]
 
 
 def pipeline_rows(res) -> list[dict]:
@@ -366,8 +378,10 @@ def pipeline_rows(res) -> list[dict]:
         for kind in ("public", "rollout+kernels", "kernels"):
             n = res["new"].get(f"pipeline ({B}, {T}) {kind}")
             if n is not None:
+                x = paired_ratio(res, f"old: pipeline ({B}, {T}) public",
+                                 f"new: pipeline ({B}, {T}) {kind}")
                 rows.append({"B": B, "T": T, "new path": kind, "old": o, "new": n,
-                             "speedup": o / n, "met": o / n >= 1.5})
+                             "speedup": x, "met": x >= 1.5})
     return rows
 
 
@@ -376,14 +390,16 @@ def function_rows(res) -> list[dict]:
     for name in res.get("functions", FUNCTIONS):
         for B, T in res.get("grid", FUNCTION_GRID):
             key = f"{name} ({B}, {T})"
-            new = res["new"][key]
             t_def = res.get("torch", {}).get(key)
             t_one = res.get("torch 1 thread", {}).get(key)
-            rows.append({"function": name, "B": B, "T": T, "old": res["old"][key], "new": new,
-                         "speedup": res["old"][key] / new, "torch": t_def, "torch1": t_one,
-                         "torch/new": None if t_def is None else t_def / new,
-                         "torch1/new": None if t_one is None else t_one / new,
-                         "met": None if t_def is None else min(t_def, t_one) / new >= 1.0})
+            x_def = paired_ratio(res, f"torch: {key}", f"new: {key}")
+            x_one = paired_ratio(res, f"torch 1 thread: {key}", f"new: {key}")
+            rows.append({"function": name, "B": B, "T": T, "old": res["old"][key],
+                         "new": res["new"][key],
+                         "speedup": paired_ratio(res, f"old: {key}", f"new: {key}"),
+                         "torch": t_def, "torch1": t_one, "torch/new": x_def,
+                         "torch1/new": x_one,
+                         "met": None if x_def is None else min(x_def, x_one) >= 1.0})
     return rows
 
 
@@ -405,12 +421,15 @@ def markdown(results, *, command, machine, old, new) -> list[str]:
            "this section as it is when it regenerates the page above). Reproduce with:", "",
            "```bash", command, "```", "",
            f"Old: `{old}`; new: `{new}`. " + " ".join(machine), "",
-           "Method: each figure is the median over rounds; a round is one fresh child process "
+           "Method: a round is one fresh child process "
            "that imports both checkouts (new as `ppo_numpy`, old as `ppo_numpy_old`, each "
-           "checked by its `__file__`), warms up, and times old, new and torch interleaved "
-           "in-process (median of the samples). `OPENBLAS_NUM_THREADS=1` in every child. "
-           "Ratios are old / new (or torch / new) from the same run: "
-           "> 1 means the new code is faster.", ""]
+           "checked by its `__file__`), warms up, and times old, new and torch in "
+           "interleaved samples (sample j of each candidate one after the other, each "
+           "sample many calls). Times: the median of all samples of all rounds. Ratios: "
+           "the median over all (round, j) of old's sample j / new's sample j (torch's / "
+           "new's), so each ratio compares timings taken milliseconds apart in one process. "
+           "`OPENBLAS_NUM_THREADS=1` in every child. A ratio > 1 means the new code is "
+           "faster.", ""]
     if "training" in results:
         out += ["### One default training iteration", "",
                 f"`new_run(PPOConfig())` of each version, {results['training'].get('warm')} "
@@ -485,9 +504,13 @@ def _parser():
                                 description=__doc__.split("\n")[0])
     p.add_argument("--old", required=True, help="checkout of the code before the redesign")
     p.add_argument("--new", default=ROOT, help="checkout of the new code (default: this one)")
-    p.add_argument("--rounds", type=int, default=7)
-    p.add_argument("--samples", type=int, default=5, help="in-process samples per child")
-    p.add_argument("--target", type=float, default=0.01, help="seconds per sample")
+    p.add_argument("--rounds", type=int, default=5, help="child processes per task")
+    p.add_argument("--samples", type=int, default=15, help="in-process samples per child")
+    p.add_argument("--target", type=float, default=0.005, help="seconds per sample")
+    p.add_argument("--lines", action="append", default=[], metavar="LABEL=CHECKOUT",
+                   help="another checkout in the code-lines table (old and new are in it)")
+    p.add_argument("--exclude", action="append", default=[], metavar="ENTRY",
+                   help="a top-level entry of ppo_numpy/ left out of the table's second total")
     p.add_argument("--tasks", default="training,pipeline,functions")
     p.add_argument("--no-torch", action="store_true")
     p.add_argument("--json", default=None, help="also write the raw results here")
@@ -516,17 +539,26 @@ def main(argv=None) -> int:
     parts = [".venv/bin/python -m benchmarks.redesign", f"--old {args.old}"]
     if args.new != ROOT:
         parts.append(f"--new {args.new}")
-    for flag, value, default in (("--rounds", args.rounds, 7), ("--samples", args.samples, 5),
-                                 ("--target", args.target, 0.01)):
+    for flag, value, default in (("--rounds", args.rounds, 5), ("--samples", args.samples, 15),
+                                 ("--target", args.target, 0.005)):
         if value != default:
             parts.append(f"{flag} {value}")
     if args.tasks != "training,pipeline,functions":
         parts.append(f"--tasks {args.tasks}")
     if args.no_torch:
         parts.append("--no-torch")
+    parts += [f"--lines {x}" for x in args.lines] + [f"--exclude {x}" for x in args.exclude]
     if args.write:
         parts.append("--write")
     lines = markdown(results, command=" ".join(parts), machine=machine, old=old, new=new)
+    from benchmarks import code_lines
+
+    checkouts = {"old": old}
+    for item in args.lines:
+        label, _, path = item.rpartition("=")
+        checkouts[label or path] = path
+    checkouts["new"] = new
+    lines += ["### Code lines", "", *code_lines.section(checkouts, args.exclude), ""]
     print("\n".join(lines))
     if args.json:
         with open(args.json, "w") as f:
