@@ -165,7 +165,7 @@ class PolicyLoss:
 
         def mean(x):
             if x.dtype == bool and n:  # a count: the number the float sum of 0s and 1s gives
-                return np.count_nonzero(x & m) / n
+                return float(np.count_nonzero(x & m) / n)
             return float(np.where(m, x, 0.0).sum() / n)
 
         return {
