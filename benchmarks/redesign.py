@@ -420,7 +420,7 @@ def markdown(results, *, command, machine, old, new) -> list[str]:
            "Written by `benchmarks/redesign.py` (not by `python -m benchmarks`, which keeps "
            "this section as it is when it regenerates the page above). Reproduce with:", "",
            "```bash", command, "```", "",
-           f"Old: `{old}`; new: `{new}`. " + " ".join(machine), "",
+           f"Old: {old}; new: {new}. " + " ".join(machine), "",
            "Method: a round is one fresh child process "
            "that imports both checkouts (new as `ppo_numpy`, old as `ppo_numpy_old`, each "
            "checked by its `__file__`), warms up, and times old, new and torch in "
@@ -429,7 +429,13 @@ def markdown(results, *, command, machine, old, new) -> list[str]:
            "the median over all (round, j) of old's sample j / new's sample j (torch's / "
            "new's), so each ratio compares timings taken milliseconds apart in one process. "
            "`OPENBLAS_NUM_THREADS=1` in every child. A ratio > 1 means the new code is "
-           "faster.", ""]
+           "faster.", "",
+           "Why here: `python -m benchmarks` (`make bench`) writes the page above this "
+           "heading and keeps this section as it is (`benchmarks/__main__.py`, `_kept`), "
+           "since these figures need the old checkout, which `make bench` does not have. "
+           "The checkouts: `git worktree add --detach /work/wt/old 2178b48` (and, for the "
+           "code-lines table, `1e331a3` and `9131a7a` the same way).", "",
+           *targets(results), ""]
     if "training" in results:
         out += ["### One default training iteration", "",
                 f"`new_run(PPOConfig())` of each version, {results['training'].get('warm')} "
@@ -481,6 +487,37 @@ def markdown(results, *, command, machine, old, new) -> list[str]:
     return out
 
 
+def targets(results) -> list[str]:
+    """The issue's measurable targets, each with this run's figure (paired ratios)."""
+    out = ["### Targets of issue 12", "", "| target | measured in this run | met |",
+           "|---|---|---|"]
+    if "training" in results:
+        (r,) = training_rows(results["training"])
+        out.append(f"| one default training iteration at least 15 % faster (old / new >= "
+                   f"1.18) | {_x(r['speedup'])} ({_ms(r['old'])} -> {_ms(r['new'])} ms) "
+                   f"| {_yes(r['met'])} |")
+    if "pipeline" in results:
+        rows = pipeline_rows(results["pipeline"])
+        for kind, what in (("public", "public functions"),
+                           ("rollout+kernels", "validated once: Rollout + kernels")):
+            sel = [r for r in rows if r["new path"] == kind]
+            text = ", ".join(f"({r['B']}, {r['T']}) {_x(r['speedup'])}" for r in sel)
+            out.append(f"| full pipeline at least 1.5x faster, {what} | {text} "
+                       f"| {_yes(all(r['met'] for r in sel))} |")
+    if "functions" in results:
+        rows = function_rows(results["functions"])
+        for name in results["functions"].get("functions", FUNCTIONS):
+            sel = [r for r in rows if r["function"] == name]
+            if sel[0]["torch/new"] is None:
+                continue
+            text = "; ".join(f"({r['B']}, {r['T']}) {_x(r['torch/new'])} / "
+                             f"{_x(r['torch1/new'])}" for r in sel)
+            out.append(f"| `{name}` no slower than torch at B T >= 65536 (torch / new, "
+                       f"default threads / 1 thread) | {text} "
+                       f"| {_yes(all(r['met'] for r in sel))} |")
+    return out
+
+
 def write_section(lines: list[str], path: str = DOC) -> None:
     """Replace (or append) this section of ``path``: from its heading to the file's end."""
     with open(path) as f:
@@ -499,6 +536,18 @@ def _machine() -> list[str]:
             f"{load} at the start of the run."]
 
 
+def _commit(path: str) -> str:
+    """The short commit of a checkout, with "+ changes" if its ppo_numpy/ differs from it."""
+    try:
+        head = subprocess.run(["git", "-C", path, "rev-parse", "--short", "HEAD"],
+                              capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", path, "status", "--porcelain", "ppo_numpy"],
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "not a git checkout"
+    return head + (" + uncommitted changes" if dirty else "")
+
+
 def _parser():
     p = argparse.ArgumentParser(prog="python -m benchmarks.redesign",
                                 description=__doc__.split("\n")[0])
@@ -514,6 +563,8 @@ def _parser():
     p.add_argument("--tasks", default="training,pipeline,functions")
     p.add_argument("--no-torch", action="store_true")
     p.add_argument("--json", default=None, help="also write the raw results here")
+    p.add_argument("--from-json", default=None, metavar="FILE",
+                   help="no measuring: the tables of the results a --json run wrote")
     p.add_argument("--write", action="store_true",
                    help=f"put the tables into {os.path.relpath(DOC, ROOT)}")
     return p
@@ -525,17 +576,26 @@ def main(argv=None) -> int:
         return 0
     args = _parser().parse_args(argv)
     old, new = os.path.realpath(args.old), os.path.realpath(args.new)
-    machine = _machine()
-    start = time.perf_counter()
-    tasks = tuple(t for t in args.tasks.split(",") if t)
-    results = measure_all(old, new, rounds=args.rounds, samples=args.samples,
-                          target=args.target, use_torch=not args.no_torch, tasks=tasks,
-                          progress=lambda s: print(s, file=sys.stderr, flush=True))
-    try:
-        end_load = f"{os.getloadavg()[0]:.1f}"
-    except OSError:
-        end_load = "unknown"
-    machine.append(f"1-min load {end_load} at the end; {time.perf_counter() - start:.0f} s.")
+    if args.from_json:
+        # the tables of a run measured before (its --json), rendered again
+        with open(args.from_json) as f:
+            results = json.load(f)
+        machine = results.pop("machine")
+        commits = results.pop("commits")
+    else:
+        machine = _machine()
+        commits = {"old": _commit(old), "new": _commit(new)}
+        start = time.perf_counter()
+        tasks = tuple(t for t in args.tasks.split(",") if t)
+        results = measure_all(old, new, rounds=args.rounds, samples=args.samples,
+                              target=args.target, use_torch=not args.no_torch, tasks=tasks,
+                              progress=lambda s: print(s, file=sys.stderr, flush=True))
+        try:
+            end_load = f"{os.getloadavg()[0]:.1f}"
+        except OSError:
+            end_load = "unknown"
+        machine.append(f"1-min load {end_load} at the end; "
+                       f"{time.perf_counter() - start:.0f} s.")
     parts = [".venv/bin/python -m benchmarks.redesign", f"--old {args.old}"]
     if args.new != ROOT:
         parts.append(f"--new {args.new}")
@@ -550,7 +610,8 @@ def main(argv=None) -> int:
     parts += [f"--lines {x}" for x in args.lines] + [f"--exclude {x}" for x in args.exclude]
     if args.write:
         parts.append("--write")
-    lines = markdown(results, command=" ".join(parts), machine=machine, old=old, new=new)
+    lines = markdown(results, command=" ".join(parts), machine=machine,
+                     old=f"`{old}` ({commits['old']})", new=f"`{new}` ({commits['new']})")
     from benchmarks import code_lines
 
     checkouts = {"old": old}
@@ -559,10 +620,22 @@ def main(argv=None) -> int:
         checkouts[label or path] = path
     checkouts["new"] = new
     lines += ["### Code lines", "", *code_lines.section(checkouts, args.exclude), ""]
+    totals = {r["entry"]: r for r in code_lines.table(checkouts, args.exclude)}["total"]
+    labels = list(checkouts)
+    lines += ["Totals: " + "; ".join(
+        f"{a} -> {b} {totals[b] - totals[a]:+d} ({totals[a]} -> {totals[b]})"
+        for a, b in zip(labels, labels[1:])) + ".", ""]
+    if args.exclude:
+        lines += [f"The second total leaves out {', '.join(f'`{e}`' for e in args.exclude)}: "
+                  "given with `--exclude` as modules of features merged after the redesign "
+                  "(`git log` says which), whose lines are not the redesign's. Features "
+                  "merged into modules that existed before change those rows too; the "
+                  "redesign alone is the commit before the merges against the old "
+                  "checkout.", ""]
     print("\n".join(lines))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(results, f, indent=1)
+            json.dump({**results, "machine": machine, "commits": commits}, f, indent=1)
     if args.write:
         write_section(lines)
         print(f"wrote {DOC}", file=sys.stderr)
