@@ -3,7 +3,8 @@
 Options: ``--quick`` (two small grid points, few rounds, no training: a smoke
 run of a few seconds, printed to stdout unless ``--output`` is given),
 ``--output PATH`` (``-`` for stdout), ``--no-torch``, ``--no-cold``,
-``--no-training``, ``--demo-seeds N``, ``--rounds N``.
+``--no-training``, ``--no-grpo`` (the group advantages and GRPO loss section of
+:mod:`benchmarks.grpo`), ``--demo-seeds N``, ``--rounds N``.
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="skip the fresh-process (cold heap) GAE measurement")
     p.add_argument("--no-training", action="store_true",
                    help="skip the training-loop section (skipped with --quick)")
+    p.add_argument("--no-grpo", action="store_true",
+                   help="skip the group advantages and GRPO loss section (benchmarks/grpo.py)")
     p.add_argument("--demo-seeds", type=int, default=3,
                    help="seeds of the make-demo time-to-90%% run (default 3; 0 skips it)")
     return p
@@ -116,6 +119,8 @@ def _command(args) -> str:
         parts.append("--no-cold")
     if args.no_training:
         parts.append("--no-training")
+    if args.no_grpo:
+        parts.append("--no-grpo")
     if args.demo_seeds != 3:
         parts.append(f"--demo-seeds {args.demo_seeds}")
     command = " ".join(parts)
@@ -170,6 +175,11 @@ def main(argv=None) -> int:
         blas_lines = blas.markdown([blas.products(rounds=rounds),
                                     blas.products(busy=os.cpu_count() or 1,
                                                   rounds=2 * rounds + 1)])
+    grpo_rows = None
+    if not args.no_grpo:
+        from benchmarks import grpo
+
+        grpo_rows = grpo.run_grid(grid, rounds=rounds, target=target, use_torch=use_torch)
     training = demo = None
     if not args.quick and not args.no_training:
         training, demo = _training(args.demo_seeds)
@@ -180,6 +190,9 @@ def main(argv=None) -> int:
                          rounds=rounds, target=target, elapsed=time.perf_counter() - start,
                          cold=cold, training=training, demo=demo, blas=blas_lines,
                          date=datetime.date.today().isoformat() + " ")
+    if grpo_rows is not None:
+        text = text.rstrip("\n") + "\n\n" + "\n".join(
+            grpo.markdown(grpo_rows, command=_command(args), rounds=rounds, target=target))
     output = args.output if args.output is not None else ("-" if args.quick else DOC)
     if output == "-":
         sys.stdout.write(text)

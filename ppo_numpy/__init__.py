@@ -22,6 +22,7 @@ d loss / d inputs      policy_loss_grad, ...       ppo_numpy.loss_grads
 finite differences     gradcheck, cmp              ppo_numpy.gradcheck
 toy policies           MLPPolicy, BigramPolicy     ppo_numpy.policy
 loss + grads (params)  ppo_loss_and_grads          ppo_numpy.policy.loss
+group baselines        grpo_advantages, rloo_...   ppo_numpy.group_advantages
 rollout batch          Rollout                     ppo_numpy.rollout
 loss options           PolicyLossOptions           ppo_numpy.loss_options
 =====================  ==========================  ===========================
@@ -34,6 +35,14 @@ from .clipping import clipped_surrogate
 from .entropy import entropy_from_logits, log_softmax
 from .gae import gae
 from .gradcheck import cmp, gradcheck, numerical_grad
+from .group_advantages import (
+    grpo_advantages,
+    reinforce_plus_plus_advantages,
+    reinforce_plus_plus_baseline_advantages,
+    remax_advantages,
+    returns_to_go,
+    rloo_advantages,
+)
 from .kl import ESTIMATORS as KL_ESTIMATORS
 from .kl import kl_estimate, kl_shaped_rewards
 from .loss_grads import (
@@ -86,6 +95,7 @@ __all__ = [
     "entropy_grad",
     "gae",
     "gradcheck",
+    "grpo_advantages",
     "kl_estimate",
     "kl_estimate_grad",
     "kl_shaped_rewards",
@@ -98,6 +108,11 @@ __all__ = [
     "ppo_objective",
     "ppo_policy_loss",
     "probability_ratio",
+    "reinforce_plus_plus_advantages",
+    "reinforce_plus_plus_baseline_advantages",
+    "remax_advantages",
+    "returns_to_go",
+    "rloo_advantages",
     "save_checkpoint",
     "td_errors",
     "value_loss",

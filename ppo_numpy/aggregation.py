@@ -17,7 +17,17 @@ row i, and B' the number of rows with at least one response token:
   (volcengine/verl ``verl/trainer/ppo/core_algos.py``, ``agg_loss``): its
   value is B' times this one.
 
-Names follow verl's ``loss_agg_mode``.
+Names follow verl's ``loss_agg_mode``. The normalisations of TRL's ``GRPOTrainer``
+(``loss_type``, huggingface/trl ``trl/trainer/grpo_trainer.py``, ``_compute_loss``) are
+modes too, :data:`TRL_MODES`, with B every row of the batch (a row without tokens
+counts):
+
+* ``"grpo"``: (1/B) sum_i (1/max(n_i, 1)) sum_t m l  (the sequence mean of token means);
+* ``"bnpo"``: sum m l / sum m, the token mean of the local batch (= ``"token-mean"``);
+* ``"dapo"``: sum m l / ``norm``, ``norm`` the token count of the whole (global,
+  accumulated) batch; default the local count, where it equals ``"bnpo"``;
+* ``"dr_grpo"``: sum m l / (B * ``norm``), ``norm`` a constant length
+  (``max_completion_length``); default T.
 """
 
 from __future__ import annotations
@@ -27,12 +37,16 @@ import numpy as np
 from ._validation import check_scalar, prepare, scalar_for
 
 MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+#: TRL GRPOTrainer's ``loss_type`` normalisations (module docstring)
+TRL_MODES = ("grpo", "bnpo", "dapo", "dr_grpo")
+#: the modes that divide by ``norm``
+NORM_MODES = ("seq-mean-token-sum-norm", "dapo", "dr_grpo")
 
 
 def check_mode(mode, name="mode"):
-    if mode not in MODES:
+    if mode not in MODES + TRL_MODES:
         raise ValueError(f"{name}: unknown aggregation mode {mode!r}; valid ones are "
-                         f"{', '.join(MODES)}")
+                         f"{', '.join(MODES + TRL_MODES)}")
 
 
 def mode_norm(mode, norm, T):
@@ -40,12 +54,15 @@ def mode_norm(mode, norm, T):
 
     ``norm`` given with another mode is an error: it would be silently ignored.
     """
-    if mode != "seq-mean-token-sum-norm":
+    if mode not in NORM_MODES:
         if norm is not None:
-            raise ValueError(f"norm: only mode 'seq-mean-token-sum-norm' divides by norm, "
-                             f"got norm={norm!r} with mode {mode!r}")
+            raise ValueError(f"norm: only modes {', '.join(map(repr, NORM_MODES))} divide by "
+                             f"norm, got norm={norm!r} with mode {mode!r}")
         return None
-    return T if norm is None else check_scalar(norm, "norm", low=0, low_open=True)
+    if norm is None:
+        # dapo's default: the batch's own token count, resolved by divisors()
+        return None if mode == "dapo" else T
+    return check_scalar(norm, "norm", low=0, low_open=True)
 
 
 def aggregate(per_token, mask=None, mode="token-mean", *, norm=None):
@@ -95,6 +112,10 @@ def divisors(m: np.ndarray, mode: str, norm=None, like=None):
         seq-mean-token-sum       d = None   D = B'
         seq-mean-token-mean      d = n_i    D = B'
         seq-mean-token-sum-norm  d = None   D = B' * norm
+        grpo                     d = max(n_i, 1)   D = B
+        bnpo                     d = None   D = sum_i n_i
+        dapo                     d = None   D = norm (default sum_i n_i)
+        dr_grpo                  d = None   D = B * norm
 
     :func:`aggregate` divides by them, :func:`aggregation_weights` (the gradient) is
     m / (d D). ``m``: a bool (B, T) mask; ``norm``: checked (:func:`mode_norm`);
@@ -105,9 +126,16 @@ def divisors(m: np.ndarray, mode: str, norm=None, like=None):
     if n_seq == 0:
         raise ValueError("mask: no response token to aggregate over")
     exact = like is not None and like.dtype == object
-    if mode == "token-mean":
+    if mode in ("token-mean", "bnpo") or (mode == "dapo" and norm is None):
         total = int(n_tokens.sum())
         return None, (scalar_for(total, like) if exact else total)
+    B = m.shape[0]
+    if mode == "grpo":
+        return np.maximum(n_tokens, 1), (scalar_for(B, like) if exact else float(B))
+    if mode == "dapo":
+        return None, (scalar_for(norm, like) if exact else float(norm))
+    if mode == "dr_grpo":
+        return None, (scalar_for(B, like) * scalar_for(norm, like) if exact else B * float(norm))
     if mode == "seq-mean-token-sum":
         return None, (scalar_for(n_seq, like) if exact else n_seq)
     if mode == "seq-mean-token-mean":

@@ -46,8 +46,8 @@ def check_dual_clip(dual_clip):
 
 
 #: the branch of a token's term, :attr:`ClipCases.case`
-UNCLIPPED, CLIPPED, DUAL_CLIPPED = 0, 1, 2
-CASE_NAMES = ("unclipped", "clipped", "dual clip")
+UNCLIPPED, CLIPPED, DUAL_CLIPPED, DELTA_CLIPPED = 0, 1, 2, 3
+CASE_NAMES = ("unclipped", "clipped", "dual clip", "delta")
 
 
 class ClipCases:
@@ -62,12 +62,17 @@ class ClipCases:
         dual clip     A < 0 and rho > c      c A          0
         unclipped     otherwise              rho A        A
 
-    (A = 0 is unclipped: its term is 0 whatever rho.) The term is computed as the
-    frameworks compute it, ``min(rho A, clip(rho, lo, hi) A)`` and for A < 0
-    ``max(that, c A)``, which is the table's value. At a bound (rho = hi with A > 0,
-    rho = lo or rho = c with A < 0) the derivative jumps; the bound counts as inside,
-    so the derivative is A (``ppo_numpy.loss_grads``: PyTorch's ``clamp`` passes the
-    gradient at a bound).
+    (A = 0 is unclipped: its term is 0 whatever rho.) With TRL's two-sided bound
+    ``delta`` (``GRPOConfig.delta``) the unclipped branch uses min(rho, delta):
+
+        delta         A > 0 and delta < rho <= hi       delta A      0
+                      A < 0 and rho > max(delta, hi)    max(delta, hi) A   0
+
+    The term is computed as the frameworks compute it, ``min(rho A, clip(rho, lo, hi) A)``
+    (``min(min(rho, delta) A, ...)`` with delta) and for A < 0 ``max(that, c A)``.
+    At a bound (rho = hi with A > 0, rho = lo or rho = c with A < 0) the derivative
+    jumps; the bound counts as inside, so the derivative is A (``ppo_numpy.loss_grads``:
+    PyTorch's ``clamp`` passes the gradient at a bound).
 
     The statistics count as frameworks do, from the values (TRL's and verl's
     ``pg_losses2 > pg_losses``): a token is ``counted_clipped`` where the term is
@@ -89,13 +94,18 @@ class ClipCases:
     [2.0, 0.0, -1.0, 0.0]
     """
 
-    def __init__(self, rho, A, lo, hi, c=None):
-        self.rho, self.A, self.lo, self.hi, self.c = rho, A, lo, hi, c
+    def __init__(self, rho, A, lo, hi, c=None, delta=None):
+        self.rho, self.A, self.lo, self.hi, self.c, self.delta = rho, A, lo, hi, c, delta
+
+    @cached_property
+    def rho_capped(self):
+        """min(rho_t, delta): the ratio of the unclipped branch (rho itself without delta)."""
+        return self.rho if self.delta is None else np.minimum(self.rho, self.delta)
 
     @cached_property
     def unclipped(self):
-        # rho_t A_t
-        return self.rho * self.A
+        # rho_t A_t  (min(rho_t, delta) A_t with TRL's delta)
+        return self.rho_capped * self.A
 
     @cached_property
     def clipped(self):
@@ -119,8 +129,14 @@ class ClipCases:
         rho, A = self.rho, self.A
         case = np.where(((A > 0) & (rho > self.hi)) | ((A < 0) & (rho < self.lo)),
                         CLIPPED, UNCLIPPED)
+        if self.delta is not None:
+            d = self.delta
+            capped = ((A > 0) & (rho > d) & (rho <= self.hi)) | (
+                (A < 0) & (rho > d) & (rho > self.hi))
+            case = np.where(capped, DELTA_CLIPPED, case)
         if self.c is not None:
-            case = np.where((A < 0) & (rho > self.c), DUAL_CLIPPED, case)
+            case = np.where((A < 0) & (rho > self.c) & (case != DELTA_CLIPPED), DUAL_CLIPPED,
+                            case)
         return case
 
     @cached_property
@@ -136,7 +152,21 @@ class ClipCases:
         kink = ((A > 0) & (rho == self.hi)) | ((A < 0) & (rho == self.lo))
         if self.c is not None:
             kink |= (A < 0) & (rho == self.c)
+        if self.delta is not None:
+            kink |= (A != 0) & (rho == self.delta)
         return kink
+
+    @cached_property
+    def low_clipped(self):
+        """A_t < 0 and the ratio of the unclipped branch below 1 - eps (TRL's
+        ``clip_ratio/low_mean``)."""
+        return (self.rho_capped < self.lo) & (self.A < 0)
+
+    @cached_property
+    def high_clipped(self):
+        """A_t > 0 and the ratio of the unclipped branch above 1 + eps_high (TRL's
+        ``clip_ratio/high_mean``)."""
+        return (self.rho_capped > self.hi) & (self.A > 0)
 
     @cached_property
     def counted_clipped(self):

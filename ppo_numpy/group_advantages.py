@@ -196,7 +196,8 @@ def returns_to_go(rewards, mask=None, gamma=1.0):
 
     Examples
     --------
-    The running example's rewards [0, 0, 1]: G = [1, 1, 1] with gamma 1, [0.81, 0.9, 1] with gamma 0.9:
+    The running example's rewards [0, 0, 1]: G = [1, 1, 1] with gamma 1, [0.81, 0.9, 1]
+    with gamma 0.9:
 
     >>> [float(g) for g in returns_to_go([0, 0, 1])]
     [1.0, 1.0, 1.0]

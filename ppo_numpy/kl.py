@@ -120,6 +120,18 @@ def kl_estimate_kernel(logp, logp_ref, estimator: str, clamp=None):
     return kl
 
 
+def kl_estimate_grad_kernel(logp, logp_ref, estimator, m, clamp=None, w=None):
+    """:func:`kl_estimate_grad` on checked arrays (unchecked kernel); ``w`` the aggregation
+    weights or ``None`` (per token)."""
+    kl, dkl = kl_terms(logp - logp_ref, estimator)
+    dkl = dkl()
+    if clamp is not None:
+        dkl = np.where(np.abs(kl) <= clamp, dkl, 0.0)
+    if w is not None:
+        dkl = w * dkl
+    return where_valid(m, dkl)
+
+
 def last_valid_index(mask: np.ndarray) -> np.ndarray:
     """Index of the last 1 in each row of a (B, T) bool mask, as (B,) ints.
 

@@ -47,9 +47,9 @@ import numpy as np
 from ._validation import prepare, where_valid
 from .aggregation import aggregation_weights, check_mode, mode_norm
 from .entropy import log_softmax_kernel, prepare_logits
-from .kl import _check_estimator, check_kl_clamp, kl_terms
+from .kl import _check_estimator, check_kl_clamp, kl_estimate_grad_kernel
 from .loss_options import resolve
-from .objective import policy_loss_kernel
+from .objective import policy_loss_kernel, prepare_loss_inputs
 from .value_loss import ValueLoss, check_value_clip
 
 
@@ -98,7 +98,7 @@ def _weights(m: np.ndarray, mode: str, norm) -> np.ndarray:
 
 def policy_loss_grad(logp, logp_old, advantages, mask=None, epsilon=0.2, agg="token-mean", *,
                      epsilon_high=None, dual_clip=None, norm=None, log_ratio_clamp=None,
-                     options=None):
+                     options=None, logp_ref=None, **more_options):
     """d/d logp of the policy loss of :func:`ppo_policy_loss` (same arguments).
 
     The loss is -sum_{i,t} w_{i,t} term_{i,t} with term = min(rho A, clip(rho, lo, hi) A)
@@ -117,8 +117,8 @@ def policy_loss_grad(logp, logp_old, advantages, mask=None, epsilon=0.2, agg="to
     Parameters
     ----------
     logp, logp_old, advantages, mask, epsilon, agg, epsilon_high, dual_clip, norm, \
-log_ratio_clamp, options
-        Exactly as in :func:`ppo_policy_loss`.
+log_ratio_clamp, options, logp_ref, **more_options
+        Exactly as in :func:`ppo_policy_loss` (GSPO, delta, CISPO, a KL term included).
 
     Returns
     -------
@@ -135,11 +135,12 @@ log_ratio_clamp, options
     [0.0, 0.0, -0.366666666667]
     """
     opts = resolve(options, epsilon=epsilon, agg=agg, epsilon_high=epsilon_high,
-                   dual_clip=dual_clip, norm=norm, log_ratio_clamp=log_ratio_clamp)
-    (logp, logp_old, A), m = prepare(
-        {"logp": logp, "logp_old": logp_old, "advantages": advantages}, mask, exact=False)
+                   dual_clip=dual_clip, norm=norm, log_ratio_clamp=log_ratio_clamp,
+                   **more_options)
+    (logp, logp_old, A, ref), m = prepare_loss_inputs(logp, logp_old, advantages, mask,
+                                                      logp_ref)
     # the case analysis of ppo_numpy.clipping.ClipCases: dterm/drho = A where unclipped
-    return policy_loss_kernel(logp, logp_old, A, m, opts).dlogp
+    return policy_loss_kernel(logp, logp_old, A, m, opts, ref).dlogp
 
 
 def value_loss_grad(values, old_values, returns, mask=None, clip_range=None, agg="token-mean",
@@ -287,15 +288,3 @@ def kl_estimate_grad(logp, logp_ref, estimator="k1", mask=None, *, clamp=None, a
     else:
         w = None
     return kl_estimate_grad_kernel(logp, logp_ref, estimator, m, clamp, w)
-
-
-def kl_estimate_grad_kernel(logp, logp_ref, estimator, m, clamp=None, w=None):
-    """:func:`kl_estimate_grad` on checked arrays (unchecked kernel); ``w`` the aggregation
-    weights or ``None`` (per token)."""
-    kl, dkl = kl_terms(logp - logp_ref, estimator)
-    dkl = dkl()
-    if clamp is not None:
-        dkl = np.where(np.abs(kl) <= clamp, dkl, 0.0)
-    if w is not None:
-        dkl = w * dkl
-    return where_valid(m, dkl)

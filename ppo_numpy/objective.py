@@ -16,10 +16,11 @@ from functools import cached_property
 import numpy as np
 
 from ._validation import prepare, where_valid
-from .aggregation import aggregate_kernel, aggregation_weights
+from .aggregation import aggregate_kernel, aggregation_weights, mode_norm
 from .clipping import ClipCases
+from .kl import kl_estimate_grad_kernel, kl_estimate_kernel
 from .loss_options import PolicyLossOptions, resolve
-from .ratio import log_ratio
+from .ratio import log_ratio, sequence_log_ratio, sequence_mean_grad
 
 
 def ppo_objective(logp, logp_old, advantages, mask=None, epsilon=0.2, **clip_options):
@@ -63,7 +64,7 @@ def ppo_objective(logp, logp_old, advantages, mask=None, epsilon=0.2, **clip_opt
 
 def ppo_policy_loss(logp, logp_old, advantages, mask=None, epsilon=0.2, agg="token-mean", *,
                     epsilon_high=None, dual_clip=None, norm=None, log_ratio_clamp=None,
-                    options=None):
+                    options=None, logp_ref=None, **more_options):
     """Policy loss -aggregate(min(rho A, clip(rho) A)) and the statistics frameworks log.
 
     Parameters
@@ -86,6 +87,12 @@ def ppo_policy_loss(logp, logp_old, advantages, mask=None, epsilon=0.2, agg="tok
     options : PolicyLossOptions, optional
         All of ``epsilon``, ``agg``, ``epsilon_high``, ``dual_clip``, ``norm`` and
         ``log_ratio_clamp`` in one object (then give none of those keywords).
+    logp_ref : array, same shape, optional
+        log pi_ref of the tokens, for a KL term in the loss (``kl_coef > 0``).
+    **more_options
+        Any other field of :class:`PolicyLossOptions`: the critic-free family's
+        ``importance_level`` (GSPO), ``log_ratio_max``, ``delta``, ``loss_type``
+        (CISPO), ``cispo_clip``, ``kl_coef``, ``kl_estimator``, ``kl_clamp``, ``kl_agg``.
 
     Returns
     -------
@@ -104,7 +111,14 @@ def ppo_policy_loss(logp, logp_old, advantages, mask=None, epsilon=0.2, agg="tok
         * ``approx_kl_k1``, ``approx_kl_k2``, ``approx_kl_k3``: estimates of
           KL(pi_old || pi_theta) from the old samples, with r = rho:
           -log rho, (log rho)^2 / 2 and (rho - 1) - log rho;
-        * ``ratio_mean``, ``ratio_min``, ``ratio_max``.
+        * ``ratio_mean``, ``ratio_min``, ``ratio_max``;
+        * with any option of the critic-free family also ``clipfrac_low`` and
+          ``clipfrac_high`` (TRL's ``clip_ratio/low_mean``, ``high_mean``: A < 0 with
+          min(rho, delta) < 1 - eps, A > 0 with it > 1 + eps_high) and ``kl_ref``
+          (the token mean of the KL term's KL_t, 0 without one). Under
+          ``importance_level="sequence"`` the ratio statistics are of the sequence
+          ratio (at every token of its response), the ``approx_kl`` ones of the token
+          log-ratios.
 
     Examples
     --------
@@ -115,49 +129,142 @@ def ppo_policy_loss(logp, logp_old, advantages, mask=None, epsilon=0.2, agg="tok
     >>> loss, stats = ppo_policy_loss(np.log([1.5, 0.5, 1.1]), [0.0, 0.0, 0.0], [2.0, -1.0, 1.0])
     >>> round(loss, 12), round(stats["clipfrac_active"], 6)
     (-0.9, 0.666667)
+
+    GSPO: one response with token log-ratios [0.3, 0.1] and A = 1 has the sequence ratio
+    exp(0.2) = 1.2214 > 1.2, clipped at both tokens: the loss is -1.2.
+
+    >>> loss, stats = ppo_policy_loss([0.3, 0.1], [0.0, 0.0], [1.0, 1.0],
+    ...                               importance_level="sequence")
+    >>> round(loss, 12), stats["clipfrac_active"]
+    (-1.2, 1.0)
     """
     opts = resolve(options, epsilon=epsilon, agg=agg, epsilon_high=epsilon_high,
-                   dual_clip=dual_clip, norm=norm, log_ratio_clamp=log_ratio_clamp)
+                   dual_clip=dual_clip, norm=norm, log_ratio_clamp=log_ratio_clamp,
+                   **more_options)
     # in float64 even for Fractions (rho needs exp), so that term and rho * A round alike
-    (lp, lp_old, A), m = prepare({"logp": logp, "logp_old": logp_old, "advantages": advantages},
-                                 mask, exact=False)
-    out = policy_loss_kernel(lp, lp_old, A, m, opts)
+    (lp, lp_old, A, ref), m = prepare_loss_inputs(logp, logp_old, advantages, mask, logp_ref)
+    out = policy_loss_kernel(lp, lp_old, A, m, opts, ref)
     return out.loss, out.stats()
+
+
+def prepare_loss_inputs(logp, logp_old, advantages, mask, logp_ref=None):
+    """The policy loss's arrays checked once (float64, 0 at padding); ``logp_ref`` None if not
+    given."""
+    arrays = {"logp": logp, "logp_old": logp_old, "advantages": advantages}
+    if logp_ref is not None:
+        arrays["logp_ref"] = logp_ref
+    out, m = prepare(arrays, mask, exact=False)
+    return (*out[:3], out[3] if logp_ref is not None else None), m
 
 
 class PolicyLoss:
     """The policy loss of one batch and everything derived from it, each computed on first use.
 
-    Unchecked kernel behind :func:`ppo_policy_loss`, :func:`ppo_numpy.policy_loss_grad`
-    and the presets: ``logp``, ``logp_old``, ``A`` float64 (B, T) or (T,) arrays, 0 at
-    padding; ``m`` the bool mask; ``opts`` a :class:`PolicyLossOptions`. Attributes:
-    ``log_rho`` and ``passes`` (:func:`ppo_numpy.ratio.log_ratio`), ``rho`` (0 at padding),
-    ``cases`` (:class:`ppo_numpy.clipping.ClipCases`), ``loss``, ``dlogp``; :meth:`stats`.
+    Unchecked kernel behind :func:`ppo_policy_loss`, :func:`ppo_numpy.policy_loss_grad`,
+    the toy policy's loss and the presets: ``logp``, ``logp_old``, ``A`` (and ``logp_ref``
+    when ``opts.kl_coef > 0``) float64 (B, T) or (T,) arrays, 0 at padding; ``m`` the bool
+    mask; ``opts`` a :class:`PolicyLossOptions`. Attributes: ``log_rho`` (the token
+    log-ratio, clamped) and ``passes`` (:func:`ppo_numpy.ratio.log_ratio`), ``log_w`` (the
+    log-ratio the loss uses: token or sequence, capped by ``log_ratio_max``), ``rho``
+    (exp(log_w), 0 at padding), ``cases`` (:class:`ppo_numpy.clipping.ClipCases`),
+    ``loss``, ``dlogp``; :meth:`stats`.
     """
 
-    def __init__(self, logp, logp_old, A, m, opts: PolicyLossOptions):
-        self.m, self.A, self.opts = m, A, opts
+    def __init__(self, logp, logp_old, A, m, opts: PolicyLossOptions, logp_ref=None):
+        self.logp, self.logp_ref, self.m, self.A, self.opts = logp, logp_ref, m, A, opts
         self.log_rho, self.passes = log_ratio(logp, logp_old, opts.log_ratio_clamp)
+        log_w = self.log_rho
+        if opts.importance_level == "sequence":
+            # log s_i = (1/n_i) sum_t (logp_t - logp_old_t), at every token of response i
+            log_w = sequence_log_ratio(log_w, m)
+        self.below_max = None
+        if opts.log_ratio_max is not None:
+            # the bound passes the gradient, as torch.clamp(max=...) does
+            self.below_max = log_w <= opts.log_ratio_max
+            log_w = np.minimum(log_w, opts.log_ratio_max)
+        self.log_w = log_w
         # rho_t = exp(logp_t - logp_old_t)
-        self.rho = where_valid(m, np.exp(self.log_rho))
+        self.rho = where_valid(m, np.exp(log_w))
         lo, hi = opts.bounds()
-        self.cases = ClipCases(self.rho, A, lo, hi, opts.dual_clip)
+        self.cases = ClipCases(self.rho, A, lo, hi, opts.dual_clip, opts.delta)
         self.norm = opts.norm_for(m.shape[-1])
+        if opts.kl_coef > 0 and logp_ref is None:
+            raise ValueError("logp_ref: the KL term of the loss (kl_coef > 0) needs the "
+                             "reference log-probabilities")
 
     @cached_property
-    def loss(self) -> float:
-        # loss = -aggregate( min(rho A, clip(rho) A) )
-        term = where_valid(self.m, self.cases.term)
+    def cispo_weight(self):
+        """CISPO's importance weight w_t (a constant of the gradient): clip(rho, lo, hi) or
+        min(rho, epsilon_high)."""
+        opts = self.opts
+        if opts.cispo_clip == "max":
+            eps_high = opts.epsilon if opts.epsilon_high is None else opts.epsilon_high
+            return np.minimum(self.rho, float(eps_high))
+        lo, hi = opts.bounds()
+        return np.minimum(np.maximum(self.rho, lo), hi)
+
+    @cached_property
+    def kl(self):
+        """The per-token KL_t of the KL term, 0 at padding (``kl_coef > 0``)."""
+        opts = self.opts
+        kl = kl_estimate_kernel(self.logp, self.logp_ref, opts.kl_estimator, opts.kl_clamp)
+        return where_valid(self.m, kl)
+
+    @property
+    def kl_agg(self):
+        agg = self.opts.kl_agg or self.opts.agg
+        return agg, mode_norm(agg, None if agg != self.opts.agg else self.opts.norm,
+                              self.m.shape[-1])
+
+    @cached_property
+    def policy_loss(self) -> float:
+        if self.opts.loss_type == "cispo":
+            # -sg(w_t) A_t logp_t
+            term = where_valid(self.m, self.cispo_weight * self.A * self.logp)
+        else:
+            # min( rho A, clip(rho) A )
+            term = where_valid(self.m, self.cases.term)
         return -float(aggregate_kernel(term, self.m, self.opts.agg, self.norm))
 
     @cached_property
+    def kl_loss(self) -> float:
+        """aggregate(KL_t), before its coefficient (0.0 without a KL term)."""
+        if self.opts.kl_coef == 0:
+            return 0.0
+        agg, norm = self.kl_agg
+        return float(aggregate_kernel(self.kl, self.m, agg, norm))
+
+    @cached_property
+    def loss(self) -> float:
+        # loss = -aggregate( min(rho A, clip(rho) A) )  (+ beta aggregate(KL_t))
+        if self.opts.kl_coef == 0:
+            return self.policy_loss
+        return self.policy_loss + self.opts.kl_coef * self.kl_loss
+
+    @cached_property
     def dlogp(self) -> np.ndarray:
-        """d loss / d logp = -w (d term / d rho) rho (d log_rho / d logp), 0 at padding."""
-        w = aggregation_weights(self.m, self.opts.agg, self.norm)
-        dlogp = -w * self.cases.drho * self.rho
-        if self.passes is not None:
-            dlogp = dlogp * self.passes
-        return where_valid(self.m, dlogp + 0.0)  # (+ 0.0 turns -0.0 into 0.0)
+        """d loss / d logp, 0 at padding: -w (d term / d rho) rho (d log rho / d logp) for the
+        clipped surrogate, -w sg(w_t) A_t for CISPO, plus beta w dKL_t/dlogp."""
+        opts, m = self.opts, self.m
+        w = aggregation_weights(m, opts.agg, self.norm)
+        if opts.loss_type == "cispo":
+            dlogp = -w * self.cispo_weight * self.A
+        else:
+            # d loss / d log_w = -w (d term / d rho) rho
+            dlogp = -w * self.cases.drho * self.rho
+            if self.below_max is not None:
+                dlogp = dlogp * self.below_max
+            if opts.importance_level == "sequence":
+                # d log s_i / d logp_t = m_t / n_i: each token gets its row's mean
+                dlogp = sequence_mean_grad(dlogp, m)
+            if self.passes is not None:
+                dlogp = dlogp * self.passes
+        if opts.kl_coef > 0:
+            agg, norm = self.kl_agg
+            w_kl = w if agg == opts.agg else aggregation_weights(m, agg, norm)
+            dlogp = dlogp + opts.kl_coef * kl_estimate_grad_kernel(
+                self.logp, self.logp_ref, opts.kl_estimator, m, opts.kl_clamp, w_kl)
+        return where_valid(m, dlogp + 0.0)  # (+ 0.0 turns -0.0 into 0.0)
 
     def stats(self) -> dict:
         m, log_rho, rho, cases = self.m, self.log_rho, self.rho, self.cases
@@ -168,8 +275,12 @@ class PolicyLoss:
                 return float(np.count_nonzero(x & m) / n)
             return float(np.where(m, x, 0.0).sum() / n)
 
-        return {
-            "clipfrac_active": mean(cases.counted_clipped),
+        if self.opts.loss_type == "cispo":
+            clipped = self.cispo_weight != rho
+        else:
+            clipped = cases.counted_clipped
+        stats = {
+            "clipfrac_active": mean(clipped),
             "clipfrac_outside": mean(cases.outside),
             "dual_clipfrac": mean(cases.counted_dual) if self.opts.dual_clip is not None
             else 0.0,
@@ -182,8 +293,14 @@ class PolicyLoss:
             "ratio_min": float(np.min(rho[m])),
             "ratio_max": float(np.max(rho[m])),
         }
+        if not self.opts.is_ppo:
+            stats["clipfrac_low"] = mean(cases.low_clipped)
+            stats["clipfrac_high"] = mean(cases.high_clipped)
+            stats["kl_ref"] = mean(self.kl) if self.opts.kl_coef > 0 else 0.0
+        return stats
 
 
-def policy_loss_kernel(logp, logp_old, A, m, opts: PolicyLossOptions) -> PolicyLoss:
+def policy_loss_kernel(logp, logp_old, A, m, opts: PolicyLossOptions,
+                       logp_ref=None) -> PolicyLoss:
     """:class:`PolicyLoss` of checked arrays (unchecked kernel)."""
-    return PolicyLoss(logp, logp_old, A, m, opts)
+    return PolicyLoss(logp, logp_old, A, m, opts, logp_ref)

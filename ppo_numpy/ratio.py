@@ -39,8 +39,39 @@ def log_ratio(logp, logp_old, clamp=None):
     return np.clip(x, -clamp, clamp), np.abs(x) <= clamp
 
 
-def probability_ratio(logp, logp_old, mask=None, *, log_ratio_clamp=None):
-    """Per-token probability ratio rho_t = exp(logp_t - logp_old_t).
+LEVELS = ("token", "sequence")
+
+
+def check_level(level, name="level"):
+    if level not in LEVELS:
+        raise ValueError(f"{name}: expected 'token' or 'sequence', got {level!r}")
+    return level
+
+
+def sequence_log_ratio(log_rho, m):
+    """GSPO's sequence log-ratio: the token mean of log rho over each response, broadcast to
+    every position of its row (unchecked kernel).
+
+        log s_i = (1 / n_i) sum_t m_{i,t} (logp_{i,t} - logp_old_{i,t})
+        n_i = max(sum_t m_{i,t}, 1)
+
+    ``log_rho`` (..., T) and the bool ``m`` of its shape. A row without response tokens gets 0.
+    Its derivative with respect to logp_{i,t} is m_{i,t} / n_i (:func:`sequence_mean_grad`).
+    """
+    n = np.maximum(m.sum(axis=-1, keepdims=True), 1)
+    return np.broadcast_to(np.where(m, log_rho, 0.0).sum(axis=-1, keepdims=True) / n,
+                           log_rho.shape)
+
+
+def sequence_mean_grad(g, m):
+    """d loss / d logp from g = d loss / d log s per position of :func:`sequence_log_ratio`:
+    m_t / n_i times the row sum of g (every token of a row shares the sequence's gradient)."""
+    n = np.maximum(m.sum(axis=-1, keepdims=True), 1)
+    return np.where(m, np.where(m, g, 0.0).sum(axis=-1, keepdims=True) / n, 0.0)
+
+
+def probability_ratio(logp, logp_old, mask=None, *, log_ratio_clamp=None, level="token"):
+    """Per-token probability ratio rho_t = exp(logp_t - logp_old_t), or GSPO's sequence ratio.
 
     Parameters
     ----------
@@ -53,6 +84,12 @@ def probability_ratio(logp, logp_old, mask=None, *, log_ratio_clamp=None):
     log_ratio_clamp : float > 0, optional
         Clamp ``logp - logp_old`` to ``[-c, c]`` before ``exp`` (some frameworks
         do this to avoid overflow). ``None`` (default): no clamp.
+    level : {"token", "sequence"}
+        ``"token"`` (default, PPO): one ratio per token. ``"sequence"`` (GSPO; TRL's
+        ``importance_sampling_level="sequence"``, verl's ``loss_mode="gspo"``, OpenRLHF's
+        ``policy_loss_type="gspo"``): s_i = exp((1/n_i) sum_t (logp_t - logp_old_t)),
+        the exp of the token mean of the log-ratio over response i, at every one of its
+        positions. For a one-token response the two are equal.
 
     Returns
     -------
@@ -66,7 +103,16 @@ def probability_ratio(logp, logp_old, mask=None, *, log_ratio_clamp=None):
     >>> rho = probability_ratio(np.log([0.6, 0.3]), np.log([0.5, 0.3]))
     >>> [round(float(v), 12) for v in rho]
     [1.2, 1.0]
+
+    The sequence ratio of token log-ratios [0.3, 0.1] is exp(0.2) at both tokens:
+
+    >>> s = probability_ratio([[0.3, 0.1, 0.0]], [[0.0, 0.0, 0.0]], [[1, 1, 0]], level="sequence")
+    >>> [round(float(v), 6) for v in s[0]], round(float(np.exp(0.2)), 6)
+    ([1.221403, 1.221403, 0.0], 1.221403)
     """
+    check_level(level)
     (logp, logp_old), m = prepare({"logp": logp, "logp_old": logp_old}, mask, exact=False)
     log_rho, _ = log_ratio(logp, logp_old, check_clamp(log_ratio_clamp))
+    if level == "sequence":
+        log_rho = sequence_log_ratio(log_rho, m)
     return where_valid(m, np.exp(log_rho))

@@ -19,6 +19,7 @@ values                  (B, T)       V(s_t) of the value head being trained
 old_values              (B, T)       V(s_t) at rollout time
 advantages, returns     (B, T)       A_hat_t and R_t
 scores                  (B,)         the reward model's score of each response
+baseline_scores         (B,)         the score of a greedy response to the same prompt (ReMax)
 groups                  (B,) int     prompt ids: equal ids, one group (critic-free methods)
 prompts                 (B, P) int   token ids of the prompts
 responses               (B, T) int   token ids of the responses (PAD after EOS)
@@ -63,7 +64,7 @@ class Rollout:
     ----------
     mask : array (B, T) of 0/1 or bool
     logp, logp_old, logp_ref, values, old_values, advantages, returns : array (B, T), optional
-    scores : array (B,), optional
+    scores, baseline_scores : array (B,), optional
     groups : int array (B,), optional
     prompts : int array (B, P), optional
     responses : int array (B, T), optional
@@ -96,6 +97,7 @@ class Rollout:
     advantages: np.ndarray | None = None
     returns: np.ndarray | None = None
     scores: np.ndarray | None = None
+    baseline_scores: np.ndarray | None = None
     groups: np.ndarray | None = None
     prompts: np.ndarray | None = None
     responses: np.ndarray | None = None
@@ -141,13 +143,15 @@ class Rollout:
                                  f"{m.shape} (no broadcasting: pass arrays of the same shape)")
             check_finite(arr, name, m)
             set_(self, name, where_valid(m, arr) if zero_padding else arr)
-        if self.scores is not None:
-            s = as_array(self.scores, "scores", exact=False)
+        for name in ("scores", "baseline_scores"):
+            if getattr(self, name) is None:
+                continue
+            s = as_array(getattr(self, name), name, exact=False)
             if s.shape != m.shape[:1]:
-                raise ValueError(f"scores: expected shape {m.shape[:1]} (one score per "
+                raise ValueError(f"{name}: expected shape {m.shape[:1]} (one score per "
                                  f"response), got shape {s.shape}")
-            check_finite(s, "scores", np.ones(s.shape, dtype=bool))
-            set_(self, "scores", s)
+            check_finite(s, name, np.ones(s.shape, dtype=bool))
+            set_(self, name, s)
         if self.groups is not None:
             g = _int_array(self.groups, "groups", 1)
             if g.shape != m.shape[:1]:

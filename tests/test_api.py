@@ -31,6 +31,11 @@ CORE = {
     "AdaptiveKLController": "ppo_numpy.training.kl_controllers",
     "FixedKLController": "ppo_numpy.training.kl_controllers",
     "Rollout": "ppo_numpy.rollout",
+    "grpo_advantages": "ppo_numpy.group_advantages",
+    "rloo_advantages": "ppo_numpy.group_advantages",
+    "reinforce_plus_plus_advantages": "ppo_numpy.group_advantages",
+    "reinforce_plus_plus_baseline_advantages": "ppo_numpy.group_advantages",
+    "remax_advantages": "ppo_numpy.group_advantages",
     "PolicyLossOptions": "ppo_numpy.loss_options",
 }
 

@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import pytest
 
-from benchmarks import core, report, torch_impl
+from benchmarks import core, grpo, report, torch_impl
 from benchmarks.data import make_batch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -47,6 +47,7 @@ def test_quick_run_writes_one_table_per_function(tmp_path):
     assert done.returncode == 0, done.stderr
     text = out.read_text()
     assert "## Targets of issue #7" in text
+    assert grpo.SECTION in text
     assert ".venv/bin/python -m benchmarks --quick --rounds 1" in text
     for name in core.FUNCTIONS:
         section = text.split(f"## {name}\n", 1)[1].split("\n## ", 1)[0]
@@ -65,6 +66,48 @@ def test_loglog_slope_is_the_exponent_of_the_cost():
     assert math.isclose(report.loglog_slope(rows(1.0)), 1.0, rel_tol=1e-12)
     assert math.isclose(report.loglog_slope(rows(2.0)), 2.0, rel_tol=1e-12)
     assert report.loglog_slope(rows(1.0)[:2]) is None  # fewer than two large sizes
+
+
+# ---------------------------------------------------------------- benchmarks/grpo.py
+
+
+@pytest.mark.skipif(not torch_impl.available(), reason="torch not installed")
+def test_grpo_baselines_of_trl_and_verl_compute_what_ppo_numpy_computes():
+    # advantages, losses, gradients and the statistics each framework logs
+    grpo.check_against_ppo_numpy(B=16, T=12, seed=1)
+    grpo.check_against_ppo_numpy(B=24, T=5, seed=4)
+
+
+def test_grpo_check_names_the_output_and_the_worst_element():
+    with pytest.raises(AssertionError, match=r"x differs from ppo_numpy at \(1,\): 2.5 vs 2.0"):
+        grpo._same("x", np.array([1.0, 2.5]), np.array([1.0, 2.0]))
+    with pytest.raises(AssertionError, match="has shape"):
+        grpo._same("x", np.ones((2, 1)), np.ones(2))
+
+
+def test_grpo_rows_and_section_are_well_formed(tmp_path):
+    grid = ((8, 16), (16, 8))
+    rows = grpo.run_grid(grid, rounds=1, target=1e-4)
+    assert [(r.function, r.B, r.T) for r in rows] == \
+        [(f, B, T) for B, T in grid for f in grpo.FUNCTIONS]
+    with_torch = torch_impl.available()
+    for r in rows:
+        assert r.ours > 0 and ((r.trl > 0 and r.verl > 0) if with_torch else
+                               (r.trl is None and r.verl is None)), r
+    lines = grpo.markdown(rows, command="cmd", rounds=1, target=1e-4)
+    text = "\n".join(lines)
+    for name in grpo.FUNCTIONS:
+        table = text.split(f"### {name}\n", 1)[1].split("\n\n| B |", 1)[1].split("\n\n")[0]
+        assert [tuple(int(c) for c in r.split("|")[1:3]) for r in table.splitlines()[2:]] == \
+            list(grid)
+    # the section goes at the end of the page and replaces an earlier one
+    page = tmp_path / "bench.md"
+    page.write_text("# Benchmarks\n\ntext\n")
+    grpo.write_section(str(page), lines)
+    grpo.write_section(str(page), lines)
+    out = page.read_text()
+    assert out.startswith("# Benchmarks\n\ntext\n\n" + grpo.SECTION)
+    assert out.count(grpo.SECTION) == 1 and out.endswith("|\n")
 
 
 # benchmarks/redesign.py and benchmarks/code_lines.py: rows and tables well formed on a tiny
@@ -119,8 +162,16 @@ def test_redesign_runs_on_a_tiny_grid_and_gives_well_formed_rows(tmp_path):
     redesign.write_section(lines, str(page))
     text = page.read_text()
     assert text.count(redesign.SECTION) == 1 and text.startswith("# Benchmarks\n\ntext\n\n")
+    _kept_before = _kept(str(page))
     assert _kept(str(page)).lstrip("\n").startswith(redesign.SECTION)
     assert _kept(str(tmp_path / "missing.md")) == ""
+    # benchmarks/grpo.py's section goes before it, and it stays as it was
+    grpo.write_section(str(page), [grpo.SECTION, "", "grpo table"])
+    grpo.write_section(str(page), [grpo.SECTION, "", "grpo table"])
+    new_text = page.read_text()
+    assert new_text.count(grpo.SECTION) == 1 and new_text.endswith(_kept(str(page)))
+    assert _kept(str(page)) == _kept_before and new_text.index(grpo.SECTION) < \
+        new_text.index(redesign.SECTION)
 
 
 def test_code_lines_count_code_only():

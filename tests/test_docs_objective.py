@@ -8,8 +8,9 @@ import shlex
 from pathlib import Path
 
 import pytest
-from ppo_numpy.explain.cli import main as explain_main
-from ppo_numpy.walkthrough import EXPLAIN
+
+from ppo_numpy.programs.explain import main as explain_main
+from ppo_numpy.programs.walkthrough import EXPLAIN
 
 from .test_walkthrough import NUMBER, close, output, rows
 

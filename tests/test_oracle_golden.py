@@ -13,6 +13,7 @@ import ppo_numpy
 from ppo_numpy.oracle import golden
 from ppo_numpy.oracle.cases import INPUT_NAMES, generate_cases
 from ppo_numpy.oracle.compare import TOLERANCES
+from ppo_numpy.oracle.group_cases import cases_for
 from ppo_numpy.oracle.presets import PRESETS, get_preset
 from ppo_numpy.programs.oracle import main
 
@@ -87,8 +88,10 @@ def test_every_preset_exports_reloads_and_verifies(name, tmp_path):
     report, problems = golden.verify(tmp_path)
     assert report.passed and problems == [], str(report)
     _, cases = golden.load(tmp_path)
-    assert len(report.cases) + len(report.rejected) == len(cases) == len(generate_cases(0))
-    assert len(report.cases) >= 9  # the unpadded cases serve even lm-human-preferences
+    assert len(report.cases) + len(report.rejected) == len(cases) == len(
+        cases_for(PRESETS[name], 0))
+    # the unpadded cases serve even lm-human-preferences; every group case but one serves all
+    assert len(report.cases) >= (9 if "groups" not in PRESETS[name].input_names else 10)
     assert golden.bit_identical(tmp_path)[0] == len(report.rows)
 
 

@@ -281,3 +281,27 @@ def test_importing_a_subpackage_does_not_import_matplotlib(module):
     code = f"import sys, {module}; print('matplotlib' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False", module
+
+
+def test_kl_estimator_histograms_share_one_x_scale_and_the_same_bins():
+    # k1 spreads over [-1, 1], k3 over [0, 0.2]: both panels show [-1, 1] with one set of bins
+    fig = concepts.plot_kl_estimator_samples(
+        {"k1": np.linspace(-1, 1, 50), "k3": np.linspace(0, 0.2, 50)}, true_kl=0.005, bins=10)
+    k1, k3 = fig.axes
+    assert k1.get_xlim() == k3.get_xlim()
+    edges = [sorted({round(p.get_x(), 12) for p in ax.patches}) for ax in (k1, k3)]
+    assert edges[0] == edges[1] and len(edges[0]) == 10
+    assert edges[0][0] == -1.0
+    assert sum(p.get_height() for p in k3.patches) == 50
+
+
+def test_whitening_legend_does_not_cover_the_std_band():
+    fig = concepts.plot_whitening([[1.0, 2.0, 3.0], [4.0, 0.0, 0.0]],
+                                  [[-1.0, -0.3, 0.3], [1.0, 0.0, 0.0]], [[1, 1, 1], [1, 0, 0]])
+    fig.canvas.draw()
+    for ax in fig.axes:
+        (band,) = [p for p in ax.patches if p.get_label().startswith("+- std")]
+        a, b = ax.get_legend().get_window_extent(), band.get_window_extent()
+        assert not (a.x0 < b.x1 and b.x0 < a.x1 and a.y0 < b.y1 and b.y0 < a.y1)
+        # the legend is under the axes, below the x label
+        assert a.y1 < ax.get_window_extent().y0

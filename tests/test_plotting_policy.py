@@ -70,6 +70,34 @@ def test_gradients_every_tensor_including_scalars():
         plot_gradients(grads, ncols=0)
 
 
+def test_gradients_have_colour_bars_and_a_scalar_prints_its_value():
+    grads = {"W": np.arange(6.0).reshape(2, 3) - 2, "c": np.array(0.5)}
+    fig = plot_gradients(grads)
+    heat = _image_axes(fig)
+    bars = [ax for ax in fig.axes if ax not in heat and ax.get_visible() and ax.axison]
+    # one colour bar per tensor, spanning its scale: symmetric for W (both signs), 0..0.5
+    assert len(bars) == 2
+    np.testing.assert_allclose(sorted(bars[0].get_ylim()), [-3.0, 3.0])
+    np.testing.assert_allclose(sorted(bars[1].get_ylim()), [0.0, 0.5])
+    assert [t.get_text() for t in heat[1].texts] == ["0.5"]
+    assert len(heat[0].texts) == 0                       # 6 cells: the colour bar reads them
+
+
+def test_forward_pass_panels_have_colour_bars():
+    fig = plot_forward_pass({"x": np.ones((3, 2)), "V": np.array([1.0, -2.0, 0.5])})
+    assert len(fig.axes) == 4                            # two heatmaps, two colour bars
+    np.testing.assert_allclose(sorted(fig.axes[3].get_ylim()), [-2.0, 2.0])
+
+
+def test_minibatch_numbers_are_readable():
+    mask = np.ones((6, 7))
+    fig = plot_minibatch({f"q{k}": np.full((6, 7), -0.0139) for k in range(12)}, mask)
+    sizes = {t.get_fontsize() for ax in fig.axes for t in ax.texts}
+    assert sizes == {8.0}
+    assert fig.get_size_inches()[0] <= 13.5 and fig.dpi >= 90
+    assert len(_image_axes(fig)) == 12
+
+
 def test_gradients_all_zero_tensor_draws():
     fig = plot_gradients({"W": np.zeros((2, 2))})
     assert len(_image_axes(fig)) == 1
@@ -148,17 +176,28 @@ def _history(n, **const):
 
 
 def test_plot_runs_one_panel_per_column_one_line_per_run():
-    from ppo_numpy.plotting.training import RUN_COLUMNS, plot_runs
+    from ppo_numpy.plotting.style import MIN_DPI
+    from ppo_numpy.plotting.training import LABELS, RUN_COLUMNS, plot_runs
 
     runs = {"a": _history(5), "b": _history(3, score=0.5)}
     fig = plot_runs(runs)
     panels = [ax for ax in fig.axes if ax.lines]
-    assert [ax.get_title() for ax in panels] == list(RUN_COLUMNS)
+    # human-readable titles and units, never the raw column names (kl_ref, approx_kl_k3)
+    assert [ax.get_title() for ax in panels] == [LABELS[c][0] for c in RUN_COLUMNS]
+    assert [ax.get_ylabel() for ax in panels] == [LABELS[c][1] for c in RUN_COLUMNS]
+    assert panels[1].get_title() == "KL(pi_theta || pi_ref)"
+    assert panels[3].get_title() == "step size: KL(pi_old || pi_theta), k3"
+    from ppo_numpy.training.metrics import COLUMNS
+
+    assert not {ax.get_title() for ax in panels} & set(COLUMNS)
+    assert fig.dpi >= MIN_DPI
     assert all(len(ax.lines) == 2 for ax in panels)
     score = panels[0].lines[1]
     np.testing.assert_array_equal(score.get_xdata(), [1, 2, 3])
     np.testing.assert_array_equal(score.get_ydata(), [0.5, 0.5, 0.5])
-    assert [t.get_text() for t in panels[0].get_legend().get_texts()] == ["a", "b"]
+    # one legend for the figure, outside every panel
+    assert all(ax.get_legend() is None for ax in fig.axes)
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["a", "b"]
     fig = plot_runs(runs, columns=("entropy",), ncols=3)
     assert len([ax for ax in fig.axes if ax.lines]) == 1
     with pytest.raises(ValueError, match="columns"):

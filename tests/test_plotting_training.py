@@ -28,10 +28,60 @@ def test_training_dashboard_draws_each_column_in_its_panel():
     # optimum and its 90 % line
     assert [line.get_ydata()[0] for line in ax[0].lines[1:3]] == [2.0, 1.8]
     np.testing.assert_array_equal(ax[1].lines[0].get_ydata(), kl)
-    np.testing.assert_array_equal(ax[8].lines[0].get_ydata(), grad)
-    np.testing.assert_array_equal(ax[8].lines[0].get_xdata(), [1, 2, 3])
+    np.testing.assert_array_equal(ax[11].lines[0].get_ydata(), grad)
+    np.testing.assert_array_equal(ax[11].lines[0].get_xdata(), [1, 2, 3])
     # ratio_first_min/max are 1, 2, 3 here (not all 1): the title says logp_old is stale
     assert "stale" in fig.get_suptitle()
+
+
+def _covers(legend, ax):
+    """Whether the legend's box overlaps the axes' box (in pixels, after a draw)."""
+    a, b = legend.get_window_extent(), ax.get_window_extent()
+    return a.x0 < b.x1 and b.x0 < a.x1 and a.y0 < b.y1 and b.y0 < a.y1
+
+
+def test_dashboard_panels_have_units_no_twin_axis_and_legends_outside_the_data():
+    fig = plot_training(_history(6), random_score=0.2)
+    fig.draw_without_rendering()
+    # one y axis per panel: beta has its own panel instead of a second axis over the KL
+    assert len(fig.axes) == 12
+    for ax in fig.axes:
+        assert ax.get_xlabel() == "PPO iteration" and ax.get_ylabel(), ax.get_title()
+        legend = ax.get_legend()
+        if legend is not None:
+            assert not _covers(legend, ax), ax.get_title()
+    assert fig.axes[1].get_ylabel().startswith("nats per response")
+    assert "beta" in fig.axes[2].get_title() and "beta" not in fig.axes[1].get_title()
+    units = [ax.get_ylabel() for ax in fig.axes]
+    assert units.count("nats per token") == 2       # approximate KL and entropy
+
+
+def test_dashboard_value_head_panels_say_what_they_show():
+    # 6 iterations: 90% of the optimum first at iteration 3; explained variance -5 at 5
+    score = [0.2, 0.5, 0.95, 1.0, 1.0, 1.0]
+    ev = [-0.3, 0.1, 0.2, -0.4, -5.0, 0.0]
+    vl = [0.08, 0.06, 0.04, 0.01, 0.005, 0.004]
+    var_R = [0.2, 0.1, 0.08, 0.02, 0.001, 0.01]
+    fig = plot_training(_history(6, score=score, explained_variance=ev, value_loss=vl,
+                                 return_variance=var_R))
+    loss, ev_ax = fig.axes[7], fig.axes[8]
+    assert loss.get_yscale() == "log"
+    np.testing.assert_array_equal(loss.lines[0].get_ydata(), vl)
+    np.testing.assert_array_equal(loss.lines[1].get_ydata(), np.array(var_R) / 2)
+    # the value loss's drop: mean of the first 5 over mean of the last 5 (all 6 iterations)
+    drop = np.mean(vl[:5]) / np.mean(vl[-10:])
+    assert f"fell {drop:.0f}x" in loss.get_title()
+    # explained variance drawn as it is, clipped only by the axis, with -5 marked at the edge
+    np.testing.assert_array_equal(ev_ax.lines[0].get_ydata(), ev)
+    assert ev_ax.get_ylim() == (-1.1, 1.0)
+    np.testing.assert_array_equal(ev_ax.lines[1].get_xdata(), [5])
+    np.testing.assert_array_equal(ev_ax.lines[1].get_ydata(), [-1.05])
+    assert "median 0.10 while" in ev_ax.get_title()        # median of -0.3, 0.1, 0.2
+    # the learning phase is shaded on both panels: iterations 1 to 3
+    for ax in (loss, ev_ax):
+        (span,) = ax.patches
+        assert (span.get_x(), span.get_x() + span.get_width()) == (0.5, 3.5)
+    assert "90% of the optimum at iteration 3" in fig.get_suptitle()
 
 
 def test_beta_sweep_tradeoff_point_is_the_mean_of_the_last_iterations():

@@ -20,6 +20,8 @@ from ppo_numpy.oracle import DEFAULT_PRESET, INPUT_NAMES, PRESETS, Preset, get_p
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 ARRAY_KEYS = ("rewards", "advantages", "returns", "dlogp", "dvalues")
+#: the presets of PPO with a value head (the critic-free ones: tests/test_presets_grpo.py)
+PPO_PRESETS = {k: p for k, p in PRESETS.items() if p.input_names == INPUT_NAMES}
 
 
 def make_case(mask, *, scores, logp_old=None, logp=None, logp_ref=None, old_values=None,
@@ -58,7 +60,7 @@ def whiten_by_hand(values, ddof, eps=1e-8, floor=False):
 
 def test_registry_names_and_default():
     assert list(PRESETS) == ["seed", "trl", "trl-0.11", "verl", "openrlhf", "deepspeed-chat",
-                             "lm-human-preferences"]
+                             "lm-human-preferences", "trl-grpo", "verl-grpo", "openrlhf-grpo"]
     assert DEFAULT_PRESET == "seed"
     assert INPUT_NAMES == ("logp", "logp_old", "logp_ref", "values", "old_values", "scores",
                            "mask")
@@ -66,6 +68,7 @@ def test_registry_names_and_default():
         assert isinstance(preset, Preset) and preset.name == name
         assert get_preset(name) is preset
         assert preset.description and preset.sources
+    for preset in PPO_PRESETS.values():
         assert {"gamma", "lam", "epsilon", "value_clip"} <= set(preset.defaults)
 
 
@@ -109,7 +112,7 @@ def test_outputs_shapes_types_determinism_and_no_mutation():
     case["logp"] = case["logp_old"] + rng.uniform(-0.1, 0.1, (2, 4))
     case["logp_ref"] = case["logp_old"] + rng.uniform(-0.3, 0.3, (2, 4))
     before = {k: v.copy() for k, v in case.items()}
-    for preset in PRESETS.values():
+    for preset in PPO_PRESETS.values():
         out = preset(case)
         again = preset(case)
         for k in ARRAY_KEYS:
@@ -600,7 +603,7 @@ GRADIENT_CASES = {
 }
 
 
-@pytest.mark.parametrize("name", list(PRESETS))
+@pytest.mark.parametrize("name", list(PPO_PRESETS))
 def test_gradients_match_finite_differences(name):
     preset = get_preset(name)
     case = random_case(GRADIENT_CASES[name], 21)

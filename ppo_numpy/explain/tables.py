@@ -10,14 +10,16 @@ formula out on paper, in the order they would write it:
 * :func:`ratio_table`: logp_t - logp_old_t and rho_t = exp(...);
 * :func:`rewards_table`: logp_t, logp_ref_t, KL_t, -beta * KL_t, where the score is
   added, r~_t;
-* :func:`ppo_tables`: all of them for one response, and its L_PPO.
+* :func:`ppo_tables`: all of them for one response, and its L_PPO;
+* :func:`grpo_table`, :func:`rloo_table`: the group baselines of a batch, one row per
+  response: score, group mean (or the others' mean), deviation, std, advantage.
 
 The numbers come from the core functions (``td_errors``, ``gae``,
 ``clipped_surrogate``, ``kl_estimate``, ``kl_shaped_rewards``,
-``probability_ratio``, ``aggregate``). Only the intermediate steps that the
-core keeps inside a formula are computed here from the core's outputs
-(``(gamma lambda) * A_hat_{t+1}``, ``clip(rho_t)``, the two products, the
-active branch).
+``probability_ratio``, ``aggregate``, ``grpo_advantages``, ``rloo_advantages``).
+Only the intermediate steps that the core keeps inside a formula are computed
+here from the core's outputs or kernels (``(gamma lambda) * A_hat_{t+1}``,
+``clip(rho_t)``, the two products, the active branch, a group's mean and std).
 
 With ``fractions.Fraction`` inputs every rational step is exact and printed
 as a fraction (1863/4000); a float parameter such as 0.95 is read as the
@@ -38,7 +40,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from .._validation import as_array, prepare, scalar_for
+from .._validation import as_array, is_exact, prepare, scalar_for
 from ..aggregation import aggregate
 from ..clipping import (
     CASE_NAMES,
@@ -50,6 +52,13 @@ from ..clipping import (
     clipped_surrogate,
 )
 from ..gae import gae
+from ..group_advantages import (
+    _check_groups,
+    _flat_groups,
+    _group_sums,
+    grpo_advantages,
+    rloo_advantages,
+)
 from ..kl import kl_estimate, kl_shaped_rewards, last_valid_index
 from ..ratio import probability_ratio
 from ..td import next_valid_values, td_errors
@@ -500,3 +509,148 @@ def ppo_tables(score, logp_old, logp_ref, values, beta, gamma=1.0, lam=0.95, *, 
     tables.append(Table("The objective for this response", ("quantity", "formula", "value"),
                         rows, tuple(notes), exact))
     return _mark_floats(tables, exact)
+
+
+_I_NOTE = ("`i` counts responses from 1 (array index i - 1); `group` is the prompt id given "
+           "for the response.")
+
+
+def _group_display(scores, groups, exact):
+    """Scores (B,) in the table's arithmetic, each row's group index, sizes and prompt ids."""
+    s = as_array(scores, "scores", exact=exact)
+    inverse, counts, ids = _check_groups(groups, s.shape[0])
+    return s, inverse, counts, ids
+
+
+def grpo_table(scores, groups, *, scale="group", eps=1e-6, ddof=1) -> Table:
+    """GRPO advantages A_i = (s_i - mean_g(i)) / (std + eps) of a batch, one row per response.
+
+    Columns, in the order they are worked out: i, group (the prompt id), s_i,
+    mean_g(i), s_i - mean_g(i), then for ``scale="group"`` or ``"batch"`` the
+    variance (divisor n - ddof), std = sqrt(variance), std + eps, and A_i (from
+    :func:`ppo_numpy.grpo_advantages`). ``scale="none"`` (Dr. GRPO) stops at the
+    deviation, which is A_i.
+
+    With Fraction scores the mean, the deviation and the variance are exact; the std
+    needs a square root and is a float, marked ``~``, and so are std + eps and A_i.
+    ``scale="none"`` is exact throughout.
+
+    Parameters
+    ----------
+    scores : array (B,)
+        One score per response.
+    groups : array of int (B,)
+        Prompt id of each response; rows with equal ids are one group.
+    scale, eps, ddof
+        As in :func:`ppo_numpy.grpo_advantages` (every group needs >= 2 responses).
+
+    Returns
+    -------
+    Table
+
+    Examples
+    --------
+    >>> from fractions import Fraction as F
+    >>> tab = grpo_table([F(1), F(0), F(0), F(1)], [0, 0, 1, 1], scale="none")
+    >>> [str(a) for a in tab.column("A_i")]
+    ['1/2', '-1/2', '-1/2', '1/2']
+    >>> tab = grpo_table([F(1), F(0), F(0), F(1)], [0, 0, 1, 1])
+    >>> str(tab.column("variance")[0]), round(tab.column("std")[0], 12)
+    ('1/2', 0.707106781187)
+    """
+    A = grpo_advantages(scores, groups, scale=scale, eps=eps, ddof=ddof)
+    exact = is_exact(scores)
+    s, inverse, counts, ids = _group_display(scores, groups, exact)
+    n = counts if exact else counts.astype(np.float64)
+    # mean_g(i) and s_i - mean_g(i), as grpo_advantages computes them
+    mean = (_group_sums(s, inverse, len(counts)) / n)[inverse]
+    # exactly 0 in a group of equal scores (the float mean may miss them by a rounding)
+    dev = np.where(_flat_groups(s, inverse, len(counts)), s * 0, s - mean)
+    columns = ["i", "group", "s_i", "mean_g(i)", "s_i - mean_g(i)"]
+    if scale == "none":
+        columns.append("A_i")
+        rows = [(i + 1, int(ids[inverse[i]]), _cell(s[i]), _cell(mean[i]), _cell(dev[i]),
+                 _cell(A[i])) for i in range(s.shape[0])]
+        title = "GRPO advantages, scale none (Dr. GRPO): `A_i = s_i - mean_g(i)`"
+        notes = [_I_NOTE, "`mean_g(i)` is the mean score of the responses to the same prompt "
+                 "as response i (equal group ids), itself included."]
+        notes += _number_notes(exact, any_float=False)
+        return Table(title, tuple(columns), tuple(rows), tuple(notes), exact)
+    if scale == "group":
+        # variance_g = sum_{j in g} (s_j - mean_g)^2 / (n_g - ddof)
+        var = (_group_sums(dev * dev, inverse, len(counts)) / (n - ddof))[inverse]
+        title = (f"GRPO advantages, scale group: `A_i = (s_i - mean_g(i)) / (std_g(i) + eps)`, "
+                 f"`eps = {format_number(float(eps))}`, ddof {ddof}")
+        what = "`variance` and `std` are those of the group's scores"
+    else:
+        B = s.shape[0]
+        # the batch's variance: all B scores around the batch mean (not the deviations)
+        batch_dev = s - s.sum() / B
+        var = np.full(B, (batch_dev * batch_dev).sum() / (B - ddof), dtype=s.dtype)
+        title = (f"GRPO advantages, scale batch: `A_i = (s_i - mean_g(i)) / (std + eps)`, "
+                 f"`eps = {format_number(float(eps))}`, ddof {ddof}")
+        what = (f"`variance` and `std` are those of all {B} scores around the batch mean "
+                f"{format_number(_cell(s.sum() / B))}, the same on every row")
+    std = np.sqrt(var.astype(np.float64))
+    columns += ["variance", "std", "std + eps", "A_i"]
+    rows = [(i + 1, int(ids[inverse[i]]), _cell(s[i]), _cell(mean[i]), _cell(dev[i]),
+             _cell(var[i]), float(std[i]), float(std[i] + eps), float(A[i]))
+            for i in range(s.shape[0])]
+    notes = [
+        _I_NOTE,
+        "`mean_g(i)` is the mean score of the responses to the same prompt as response i "
+        "(equal group ids), itself included.",
+        f"{what}, with divisor n - ddof; `std = sqrt(variance)`.",
+        "`A_i = (s_i - mean_g(i)) / (std + eps)`: eps is added to the std, outside the square "
+        "root; a group of equal scores has deviation 0 and A = 0.",
+    ]
+    notes += _number_notes(exact, any_float=True,
+                           what="`std`, `std + eps` and `A_i` (a square root)")
+    return Table(title, tuple(columns), tuple(rows), tuple(notes), exact)
+
+
+def rloo_table(scores, groups) -> Table:
+    """RLOO advantages A_i = s_i - (sum_g(i) - s_i) / (n_g(i) - 1), one row per response.
+
+    Columns: i, group (the prompt id), s_i, n_g(i), the sum of the other scores of the
+    group, their mean (the leave-one-out baseline b_i), and A_i = s_i - b_i (from
+    :func:`ppo_numpy.rloo_advantages`). Exact for Fraction scores.
+
+    Parameters
+    ----------
+    scores : array (B,)
+        One score per response.
+    groups : array of int (B,)
+        Prompt id of each response; every group needs >= 2 responses.
+
+    Returns
+    -------
+    Table
+
+    Examples
+    --------
+    >>> from fractions import Fraction as F
+    >>> tab = rloo_table([F(1), F(0), F(0), F(1)], [0, 0, 1, 1])
+    >>> [str(b) for b in tab.column("b_i = others' mean")], [str(a) for a in tab.column("A_i")]
+    (['0', '1', '1', '0'], ['1', '-1', '-1', '1'])
+    """
+    A = rloo_advantages(scores, groups)
+    exact = is_exact(scores)
+    s, inverse, counts, ids = _group_display(scores, groups, exact)
+    # sum_{j in g(i), j != i} s_j and its mean over the n_g(i) - 1 others
+    others = _group_sums(s, inverse, len(counts))[inverse] - s
+    k = (counts - 1)[inverse]
+    baseline = np.array([o / int(c) for o, c in zip(others, k)], dtype=s.dtype)
+    columns = ("i", "group", "s_i", "n_g(i)", "sum of the others", "b_i = others' mean", "A_i")
+    rows = tuple((i + 1, int(ids[inverse[i]]), _cell(s[i]), int(counts[inverse[i]]),
+                  _cell(others[i]), _cell(baseline[i]), _cell(A[i]))
+                 for i in range(s.shape[0]))
+    notes = [
+        _I_NOTE,
+        "`b_i` is the mean score of the *other* responses to the same prompt: it does not "
+        "depend on response i (docs/derivations.md, section 10).",
+        "`A_i = s_i - b_i = n_g / (n_g - 1) * (s_i - mean_g(i))`.",
+    ]
+    notes += _number_notes(exact, any_float=False)
+    return Table("RLOO advantages: `A_i = s_i - (sum_g(i) - s_i) / (n_g(i) - 1)`", columns, rows,
+                 tuple(notes), exact)

@@ -72,8 +72,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .cases import INPUT_NAMES
-
 PROBE_SCALE = 4.0
 """Probe perturbations are +-PROBE_SCALE * u * max(|x|, 1)."""
 
@@ -307,14 +305,12 @@ def _inputs_at(inputs: dict, index: tuple, mask_shape: tuple) -> dict:
     if not inputs or not index:
         return {}
     out = {}
-    for name in INPUT_NAMES:
-        if name not in inputs:
-            continue
+    for name in inputs:
         x = np.asarray(inputs[name])
         if x.shape == mask_shape and len(index) == len(mask_shape):
             out[name] = float(x[index])
-        elif name == "scores" and x.ndim == 1 and len(index) >= 1 and index[0] < x.shape[0]:
-            out[f"scores[{index[0]}]"] = float(x[index[0]])
+        elif x.ndim == 1 and len(index) >= 1 and index[0] < x.shape[0]:
+            out[f"{name}[{index[0]}]"] = float(x[index[0]])
     return out
 
 
@@ -487,6 +483,7 @@ def compare(candidate, reference, cases=None, dtype="float64", *, outputs=None,
     ComparisonReport; ``report.passed`` and ``print(report)``.
     """
     from .cases import generate_cases
+    from .group_cases import cases_for
 
     dtype = check_dtype(dtype)
     if isinstance(reference, str):
@@ -498,7 +495,8 @@ def compare(candidate, reference, cases=None, dtype="float64", *, outputs=None,
     if outputs is not None:
         outputs = _output_names(outputs)
     if cases is None:
-        cases = generate_cases(0)
+        cases = cases_for(reference, 0) if hasattr(reference, "input_names") else \
+            generate_cases(0)
     tol = tolerance or TOLERANCES[dtype]
     report = ComparisonReport(dtype, tol, title=f"{_label(candidate)} vs {_label(reference)}")
     for case in cases:

@@ -36,8 +36,10 @@ import numpy as np
 
 from .._npz import BadFileError, load_npz, savez_reproducible
 from .._npz import entry as npz_entry
-from .cases import INPUT_NAMES, generate_cases
+from .cases import INPUT_NAMES
 from .compare import TOLERANCES, ComparisonReport, compare_outputs
+from .group_cases import cases_for
+from .presets import GROUP_INPUT_NAMES
 
 FORMAT = "ppo_numpy.oracle.golden"
 FORMAT_VERSION = 1
@@ -106,7 +108,8 @@ def export(directory, preset, cases=None, *, seed: int = 0) -> Path:
 
     preset = _resolve(preset)
     if cases is None:
-        cases = generate_cases(seed)
+        cases = cases_for(preset, seed)
+    input_names = getattr(preset, "input_names", INPUT_NAMES)
     root = Path(directory)
     (root / "cases").mkdir(parents=True, exist_ok=True)
     entries = []
@@ -117,7 +120,7 @@ def export(directory, preset, cases=None, *, seed: int = 0) -> Path:
         if name in seen:
             raise ValueError(f"cases: two cases are named {name!r}")
         seen.add(name)
-        inputs = {n: np.asarray(case["inputs"][n], dtype=np.float64) for n in INPUT_NAMES}
+        inputs = {n: np.asarray(case["inputs"][n], dtype=np.float64) for n in input_names}
         overrides = dict(case.get("params", {}))
         entry = {"name": name, "description": case.get("description", ""),
                  "file": f"cases/{name}.npz", "shape": list(inputs["mask"].shape),
@@ -149,7 +152,7 @@ def export(directory, preset, cases=None, *, seed: int = 0) -> Path:
         "preset": {"name": preset.name, "description": preset.description,
                    "defaults": _jsonable(preset.defaults), "sources": _jsonable(preset.sources)},
         "seed": int(seed),
-        "input_names": list(INPUT_NAMES),
+        "input_names": list(input_names),
         "per_token_outputs": sorted(per_token),
         "conventions": CONVENTIONS,
         "tolerances": {d: {"rtol": t.rtol, "atol": t.atol} for d, t in TOLERANCES.items()},
@@ -223,7 +226,8 @@ def _check_manifest(path, manifest: dict) -> None:
         return items
 
     names = strings(manifest, "input_names", "")
-    missing = [n for n in INPUT_NAMES if n not in names]
+    required = GROUP_INPUT_NAMES if "groups" in names else INPUT_NAMES
+    missing = [n for n in required if n not in names]
     if missing:
         raise BadFileError(path, f"input_names: missing {', '.join(missing)}")
     preset = need(manifest, "preset", dict, "")
@@ -278,7 +282,8 @@ def load(directory) -> tuple:
         path = root / entry["file"]
         data = load_npz(path)
         B, T = entry["shape"]
-        shapes = {n: (B,) if n == "scores" else (B, T) for n in INPUT_NAMES}
+        shapes = {n: (B,) if n in ("scores", "groups", "baseline_scores") else (B, T)
+                  for n in manifest["input_names"]}
         inputs = {n: npz_entry(path, data, n, "f", shape=shapes.get(n))
                   for n in manifest["input_names"]}
         expected = {n: npz_entry(path, data, f"expected/{n}", "f")

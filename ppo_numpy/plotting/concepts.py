@@ -33,6 +33,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from .._validation import as_mask, check_int
+from .style import MIN_DPI, legend_outside
 
 __all__ = [
     "format_table",
@@ -53,7 +54,7 @@ __all__ = [
     "plot_whitening",
 ]
 
-DPI = 80
+DPI = MIN_DPI
 PROMPT_GREY = (0.85, 0.85, 0.85, 1.0)
 PAD_WHITE = (0.97, 0.97, 0.97, 1.0)
 
@@ -224,7 +225,7 @@ def plot_importance_sampling(n, running_naive, running_is, *, target, naive_targ
     n = _vector(n, "n")
     a = _vector(running_naive, "running_naive", n.shape[0])
     b = _vector(running_is, "running_is", n.shape[0])
-    fig, ax = _figure()
+    fig, ax = _figure(height=3.8)
     ax.plot(n, a, color="tab:grey", label="mean of f  (samples from pi_old)")
     ax.plot(n, b, color="tab:blue", label="mean of rho f  (importance weighted)")
     ax.axhline(target, color="tab:blue", ls="--", lw=1, label=f"E_pi[f] = {target:.4g}")
@@ -234,7 +235,7 @@ def plot_importance_sampling(n, running_naive, running_is, *, target, naive_targ
     ax.set_xscale("log")
     ax.set_xlabel("number of samples from pi_old")
     ax.set_ylabel("running mean")
-    ax.legend(fontsize=8)
+    legend_outside(ax)
     fig.tight_layout()
     return fig
 
@@ -366,16 +367,21 @@ def plot_kl_estimator_samples(samples, *, true_kl, bins=60):
     if not samples:
         raise ValueError("samples: expected at least one estimator")
     data = {k: _vector(v, f"samples[{k!r}]") for k, v in samples.items()}
-    fig, axes = _figure(1, len(data), width=3.2 * len(data), height=3.0, squeeze=False)
+    # one x scale and the same bins for every panel: the spreads compare by eye
+    lo = min(min(float(x.min()) for x in data.values()), true_kl)
+    hi = max(max(float(x.max()) for x in data.values()), true_kl)
+    edges = np.linspace(lo, hi if hi > lo else lo + 1.0, check_int(bins, "bins") + 1)
+    fig, axes = _figure(1, len(data), width=3.4 * len(data), height=3.6, squeeze=False,
+                        sharex=True)
     for ax, (name, x) in zip(axes[0], data.items()):
-        ax.hist(x, bins=bins, color="tab:blue", alpha=0.7)
+        ax.hist(x, bins=edges, color="tab:blue", alpha=0.7)
         ax.axvline(true_kl, color="black", lw=1.5, label=f"true KL {true_kl:.4g}")
         ax.axvline(float(x.mean()), color="tab:red", lw=1.5, ls="--",
                    label=f"mean {x.mean():.4g}")
         ax.set_title(f"{name}: {100 * np.mean(x < 0):.0f}% negative", fontsize=10)
-        ax.set_xlabel("per-sample estimate")
-        ax.legend(fontsize=7)
-    axes[0][0].set_ylabel("count")
+        ax.set_xlabel("per-sample estimate (nats)")
+        legend_outside(ax, ncols=1)
+    axes[0][0].set_ylabel("count of samples")
     fig.tight_layout()
     return fig
 
@@ -440,7 +446,7 @@ def plot_td_errors(rewards, values, next_values, delta, *, gamma):
     ax.axhline(0, color="black", lw=0.5)
     ax.set_xticks(t, [f"t={ti}" for ti in t])
     ax.set_title(f"delta_t = r~_t + gamma V(s_t+1) - V(s_t),  gamma = {gamma:g}", fontsize=10)
-    ax.legend(fontsize=7, ncol=2)
+    legend_outside(ax, ncols=4)
     fig.tight_layout()
     return fig
 
@@ -584,9 +590,10 @@ def plot_whitening(before, after, mask=None):
         ax.axhline(mean, color="black", lw=1, ls="--", label=f"mean {round(mean, 10) + 0.0:.3g}")
         ax.axhspan(mean - std, mean + std, color="grey", alpha=0.15,
                    label=f"+- std (ddof 1) {std:.3g}")
-        ax.set_xlabel("t")
+        ax.set_xlabel("token position t")
+        ax.set_ylabel("advantage")
         ax.set_title(title, fontsize=10)
-        ax.legend(fontsize=7)
+        legend_outside(ax)
     fig.tight_layout()
     return fig
 
@@ -624,7 +631,7 @@ def plot_value_loss(values, loss_unclipped, loss_clipped, *, old_value, ret, cli
     ax.axvline(ret, color="black", lw=1, ls=":", label="R")
     ax.set_xlabel("V")
     ax.set_ylabel("value loss")
-    ax.legend(fontsize=7, loc="upper center")
+    legend_outside(ax)
     if grad_clipped is not None:
         g = _vector(grad_clipped, "grad_clipped", v.shape[0])
         ax2 = axes[0][1]
@@ -633,7 +640,7 @@ def plot_value_loss(values, loss_unclipped, loss_clipped, *, old_value, ret, cli
         ax2.axhline(0, color="black", lw=0.5)
         ax2.set_xlabel("V")
         ax2.set_ylabel("dL/dV")
-        ax2.legend(fontsize=7)
+        legend_outside(ax2)
     fig.tight_layout()
     return fig
 

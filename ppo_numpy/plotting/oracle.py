@@ -17,9 +17,11 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import numpy as np
 
+from .style import MIN_DPI
+
 __all__ = ["plot_comparison"]
 
-DPI = 80
+DPI = MIN_DPI
 REJECTED_GREY = (0.85, 0.85, 0.85, 1.0)
 #: colour range of log10(error / allowed): from "exact" to far beyond the tolerance
 LOG_RANGE = (-10.0, 4.0)

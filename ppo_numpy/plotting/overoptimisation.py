@@ -13,6 +13,7 @@ from matplotlib.lines import Line2D
 
 from .._validation import check_int
 from ..reward.overoptimisation import rows_by_beta
+from .style import MIN_DPI, legend_outside
 
 
 def _moving_average(x, k):
@@ -45,7 +46,7 @@ def plot_overoptimisation(rows, *, smooth=10, title=None, path=None) -> Figure:
     runs = rows_by_beta(rows)
     if not runs:
         raise ValueError("rows: nothing to plot")
-    fig = Figure(figsize=(15, 4.4), layout="constrained")
+    fig = Figure(figsize=(13.5, 4.6), dpi=MIN_DPI, layout="constrained")
     ax = fig.subplots(1, 3)
     for i, (beta, c) in enumerate(sorted(runs.items())):
         color = f"C{i}"
@@ -59,24 +60,24 @@ def plot_overoptimisation(rows, *, smooth=10, title=None, path=None) -> Figure:
         ax[1].plot(sqrt_kl, proxy, color=color, ls="--", label=f"beta = {beta:g}: proxy")
         ax[2].plot(it, _moving_average(c["kl_ref"], smooth), color=color,
                    label=f"beta = {beta:g}")
-    ax[0].set_xlabel("iteration")
-    ax[0].set_ylabel("score")
+    ax[0].set_xlabel("PPO iteration")
+    ax[0].set_ylabel("score (reward units)")
     ax[0].set_title("proxy (learned, dashed) keeps rising; gold (solid) may not")
-    ax[1].set_xlabel("sqrt(KL to the reference)")
-    ax[1].set_ylabel("score")
+    ax[1].set_xlabel("sqrt(KL to the reference) (sqrt nats)")
+    ax[1].set_ylabel("score (reward units)")
     ax[1].set_title("score against distance from pi_ref")
-    ax[2].set_xlabel("iteration")
-    ax[2].set_ylabel("nats per sequence")
+    ax[2].set_xlabel("PPO iteration")
+    ax[2].set_ylabel("nats per response")
     ax[2].set_title("KL(pi_theta || pi_ref)")
     # colours name the betas (right panel), line styles the two scores (middle panel)
-    ax[1].legend(handles=[Line2D([], [], color="k", label="gold (task rule)"),
-                          Line2D([], [], color="k", ls="--", label="proxy (reward model)")],
-                 fontsize=7, loc="upper left")
-    ax[2].legend(fontsize=7)
+    legend_outside(ax[1], handles=[Line2D([], [], color="k", label="gold (task rule)"),
+                                   Line2D([], [], color="k", ls="--",
+                                          label="proxy (reward model)")])
+    legend_outside(ax[2], ncols=3)
     note = f"moving average over {smooth} iterations" if smooth > 1 else "raw values"
     fig.suptitle(f"{title + ': ' if title else ''}PPO against a learned reward ({note})")
     if path is not None:
-        fig.savefig(path, dpi=90)
+        fig.savefig(path, dpi=MIN_DPI)
     return fig
 
 
@@ -92,13 +93,21 @@ def plot_reward_model_fit(history, *, path=None) -> Figure:
     if not history:
         raise ValueError("history: nothing to plot")
     step = [h["step"] for h in history]
-    fig = Figure(figsize=(11, 4), layout="constrained")
+    fig = Figure(figsize=(11, 4.8), dpi=MIN_DPI, layout="constrained")
     ax = fig.subplots(1, 2)
     ax[0].plot(step, [h["bt_loss"] for h in history], label="training pairs")
     if "heldout_bt_loss" in history[0]:
-        ax[0].plot(step, [h["heldout_bt_loss"] for h in history], label="held-out pairs")
+        held = [h["heldout_bt_loss"] for h in history]
+        best = int(np.argmin(held))
+        ax[0].plot(step, held, label="held-out pairs")
+        ax[0].axvline(step[best], color="C1", lw=0.8, ls="--",
+                      label=f"held-out minimum {held[best]:.3f} (step {step[best]})")
     ax[0].axhline(np.log(2), color="k", lw=0.8, ls=":", label="log 2 (r constant)")
-    ax[0].set_title("Bradley-Terry loss")
+    overfit = "heldout_bt_loss" in history[0] and held[-1] > np.log(2)
+    ax[0].set_title("Bradley-Terry loss" + (": held-out above log 2,\noverfitted "
+                                            "(confident and wrong on new pairs)"
+                                            if overfit else ""))
+    ax[0].set_ylabel("loss per pair (nats)")
     ax[1].plot(step, [h["accuracy"] for h in history], label="training, vs labels")
     if "heldout_accuracy" in history[0]:
         ax[1].plot(step, [h["heldout_accuracy"] for h in history], label="held-out, vs labels")
@@ -108,9 +117,10 @@ def plot_reward_model_fit(history, *, path=None) -> Figure:
                       ls="--", label="the labels vs gold order")
     ax[1].axhline(0.5, color="k", lw=0.8, ls=":", label="chance")
     ax[1].set_title("preference accuracy")
+    ax[1].set_ylabel("fraction of pairs ordered right")
     for a in ax:
         a.set_xlabel("Adam step")
-        a.legend(fontsize=7)
+        legend_outside(a)
     if path is not None:
-        fig.savefig(path, dpi=90)
+        fig.savefig(path, dpi=MIN_DPI)
     return fig

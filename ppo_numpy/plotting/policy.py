@@ -20,8 +20,11 @@ from __future__ import annotations
 
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.cm import ScalarMappable
+from matplotlib.colors import ListedColormap, Normalize
 
 from .._validation import as_mask, check_int
+from .style import MIN_DPI, legend_outside
 
 __all__ = [
     "plot_forward_pass",
@@ -31,7 +34,7 @@ __all__ = [
     "plot_ratio_after_step",
 ]
 
-DPI = 80
+DPI = MIN_DPI
 PAD_GREY = (0.9, 0.9, 0.9, 1.0)
 #: relative errors of exactly 0 are drawn at this height on the log axis
 EXACT_FLOOR = 1e-18
@@ -52,30 +55,37 @@ def _check_named(arrays, name) -> dict:
 
 
 def _heatmap(ax, data, *, title, ylabels=None, annotate=False, valid=None):
-    """One heatmap: a symmetric blue-red scale if data has both signs, else white-blue."""
+    """One heatmap: a symmetric blue-red scale if data has both signs, else white-blue.
+
+    Returns the scale as a ``ScalarMappable`` (for a colour bar that reads the colours).
+    """
     finite = data[valid] if valid is not None else data
     lo = float(finite.min()) if finite.size else 0.0
     scale = float(np.max(np.abs(finite))) if finite.size else 0.0
     scale = scale if scale > 0 else 1.0
     if lo >= 0:
-        image = plt.get_cmap("Blues")(0.05 + 0.85 * data / scale)
+        cmap = ListedColormap(plt.get_cmap("Blues")(np.linspace(0.05, 0.9, 256)))
+        norm = Normalize(0.0, scale)
     else:
-        image = plt.get_cmap("RdBu_r")(0.5 + 0.45 * data / scale)
+        cmap = ListedColormap(plt.get_cmap("RdBu_r")(np.linspace(0.05, 0.95, 256)))
+        norm = Normalize(-scale, scale)
+    image = cmap(norm(data))
     if valid is not None:
         image[~valid] = PAD_GREY
     ax.imshow(image, aspect="auto", interpolation="nearest")
-    ax.set_title(title, fontsize=8)
+    ax.set_title(title, fontsize=9)
     if annotate:
         for (i, j), v in np.ndenumerate(data):
             if valid is None or valid[i, j]:
                 strong = abs(v) > 0.6 * scale
-                ax.text(j, i, f"{v:.3g}", ha="center", va="center", fontsize=6,
+                ax.text(j, i, f"{v:.3g}", ha="center", va="center", fontsize=8,
                         color="white" if strong else "black")
     if ylabels is not None:
-        ax.set_yticks(range(len(ylabels)), ylabels, fontsize=7)
+        ax.set_yticks(range(len(ylabels)), ylabels, fontsize=8)
     else:
         ax.set_yticks([])
     ax.set_xticks([])
+    return ScalarMappable(norm=norm, cmap=cmap)
 
 
 def plot_forward_pass(steps, *, tokens=None, title=None):
@@ -111,16 +121,24 @@ def plot_forward_pass(steps, *, tokens=None, title=None):
     if tokens is not None and len(tokens) != L:
         raise ValueError(f"tokens: expected {L} labels, got {len(tokens)}")
     widths = [max(a.shape[1], 4) for a in data.values()]
-    fig, axes = plt.subplots(1, len(data), figsize=(min(1.5 + 0.28 * sum(widths), 13),
-                                                    0.3 * L + 1.7),
-                             dpi=DPI, squeeze=False, gridspec_kw={"width_ratios": widths})
+    fig, axes = plt.subplots(1, len(data), figsize=(min(1.5 + 0.34 * sum(widths)
+                                                        + 0.5 * len(data), 13),
+                                                    0.3 * L + 1.9),
+                             dpi=DPI, squeeze=False, gridspec_kw={"width_ratios": widths},
+                             layout="constrained")
     for k, (ax, (name, a)) in enumerate(zip(axes[0], data.items())):
         size = f"{a.shape[0]} x {a.shape[1]}, max |.| {np.max(np.abs(a)):.2g}"
-        _heatmap(ax, a, title=f"{name}\n{size}", ylabels=tokens if k == 0 else None)
+        scale = _heatmap(ax, a, title=f"{name}\n{size}", ylabels=tokens if k == 0 else None)
+        _colorbar(fig, scale, ax)
     if title:
         fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
     return fig
+
+
+def _colorbar(fig, scale, ax):
+    bar = fig.colorbar(scale, ax=ax, fraction=0.08, pad=0.03, aspect=15)
+    bar.ax.tick_params(labelsize=7)
+    return bar
 
 
 def plot_gradients(grads, *, title=None, ncols=4):
@@ -143,15 +161,17 @@ def plot_gradients(grads, *, title=None, ncols=4):
         raise ValueError(f"ncols: must be a positive int, got {ncols!r}")
     ncols = min(ncols, len(data))
     nrows = -(-len(data) // ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(2.6 * ncols, 2.3 * nrows), dpi=DPI,
-                             squeeze=False)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(3.1 * ncols, 2.5 * nrows), dpi=DPI,
+                             squeeze=False, layout="constrained")
     for ax, (name, g) in zip(axes.ravel(), data.items()):
-        _heatmap(ax, g, title=f"d{name} {np.shape(grads[name])}\nmax |.| {np.max(np.abs(g)):.2g}")
+        # a scalar or a short vector also prints its values: a colour alone is hard to read
+        scale = _heatmap(ax, g, annotate=g.size <= 3,
+                         title=f"d{name} {np.shape(grads[name])}\nmax |.| {np.max(np.abs(g)):.2g}")
+        _colorbar(fig, scale, ax)
     for ax in axes.ravel()[len(data):]:
         ax.axis("off")
     if title:
         fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
     return fig
 
 
@@ -193,7 +213,7 @@ def plot_gradcheck(report, *, rtol=1e-6):
     return fig
 
 
-def plot_minibatch(quantities, mask, *, title=None, ncols=4, annotate=None):
+def plot_minibatch(quantities, mask, *, title=None, ncols=3, annotate=None):
     """Per-token quantities of a (B, T) minibatch, one heatmap each, padding in grey.
 
     Parameters
@@ -231,17 +251,21 @@ def plot_minibatch(quantities, mask, *, title=None, ncols=4, annotate=None):
     annotate = B * T <= 64 if annotate is None else bool(annotate)
     ncols = min(check_int(ncols, "ncols"), len(data))
     nrows = -(-len(data) // ncols)
-    size = (0.42 * T * ncols + 1.0, (0.3 * B + 0.8) * nrows)
-    fig, axes = plt.subplots(nrows, ncols, figsize=size, dpi=DPI, squeeze=False)
+    # cells wide enough for an 8-point number such as -0.0139
+    size = (min(0.6 * T * ncols + 1.2 + (0 if annotate else 0.6 * ncols), 13.5),
+            (0.36 * B + 0.9) * nrows)
+    fig, axes = plt.subplots(nrows, ncols, figsize=size, dpi=DPI, squeeze=False,
+                             layout="constrained")
     for k, (ax, (name, a)) in enumerate(zip(axes.ravel(), data.items())):
-        _heatmap(ax, a, title=name, valid=valid, annotate=annotate,
-                 ylabels=[f"i={i + 1}" for i in range(B)] if k % ncols == 0 else None)
-        ax.set_xticks(range(T), [str(t + 1) for t in range(T)], fontsize=6)
+        scale = _heatmap(ax, a, title=name, valid=valid, annotate=annotate,
+                         ylabels=[f"i={i + 1}" for i in range(B)] if k % ncols == 0 else None)
+        ax.set_xticks(range(T), [str(t + 1) for t in range(T)], fontsize=8)
+        if not annotate:
+            _colorbar(fig, scale, ax)
     for ax in axes.ravel()[len(data):]:
         ax.axis("off")
     if title:
         fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
     return fig
 
 
@@ -271,7 +295,7 @@ def plot_ratio_after_step(rho, advantages, mask=None, *, epsilon=0.2):
         raise ValueError("mask: no response token to draw")
     r, a = r[m], a[m]
     agree = (a != 0) & (np.sign(r - 1.0) == np.sign(a))
-    fig, ax = plt.subplots(figsize=(5.2, 3.4), dpi=DPI)
+    fig, ax = plt.subplots(figsize=(5.2, 4.2), dpi=DPI)
     ax.axhspan(1 - epsilon, 1 + epsilon, color="tab:green", alpha=0.12,
                label=f"[1 - eps, 1 + eps], eps = {epsilon:g}")
     ax.axhline(1.0, color="black", lw=0.6)
@@ -282,6 +306,6 @@ def plot_ratio_after_step(rho, advantages, mask=None, *, epsilon=0.2):
                label=f"against or not at all ({int((~agree).sum())})")
     ax.set_xlabel("A_hat (whitened)")
     ax.set_ylabel("rho after the update")
-    ax.legend(fontsize=7)
+    legend_outside(ax, ncols=1)
     fig.tight_layout()
     return fig

@@ -10,7 +10,8 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from .._validation import check_int
-from ..training.metrics import COLUMNS, history_to_columns
+from ..training.metrics import COLUMNS, critic_summary, history_to_columns
+from .style import MIN_DPI, legend_outside
 
 
 def _columns(metrics):
@@ -28,7 +29,15 @@ def _columns(metrics):
 
 
 def plot_training(metrics, *, optimum=1.0, random_score=None, title=None, path=None) -> Figure:
-    """The training dashboard: a 3 x 3 grid of the per-iteration statistics.
+    """The training dashboard: a 4 x 3 grid of the per-iteration statistics, one per panel.
+
+    Every panel has labelled axes with units and no second y axis; legends sit
+    under their panel. The learning phase (up to the first iteration at 90% of
+    the optimum) is shaded on the value head's two panels: explained variance
+    is meaningful there, and ill-conditioned later, when nearly every response
+    scores the optimum and Var(R) is tiny (its values below -1 are marked on
+    the lower edge); the value loss, drawn on a log scale beside Var(R) / 2,
+    says whether the critic tracks the returns (``docs/training.md``).
 
     Parameters
     ----------
@@ -45,65 +54,101 @@ def plot_training(metrics, *, optimum=1.0, random_score=None, title=None, path=N
     Returns
     -------
     matplotlib.figure.Figure
+        Panels in reading order: score, KL to the reference, beta; clip fraction,
+        approximate KL, entropy; policy loss, value loss, explained variance;
+        response length, EOS fraction, gradient norm.
     """
     c = _columns(metrics)
     it = c["iteration"]
-    fig = Figure(figsize=(13, 10), layout="constrained")
-    ax = fig.subplots(3, 3).ravel()
+    critic = critic_summary(c | {"score_frac": c["score"] / optimum})
+    n_learn = critic["learning_end"]
+    reached = bool(np.any(c["score"] >= 0.9 * optimum))
+    fig = Figure(figsize=(13, 14), dpi=MIN_DPI, layout="constrained")
+    ax = fig.subplots(4, 3).ravel()
 
     ax[0].plot(it, c["score"], label="mean score")
     ax[0].axhline(optimum, color="k", lw=0.8, label="optimum")
     ax[0].axhline(0.9 * optimum, color="g", ls="--", lw=0.8, label="90% of optimum")
     if random_score is not None:
         ax[0].axhline(float(random_score), color="r", ls=":", lw=1, label="random policy")
-    ax[0].set_title("score (reward model)")
-    ax[0].legend(fontsize=7)
+    ax[0].set_title("score of the responses (higher is better)")
+    ax[0].set_ylabel("score (reward units)")
 
-    ax[1].plot(it, c["kl_ref"], color="C1", label="KL to reference (k1, per seq.)")
-    ax[1].set_title("KL(pi_theta || pi_ref) and beta")
-    twin = ax[1].twinx()
-    twin.plot(it, c["beta"], color="C2", ls="--", label="beta")
-    twin.set_ylim(0, 1.25 * max(float(np.max(c["beta"])), 1e-3))
-    twin.set_ylabel("beta")
-    ax[1].legend(handles=ax[1].get_lines() + twin.get_lines(), fontsize=7)
+    ax[1].plot(it, c["kl_ref"], color="C1")
+    ax[1].set_title("KL(pi_theta || pi_ref): distance from the reference")
+    ax[1].set_ylabel("nats per response (k1, summed)")
 
-    ax[2].plot(it, c["clipfrac"], color="C3")
-    ax[2].set_title("clip fraction (clipped branch active)")
+    ax[2].plot(it, c["beta"], color="C2")
+    constant = bool(np.all(c["beta"] == c["beta"][0]))
+    ax[2].set_title("KL coefficient beta" + (" (fixed: constant)" if constant else ""))
+    ax[2].set_ylabel("beta (reward per nat)")
+    ax[2].set_ylim(0, 1.25 * max(float(np.max(c["beta"])), 1e-3))
 
-    ax[3].plot(it, c["approx_kl_k1"], label="k1")
-    ax[3].plot(it, c["approx_kl_k3"], label="k3")
-    ax[3].set_title("approx. KL(pi_old || pi_theta) per token")
-    ax[3].legend(fontsize=7)
+    ax[3].plot(it, c["clipfrac"], color="C3")
+    ax[3].set_title("clip fraction (clipped branch active)")
+    ax[3].set_ylabel("fraction of tokens")
 
-    ax[4].plot(it, c["entropy"], color="C4")
-    ax[4].set_title("entropy per token (nats)")
+    ax[4].plot(it, c["approx_kl_k1"], label="k1 = -log rho")
+    ax[4].plot(it, c["approx_kl_k3"], label="k3 = (rho - 1) - log rho")
+    ax[4].axhline(0.0, color="k", lw=0.5)
+    ax[4].set_title("step size: KL(pi_old || pi_theta) during the update")
+    ax[4].set_ylabel("nats per token")
 
-    ax[5].plot(it, c["policy_loss"], label="policy loss")
-    ax[5].plot(it, c["value_loss"], label="value loss")
-    ax[5].set_title("losses")
-    ax[5].legend(fontsize=7)
+    ax[5].plot(it, c["entropy"], color="C4")
+    ax[5].set_title("entropy of the policy")
+    ax[5].set_ylabel("nats per token")
 
-    ax[6].plot(it, c["explained_variance"], color="C5")
-    ax[6].set_title("explained variance of the value head")
+    ax[6].plot(it, c["policy_loss"], color="C0")
+    ax[6].axhline(0.0, color="k", lw=0.5)
+    ax[6].set_title("policy loss (small with whitened advantages:\nnot a learning curve)")
+    ax[6].set_ylabel("clipped surrogate loss")
 
-    ax[7].plot(it, c["response_length"], color="C6", label="mean response length")
-    ax[7].set_title("response length (tokens, EOS included)")
-    twin = ax[7].twinx()
-    twin.plot(it, c["eos_frac"], color="C7", ls="--", label="fraction ending in EOS")
-    twin.set_ylim(-0.05, 1.05)
-    ax[7].legend(handles=ax[7].get_lines() + twin.get_lines(), fontsize=7)
+    for a in ax[7:9]:
+        a.axvspan(0.5, n_learn + 0.5, color="0.9", lw=0, label=f"learning phase (1-{n_learn})")
+    ax[7].plot(it, c["value_loss"], color="C1", label="value loss 1/2 (V - R)^2")
+    ax[7].plot(it, c["return_variance"] / 2, color="0.4", ls="--",
+               label="Var(R) / 2: loss of a constant V")
+    ax[7].set_yscale("log")
+    ax[7].set_title(f"value loss fell {critic['value_loss_drop']:.0f}x, with Var(R)\n"
+                    "(below the dashed line: V beats a constant)")
+    ax[7].set_ylabel("reward units^2 (log scale)")
 
-    ax[8].plot(it, c["grad_norm"], color="C8")
-    ax[8].set_title("gradient norm (before clipping)")
+    ev = c["explained_variance"]
+    ax[8].plot(it, ev, color="C5", label="explained variance")
+    low = ev < -1
+    ax[8].plot(it[low], np.full(int(low.sum()), -1.05), "v", color="C5", ms=4,
+               label=f"below -1 ({int(low.sum())} it.)")
+    ax[8].axhline(0.0, color="k", lw=0.5)
+    ax[8].set_ylim(-1.1, 1.0)
+    ax[8].set_title(f"explained variance: median {critic['ev_learning']:.2f} while\n"
+                    + ("learning; after it Var(R) ~ 0: noise" if reached else "learning"))
+    ax[8].set_ylabel("1 - Var(R - V) / Var(R)")
+
+    ax[9].plot(it, c["response_length"], color="C6")
+    ax[9].set_title("response length")
+    ax[9].set_ylabel("tokens (EOS included)")
+
+    ax[10].plot(it, c["eos_frac"], color="C7")
+    ax[10].set_ylim(-0.05, 1.05)
+    ax[10].set_title("responses that end with EOS (rest truncated)")
+    ax[10].set_ylabel("fraction of responses")
+
+    ax[11].plot(it, c["grad_norm"], color="C8")
+    ax[11].set_title("gradient norm (before clipping)")
+    ax[11].set_ylabel("global L2 norm")
 
     for a in ax:
-        a.set_xlabel("iteration")
+        a.set_xlabel("PPO iteration")
+    for k in (0, 4, 7, 8):
+        legend_outside(ax[k])
     exact = bool(np.all(c["ratio_first_min"] == 1.0) and np.all(c["ratio_first_max"] == 1.0))
     check = ("rho = 1 exactly on every first minibatch" if exact
              else "rho != 1 on some first minibatch: logp_old is stale")
-    fig.suptitle(f"{title + ': ' if title else ''}{len(it)} iterations; {check}")
+    goal = (f"90% of the optimum at iteration {n_learn}" if reached
+            else "90% of the optimum not reached")
+    fig.suptitle(f"{title + ': ' if title else ''}{len(it)} iterations; {goal}; {check}")
     if path is not None:
-        fig.savefig(path, dpi=90)
+        fig.savefig(path, dpi=MIN_DPI)
     return fig
 
 
@@ -126,7 +171,7 @@ def plot_beta_sweep(results, *, optimum=1.0, last=10, path=None) -> Figure:
         raise ValueError("results: no run to plot")
     # x[-0:] is all of x: last = 0 would average every iteration under a "last 0" label
     last = check_int(last, "last")
-    fig = Figure(figsize=(14, 4.2), layout="constrained")
+    fig = Figure(figsize=(13.5, 4.6), dpi=MIN_DPI, layout="constrained")
     ax = fig.subplots(1, 3)
     final = []
     for beta, metrics in sorted(results.items()):
@@ -135,12 +180,14 @@ def plot_beta_sweep(results, *, optimum=1.0, last=10, path=None) -> Figure:
         ax[1].plot(c["iteration"], c["kl_ref"], label=f"beta = {beta:g}")
         final.append((beta, float(np.mean(c["kl_ref"][-last:])),
                       float(np.mean(c["score"][-last:]))))
-    ax[0].axhline(optimum, color="k", lw=0.8)
+    ax[0].axhline(optimum, color="k", lw=0.8, label="optimum")
     ax[0].set_title("score")
-    ax[1].set_title("KL(pi_theta || pi_ref) per sequence")
+    ax[0].set_ylabel("score (reward units)")
+    ax[1].set_title("KL(pi_theta || pi_ref)")
+    ax[1].set_ylabel("nats per response")
     for a in ax[:2]:
-        a.set_xlabel("iteration")
-        a.legend(fontsize=7)
+        a.set_xlabel("PPO iteration")
+        legend_outside(a, ncols=3)
     betas, kls, scores = zip(*final)
     ax[2].plot(kls, scores, "o-")
     for b, k, s in final:
@@ -149,12 +196,39 @@ def plot_beta_sweep(results, *, optimum=1.0, last=10, path=None) -> Figure:
     ax[2].set_ylabel(f"score (mean of last {last} iterations)")
     ax[2].set_title("larger beta: closer to pi_ref, lower score")
     if path is not None:
-        fig.savefig(path, dpi=90)
+        fig.savefig(path, dpi=MIN_DPI)
     return fig
 
 
 #: what :func:`plot_runs` draws by default: the statistics that tell runs apart first
 RUN_COLUMNS = ("score", "kl_ref", "clipfrac", "approx_kl_k3", "entropy", "explained_variance")
+
+#: column -> (panel title, y label with units): what :func:`plot_runs` writes on a panel
+LABELS = {
+    "score": ("mean score of the responses", "reward units"),
+    "score_frac": ("score / optimum", "fraction"),
+    "kl_ref": ("KL(pi_theta || pi_ref)", "nats per response"),
+    "beta": ("KL coefficient beta", "reward per nat"),
+    "clipfrac": ("clip fraction", "fraction of tokens"),
+    "approx_kl_k1": ("step size: KL(pi_old || pi_theta), k1", "nats per token"),
+    "approx_kl_k3": ("step size: KL(pi_old || pi_theta), k3", "nats per token"),
+    "entropy": ("entropy of the policy", "nats per token"),
+    "policy_loss": ("policy loss", "clipped surrogate loss"),
+    "value_loss": ("value loss 1/2 (V - R)^2", "reward units^2"),
+    "explained_variance": ("explained variance of V", "1 - Var(R - V) / Var(R)"),
+    "return_variance": ("variance of the returns Var(R)", "reward units^2"),
+    "response_length": ("response length", "tokens (EOS included)"),
+    "eos_frac": ("responses ending with EOS", "fraction of responses"),
+    "grad_norm": ("gradient norm (before clipping)", "global L2 norm"),
+    "ratio_first_min": ("min rho, first minibatch", "rho (must be 1)"),
+    "ratio_first_max": ("max rho, first minibatch", "rho (must be 1)"),
+    "ratio_first_mean": ("mean rho, first minibatch", "rho (must be 1)"),
+}
+
+
+def column_label(name: str) -> tuple[str, str]:
+    """(title, y label) of a metrics column; a column without an entry shows its name."""
+    return LABELS.get(name, (name.replace("_", " "), ""))
 
 
 def plot_runs(runs, *, columns=RUN_COLUMNS, ncols=3, path=None) -> Figure:
@@ -180,16 +254,20 @@ def plot_runs(runs, *, columns=RUN_COLUMNS, ncols=3, path=None) -> Figure:
     data = {str(label): _columns(metrics) for label, metrics in runs.items()}
     ncols = max(1, min(int(ncols), len(columns)))
     nrows = -(-len(columns) // ncols)
-    fig = Figure(figsize=(4.3 * ncols, 3.0 * nrows), layout="constrained")
+    fig = Figure(figsize=(4.3 * ncols, 3.0 * nrows + 0.5), dpi=MIN_DPI, layout="constrained")
     axes = np.atleast_1d(fig.subplots(nrows, ncols)).ravel()
     for ax, name in zip(axes, columns):
         for label, c in data.items():
             ax.plot(c["iteration"], c[name], label=label)
-        ax.set_title(name, fontsize=10)
-        ax.set_xlabel("iteration")
+        title, unit = column_label(name)
+        ax.set_title(title, fontsize=10)
+        ax.set_ylabel(unit)
+        ax.set_xlabel("PPO iteration")
     for ax in axes[len(columns):]:
         ax.axis("off")
-    axes[0].legend(fontsize=7)
+    # one legend for every panel, above them: the runs share colours
+    fig.legend(handles=axes[0].lines, loc="outside upper center", ncols=len(data),
+               fontsize=9, frameon=False)
     if path is not None:
-        fig.savefig(path, dpi=90)
+        fig.savefig(path, dpi=MIN_DPI)
     return fig

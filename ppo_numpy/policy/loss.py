@@ -86,7 +86,7 @@ def logits_grad_from_logp(logq, responses, dlogp):
 def ppo_loss_and_grads(model, batch, *, epsilon=0.2, agg="token-mean", c_v=0.5, c_H=0.0,
                        value_clip=None, temperature=1.0, epsilon_high=None, dual_clip=None,
                        norm=None, log_ratio_clamp=None, kl_coef=0.0, kl_estimator="k3",
-                       params=None, options=None):
+                       params=None, options=None, **more_options):
     """PPO loss of ``model`` on ``batch``, its gradient w.r.t. every parameter, and statistics.
 
     Parameters
@@ -102,6 +102,10 @@ def ppo_loss_and_grads(model, batch, *, epsilon=0.2, agg="token-mean", c_v=0.5, 
     options : PolicyLossOptions, optional
         ``epsilon``, ``agg``, ``epsilon_high``, ``dual_clip``, ``norm``, ``log_ratio_clamp``
         in one object (then give none of those keywords).
+    **more_options
+        Other fields of :class:`~ppo_numpy.PolicyLossOptions` (``importance_level``,
+        ``delta``, ``loss_type``, ...). Its own KL term (``kl_coef`` there) is the
+        ``kl_coef`` of this function: give one or the other.
     agg : str
         Aggregation mode of every term. Default ``"token-mean"``.
     norm : float, optional
@@ -145,7 +149,8 @@ def ppo_loss_and_grads(model, batch, *, epsilon=0.2, agg="token-mean", c_v=0.5, 
     (0.25, 1.0, ['W', 'v'])
     """
     opts = resolve(options, epsilon=epsilon, agg=agg, epsilon_high=epsilon_high,
-                   dual_clip=dual_clip, norm=norm, log_ratio_clamp=log_ratio_clamp)
+                   dual_clip=dual_clip, norm=norm, log_ratio_clamp=log_ratio_clamp,
+                   **more_options)
     c_v = check_scalar(c_v, "c_v", low=0, allow_exact=False)
     c_H = check_scalar(c_H, "c_H", low=0, allow_exact=False)
     kl_coef = check_scalar(kl_coef, "kl_coef", low=0, allow_exact=False)
@@ -154,7 +159,7 @@ def ppo_loss_and_grads(model, batch, *, epsilon=0.2, agg="token-mean", c_v=0.5, 
                                allow_exact=False)
     if kl_coef > 0:
         _check_estimator(kl_estimator)
-    rollout = as_rollout(batch, model, kl=kl_coef > 0)
+    rollout = as_rollout(batch, model, kl=kl_coef > 0 or opts.kl_coef > 0)
     return loss_and_grads_kernel(model, rollout, opts, c_v=c_v, c_H=c_H, value_clip=value_clip,
                                  temperature=temperature, kl_coef=kl_coef,
                                  kl_estimator=kl_estimator, params=params)
@@ -170,7 +175,8 @@ def loss_and_grads_kernel(model, batch: Rollout, opts: PolicyLossOptions, *, c_v
     agg, norm = opts.agg, opts.norm_for(m.shape[-1])
 
     # forward: each term aggregated with agg
-    pl = policy_loss_kernel(ev.logp, batch.logp_old, batch.advantages, m, opts)
+    pl = policy_loss_kernel(ev.logp, batch.logp_old, batch.advantages, m, opts,
+                            batch.logp_ref if opts.kl_coef > 0 else None)
     policy_loss, stats = pl.loss, pl.stats()
     vl = ValueLoss(ev.values, batch.old_values, batch.returns, value_clip)
     L_V = float(aggregate_kernel(where_valid(m, vl.loss), m, agg, norm))

@@ -22,6 +22,7 @@ from .._npz import BadFileError
 from ..policy.sampling import sample
 from ..policy.vocab import Vocab
 from ..training import PPOConfig, make_task, train
+from ..training.metrics import critic_summary, history_to_columns
 from ..training.run import RunError, load_state
 
 DEFAULT_OUT = Path("runs") / "demo"
@@ -46,6 +47,56 @@ def show_responses(title, model, task, seed=123, n=4):
     print(title)
     for x, y, s in zip(prompts, r.responses, scores):
         print(f"  {vocab.decode(x):>10} -> {vocab.decode(y):<28} score {s:.2f}")
+
+
+#: held-out explained variance of the best function of (prompt token, position) on the
+#: warmed-up policy's rollouts: how much of the return a state can predict
+#: (docs/training.md, "Why the value head's explained variance is often <= 0")
+EV_CEILING = {"length": 0.20}
+
+
+def describe_critic(critic: dict, task: str) -> str:
+    """What the value head's two panels of the dashboard show, in words, with the numbers."""
+    n = critic["learning_end"]
+    lines = [
+        f"the value head (critic): value loss {critic['value_loss_start']:.3g} -> "
+        f"{critic['value_loss_end']:.3g} ({critic['value_loss_drop']:.0f}x lower, first 5 "
+        "-> last 10 iterations),",
+        f"  falling with the variance of the returns, Var(R) "
+        f"{critic['return_variance_start']:.3g} -> {critic['return_variance_end']:.3g}: "
+        "V follows the returns as the policy improves.",
+        f"  Explained variance: median {critic['ev_learning']:.2f} while learning "
+        f"(iterations 1-{n})" + (f"; a state predicts little of its return here (the best "
+                                 f"possible is about {EV_CEILING[task]:.1f})."
+                                 if task in EV_CEILING else "."),
+    ]
+    if critic["ev_after"] == critic["ev_after"]:      # not NaN: iterations after the phase
+        lines.append(
+            "  Afterwards nearly every response scores the optimum, Var(R) is tiny and "
+            f"explained variance\n  is noise (median {critic['ev_after']:.2f}, dips far "
+            "below 0): expected, not a fault.")
+    return "\n".join(lines)
+
+
+def describe_health(history: list, optimum: float) -> str:
+    """One verdict line per check a newcomer reads on the dashboard (notebook 10's table)."""
+    last = history[-10:]
+    kl = np.mean([r["kl_ref"] for r in last])
+    clip = np.mean([r["clipfrac"] for r in last])
+    score = np.mean([r["score"] for r in last])
+    exact = all(r["ratio_first_min"] == r["ratio_first_max"] == 1.0 for r in history)
+    return "\n".join([
+        "is it healthy? (means of the last 10 iterations)",
+        f"  score {score:.3f} of {optimum:g}: " + ("yes, above 90%" if score >= 0.9 * optimum
+                                                   else "below 90% of the optimum"),
+        f"  KL to pi_ref {kl:.2f} nats per response, held by beta: the policy stays near "
+        "the reference",
+        f"  clip fraction {clip:.3f}: " + ("small steps (0.05-0.3 is usual)"
+                                           if 0.05 <= clip <= 0.3
+                                           else "outside the usual 0.05-0.3"),
+        "  rho = 1 exactly on every first minibatch: "
+        + ("yes" if exact else "NO, logp_old is stale"),
+    ])
 
 
 def main(argv=None) -> int:
@@ -102,5 +153,8 @@ def main(argv=None) -> int:
               "after the start (warm-up included)")
     else:
         print("90% of the optimum was not reached")
+    print()
+    print(describe_health(history, task.optimum))
+    print(describe_critic(critic_summary(history_to_columns(history)), config.task))
     print(f"metrics: {out / 'metrics.csv'}\ndashboard: {out / 'dashboard.png'}")
     return 0

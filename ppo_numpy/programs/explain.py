@@ -6,13 +6,16 @@
         --score 1 --beta 0.1 --exact
     python -m ppo_numpy explain ppo --score 1 --logp-old -1,-2,-0.5 --logp-ref -1.5,-1.8,-0.6 \\
         --values 0.5,0.6,0.7 --beta 0.1 --rho 1.1,1.5,0.7 --exact
+    python -m ppo_numpy explain grpo --scores 1,0,0,1 --groups 0,0,1,1 --scale none --exact
+    python -m ppo_numpy explain rloo --scores 1,0,0,1 --groups 0,0,1,1 --exact
 
 The last command is the running example of ``docs/objective.md`` (``python -m ppo_numpy
 walkthrough`` prints it in floats).
 
 Numbers are written as integers, decimals or fractions (``0.95``, ``19/20``);
 lists are comma-separated, one number per token of the response (its length
-is T). Without ``--exact`` they are read as float64; with it, as the exact
+is T); for ``grpo`` and ``rloo``, one score and one integer prompt id per
+response. Without ``--exact`` they are read as float64; with it, as the exact
 fraction written (``0.95`` is 19/20), and the tables print exact fractions.
 Bad input exits with status 2 and a message naming the option. A nonzero reward
 that ``--mask`` marks as padding is ignored, as every core function ignores padding;
@@ -29,11 +32,14 @@ from fractions import Fraction
 from ..explain.tables import (
     clip_table,
     gae_table,
+    grpo_table,
     ppo_tables,
     ratio_clip_tables,
     render,
     rewards_table,
+    rloo_table,
 )
+from ..group_advantages import SCALES
 from ..kl import ESTIMATORS
 
 PROG = "python -m ppo_numpy explain"
@@ -45,6 +51,9 @@ OPTION_OF = {
     "epsilon_high": "--eps-high", "dual_clip": "--dual-clip", "logp": "--logp",
     "logp_old": "--logp-old", "logp_ref": "--logp-ref", "beta": "--beta", "scores": "--score",
 }
+# the group baselines take one score per response
+GROUP_OPTION_OF = {"scores": "--scores", "groups": "--groups", "eps": "--eps", "ddof": "--ddof"}
+GROUP_QUANTITIES = ("grpo", "rloo")
 
 LIST = "X1,X2,..."
 
@@ -138,18 +147,22 @@ def build_parser():
         "clip": "the clipped surrogate, its active branch and d/d rho",
         "rewards": "KL-shaped rewards r~_t = -beta KL_t + score at t = T",
         "ppo": "rewards -> GAE -> clipped surrogate -> L_PPO for one response",
+        "grpo": "GRPO advantages of a batch: score, group mean, deviation, std, advantage",
+        "rloo": "RLOO advantages of a batch: score, the others' mean, advantage",
     }
     subs = {}
     for name, help_ in specs.items():
-        p = sub.add_parser(name, help=help_, description=help_ + ". " + _NUMBERS_HELP,
-                           allow_abbrev=False)
+        group = name in GROUP_QUANTITIES
+        p = sub.add_parser(name, help=help_, allow_abbrev=False,
+                           description=help_ + ". " + (_GROUP_HELP if group else _NUMBERS_HELP))
         p.value_options = set()
         p.add_argument("--exact", action="store_true",
                        help="exact fractions: read 0.95 as 19/20 and print fractions")
         p.add_value("--format", choices=("text", "markdown"), default="text",
                     help="plain text (default) or a Markdown table")
-        p.add_value("--mask", metavar="M1,M2,...",
-                    help="1 = response token, 0 = padding (default: all 1)")
+        if not group:
+            p.add_value("--mask", metavar="M1,M2,...",
+                        help="1 = response token, 0 = padding (default: all 1)")
         subs[name] = p
     g = subs["gae"]
     g.add_value("--rewards", required=True, metavar=LIST, help="r~_t, one per token")
@@ -191,9 +204,25 @@ def build_parser():
                  ("--logp", dict(metavar=LIST, help="log pi_theta after the update "
                                  "(rho = exp(logp - logp_old), a float)")))
     p.add_value("--eps", "--epsilon", dest="eps", default="0.2", help="clip width (default 0.2)")
+
+    for name in GROUP_QUANTITIES:
+        q = subs[name]
+        q.add_value("--scores", required=True, metavar=LIST, help="one score per response")
+        q.add_value("--groups", required=True, metavar="G1,G2,...",
+                    help="integer prompt id of each response; equal ids are one group")
+    q = subs["grpo"]
+    q.add_value("--scale", choices=SCALES, default="group",
+                help="divide by the group's std (default), the batch's std, or nothing "
+                     "(none: Dr. GRPO, exact with --exact)")
+    q.add_value("--eps", default="1e-6", help="added to the std (default 1e-6, verl's; TRL "
+                                              "1e-4); always a float")
+    q.add_value("--ddof", choices=("0", "1"), default="1",
+                help="divisor n - ddof of the variance (default 1, as torch.std)")
     return parser, subs
 
 
+_GROUP_HELP = ("Numbers: 1, 0.5 or 1/2, one score per response, comma-separated; prompt ids "
+               "are integers, one per response; every group needs >= 2 responses.")
 _NUMBERS_HELP = ("Numbers: 1, 0.95 or 19/20; lists comma-separated, one number per token. "
                  "Negative lists: --logp -1,-2 or --logp=-1,-2.")
 
@@ -217,6 +246,34 @@ def _join_negative_values(argv: list, value_options: set) -> list:
             out.append(tok)
             i += 1
     return out
+
+
+def parse_groups(text: str, option: str = "--groups") -> list:
+    """A comma-separated list of integer prompt ids.
+
+    >>> parse_groups("0,0,1,1")
+    [0, 0, 1, 1]
+    """
+    if not text.strip():
+        raise OptionError(option, "expected a comma-separated list of integer prompt ids, "
+                                  "got nothing")
+    parts = text.split(",")
+    out = []
+    for k, part in enumerate(parts, start=1):
+        try:
+            out.append(int(part.strip()))
+        except ValueError:
+            raise OptionError(option, f"entry {k} of {len(parts)} is {part.strip()!r}, not an "
+                                      "integer prompt id") from None
+    return out
+
+
+def check_groups_of_two(groups: list, option: str = "--groups") -> None:
+    """OptionError unless every prompt id occurs at least twice (a group baseline needs it)."""
+    for k, g in enumerate(groups, start=1):
+        if groups.count(g) == 1:
+            raise OptionError(option, f"prompt id {g} (entry {k}) has a single response; a "
+                                      "group baseline needs >= 2 responses per prompt")
 
 
 def padding_warnings(rewards: list, mask) -> list:
@@ -262,6 +319,16 @@ def _tables(args, warnings: list | None = None) -> list:
         check_length(m, "--mask", ref, ref_option)
         return m
 
+    if args.quantity in GROUP_QUANTITIES:
+        scores = lst("--scores")
+        groups = parse_groups(args.groups)
+        check_length(groups, "--groups", scores, "--scores")
+        check_groups_of_two(groups)
+        if args.quantity == "rloo":
+            return [rloo_table(scores, groups)]
+        return [grpo_table(scores, groups, scale=args.scale,
+                           eps=float(parse_number(args.eps, "--eps", False)),
+                           ddof=int(args.ddof))]
     if args.quantity == "gae":
         rewards = lst("--rewards")
         values = lst("--values", rewards, "--rewards")
@@ -299,11 +366,12 @@ def _tables(args, warnings: list | None = None) -> list:
                       estimator=args.estimator, mask=mask(logp_old, "--logp-old"))
 
 
-def _core_error_message(err: Exception) -> str:
+def _core_error_message(err: Exception, quantity: str = "") -> str:
     """A core function's ``"name: what"`` message, with ``name`` replaced by its option."""
     msg = str(err)
     name = msg.split(":", 1)[0]
-    return OPTION_OF[name] + msg[len(name):] if name in OPTION_OF else msg
+    options = GROUP_OPTION_OF if quantity in GROUP_QUANTITIES else OPTION_OF
+    return options[name] + msg[len(name):] if name in options else msg
 
 
 def render_command(argv) -> str:
@@ -321,7 +389,7 @@ def render_command(argv) -> str:
     except OptionError as err:
         sub.error(str(err))
     except (ValueError, TypeError) as err:
-        sub.error(_core_error_message(err))
+        sub.error(_core_error_message(err, args.quantity))
     for line in warnings:
         print(line, file=sys.stderr)
     return render(tables, args.format)

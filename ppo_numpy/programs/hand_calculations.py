@@ -44,12 +44,15 @@ How to read the tables:
   they are marked with a leading `~`.
 - Without `--exact` the numbers are float64, printed to 10 significant digits.
 - The numbers come from the library's functions (`td_errors`, `gae`, `clipped_surrogate`,
-  `kl_estimate`, `kl_shaped_rewards`, `probability_ratio`, `aggregate`). Steps that those
-  functions keep inside a formula (`(gamma lambda) * A_hat_{{t+1}}`, `clip(rho_t)`, the two
-  products of the surrogate, the active branch) are computed from their outputs in
+  `kl_estimate`, `kl_shaped_rewards`, `probability_ratio`, `aggregate`, `grpo_advantages`,
+  `rloo_advantages`). Steps that those functions keep inside a formula
+  (`(gamma lambda) * A_hat_{{t+1}}`, `clip(rho_t)`, the two products of the surrogate, the
+  active branch, a group's mean and variance) are computed from their outputs or kernels in
   `ppo_numpy/explain/tables.py`.
-- Lists are comma-separated, one number per token; a list that starts with a minus sign may
-  follow its option with a space (`--logp -1,-2`) or an equals sign (`--logp=-1,-2`).
+- Lists are comma-separated, one number per token (for `grpo` and `rloo`, one score and one
+  integer prompt id per response, `i` counting responses from 1); a list that starts with a
+  minus sign may follow its option with a space (`--logp -1,-2`) or an equals sign
+  (`--logp=-1,-2`).
 """
 
 
@@ -91,6 +94,15 @@ REWARDS_K3 = REWARDS_K1[:-1] + ["--estimator", "k3", "--mask", "1,1,0", "--exact
 PPO = ["ppo", "--score", "1", "--logp-old", "-1,-2,-0.5", "--logp-ref", "-1.5,-1.8,-0.6",
        "--values", "0.5,0.6,0.7", "--beta", "0.1", "--gamma", "1", "--lam", "0.95",
        "--rho", "1.1,1.5,0.7", "--eps", "0.2", "--exact"]
+
+GRPO_NONE = ["grpo", "--scores", "1,0,0,1", "--groups", "0,0,1,1", "--scale", "none", "--exact"]
+GRPO_GROUP = ["grpo", "--scores", "1,0,0,1", "--groups", "0,0,1,1", "--exact"]
+GRPO_THREE = ["grpo", "--scores", "1,0,0,0,1,1", "--groups", "0,0,0,1,1,1", "--eps", "1e-4",
+              "--exact"]
+GRPO_BATCH = ["grpo", "--scores", "1,0,0,0,1,1", "--groups", "0,0,0,1,1,1", "--scale", "batch",
+              "--exact"]
+RLOO = ["rloo", "--scores", "1,0,0,1", "--groups", "0,0,1,1", "--exact"]
+RLOO_THREE = ["rloo", "--scores", "3,0,0,1,0,0", "--groups", "0,1,1,0,1,0", "--exact"]
 
 PYTHON_SOURCE = """\
 from fractions import Fraction as F
@@ -224,6 +236,43 @@ def render_docs() -> str:
         "The running example with the values given as floats, and a fourth position that is "
         "padding holding NaN and inf:",
         _python_example(EXACT_SOURCE),
+        "## 8. GRPO advantages: a group baseline instead of a value head",
+        "Each prompt is answered several times; `--groups` gives the prompt id of each "
+        "response, and the responses with equal ids are one group (in any order). With "
+        "`--scale none` (Dr. GRPO) the advantage is the score minus its group's mean, "
+        "a rational formula, so the table is exact:",
+        _example(GRPO_NONE),
+        "Each group is one right and one wrong answer: mean 1/2, A = +-1/2. With the default "
+        "`--scale group` the deviation is divided by the group's standard deviation plus eps. "
+        "The variance is still exact; its square root is not, and the std and everything after "
+        "it are floats, marked `~`:",
+        _example(GRPO_GROUP),
+        "By hand: the squared deviations of a group are 1/4 and 1/4, the variance with ddof 1 "
+        "is (1/4 + 1/4) / (2 - 1) = 1/2, the std sqrt(1/2) = 0.70710678..., and A = "
+        "(1/2) / (sqrt(1/2) + 10^-6) = 0.7071057812. With eps 0 it would be sqrt(1/2) itself: "
+        "in a group of two the answers get +-0.7071 whatever the two scores, as long as they "
+        "differ.",
+        "Groups of three, one answer right in the first and two in the second, with TRL's eps "
+        "1e-4:",
+        _example(GRPO_THREE),
+        "Both groups have variance (4/9 + 1/9 + 1/9) / 2 = 1/3, so the lone right answer of "
+        "group 0 gets (2/3) / (sqrt(1/3) + 10^-4) = 1.154500573 (1.154700538 with eps 0) and "
+        "the lone wrong answer of group 1 its negative. `--scale batch` divides by the std "
+        "of all six scores instead (batch mean 1/2, variance (6/4) / 5 = 3/10), the same for "
+        "every row; the mean subtracted is still the group's:",
+        _example(GRPO_BATCH),
+        "## 9. RLOO advantages: leave one out",
+        "RLOO's baseline for response i is the mean score of the *other* responses to its "
+        "prompt. It is rational, so `--exact` gives exact fractions throughout:",
+        _example(RLOO),
+        "In a group of two each response's baseline is the other's score: A = [1 - 0, 0 - 1, "
+        "0 - 1, 1 - 0]. That is twice the Dr. GRPO advantages of section 8: in general A_i = "
+        "n / (n - 1) (s_i - mean_g(i)) (derivation in [derivations.md](derivations.md), "
+        "section 10). Two interleaved groups of three:",
+        _example(RLOO_THREE),
+        "By hand: group 0 holds rows 1, 4, 6 with scores 3, 1, 0, so b_1 = (1 + 0) / 2 = 1/2 "
+        "and A_1 = 5/2; b_4 = (3 + 0) / 2 = 3/2 and A_4 = -1/2; b_6 = 2, A_6 = -2. Check with "
+        "the identity: mean 4/3, n / (n - 1) = 3/2, and (3/2)(3 - 4/3) = 5/2.",
     ]
     return "\n\n".join(parts) + "\n"
 

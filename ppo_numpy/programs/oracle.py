@@ -16,6 +16,7 @@ import json
 import sys
 
 from ..oracle.cases import EDGE_CASES, N_RANDOM, generate_cases
+from ..oracle.group_cases import cases_for, generate_group_cases
 
 
 def _presets():
@@ -37,6 +38,9 @@ def cmd_list(args) -> int:
     for case in generate_cases(args.seed, list(EDGE_CASES)):
         params = ", ".join(f"{k}={v:g}" for k, v in case["params"].items())
         print(f"  {case['name']:<22} {case['description']}" + (f" [{params}]" if params else ""))
+    print("\ncases of the critic-free presets (trl-grpo, verl-grpo, openrlhf-grpo):")
+    for case in generate_group_cases(args.seed):
+        print(f"  {case['name']:<22} {case['description']}")
     return 0
 
 
@@ -50,7 +54,7 @@ def cmd_export(args) -> int:
               f"{', '.join(presets)}", file=sys.stderr)
         return 2
     try:
-        cases = generate_cases(args.seed, args.cases)
+        cases = cases_for(presets[name], args.seed, args.cases)
     except ValueError as err:
         print(f"oracle export: {err}", file=sys.stderr)
         return 2

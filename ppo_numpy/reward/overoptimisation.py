@@ -259,9 +259,17 @@ def read_csv(path) -> list[dict]:
 def summary_table(result: OveroptimisationResult, last: int = 10) -> str:
     """The printed report: the reward model's held-out accuracy and the per-beta finals."""
     h = result.heldout
+    held = [row["heldout_bt_loss"] for row in result.fit_history]
+    best = int(np.argmin(held))
     lines = [f"reward model: held-out accuracy {h['accuracy']:.3f} against the noisy labels, "
              f"{h['gold_accuracy']:.3f} against the gold order (chance 0.5; the labels "
-             f"themselves: {h['label_gold_accuracy']:.3f})",
+             f"themselves agree with the gold order on {h['label_gold_accuracy']:.3f} of the "
+             "held-out pairs whose gold scores differ: the ceiling label noise sets)",
+             f"  Bradley-Terry loss after the fit: held-out {held[-1]:.3f}, training "
+             f"{result.fit_history[-1]['bt_loss']:.3f} (log 2 = 0.693 is a constant reward; "
+             f"held-out lowest {held[best]:.3f} at step {result.fit_history[best]['step']})"
+             + (": it overfits its training pairs, confident and wrong on some new ones"
+                if held[-1] > math.log(2) else ""),
              f"PPO against the proxy, mean of the last {last} iterations:",
              f"  {'beta':>6} {'proxy':>7} {'gold':>7} {'KL':>7} {'gold peak (iteration)':>22}"]
     for beta, s in result.summary(last).items():

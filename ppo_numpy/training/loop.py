@@ -40,7 +40,7 @@ from ..value_loss import check_value_clip
 from ..whitening import whiten_kernel
 from .config import PPOConfig
 from .kl_controllers import AdaptiveKLController, FixedKLController
-from .metrics import COLUMNS, explained_variance
+from .metrics import COLUMNS, explained_variance, return_variance
 from .tasks import Task, make_task, response_lengths
 from .warmup import warm_up
 
@@ -170,6 +170,7 @@ def ppo_iteration(state: RunState) -> dict:
         kl_ref=kl_ref,
         beta=float(beta),
         explained_variance=explained_variance(old_values, returns, mask),
+        return_variance=return_variance(returns, mask),
         response_length=float(mask.sum(axis=1).mean()),
         eos_frac=float(np.mean(response_lengths(responses, mask)[1])),
         ratio_first_min=first["ratio_min"],

@@ -34,6 +34,8 @@ COLUMNS = {
     "value_loss": "value loss 1/2 (V - R)^2 (aggregated with agg)",
     "explained_variance": "1 - Var(R - V) / Var(R) over the rollout's tokens (values before "
                           "the update)",
+    "return_variance": "Var(R) over the rollout's tokens (population variance): the scale "
+                       "explained_variance divides by",
     "response_length": "mean number of response tokens, EOS included",
     "eos_frac": "fraction of responses that end with EOS (the rest are truncated)",
     "grad_norm": "global gradient norm before clipping",
@@ -67,6 +69,60 @@ def explained_variance(values, returns, mask=None) -> float:
     if var_R == 0.0:
         return math.nan
     return 1.0 - var(R - v) / var_R
+
+
+def return_variance(returns, mask=None) -> float:
+    """Var(R) over the valid tokens (population variance): the denominator of explained variance.
+
+    >>> round(return_variance([1.0, 3.0, 2.0, 99.0], [1, 1, 1, 0]), 12)
+    0.666666666667
+    """
+    (R,), m = prepare({"returns": returns}, mask, exact=False)
+    n = int(m.sum())
+    if n == 0:
+        raise ValueError("mask: no valid token")
+    mu = R[m].sum() / n
+    return float(((R[m] - mu) ** 2).sum() / n)
+
+
+def learning_phase_end(score_frac, threshold=0.9) -> int:
+    """Number of iterations up to and including the first with ``score_frac >= threshold``.
+
+    All of them when the threshold is never reached.
+
+    >>> learning_phase_end([0.2, 0.5, 0.95, 0.8, 1.0])
+    3
+    """
+    frac = np.asarray(score_frac, dtype=np.float64)
+    reached = np.flatnonzero(frac >= threshold)
+    return int(reached[0]) + 1 if reached.size else len(frac)
+
+
+def critic_summary(columns, threshold=0.9, start=5, end=10) -> dict:
+    """Is the value head learning? The numbers the demo prints and the dashboard draws.
+
+    ``learning_end``: last iteration of the learning phase (:func:`learning_phase_end`);
+    ``ev_learning``: median explained variance over it; ``ev_after``: median afterwards
+    (NaN if nothing follows); ``value_loss_start`` / ``value_loss_end``: mean value loss
+    over the first ``start`` and last ``end`` iterations, and ``value_loss_drop``
+    their ratio; ``return_variance_start`` / ``return_variance_end`` likewise for Var(R).
+    Explained variance is ill-conditioned once Var(R) is tiny (every response scores
+    the optimum), so the value loss falling, not EV late in the run, says whether the
+    critic tracks the returns (``docs/training.md``).
+    """
+    ev = np.asarray(columns["explained_variance"], dtype=np.float64)
+    vl = np.asarray(columns["value_loss"], dtype=np.float64)
+    var_R = np.asarray(columns["return_variance"], dtype=np.float64)
+    n = learning_phase_end(columns["score_frac"], threshold)
+    out = {"learning_end": n,
+           "ev_learning": float(np.nanmedian(ev[:n])),
+           "ev_after": float(np.nanmedian(ev[n:])) if len(ev) > n else math.nan,
+           "value_loss_start": float(np.mean(vl[:start])),
+           "value_loss_end": float(np.mean(vl[-end:])),
+           "return_variance_start": float(np.mean(var_R[:start])),
+           "return_variance_end": float(np.mean(var_R[-end:]))}
+    out["value_loss_drop"] = out["value_loss_start"] / out["value_loss_end"]
+    return out
 
 
 def format_value(x) -> str:

@@ -49,17 +49,30 @@ Conventions shared by every preset
 
 from __future__ import annotations
 
-from . import deepspeed_chat, lm_human_preferences, openrlhf, seed, trl, verl
-from ._common import INPUT_NAMES, Preset
+from . import (
+    deepspeed_chat,
+    lm_human_preferences,
+    openrlhf,
+    openrlhf_grpo,
+    seed,
+    trl,
+    trl_grpo,
+    verl,
+    verl_grpo,
+)
+from ._common import GROUP_INPUT_NAMES, INPUT_NAMES, Preset
 
-__all__ = ["DEFAULT_PRESET", "INPUT_NAMES", "PRESETS", "Preset", "get_preset"]
+__all__ = ["DEFAULT_PRESET", "GROUP_INPUT_NAMES", "INPUT_NAMES", "PRESETS", "Preset",
+           "get_preset"]
 
 DEFAULT_PRESET = "seed"
 
 #: name -> Preset, in the order of ``docs/conventions.md``
 PRESETS = {p.name: p for p in (seed.PRESET, trl.PRESET, trl.PRESET_0_11, verl.PRESET,
                                openrlhf.PRESET, deepspeed_chat.PRESET,
-                               lm_human_preferences.PRESET)}
+                               lm_human_preferences.PRESET,
+                               # the critic-free family (cases with groups, no values)
+                               trl_grpo.PRESET, verl_grpo.PRESET, openrlhf_grpo.PRESET)}
 
 
 def get_preset(name: str) -> Preset:

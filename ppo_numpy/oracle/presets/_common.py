@@ -27,6 +27,9 @@ from ...value_loss import ValueLoss, check_value_clip
 from ...whitening import masked_mean_kernel, whiten_kernel
 
 INPUT_NAMES = ("logp", "logp_old", "logp_ref", "values", "old_values", "scores", "mask")
+#: the inputs of the critic-free presets: no values; prompt ids and (ReMax) greedy scores
+GROUP_INPUT_NAMES = ("logp", "logp_old", "logp_ref", "scores", "groups", "baseline_scores",
+                     "mask")
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,9 @@ class Preset:
     pipeline : callable
         ``pipeline(rollout, params) -> dict`` on a checked case and checked
         parameters; call the preset instead.
+    input_names : tuple of str
+        The inputs a case must have: :data:`INPUT_NAMES` (PPO with a value head) or
+        :data:`GROUP_INPUT_NAMES` (the critic-free presets).
     """
 
     name: str
@@ -56,6 +62,7 @@ class Preset:
     defaults: dict
     sources: tuple
     pipeline: Callable = field(repr=False, compare=False)
+    input_names: tuple = INPUT_NAMES
 
     def __call__(self, case: dict, **overrides) -> dict:
         """Run the pipeline on ``case`` with ``defaults`` updated by ``overrides``.
@@ -75,26 +82,28 @@ class Preset:
                 f"{self.name}: unknown parameter(s) {', '.join(unknown)}; "
                 f"valid ones are {', '.join(self.defaults)}")
         params = check_params({**self.defaults, **overrides})
-        return self.pipeline(read_case(case), params)
+        return self.pipeline(read_case(case, self.input_names), params)
 
 
-def read_case(case: dict) -> Rollout:
-    """The :data:`INPUT_NAMES` of ``case`` as a checked Rollout, padding kept as given."""
-    missing = [n for n in INPUT_NAMES if n not in case]
+def read_case(case: dict, names=INPUT_NAMES) -> Rollout:
+    """The inputs ``names`` of ``case`` as a checked Rollout, padding kept as given."""
+    missing = [n for n in names if n not in case]
     if missing:
         raise ValueError(f"case: missing input(s) {', '.join(missing)}; a case needs "
-                         f"{', '.join(INPUT_NAMES)}")
-    arrays = {n: as_array(case[n], n, exact=False) for n in INPUT_NAMES if n != "mask"}
+                         f"{', '.join(names)}")
+    arrays = {n: case[n] if n == "groups" else as_array(case[n], n, exact=False)
+              for n in names if n != "mask"}
     logp = arrays["logp"]
     if logp.ndim != 2:
         raise ValueError(f"logp: presets take a (B, T) batch, got shape {logp.shape}")
     for n in ("logp_old", "logp_ref", "values", "old_values"):
-        if arrays[n].shape != logp.shape:
+        if n in arrays and arrays[n].shape != logp.shape:
             raise ValueError(f"{n}: shape {arrays[n].shape} does not match logp shape "
                              f"{logp.shape}")
-    if arrays["scores"].shape != logp.shape[:1]:
-        raise ValueError(f"scores: expected shape {logp.shape[:1]} (one score per response), "
-                         f"got shape {arrays['scores'].shape}")
+    for n in ("scores", "baseline_scores"):
+        if n in arrays and arrays[n].shape != logp.shape[:1]:
+            raise ValueError(f"{n}: expected shape {logp.shape[:1]} (one score per "
+                             f"response), got shape {arrays[n].shape}")
     m = as_mask(case["mask"], logp, "logp")
     empty = ~m.any(axis=-1)
     if np.any(empty):
@@ -198,13 +207,17 @@ def value_clipfrac(x: Rollout, returns, m, clip) -> float:
     return masked_mean(vl.clipped_wins.astype(np.float64), m)
 
 
-def losses(x: Rollout, advantages, returns, p: dict, *, policy_mask, value_mask,
-           policy_agg="token-mean", value_agg="token-mean", epsilon_high=None, dual_clip=None,
-           log_ratio_clamp=None):
+def loss_options(p: dict, agg: str = "token-mean") -> PolicyLossOptions:
+    """The policy-loss options of a preset's parameters: ``epsilon`` and, where the framework
+    has them, ``epsilon_high``, ``dual_clip``, ``log_ratio_clamp``."""
+    return PolicyLossOptions(epsilon=p["epsilon"], epsilon_high=p.get("epsilon_high"),
+                             dual_clip=p.get("dual_clip"),
+                             log_ratio_clamp=p.get("log_ratio_clamp"), agg=agg)
+
+
+def losses(x: Rollout, advantages, returns, opts: PolicyLossOptions, value_clip, *,
+           policy_mask, value_mask, value_agg="token-mean"):
     """Policy loss, its stats and gradient; value loss and its gradient."""
-    opts = PolicyLossOptions(epsilon=p["epsilon"], epsilon_high=epsilon_high,
-                             dual_clip=dual_clip, log_ratio_clamp=log_ratio_clamp,
-                             agg=policy_agg)
     pm = policy_mask
     pl = policy_loss_kernel(where_valid(pm, x.logp), where_valid(pm, x.logp_old),
                             where_valid(pm, advantages), pm, opts)
@@ -212,7 +225,7 @@ def losses(x: Rollout, advantages, returns, p: dict, *, policy_mask, value_mask,
     PolicyLossOptions(agg=value_agg)  # checks the mode's name
     norm = mode_norm(value_agg, None, vm.shape[-1])
     vl = ValueLoss(where_valid(vm, x.values), where_valid(vm, x.old_values),
-                   where_valid(vm, returns), p["value_clip"])
+                   where_valid(vm, returns), value_clip)
     vloss = float(aggregate_kernel(where_valid(vm, vl.loss), vm, value_agg, norm))
     dvalues = where_valid(vm, aggregation_weights(vm, value_agg, norm) * vl.dv + 0.0)
     return pl.loss, pl.stats(), pl.dlogp, vloss, dvalues
@@ -260,3 +273,51 @@ def check_estimator(name: str, estimator, allowed: tuple) -> None:
     if estimator not in allowed:
         raise ValueError(f"{name}: kl_estimator {estimator!r} is not one the framework offers; "
                          f"valid ones are {', '.join(allowed)}")
+
+
+# ---------------------------------------------------------------------------------------
+# The critic-free presets
+
+
+def broadcast(sequence_values, m):
+    """One value per response (B,) at every response token of its row (B, T), 0 at padding."""
+    return np.where(m, np.asarray(sequence_values, dtype=np.float64)[:, None], 0.0)
+
+
+def at_last_token(scores, m):
+    """The scores (B,) at each row's last response token, 0 elsewhere (B, T)."""
+    out = np.zeros(m.shape)
+    last = m.shape[-1] - 1 - np.argmax(m[:, ::-1], axis=-1)
+    out[np.arange(m.shape[0]), last] = scores
+    return out
+
+
+def group_std(scores, groups, *, dtype=np.float64):
+    """Per response, the (ddof 1) standard deviation of its group's scores; 0 for a group of
+    one (the ``reward_std`` TRL and OpenRLHF log)."""
+    s = np.asarray(scores, dtype=dtype)
+    ids, inverse, counts = np.unique(groups, return_inverse=True, return_counts=True)
+    sums = np.zeros(len(ids), dtype=dtype)
+    np.add.at(sums, inverse, s)
+    mean = (sums / counts.astype(dtype))[inverse]
+    sq = np.zeros(len(ids), dtype=dtype)
+    np.add.at(sq, inverse, (s - mean) ** 2)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        std = np.sqrt(sq / (counts - 1).astype(dtype))[inverse]
+    return np.where(counts[inverse] > 1, std, 0.0).astype(np.float64)
+
+
+def require_groups(name: str, groups, *, equal_sizes: bool, min_size: int, why: str) -> None:
+    _, counts = np.unique(groups, return_counts=True)
+    if np.any(counts < min_size):
+        raise ValueError(f"{name}: a group has {int(counts.min())} response(s); {why}")
+    if equal_sizes and np.any(counts != counts[0]):
+        raise ValueError(f"{name}: groups of different sizes {sorted(set(counts.tolist()))}; "
+                         f"{why}")
+
+
+def policy_result(advantages, pl, stats: dict, **arrays) -> dict:
+    """The outputs of a critic-free preset: advantages (B, T), the loss and its gradient."""
+    out = {**arrays, "advantages": advantages, "policy_loss": float(pl.loss), "dlogp": pl.dlogp}
+    out.update({f"stat/{k}": float(v) for k, v in stats.items()})
+    return out

@@ -9,6 +9,7 @@ from ._common import (
     Preset,
     gae,
     kl_shaped_rewards,
+    loss_options,
     losses,
     mean_rows,
     require_finite,
@@ -54,7 +55,8 @@ def _deepspeed_chat(x: Rollout, p: dict) -> dict:
     advantages = where_valid(m, raw_advantages)
     returns = where_valid(m, returns_p1)
     policy_loss, st, dlogp, vloss, dvalues = losses(
-        x, advantages, returns, p, policy_mask=m, value_mask=m)
+        x, advantages, returns, loss_options(p), p["value_clip"], policy_mask=m,
+        value_mask=m)
     stats = {
         "actor_loss": policy_loss,
         "critic_loss": vloss,

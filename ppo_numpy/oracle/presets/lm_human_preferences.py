@@ -14,6 +14,7 @@ from ._common import (
     gae,
     kl_estimate,
     kl_shaped_rewards,
+    loss_options,
     losses,
     masked_mean,
     masked_var,
@@ -85,7 +86,8 @@ def _lm_human_preferences(x: Rollout, p: dict) -> dict:
     advantages = whiten(raw_advantages, ddof=0)
     m = x.mask
     policy_loss, st, dlogp, vloss, dvalues = losses(
-        x, advantages, returns, p, policy_mask=m, value_mask=m)
+        x, advantages, returns, loss_options(p), p["value_clip"], policy_mask=m,
+        value_mask=m)
     stats = lmhp_stats(x, returns, m, p, st, policy_loss, vloss, kl, ddof=0)
     stats["objective/score"] = mean_rows(x.scores)
     stats["objective/score_total"] = mean_rows(x.scores) - p["beta"] * stats["objective/kl"]

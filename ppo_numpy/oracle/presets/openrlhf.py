@@ -14,6 +14,7 @@ from ._common import (
     gae,
     kl_estimate,
     kl_shaped_rewards,
+    loss_options,
     losses,
     masked_mean,
     mean_rows,
@@ -71,9 +72,8 @@ def _openrlhf(x: Rollout, p: dict) -> dict:
         raise ValueError(f"{name}: loss_agg_mode must be 'token-mean' or "
                          f"'seq-mean-token-mean', got {agg!r}")
     policy_loss, st, dlogp, vloss, dvalues = losses(
-        x, advantages, returns, p, policy_mask=m, value_mask=m, policy_agg=agg,
-        epsilon_high=p["epsilon_high"], dual_clip=p["dual_clip"],
-        log_ratio_clamp=p["log_ratio_clamp"])
+        x, advantages, returns, loss_options(p, agg), p["value_clip"], policy_mask=m,
+        value_mask=m)
     stats = {
         "policy_loss": policy_loss,
         "ppo_clip_ratio": st["clipfrac_active"],

@@ -11,6 +11,7 @@ from ._common import (
     gae,
     kl_estimate,
     kl_shaped_rewards,
+    loss_options,
     losses,
     mean_rows,
     result,
@@ -40,8 +41,8 @@ def _seed(x: Rollout, p: dict) -> dict:
     if p["whiten_advantages"]:
         advantages = whiten(advantages, m)
     policy_loss, st, dlogp, vloss, dvalues = losses(
-        x, advantages, returns, p, policy_mask=m, value_mask=m,
-        policy_agg=p["policy_agg"], value_agg=p["value_agg"])
+        x, advantages, returns, loss_options(p, p["policy_agg"]), p["value_clip"],
+        policy_mask=m, value_mask=m, value_agg=p["value_agg"])
     stats = {
         "objective": -policy_loss,
         "clipfrac_active": st["clipfrac_active"],

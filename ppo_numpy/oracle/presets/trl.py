@@ -16,6 +16,7 @@ from ._common import (
     gae,
     kl_estimate,
     kl_shaped_rewards,
+    loss_options,
     losses,
     masked_mean,
     mean_rows,
@@ -81,7 +82,8 @@ def _trl(x: Rollout, p: dict) -> dict:
     raw_advantages, returns = gae(rewards, x.old_values, p["gamma"], p["lam"], m_p1)
     advantages = whiten(raw_advantages, m)
     policy_loss, st, dlogp, vloss, dvalues = losses(
-        x, advantages, returns, p, policy_mask=m, value_mask=m_p1)
+        x, advantages, returns, loss_options(p), p["value_clip"], policy_mask=m,
+        value_mask=m_p1)
     B, T = m.shape
     rho = probability_ratio(x.logp, x.logp_old, m)
     kl_per_row = aggregate(kl, m, "seq-mean-token-sum")
@@ -155,7 +157,8 @@ def _trl_011(x: Rollout, p: dict) -> dict:
     returns = where_valid(m, returns)
     advantages = whiten(raw_advantages, m)
     policy_loss, st, dlogp, vloss, dvalues = losses(
-        x, advantages, returns, p, policy_mask=m, value_mask=m)
+        x, advantages, returns, loss_options(p), p["value_clip"], policy_mask=m,
+        value_mask=m)
     if st["ratio_mean"] > p["ratio_threshold"]:
         # why: v0.11.4 PPOTrainer.loss multiplies both losses by 0 ("Skipping batch")
         policy_loss, vloss = 0.0, 0.0

@@ -13,6 +13,7 @@ from ._common import (
     gae,
     kl_estimate,
     kl_shaped_rewards,
+    loss_options,
     losses,
     masked_mean,
     masked_var,
@@ -76,9 +77,8 @@ def _verl(x: Rollout, p: dict) -> dict:
     advantages = whiten(raw_advantages, m)
     agg = p["loss_agg_mode"]
     policy_loss, st, dlogp, vloss, dvalues = losses(
-        x, advantages, returns, p, policy_mask=m, value_mask=m, policy_agg=agg, value_agg=agg,
-        epsilon_high=p["epsilon_high"], dual_clip=p["dual_clip"],
-        log_ratio_clamp=p["log_ratio_clamp"])
+        x, advantages, returns, loss_options(p, agg), p["value_clip"], policy_mask=m,
+        value_mask=m, value_agg=agg)
     stats = {
         "actor/pg_loss": policy_loss,
         "actor/pg_clipfrac": st["clipfrac_active"],

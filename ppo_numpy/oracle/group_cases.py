@@ -1,0 +1,175 @@
+"""Test cases for the critic-free presets: batches of groups of responses (``docs/oracle.md``).
+
+A group case is a case dict (:mod:`ppo_numpy.oracle.cases`) whose ``inputs``
+are the :data:`~ppo_numpy.oracle.presets.GROUP_INPUT_NAMES`: ``logp``,
+``logp_old``, ``logp_ref``, ``mask`` (B, T); ``scores`` (B,) one score per
+response, ``groups`` (B,) its prompt id (float64 holding integers, so that a
+case is one kind of array), ``baseline_scores`` (B,) the score of a greedy
+response to the same prompt (ReMax). There are no values: no value head.
+
+======================  ======================================================
+name                    what it exercises
+======================  ======================================================
+group-random-K          P prompts x G responses (G in 2..5), right padding,
+                        0/1 scores (a verifiable reward) or normal ones
+group-of-one            one prompt answered once (its std is undefined: verl
+                        takes mean 0, std 1; TRL gives 0; OpenRLHF refuses)
+equal-scores            a group whose scores are all equal (advantage 0)
+interleaved-groups      the rows of the groups interleaved (ids 0 1 2 0 1 2 ...)
+length-bias             one very long and one very short response per group:
+                        per-sequence and per-token normalisation differ most
+clip-bounds             log-ratios beyond the clip range and the dual-clip
+                        bound (e^2, e^-2) and extreme ones (+-20), in most rows
+======================  ======================================================
+
+Every case draws from its own generator, seeded by ``(seed, crc32(name))``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .cases import case_rng, mask_from_lengths
+from .presets import GROUP_INPUT_NAMES
+
+N_RANDOM = 6
+
+
+def group_inputs(rng, groups, lengths, T, *, binary=True, log_ratio_std=0.15):
+    """The :data:`GROUP_INPUT_NAMES` for rows with prompt ids ``groups`` and ``lengths``."""
+    groups = np.asarray(groups)
+    mask = mask_from_lengths(lengths, T)
+    shape = mask.shape
+    logp_old = -rng.gamma(2.0, 0.5, size=shape)
+    logp = np.minimum(logp_old + rng.normal(0.0, log_ratio_std, size=shape), -1e-4)
+    logp_ref = np.minimum(logp_old + rng.normal(0.0, 0.3, size=shape), -1e-4)
+    B = shape[0]
+    scores = (rng.random(B) < 0.5).astype(np.float64) if binary else rng.normal(0.0, 1.5, B)
+    baseline = (rng.random(B) < 0.5).astype(np.float64) if binary else rng.normal(0.0, 1.5, B)
+    # ReMax: one greedy response per prompt, so one baseline score per group
+    first = {g: i for i, g in reversed(list(enumerate(groups.tolist())))}
+    baseline = np.array([baseline[first[g]] for g in groups.tolist()])
+    valid = mask == 1
+    out = {"logp": logp, "logp_old": logp_old, "logp_ref": logp_ref, "scores": scores,
+           "groups": groups.astype(np.float64), "baseline_scores": baseline, "mask": mask}
+    for name in ("logp", "logp_old", "logp_ref"):
+        out[name] = np.where(valid, out[name], 0.0)
+    return out
+
+
+def make_group_case(name, description, inputs, params=None) -> dict:
+    missing = [n for n in GROUP_INPUT_NAMES if n not in inputs]
+    if missing:
+        raise ValueError(f"inputs: missing {', '.join(missing)}")
+    arrays = {n: np.array(inputs[n], dtype=np.float64) for n in GROUP_INPUT_NAMES}
+    B, T = arrays["mask"].shape
+    for n in GROUP_INPUT_NAMES:
+        want = (B,) if n in ("scores", "groups", "baseline_scores") else (B, T)
+        if arrays[n].shape != want:
+            raise ValueError(f"{n}: expected shape {want}, got {arrays[n].shape}")
+    return {"name": name, "description": description, "inputs": arrays,
+            "params": dict(params or {})}
+
+
+def _random(k):
+    def build(rng):
+        P, G = int(rng.integers(2, 4)), int(rng.integers(2, 6))
+        T = int(rng.integers(3, 13))
+        groups = np.repeat(np.arange(P), G)
+        lengths = rng.integers(1, T + 1, size=P * G)
+        binary = k % 2 == 0
+        return (f"{P} prompts x {G} responses, T={T}, "
+                f"{'0/1' if binary else 'normal'} scores",
+                group_inputs(rng, groups, lengths, T, binary=binary))
+    return build
+
+
+def _group_of_one(rng):
+    groups = [0, 0, 0, 1, 2, 2]
+    return ("prompt 1 answered once; prompts 0 and 2 three and two times",
+            group_inputs(rng, groups, rng.integers(1, 6, 6), 5, binary=False))
+
+
+def _equal_scores(rng):
+    inputs = group_inputs(rng, [0, 0, 0, 1, 1, 1], rng.integers(1, 6, 6), 5)
+    inputs["scores"] = np.array([1.0, 1.0, 1.0, 1.0, 0.0, 0.0])
+    return "prompt 0's three responses all score 1 (std 0: advantage 0)", inputs
+
+
+def _interleaved(rng):
+    groups = [0, 1, 2, 0, 1, 2, 0, 1, 2]
+    return ("three groups of three with their rows interleaved",
+            group_inputs(rng, groups, rng.integers(1, 7, 9), 6, binary=False))
+
+
+def _length_bias(rng):
+    T = 16
+    groups = [0, 0, 1, 1]
+    inputs = group_inputs(rng, groups, [T, 1, 1, T], T)
+    inputs["scores"] = np.array([1.0, 0.0, 1.0, 0.0])
+    return ("in each group a 16-token and a 1-token response: per-sequence normalisation "
+            "weighs the short one's token 16 times more than a long one's", inputs)
+
+
+def _clip_bounds(rng):
+    groups = [0, 0, 0, 1, 1, 1]
+    inputs = group_inputs(rng, groups, [4, 3, 4, 2, 4, 4], 4, binary=False)
+    shifts = np.array([[2.0, -2.0, 0.5, -0.5],
+                       [-2.0, 2.0, 20.0, 0.0],
+                       [2.0, 2.0, -2.0, -20.0],
+                       [-2.0, 2.0, 0.0, 0.0],
+                       [2.0, -0.5, 0.5, -2.0],
+                       [-20.0, 2.0, 2.0, -2.0]])
+    m = inputs["mask"] == 1
+    inputs["logp"] = np.where(m, np.minimum(inputs["logp_old"] + shifts, -1e-4), 0.0)
+    inputs["logp_old"] = np.where(m, inputs["logp"] - shifts, 0.0)
+    return ("log-ratios of +-2 (rho = e^2 = 7.4 > the dual bound 3) in most rows, +-20 and "
+            "+-0.5; mixed-sign advantages", inputs)
+
+
+EDGE_CASES = {
+    "group-of-one": _group_of_one,
+    "equal-scores": _equal_scores,
+    "interleaved-groups": _interleaved,
+    "length-bias": _length_bias,
+    "clip-bounds": _clip_bounds,
+}
+
+
+def group_case_names(n_random: int = N_RANDOM) -> list:
+    return [f"group-random-{k}" for k in range(n_random)] + list(EDGE_CASES)
+
+
+def generate_group_cases(seed: int = 0, names=None, *, n_random: int = N_RANDOM) -> list:
+    """The group cases ``group-random-0`` ... then the edge cases (module docstring).
+
+    >>> cases = generate_group_cases(0, ["interleaved-groups"])
+    >>> cases[0]["inputs"]["groups"].tolist()
+    [0.0, 1.0, 2.0, 0.0, 1.0, 2.0, 0.0, 1.0, 2.0]
+    """
+    if names is None:
+        names = group_case_names(n_random)
+    elif isinstance(names, str):
+        raise TypeError("names: expected a list of case names, got a single string")
+    cases = []
+    for name in names:
+        if name.startswith("group-random-") and name[13:].isdigit():
+            build = _random(int(name[13:]))
+        elif name in EDGE_CASES:
+            build = EDGE_CASES[name]
+        else:
+            raise ValueError(f"names: unknown group case {name!r}; valid ones are "
+                             f"'group-random-K' and {', '.join(EDGE_CASES)}")
+        description, inputs = build(case_rng(seed, name))
+        cases.append(make_group_case(name, description, inputs))
+    return cases
+
+
+def cases_for(preset, seed: int = 0, names=None) -> list:
+    """The cases a preset takes: :func:`generate_group_cases` for a critic-free preset (one whose
+    inputs have ``groups``), else :func:`ppo_numpy.oracle.cases.generate_cases`."""
+    from .cases import generate_cases
+
+    if "groups" in getattr(preset, "input_names", ()):
+        return generate_group_cases(seed, names)
+    return generate_cases(seed, names)

@@ -1,0 +1,128 @@
+"""OpenRLHF's critic-free estimators (preset ``openrlhf-grpo``): ``--advantage_estimator``
+group_norm, rloo, reinforce, reinforce_baseline, dr_grpo; ``--policy_loss_type`` ppo or gspo."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..._validation import where_valid
+from ...group_advantages import grpo_advantages, returns_to_go, rloo_advantages
+from ...kl import _score_bounds
+from ...loss_options import PolicyLossOptions
+from ...objective import policy_loss_kernel
+from ...rollout import Rollout
+from ._common import (
+    GROUP_INPUT_NAMES,
+    Preset,
+    at_last_token,
+    group_std,
+    kl_estimate,
+    mean_rows,
+    policy_result,
+    require_groups,
+    whiten,
+)
+
+ESTIMATORS = ("group_norm", "rloo", "reinforce", "reinforce_baseline", "dr_grpo")
+
+
+def _openrlhf_grpo(x: Rollout, p: dict) -> dict:
+    """OpenRLHF's critic-free pipeline (OpenRLHF ``openrlhf/trainer/ppo_utils/
+    experience_maker.py`` ``compute_advantages_and_returns``, ``openrlhf/models/utils.py``
+    ``compute_reward``, ``compute_approx_kl``, ``openrlhf/models/loss.py`` ``PolicyLoss``).
+
+    * The sequence value r' of each response: ``group_norm`` (r - mean) / (std + 1e-9),
+      ddof 1; ``rloo`` r - the mean of the others; ``reinforce_baseline`` and ``dr_grpo``
+      r - mean; ``reinforce`` r. Groups are blocks of ``n_samples_per_prompt``: every group
+      the same size, and more than one response for group_norm, rloo, reinforce_baseline.
+    * r' clipped to ``reward_clip_range`` (-10, 10) and put at the last response token;
+      without ``use_kl_loss``, -``init_kl_coef`` times the KL estimate (logp_old vs
+      logp_ref, clamped to [-10, 10]) at every token. Returns-to-go of these token rewards
+      (gamma 1 but for ``reinforce``) are the advantages; ``reinforce`` and
+      ``reinforce_baseline`` whiten them over the batch's tokens with the population
+      variance floored at 1e-8.
+    * ``policy_loss_type`` ``ppo``: the token ratio (no clamp), eps 0.2
+      (``eps_clip_low_high`` for two values), ``dual_clip`` off, the token mean; ``gspo``:
+      the sequence ratio (no cap), the sequence mean of token means.
+    * ``use_kl_loss``: ``init_kl_coef`` times the token mean of ``kl_estimator`` of (logp,
+      logp_ref), clamped to [-10, 10].
+    * Statistics: ``policy_loss`` (without the KL term), ``ppo_clip_ratio``, ``ppo_kl``,
+      ``kl`` (the KL loss's token mean with use_kl_loss, else the mean over responses of
+      the token-mean rollout KL), ``reward`` (mean raw score), ``return`` (mean over
+      responses of the summed token rewards), ``group_reward_std``.
+    """
+    name = "openrlhf-grpo"
+    m = x.mask
+    xm = x.on(m)
+    est = p["advantage_estimator"]
+    if est not in ESTIMATORS:
+        raise ValueError(f"{name}: advantage_estimator must be one of {', '.join(ESTIMATORS)}, "
+                         f"got {est!r}")
+    if p["policy_loss_type"] not in ("ppo", "gspo"):
+        raise ValueError(f"{name}: policy_loss_type must be 'ppo' or 'gspo', got "
+                         f"{p['policy_loss_type']!r}")
+    require_groups(name, x.groups, equal_sizes=est != "reinforce",
+                   min_size=2 if est in ("group_norm", "rloo", "reinforce_baseline") else 1,
+                   why="OpenRLHF reshapes the rewards to (-1, n_samples_per_prompt) and "
+                       "asserts n_samples_per_prompt > 1 for group_norm, rloo and "
+                       "reinforce_baseline")
+    if est == "group_norm":
+        r = grpo_advantages(x.scores, x.groups, eps=1e-9)
+    elif est == "rloo":
+        r = rloo_advantages(x.scores, x.groups)
+    elif est in ("reinforce_baseline", "dr_grpo"):
+        r = grpo_advantages(x.scores, x.groups, scale="none", singleton="zero")
+    else:
+        r = x.scores
+    low, high = _score_bounds(p["reward_clip_range"])
+    r = np.clip(r, low, high)
+    rollout_kl = kl_estimate(x.logp_old, x.logp_ref, p["kl_estimator"], m, 10.0)
+    rewards = at_last_token(r, m)
+    if not p["use_kl_loss"] and p["init_kl_coef"] > 0:
+        rewards = rewards - p["init_kl_coef"] * rollout_kl
+    gamma = p["gamma"] if est == "reinforce" else 1.0
+    A = returns_to_go(rewards, m, gamma)
+    if est in ("reinforce", "reinforce_baseline"):
+        A = whiten(A, m, ddof=0, eps=1e-8, eps_mode="floor")
+    kl = {}
+    if p["use_kl_loss"]:
+        kl = dict(kl_coef=p["init_kl_coef"], kl_estimator=p["kl_estimator"], kl_clamp=10.0,
+                  kl_agg="token-mean")
+    gspo = p["policy_loss_type"] == "gspo"
+    opts = PolicyLossOptions(epsilon=p["epsilon"], epsilon_high=p["epsilon_high"],
+                             dual_clip=p["dual_clip"],
+                             importance_level="sequence" if gspo else "token",
+                             agg="seq-mean-token-mean" if gspo else "token-mean", **kl)
+    pl = policy_loss_kernel(xm.logp, xm.logp_old, A, m, opts, xm.logp_ref)
+    st = pl.stats()
+    n_i = m.sum(axis=-1)
+    stats = {
+        "policy_loss": pl.policy_loss,
+        "ppo_clip_ratio": st["clipfrac_active"],
+        "ppo_kl": st["approx_kl_k1"],
+        "kl": pl.kl_loss if p["use_kl_loss"] else mean_rows(rollout_kl.sum(axis=-1) / n_i),
+        "reward": mean_rows(x.scores),
+        "return": mean_rows(where_valid(m, rewards).sum(axis=-1)),
+        "group_reward_std": mean_rows(group_std(x.scores, x.groups)),
+    }
+    return policy_result(where_valid(m, A), pl, stats, rewards=where_valid(m, rewards))
+
+
+PRESET = Preset(
+    name="openrlhf-grpo",
+    description="OpenRLHF's critic-free estimators (group_norm by default: std + 1e-9, the "
+                "value clipped to 10 at the last token), the ppo or gspo policy loss.",
+    defaults={"advantage_estimator": "group_norm", "gamma": 1.0, "init_kl_coef": 0.01,
+              "kl_estimator": "k1", "use_kl_loss": False, "reward_clip_range": (-10.0, 10.0),
+              "epsilon": 0.2, "epsilon_high": None, "dual_clip": None,
+              "policy_loss_type": "ppo"},
+    sources=(
+        "OpenRLHF/OpenRLHF: openrlhf/trainer/ppo_utils/experience_maker.py "
+        "(compute_advantages_and_returns, get_cumulative_returns)",
+        "OpenRLHF/OpenRLHF: openrlhf/models/utils.py (compute_approx_kl, compute_reward)",
+        "OpenRLHF/OpenRLHF: openrlhf/models/loss.py (PolicyLoss)",
+        "OpenRLHF/OpenRLHF: openrlhf/cli/train_ppo_ray.py (defaults)",
+    ),
+    pipeline=_openrlhf_grpo,
+    input_names=GROUP_INPUT_NAMES,
+)

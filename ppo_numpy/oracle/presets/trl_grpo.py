@@ -1,0 +1,113 @@
+"""TRL's ``GRPOTrainer`` (preset ``trl-grpo``): group-normalised scores, no value head, the
+loss by ``loss_type``, KL (k3) in the loss."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..._validation import where_valid
+from ...group_advantages import grpo_advantages
+from ...loss_options import PolicyLossOptions
+from ...objective import policy_loss_kernel
+from ...rollout import Rollout
+from ._common import GROUP_INPUT_NAMES, Preset, broadcast, group_std, mean_rows, policy_result
+
+#: loss_type -> (aggregation mode, per-token loss form)
+LOSS_TYPES = {"grpo": ("grpo", "clip"), "bnpo": ("bnpo", "clip"), "dr_grpo": ("dr_grpo", "clip"),
+              "dapo": ("dapo", "clip"), "cispo": ("dapo", "cispo")}
+SCALES = {"group": "group", "batch": "batch", "none": "none", True: "group", False: "none"}
+
+
+def _trl_grpo(x: Rollout, p: dict) -> dict:
+    """TRL's ``GRPOTrainer`` (huggingface/trl ``trl/trainer/grpo_trainer.py``,
+    ``_generate_and_score_completions`` and ``_compute_loss``; defaults of ``GRPOConfig``).
+
+    * Advantages: A_i = (s_i - mean_g) / (std_g + 1e-4), torch.std (ddof 1) in float32
+      (``scale_rewards="group"``, the default; ``"batch"``: the std of every score of the
+      batch, the mean still per group; ``"none"``: no division, Dr. GRPO; the bools of
+      older versions: True = "group", False = "none"). A group of one gets 0 (its std is
+      taken as 0). The same A_i at every token of response i.
+    * The ratio: no clamp of the log-ratio; ``importance_sampling_level`` "token" or
+      "sequence" (GSPO: exp of the token mean of the log-ratio, no cap). ``delta``
+      (default None): the unclipped branch uses min(rho, delta).
+    * The loss (``loss_type``): -min(rho A, clip(rho, 1 - epsilon, 1 + epsilon_high) A)
+      per token, plus ``beta`` * k3 (no clamp) per token, then the normalisation:
+      ``"grpo"`` sequence mean of token means over every row, ``"bnpo"`` local token
+      mean, ``"dr_grpo"`` sum / (B * ``max_completion_length``), ``"dapo"`` (default) sum /
+      ``num_items_in_batch`` (default: this batch's token count, one process);
+      ``"cispo"``: -min(rho, epsilon_high) A logp with the weight not differentiated,
+      normalised as dapo. ``epsilon_high`` None means ``epsilon``.
+    * One process, one gradient-accumulation step (TRL divides grpo/bnpo/dr_grpo by the
+      number of accumulation steps; the clip statistics' min/max are over processes,
+      here the one value).
+    * Statistics: ``kl`` (token mean of k3, with beta > 0), ``clip_ratio/low_mean`` (A < 0
+      and min(rho, delta) < 1 - epsilon), ``clip_ratio/high_mean`` (A > 0 and above
+      1 + epsilon_high), ``clip_ratio/region_mean``, ``low_min``, ``high_max`` (token means;
+      means over sequences at the sequence level), ``cispo_clip_ratio`` for cispo;
+      ``reward``, ``reward_std`` (mean of the group stds), ``frac_reward_zero_std``.
+      ``entropy`` needs logits and is not produced.
+    """
+    name = "trl-grpo"
+    m = x.mask
+    xm = x.on(m)
+    if p["loss_type"] not in LOSS_TYPES:
+        raise ValueError(f"{name}: loss_type must be one of {', '.join(LOSS_TYPES)}, got "
+                         f"{p['loss_type']!r}")
+    if p["scale_rewards"] not in SCALES:
+        raise ValueError(f"{name}: scale_rewards must be 'group', 'batch' or 'none', got "
+                         f"{p['scale_rewards']!r}")
+    agg, form = LOSS_TYPES[p["loss_type"]]
+    level = p["importance_sampling_level"]
+    A_seq = grpo_advantages(x.scores, x.groups, scale=SCALES[p["scale_rewards"]], eps=1e-4,
+                            ddof=1, singleton="zero", dtype=np.float32)
+    A = broadcast(A_seq, m)
+    eps_high = p["epsilon"] if p["epsilon_high"] is None else p["epsilon_high"]
+    norm = {"dr_grpo": p["max_completion_length"], "dapo": p["num_items_in_batch"]}.get(agg)
+    opts = PolicyLossOptions(
+        epsilon=p["epsilon"], epsilon_high=eps_high, delta=p["delta"], importance_level=level,
+        loss_type=form, cispo_clip="max", agg=agg, norm=norm, kl_coef=p["beta"],
+        kl_estimator="k3")
+    pl = policy_loss_kernel(xm.logp, xm.logp_old, A, m, opts, xm.logp_ref)
+    cases = pl.cases
+    n = max(int(m.sum()), 1)
+
+    def batch_mean(flags):
+        # TRL's masked_batch_mean: a mean over sequences for (B, 1) sequence-level flags
+        if level == "sequence":
+            first = np.argmax(m, axis=-1)
+            return float(np.mean(flags[np.arange(m.shape[0]), first]))
+        return float(np.where(m, flags, False).sum() / n)
+
+    stats = {}
+    if p["beta"] != 0:
+        stats["kl"] = float(pl.kl.sum() / n)
+    if form == "cispo":
+        stats["cispo_clip_ratio"] = batch_mean((pl.rho > eps_high) & (A > 0))
+    else:
+        low, high = batch_mean(cases.low_clipped), batch_mean(cases.high_clipped)
+        stats.update({"clip_ratio/low_mean": low, "clip_ratio/low_min": low,
+                      "clip_ratio/high_mean": high, "clip_ratio/high_max": high,
+                      "clip_ratio/region_mean": batch_mean(cases.low_clipped
+                                                           | cases.high_clipped)})
+    std = group_std(x.scores, x.groups, dtype=np.float32)
+    stats.update({"reward": mean_rows(x.scores), "reward_std": mean_rows(std),
+                  "frac_reward_zero_std": mean_rows(np.isclose(std, 0.0))})
+    return policy_result(where_valid(m, A), pl, stats)
+
+
+PRESET = Preset(
+    name="trl-grpo",
+    description="TRL's GRPOTrainer: group-normalised scores (std + 1e-4, float32), the loss "
+                "by loss_type (dapo by default), k3 KL in the loss with beta.",
+    defaults={"loss_type": "dapo", "scale_rewards": "group",
+              "importance_sampling_level": "token", "epsilon": 0.2, "epsilon_high": None,
+              "delta": None, "beta": 0.0, "max_completion_length": 512,
+              "num_items_in_batch": None},
+    sources=(
+        "huggingface/trl: trl/trainer/grpo_trainer.py (GRPOTrainer."
+        "_generate_and_score_completions, _compute_loss), d2b69d7 and later versions",
+        "huggingface/trl: trl/trainer/grpo_config.py (GRPOConfig)",
+    ),
+    pipeline=_trl_grpo,
+    input_names=GROUP_INPUT_NAMES,
+)

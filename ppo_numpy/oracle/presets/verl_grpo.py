@@ -1,0 +1,156 @@
+"""verl's critic-free estimators (preset ``verl-grpo``): ``algorithm.adv_estimator`` grpo,
+rloo, reinforce_plus_plus, reinforce_plus_plus_baseline, remax, and the policy losses of
+``actor.policy_loss.loss_mode`` vanilla, gspo, cispo."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..._validation import where_valid
+from ...group_advantages import (
+    grpo_advantages,
+    reinforce_plus_plus_advantages,
+    reinforce_plus_plus_baseline_advantages,
+    remax_advantages,
+    rloo_advantages,
+)
+from ...loss_options import PolicyLossOptions
+from ...objective import policy_loss_kernel
+from ...rollout import Rollout
+from ._common import (
+    GROUP_INPUT_NAMES,
+    Preset,
+    at_last_token,
+    broadcast,
+    kl_estimate,
+    masked_mean,
+    mean_rows,
+    policy_result,
+)
+
+ESTIMATORS = ("grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "remax")
+LOSS_MODES = ("vanilla", "gspo", "cispo")
+#: verl's kl_penalty / kl_loss_type names -> (estimator, clamp of the estimate)
+KL_TYPES = {"kl": ("k1", None), "k1": ("k1", None), "abs": ("abs", None),
+            "mse": ("k2", None), "k2": ("k2", None), "low_var_kl": ("k3", 10.0),
+            "k3": ("k3", 10.0)}
+
+
+def _verl_grpo(x: Rollout, p: dict) -> dict:
+    """verl's critic-free pipeline (volcengine/verl ``verl/trainer/ppo/core_algos.py``:
+    ``compute_grpo_outcome_advantage``, ``compute_rloo_outcome_advantage``,
+    ``compute_reinforce_plus_plus_outcome_advantage``,
+    ``compute_reinforce_plus_plus_baseline_outcome_advantage``,
+    ``compute_remax_outcome_advantage``, ``compute_policy_loss_vanilla``, ``_gspo``,
+    ``_cispo``, ``agg_loss``, ``kl_penalty``; ``ray_trainer.py`` ``apply_kl_penalty``).
+
+    * Token rewards: the score at the last response token (the response must start at
+      column 0, as in the ``verl`` preset); with ``use_kl_in_reward`` minus ``kl_coef`` times
+      the ``kl_penalty`` estimate of (logp_old, logp_ref) at every token. The sequence score
+      is their sum over the response.
+    * ``adv_estimator``: ``grpo`` (s - mean) / (std + 1e-6), ddof 1, in float32; a group of
+      one has mean 0 and std 1; ``norm_adv_by_std_in_grpo=False`` drops the division.
+      ``rloo``: s - the mean of the others (a group of one keeps its score).
+      ``reinforce_plus_plus``: returns-to-go of the token rewards (``gamma``), whitened over
+      the batch's tokens (ddof 1, eps 1e-8 inside the square root).
+      ``reinforce_plus_plus_baseline``: s - group mean (mean 0 for a group of one) at every
+      token, whitened. ``remax``: returns-to-go minus the greedy response's score. Then
+      broadcast over the response tokens.
+    * ``loss_mode``: ``vanilla`` (log-ratio clamped to [-20, 20], ``clip_ratio_low`` /
+      ``clip_ratio_high``, dual clip ``clip_ratio_c`` = 3, ``loss_agg_mode``); ``gspo`` (the
+      sequence log-ratio, capped at 10, no dual clip, always ``seq-mean-token-mean``);
+      ``cispo`` (log-ratio clamped to [-20, 20]; -clip(rho, 1 - low, 1 + high) A logp, the
+      weight not differentiated; ``loss_agg_mode``).
+    * ``use_kl_loss``: ``kl_loss_coef`` times ``kl_loss_type`` (``low_var_kl``: k3 clamped to
+      [-10, 10]) of (logp, logp_ref), aggregated by ``loss_agg_mode``.
+    * Statistics: ``actor/pg_loss`` (without the KL term), ``actor/pg_clipfrac``,
+      ``actor/pg_clipfrac_lower`` (dual clip active), ``actor/ppo_kl``, with the KL loss
+      ``actor/kl_loss`` and ``actor/kl_coef``; ``critic/score/mean``,
+      ``critic/rewards/mean``, ``critic/advantages/mean``. verl's ``masked_mean`` divides
+      by n + 1e-8 and its seq-mean-token-mean by n_i + 1e-8; this preset by n and n_i.
+    """
+    name = "verl-grpo"
+    m = x.mask
+    xm = x.on(m)
+    for key, allowed in (("adv_estimator", ESTIMATORS), ("loss_mode", LOSS_MODES),
+                         ("kl_penalty", tuple(KL_TYPES)), ("kl_loss_type", tuple(KL_TYPES))):
+        if p[key] not in allowed:
+            raise ValueError(f"{name}: {key} must be one of {', '.join(allowed)}, got "
+                             f"{p[key]!r}")
+    if not np.all(m[:, 0]):
+        raise ValueError(f"{name}: mask row {int(np.argmin(m[:, 0]))} does not start at "
+                         "column 0; verl places the score at (number of response tokens) - 1")
+    scores_tok = at_last_token(x.scores, m)
+    rewards = scores_tok
+    if p["use_kl_in_reward"]:
+        est, clamp = KL_TYPES[p["kl_penalty"]]
+        rewards = scores_tok - p["kl_coef"] * kl_estimate(x.logp_old, x.logp_ref, est, m, clamp)
+    s = where_valid(m, rewards).sum(axis=-1)
+    est = p["adv_estimator"]
+    if est == "grpo":
+        scale = "group" if p["norm_adv_by_std_in_grpo"] else "none"
+        A = broadcast(grpo_advantages(s, x.groups, scale=scale, eps=1e-6, singleton="raw",
+                                      dtype=np.float32), m)
+    elif est == "rloo":
+        A = broadcast(rloo_advantages(s, x.groups, singleton="raw"), m)
+    elif est == "reinforce_plus_plus":
+        A = reinforce_plus_plus_advantages(rewards, m, p["gamma"])
+    elif est == "reinforce_plus_plus_baseline":
+        A = reinforce_plus_plus_baseline_advantages(s, x.groups, m, singleton="raw")
+    else:
+        A = remax_advantages(rewards, x.baseline_scores, m)
+    agg, mode = p["loss_agg_mode"], p["loss_mode"]
+    eps, eps_high = p["clip_ratio_low"], p["clip_ratio_high"]
+    kl = {}
+    if p["use_kl_loss"]:
+        kl_est, kl_clamp = KL_TYPES[p["kl_loss_type"]]
+        kl = dict(kl_coef=p["kl_loss_coef"], kl_estimator=kl_est, kl_clamp=kl_clamp,
+                  kl_agg=agg)
+    if mode == "vanilla":
+        opts = PolicyLossOptions(epsilon=eps, epsilon_high=eps_high, dual_clip=p["clip_ratio_c"],
+                                 log_ratio_clamp=20.0, agg=agg, **kl)
+    elif mode == "gspo":
+        opts = PolicyLossOptions(epsilon=eps, epsilon_high=eps_high, importance_level="sequence",
+                                 log_ratio_max=10.0, agg="seq-mean-token-mean", **kl)
+    else:
+        opts = PolicyLossOptions(epsilon=eps, epsilon_high=eps_high, loss_type="cispo",
+                                 log_ratio_clamp=20.0, agg=agg, **kl)
+    pl = policy_loss_kernel(xm.logp, xm.logp_old, A, m, opts, xm.logp_ref)
+    st = pl.stats()
+    stats = {
+        "actor/pg_loss": pl.policy_loss,
+        "actor/pg_clipfrac": st["clipfrac_active"],
+        "actor/pg_clipfrac_lower": st["dual_clipfrac"],
+        "actor/ppo_kl": st["approx_kl_k1"],
+        "critic/score/mean": mean_rows(x.scores),
+        "critic/rewards/mean": mean_rows(s),
+        "critic/advantages/mean": masked_mean(A, m),
+    }
+    if p["use_kl_loss"]:
+        stats["actor/kl_loss"] = pl.kl_loss
+        stats["actor/kl_coef"] = p["kl_loss_coef"]
+    return policy_result(where_valid(m, A), pl, stats, rewards=where_valid(m, rewards))
+
+
+PRESET = Preset(
+    name="verl-grpo",
+    description="verl's critic-free estimators (adv_estimator grpo by default: std + 1e-6, "
+                "float32, a group of one mean 0 std 1) with the vanilla, gspo or cispo loss.",
+    defaults={"adv_estimator": "grpo", "norm_adv_by_std_in_grpo": True, "gamma": 1.0,
+              "loss_agg_mode": "token-mean", "loss_mode": "vanilla", "clip_ratio_low": 0.2,
+              "clip_ratio_high": 0.2, "clip_ratio_c": 3.0, "use_kl_loss": False,
+              "kl_loss_coef": 0.001, "kl_loss_type": "low_var_kl", "use_kl_in_reward": False,
+              "kl_penalty": "kl", "kl_coef": 0.001},
+    sources=(
+        "volcengine/verl: verl/trainer/ppo/core_algos.py (compute_grpo_outcome_advantage, "
+        "compute_rloo_outcome_advantage, compute_reinforce_plus_plus_outcome_advantage, "
+        "compute_reinforce_plus_plus_baseline_outcome_advantage, "
+        "compute_remax_outcome_advantage, compute_policy_loss_vanilla, "
+        "compute_policy_loss_gspo, compute_policy_loss_cispo, agg_loss, kl_penalty)",
+        "volcengine/verl: verl/utils/torch_functional.py (masked_whiten)",
+        "volcengine/verl: verl/trainer/ppo/ray_trainer.py (apply_kl_penalty)",
+        "volcengine/verl: verl/trainer/config/actor/actor.yaml (policy_loss, kl_loss_*)",
+    ),
+    pipeline=_verl_grpo,
+    input_names=GROUP_INPUT_NAMES,
+)

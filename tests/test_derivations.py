@@ -1,0 +1,158 @@
+"""The worked numbers of docs/derivations.md sections 10-12, recomputed by running the library.
+
+Each test computes the numbers with ppo_numpy's functions, checks them against the closed
+forms derived in the docs (exact fractions where the formula is rational), and checks that
+the docs print them, so that the page and the code cannot drift apart.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction as F
+from pathlib import Path
+
+import numpy as np
+
+from ppo_numpy import (
+    aggregate_grad,
+    grpo_advantages,
+    kl_estimate,
+    kl_estimate_grad,
+    policy_loss_grad,
+    rloo_advantages,
+)
+
+DOC = (Path(__file__).resolve().parents[1] / "docs" / "derivations.md").read_text()
+
+
+def section(number: int) -> str:
+    return DOC.split(f"\n## {number}. ", 1)[1].split("\n## ", 1)[0]
+
+
+def in_doc(number: int, *fragments: str) -> None:
+    text = " ".join(section(number).split())  # line breaks as spaces
+    for fragment in fragments:
+        assert fragment in text, f"section {number} of docs/derivations.md lacks {fragment!r}"
+
+
+def g10(f: float) -> str:
+    return f"{f:.10g}"
+
+
+# ---------------------------------------------------------------- 10. leave one out
+
+
+def test_leave_one_out_identity_worked_example():
+    s = [F(3), F(1), F(0)]
+    rloo = list(rloo_advantages(s, [0, 0, 0]))
+    none = list(grpo_advantages(s, [0, 0, 0], scale="none"))
+    assert none == [F(5, 3), F(-1, 3), F(-4, 3)]
+    assert rloo == [F(5, 2), F(-1, 2), F(-2)] == [F(3, 2) * a for a in none]
+    in_doc(10, "[5/3, -1/3, -4/3]", "[5/2, -1/2, -2]")
+
+
+def expected_gradient(advantages, pi, scores, n=2):
+    """E[(1/n) sum_i A_i (e_{y_i} - pi)] over every outcome of n draws of a 2-answer policy."""
+    g = [F(0), F(0)]
+    for y1 in (0, 1):
+        for y2 in (0, 1):
+            prob = pi[y1] * pi[y2]
+            A = advantages([scores[y1], scores[y2]], [0, 0])
+            for a, y in zip(A, (y1, y2)):
+                for k in (0, 1):
+                    g[k] += prob * F(1, n) * a * ((k == y) - pi[k])
+    return g
+
+
+def test_leave_one_out_baseline_is_unbiased_by_enumeration():
+    pi, scores = [F(1, 4), F(3, 4)], [F(1), F(0)]
+    # grad_z J = grad_z pi_a = pi_a (e_a - pi)
+    true = [pi[0] * (1 - pi[0]), -pi[0] * pi[1]]
+    assert true == [F(3, 16), F(-3, 16)]
+    assert expected_gradient(rloo_advantages, pi, scores) == true
+
+    def group_mean(s, g):
+        return grpo_advantages(s, g, scale="none")
+
+    assert expected_gradient(group_mean, pi, scores) == [t / 2 for t in true]
+    in_doc(10, "(3/16, -3/16)", "(3/32, -3/32)")
+
+
+# ---------------------------------------------------------------- 11. weights
+
+
+def test_std_weights_hard_and_medium_prompts():
+    scores = np.array([1] + [0] * 7 + [1] * 4 + [0] * 4, dtype=float)
+    groups = np.repeat([0, 1], 8)
+    A = grpo_advantages(scores, groups)
+    none = grpo_advantages(scores, groups, scale="none")
+    # std_g with ddof 1: sqrt((1/8)(7/8) * 8/7) = sqrt(1/8); sqrt((1/2)(1/2) * 8/7) = sqrt(2/7)
+    std_hard, std_med = np.sqrt(1 / 8), np.sqrt(2 / 7)
+    f_hard, f_med = 1 / (std_hard + 1e-6), 1 / (std_med + 1e-6)
+    assert np.allclose(A[:8], none[:8] * f_hard, rtol=1e-14) and np.allclose(
+        A[8:], none[8:] * f_med, rtol=1e-14)
+    assert list(none[[0, 1, 8, 12]]) == [7 / 8, -1 / 8, 1 / 2, -1 / 2]
+    sums = np.abs(A[:8]).sum(), np.abs(A[8:]).sum()
+    assert np.abs(none[:8]).sum() == 7 / 4 and np.abs(none[8:]).sum() == 4
+    in_doc(11, g10(std_hard), g10(std_med), g10(f_hard), g10(f_med), g10(A[0]), g10(A[1]),
+           g10(A[8]), g10(A[12]), g10(sums[0]), g10(sums[1]), "7/16",
+           f"{sums[0] / sums[1]:.4f}", f"{f_hard / f_med:.3f}")
+    # 7 right of 8 has the same factor as 1 right of 8
+    easy = grpo_advantages([1.0] * 7 + [0.0], [0] * 8)
+    assert np.allclose(easy, -A[:8][::-1], rtol=1e-14)
+
+
+def test_length_weights_of_grpo_token_mean_and_dr_grpo():
+    mask = np.zeros((2, 8), dtype=bool)
+    mask[0, :2] = True
+    mask[1, :] = True
+    zeros = np.zeros((2, 8))
+    want = {"grpo": (1 / 4, 1 / 16), "token-mean": (1 / 10, 1 / 10), "dr_grpo": (1 / 16, 1 / 16)}
+    for mode, (short, long) in want.items():
+        w = aggregate_grad(zeros, mask, mode, **({"norm": 8} if mode == "dr_grpo" else {}))
+        assert np.allclose(w[0, :2], short, rtol=1e-15) and np.allclose(w[1], long, rtol=1e-15)
+        assert np.all(w[0, 2:] == 0)
+    # on-policy, nothing clipped: d loss / d logp = -w A = w for A = -1
+    logp = np.full((2, 8), -1.0)
+    d = policy_loss_grad(logp, logp, -np.ones((2, 8)), mask, agg="grpo")
+    assert np.allclose(d[0, :2], 1 / 4, rtol=1e-15) and np.allclose(d[1], 1 / 16, rtol=1e-15)
+    in_doc(11, "1/(B L)", "1/4 and of the long one 1/16", "1/10 to every token", "1/16")
+
+
+# ---------------------------------------------------------------- 12. k3
+
+
+def test_k3_gradient_worked_example():
+    k3 = kl_estimate([-1.0], [-1.5], "k3")[0]
+    dk3 = kl_estimate_grad([-1.0], [-1.5], "k3")[0]
+    assert np.isclose(k3, np.exp(-0.5) - 1 + 0.5, rtol=1e-15, atol=0)
+    assert np.isclose(dk3, 1 - np.exp(-0.5), rtol=1e-15, atol=0)
+    d = policy_loss_grad([-1.0], [-1.0], [0.0], logp_ref=[-1.5], kl_coef=1.0,
+                         kl_estimator="k3")[0]
+    assert np.isclose(d, dk3, rtol=1e-15, atol=0)
+    in_doc(12, g10(k3), g10(dk3))
+
+
+def test_k3_expectations_in_the_loss_and_in_the_reward():
+    pi, ref = np.array([0.25, 0.75]), np.array([0.5, 0.5])
+    e = np.eye(2)
+    logp, logp_ref = np.log(pi), np.log(ref)
+    dk3 = kl_estimate_grad(logp, logp_ref, "k3")
+    assert np.allclose(dk3, [-1, 1 / 3], rtol=1e-14)
+    k1 = kl_estimate(logp, logp_ref, "k1")
+    k3 = kl_estimate(logp, logp_ref, "k3")
+
+    def expect(per_answer):  # E_{y ~ pi}[c_y (e_y - pi)]
+        return sum(pi[y] * per_answer[y] * (e[y] - pi) for y in (0, 1))
+
+    loss_k3 = expect(dk3)
+    assert np.allclose(loss_k3, pi - ref, rtol=1e-14)  # grad_z KL(ref || pi)
+    kl = float(np.sum(pi * np.log(pi / ref)))
+    grad_kl = pi * (np.log(pi / ref) - kl)  # grad_z KL(pi || ref)
+    assert np.isclose(kl, float(np.dot(pi, k3)), rtol=1e-14)  # E[k3] = KL(pi || ref)
+    assert np.allclose(expect(k1), grad_kl, rtol=1e-14)
+    reward_k3 = expect(k3)
+    assert np.allclose(reward_k3, grad_kl - (pi - ref), rtol=1e-12)
+    # gradient ascent on -beta k3 lowers z_a: pi_a = 1/4 moves away from pi_ref's 1/2
+    assert reward_k3[0] > 0
+    in_doc(12, "(-1/4, 1/4)", g10(kl), f"({g10(grad_kl[0])}, {g10(grad_kl[1])})",
+           f"({g10(reward_k3[0])}, {g10(reward_k3[1])})")

@@ -1,0 +1,152 @@
+"""Every figure of ``ppo_numpy.plotting`` is drawn at a readable size (issue 15, items 4-5).
+
+Each public plotting function of every module is drawn on small inputs (the cases of
+``tests/test_plotting_concepts.py`` and the ones below) and checked against
+``ppo_numpy.plotting.style``: at least ``MIN_DPI``, at most ``MAX_WIDTH_IN`` wide (a
+notebook shows a wider image scaled down, text included), no visible text under
+``MIN_FONT_PT``, and no legend on the data of its panel: a legend inside the axes may
+not hold a point of any line, nor overlap a shaded band.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
+from matplotlib.collections import PolyCollection  # noqa: E402
+from matplotlib.patches import Polygon, Rectangle  # noqa: E402
+from matplotlib.text import Text  # noqa: E402
+
+from ppo_numpy.gradcheck import cmp  # noqa: E402
+from ppo_numpy.plotting import concepts, oracle, overoptimisation, policy, training  # noqa: E402
+from ppo_numpy.plotting.style import MAX_WIDTH_IN, MIN_DPI, MIN_FONT_PT  # noqa: E402
+from ppo_numpy.training.metrics import COLUMNS  # noqa: E402
+from tests.test_plotting_concepts import CASES as CONCEPT_CASES  # noqa: E402
+from tests.test_plotting_policy import _report  # noqa: E402
+from tests.test_plotting_training import _oo_rows  # noqa: E402
+
+
+def _history(n):
+    return [{c: float(k + 1) for c in COLUMNS} | {"score": 0.1 * k} for k in range(n)]
+
+
+MASK = np.array([[1, 1, 1, 0], [1, 1, 0, 0]])
+RNG = np.random.default_rng(0)
+
+CASES = {f"concepts.{name}": call for name, call in CONCEPT_CASES.items()} | {
+    "policy.plot_forward_pass": lambda: policy.plot_forward_pass(
+        {"x": RNG.normal(size=(4, 6)), "V": RNG.normal(size=4)}, tokens=list("abcd")),
+    "policy.plot_gradients": lambda: policy.plot_gradients(
+        {"W": RNG.normal(size=(3, 4)), "b": RNG.normal(size=4), "b_v": np.array(0.3)}),
+    "policy.plot_gradcheck": lambda: policy.plot_gradcheck(
+        {"W": cmp("W", np.ones(3), np.ones(3) + 1e-9)}),
+    "policy.plot_minibatch": lambda: policy.plot_minibatch(
+        {f"q{k}": RNG.normal(size=MASK.shape) for k in range(12)}, MASK),
+    "policy.plot_ratio_after_step": lambda: policy.plot_ratio_after_step(
+        np.array([[1.1, 0.9, 1.3, 1.0], [0.7, 1.0, 1.0, 1.0]]),
+        np.array([[1.0, -1.0, 1.0, 0.0], [-1.0, 1.0, 0.0, 0.0]]), MASK),
+    "oracle.plot_comparison": lambda: oracle.plot_comparison(_report()),
+    "training.plot_training": lambda: training.plot_training(_history(8), random_score=0.1),
+    "training.plot_beta_sweep": lambda: training.plot_beta_sweep(
+        {0.0: _history(5), 0.1: _history(5)}, last=2),
+    "training.plot_runs": lambda: training.plot_runs({"a": _history(5), "b": _history(4)}),
+    "overoptimisation.plot_overoptimisation": lambda: overoptimisation.plot_overoptimisation(
+        _oo_rows(), smooth=2),
+    "overoptimisation.plot_reward_model_fit": lambda: overoptimisation.plot_reward_model_fit(
+        [{"step": k, "bt_loss": 0.7 - 0.1 * k, "accuracy": 0.5 + 0.1 * k,
+          "heldout_bt_loss": 0.7 + 0.05 * k, "heldout_accuracy": 0.6,
+          "heldout_gold_accuracy": 0.6, "heldout_label_gold_accuracy": 0.9}
+         for k in range(4)]),
+}
+
+
+def _public_plot_functions():
+    names = set()
+    for module in (concepts, oracle, overoptimisation, policy, training):
+        short = module.__name__.rsplit(".", 1)[1]
+        for name, obj in vars(module).items():
+            if (name.startswith("plot_") and inspect.isfunction(obj)
+                    and obj.__module__ == module.__name__):
+                names.add(f"{short}.{name}")
+    return names
+
+
+@pytest.fixture(autouse=True)
+def _close():
+    yield
+    plt.close("all")
+
+
+def test_every_plotting_function_has_a_case():
+    assert _public_plot_functions() == set(CASES)
+
+
+def _inside(bbox, x, y):
+    return (bbox.x0 < x) & (x < bbox.x1) & (bbox.y0 < y) & (y < bbox.y1)
+
+
+def _overlaps(a, b):
+    return a.x0 < b.x1 and b.x0 < a.x1 and a.y0 < b.y1 and b.y0 < a.y1
+
+
+def legend_problems(fig) -> list[str]:
+    """Legends drawn on their panel's data (a line's point inside, a band overlapping) or
+    on its x label."""
+    problems = []
+    for ax in fig.axes:
+        legend = ax.get_legend()
+        if legend is None:
+            continue
+        label = ax.xaxis.label
+        if label.get_text() and _overlaps(legend.get_window_extent(), label.get_window_extent()):
+            problems.append(f"{ax.get_title()!r}: legend covers the x label")
+        if not _overlaps(legend.get_window_extent(), ax.get_window_extent()):
+            continue
+        box = legend.get_window_extent()
+        for line in ax.lines:
+            xy = line.get_transform().transform(line.get_xydata())
+            # the segments between the points too: 50 points along each
+            f = np.linspace(0, 1, 50)[:, None, None]
+            xy = (xy[:-1] + f * (xy[1:] - xy[:-1])).reshape(-1, 2) if len(xy) > 1 else xy
+            if np.any(_inside(box, xy[:, 0], xy[:, 1])):
+                problems.append(f"{ax.get_title()!r}: legend covers line {line.get_label()!r}")
+        bands = [p for p in ax.patches if isinstance(p, (Rectangle, Polygon))]
+        bands += [c for c in ax.collections if isinstance(c, PolyCollection)]
+        for band in bands:
+            if _overlaps(box, band.get_window_extent()):
+                problems.append(f"{ax.get_title()!r}: legend covers band {band.get_label()!r}")
+    return problems
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_figure_is_readable(name):
+    fig = CASES[name]()
+    # a Figure made without pyplot has no renderer yet: give it Agg, then lay it out and draw
+    FigureCanvasAgg(fig) if not isinstance(fig.canvas, FigureCanvasAgg) else None
+    fig.canvas.draw()
+    width, _ = fig.get_size_inches()
+    assert fig.dpi >= MIN_DPI, f"{name}: dpi {fig.dpi}"
+    assert width <= MAX_WIDTH_IN, f"{name}: {width:.1f} in wide"
+    small = sorted({(t.get_text()[:30], t.get_fontsize()) for t in fig.findobj(Text)
+                    if t.get_visible() and t.get_text().strip()
+                    and t.get_fontsize() < MIN_FONT_PT})
+    assert not small, f"{name}: text below {MIN_FONT_PT} pt: {small[:5]}"
+    problems = legend_problems(fig)
+    assert not problems, f"{name}: " + "; ".join(problems)
+
+
+def test_legend_check_finds_a_legend_on_a_band_and_on_a_line():
+    fig, ax = plt.subplots(dpi=MIN_DPI)
+    ax.plot([0, 1], [0, 1], label="line")
+    ax.axhspan(0.0, 1.0, color="grey", alpha=0.2, label="band")
+    ax.legend(loc="center")
+    fig.canvas.draw()
+    text = " ".join(legend_problems(fig))
+    assert "line 'line'" in text and "band 'band'" in text
