@@ -55,9 +55,18 @@ def td_errors_kernel(r: np.ndarray, v: np.ndarray, gamma, m: np.ndarray, holes=N
     """:func:`td_errors` on checked arrays (unchecked kernel): ``r``, ``v`` 0 at padding,
     ``gamma`` in their arithmetic (:func:`scalar_for`), ``m`` a bool mask,
     ``holes`` = :func:`has_holes` (m) when known."""
-    v_next = next_values(v, m, has_holes(m) if holes is None else holes)
     # delta_t = r_t + gamma V(s_{t+1}) - V(s_t)
-    delta = r + (v_next if gamma == 1 else gamma * v_next)
+    if has_holes(m) if holes is None else holes:
+        v_next = next_valid_values(v, m)
+        delta = r + (v_next if gamma == 1 else gamma * v_next)
+    else:
+        # V(s_{t+1}) = v[t + 1] (:func:`next_values`) added column by column, without
+        # making v_next: the same operations on the same numbers
+        delta = np.empty_like(v)
+        np.add(r[..., :-1], v[..., 1:] if gamma == 1 else gamma * v[..., 1:],
+               out=delta[..., :-1])
+        zero = v.flat[0] * 0 if v.size else 0  # 0 in the arithmetic of v, as next_values
+        delta[..., -1] = r[..., -1] + (zero if gamma == 1 else gamma * zero)
     delta -= v
     np.copyto(delta, zero_like(v), where=~m)
     return delta
