@@ -88,7 +88,7 @@ def aggregate_grad(per_token, mask=None, mode="token-mean", *, norm=None):
     """
     check_mode(mode)
     (x,), m = prepare({"per_token": per_token}, mask, exact=False)
-    return aggregation_weights(m, mode, mode_norm(mode, norm, m.shape[-1]))
+    return _weights(m, mode, norm)
 
 
 def _weights(m: np.ndarray, mode: str, norm) -> np.ndarray:
