@@ -162,6 +162,17 @@ def public_pipeline(P, b, p):
     return loss, stats, dlogp, returns
 
 
+def public_pipeline_one_loss(P, b, p):
+    """The public pipeline with the loss and its gradient from one call
+    (``policy_loss_and_grad``, new code only)."""
+    rewards = P.kl_shaped_rewards(b.scores, b.logp_old, b.logp_ref, p["beta"], b.mask)
+    advantages, returns = P.gae(rewards, b.values, p["gamma"], p["lam"], b.mask)
+    advantages = P.whiten(advantages, b.mask)
+    loss, stats, dlogp = P.policy_loss_and_grad(b.logp, b.logp_old, advantages, b.mask,
+                                                p["epsilon"])
+    return loss, stats, dlogp, returns
+
+
 def make_rollout(P, b):
     return P.rollout.Rollout(mask=b.mask, logp=b.logp, logp_old=b.logp_old,
                              logp_ref=b.logp_ref, values=b.values, scores=b.scores)
@@ -216,7 +227,12 @@ def _pipeline_task(spec, pkgs) -> dict:
                 raise AssertionError(f"({B}, {T}): {variant}'s pipeline differs from old's")
             cands[f"{variant}: pipeline ({B}, {T}) public"] = lambda P=P, b=b: public_pipeline(
                 P, b, p)
-        M = _Modules(pkgs["new"])
+        new = pkgs["new"]
+        if not _same(public_pipeline_one_loss(new, b, p), want):
+            raise AssertionError(f"({B}, {T}): the one-call public pipeline differs from old's")
+        cands[f"new: pipeline ({B}, {T}) public, one loss call"] = (
+            lambda b=b, new=new: public_pipeline_one_loss(new, b, p))
+        M = _Modules(new)
         opts = M.loss_options.PolicyLossOptions(epsilon=p["epsilon"])
         r = make_rollout(M, b)
         if not _same(kernel_pipeline(M, r, p, opts), want):
@@ -375,7 +391,7 @@ def pipeline_rows(res) -> list[dict]:
     rows = []
     for B, T in res.get("grid", PIPELINE_GRID):
         o = res["old"][f"pipeline ({B}, {T}) public"]
-        for kind in ("public", "rollout+kernels", "kernels"):
+        for kind in ("public", "public, one loss call", "rollout+kernels", "kernels"):
             n = res["new"].get(f"pipeline ({B}, {T}) {kind}")
             if n is not None:
                 x = paired_ratio(res, f"old: pipeline ({B}, {T}) public",
