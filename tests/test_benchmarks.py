@@ -133,7 +133,8 @@ def test_redesign_runs_on_a_tiny_grid_and_gives_well_formed_rows(tmp_path):
     assert _positive(t["old"]) and _positive(t["new"]) and isinstance(t["met"], bool)
     pipe = redesign.pipeline_rows(results["pipeline"])
     assert [(r["B"], r["T"], r["new path"]) for r in pipe] == [
-        (2, 8, "public"), (2, 8, "public, one loss call"), (2, 8, "rollout+kernels"), (2, 8, "kernels")]
+        (2, 8, "public"), (2, 8, "public, one loss call"), (2, 8, "rollout+kernels"),
+        (2, 8, "kernels")]
     assert all(_positive(r["old"]) and _positive(r["new"]) for r in pipe)
     funcs = redesign.function_rows(results["functions"])
     assert [(r["function"], r["B"], r["T"]) for r in funcs] == [
