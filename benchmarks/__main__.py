@@ -127,6 +127,20 @@ def _command(args) -> str:
     return command + ("   # = make bench" if command.endswith("benchmarks") else "")
 
 
+def _kept(path: str) -> str:
+    """The section of ``path`` that benchmarks/redesign.py writes (from its heading to the end
+    of the page), kept as it is when this page is regenerated; "" if there is none."""
+    from benchmarks.redesign import SECTION
+
+    try:
+        with open(path) as f:
+            text = f.read()
+    except OSError:
+        return ""
+    start = text.find("\n" + SECTION)
+    return "" if start < 0 else text[start:]
+
+
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
     from benchmarks import core, machine, report, torch_impl
@@ -183,8 +197,9 @@ def main(argv=None) -> int:
     if output == "-":
         sys.stdout.write(text)
     else:
+        kept = _kept(output)
         with open(output, "w") as f:
-            f.write(text)
+            f.write(text.rstrip("\n") + "\n" + kept if kept else text)
         print(f"wrote {output}", file=sys.stderr)
     return 0
 

@@ -404,12 +404,17 @@ def markdown(rows, *, command: str, rounds: int, target: float, load: str = "") 
 
 
 def write_section(path: str, lines: list[str]) -> None:
-    """Put the section at the end of ``path``, replacing an earlier one (nothing else moves)."""
+    """Put the section at the end of ``path``, replacing an earlier one (nothing else moves),
+    but before the section of benchmarks/redesign.py, which stays last."""
+    from benchmarks.__main__ import _kept
+
+    kept = _kept(path)
     with open(path) as f:
         text = f.read()
+    text = text[:len(text) - len(kept)]
     head = text.split("\n" + SECTION + "\n", 1)[0].rstrip("\n")
     with open(path, "w") as f:
-        f.write(head + "\n\n" + "\n".join(lines).rstrip("\n") + "\n")
+        f.write(head + "\n\n" + "\n".join(lines).rstrip("\n") + "\n" + kept)
 
 
 def _load() -> str:

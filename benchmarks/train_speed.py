@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 
 from ppo_numpy.training import TASKS, PPOConfig, make_task, train
+from ppo_numpy.training.config import config_for_task
 
 
 def time_to_90(config: PPOConfig, out_dir=None) -> dict:
@@ -79,7 +80,8 @@ def demo_speed(seeds) -> dict:
 def task_scores(seeds) -> dict:
     out = {}
     for name in TASKS:
-        runs = [time_to_90(PPOConfig(task=name, seed=s)) for s in seeds]
+        # a task's own defaults (TASK_DEFAULTS: add trains a transformer), as the CLI does
+        runs = [time_to_90(config_for_task(task=name, seed=s)) for s in seeds]
         out[name] = {"random": float(make_task(name).random_score()),
                      "initial": _median(r["initial"] for r in runs),
                      "final": _median(r["final"] for r in runs),

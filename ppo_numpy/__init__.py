@@ -49,6 +49,7 @@ from .loss_grads import (
     aggregate_grad,
     entropy_grad,
     kl_estimate_grad,
+    policy_loss_and_grad,
     policy_loss_grad,
     value_loss_grad,
 )
@@ -103,6 +104,7 @@ __all__ = [
     "log_softmax",
     "masked_mean",
     "numerical_grad",
+    "policy_loss_and_grad",
     "policy_loss_grad",
     "ppo_loss_and_grads",
     "ppo_objective",

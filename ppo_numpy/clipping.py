@@ -19,7 +19,7 @@ from functools import cached_property
 
 import numpy as np
 
-from ._validation import check_scalar, prepare, scalar_for, where_valid
+from ._validation import check_scalar, prepare, scalar_for
 
 
 def clip_bounds(epsilon, epsilon_high=None, like=None):
@@ -234,4 +234,5 @@ def clipped_surrogate(rho, advantages, epsilon=0.2, *, epsilon_high=None, dual_c
     lo, hi = clip_bounds(epsilon, epsilon_high, like=rho)
     c = check_dual_clip(dual_clip)
     c = None if c is None else scalar_for(c, rho)
-    return where_valid(m, ClipCases(rho, adv, lo, hi, c).term)
+    # rho and A are 0 at padding (prepare), and so is the term there: min(0, clip(0) 0) = 0
+    return ClipCases(rho, adv, lo, hi, c).term

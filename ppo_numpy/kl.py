@@ -27,6 +27,7 @@ from ._validation import (
     prepare,
     scalar_for,
     where_valid,
+    zero_like,
 )
 
 ESTIMATORS = ("k1", "k2", "k3", "abs")
@@ -243,7 +244,9 @@ def kl_shaped_rewards_kernel(scores, kl, m, beta, score_offset=0, score_bounds=N
         low, high = score_bounds
         s = np.minimum(np.maximum(s, scalar_for(low, s)), scalar_for(high, s))
     # r~_t = -beta * KL_t
-    rewards = where_valid(m, -beta * kl + 0)  # (+ 0 prints -0.0 as 0.0)
+    rewards = -beta * kl
+    rewards += 0  # (+ 0 prints -0.0 as 0.0)
+    np.copyto(rewards, zero_like(rewards), where=~m)  # where_valid, in place
     # ... + score at the last response token t = T (or the slot after it)
     T = m.shape[-1]
     last = np.minimum(last_valid_index(m) + score_offset, T - 1)

@@ -88,7 +88,7 @@ def aggregate_grad(per_token, mask=None, mode="token-mean", *, norm=None):
     """
     check_mode(mode)
     (x,), m = prepare({"per_token": per_token}, mask, exact=False)
-    return aggregation_weights(m, mode, mode_norm(mode, norm, m.shape[-1]))
+    return _weights(m, mode, norm)
 
 
 def _weights(m: np.ndarray, mode: str, norm) -> np.ndarray:
@@ -141,6 +141,30 @@ log_ratio_clamp, options, logp_ref, **more_options
                                                       logp_ref)
     # the case analysis of ppo_numpy.clipping.ClipCases: dterm/drho = A where unclipped
     return policy_loss_kernel(logp, logp_old, A, m, opts, ref).dlogp
+
+
+def policy_loss_and_grad(logp, logp_old, advantages, mask=None, epsilon=0.2, agg="token-mean",
+                         *, options=None, logp_ref=None, **more_options):
+    """:func:`ppo_policy_loss` and :func:`policy_loss_grad` of one call: ``(loss, stats, dlogp)``.
+
+    The arguments are checked once and the loss is built once (one
+    :class:`~ppo_numpy.objective.PolicyLoss`): the same numbers, bit for bit, as the two
+    calls, for about half the work.
+
+    Examples
+    --------
+    The example of :func:`ppo_policy_loss`:
+
+    >>> loss, stats, d = policy_loss_and_grad(np.log([1.5, 0.5, 1.1]), [0.0, 0.0, 0.0],
+    ...                                       [2.0, -1.0, 1.0])
+    >>> round(loss, 12), [round(float(v), 12) for v in d]
+    (-0.9, [0.0, 0.0, -0.366666666667])
+    """
+    opts = resolve(options, epsilon=epsilon, agg=agg, **more_options)
+    (logp, logp_old, A, ref), m = prepare_loss_inputs(logp, logp_old, advantages, mask,
+                                                      logp_ref)
+    out = policy_loss_kernel(logp, logp_old, A, m, opts, ref)
+    return out.loss, out.stats(), out.dlogp
 
 
 def value_loss_grad(values, old_values, returns, mask=None, clip_range=None, agg="token-mean",

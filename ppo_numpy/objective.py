@@ -271,6 +271,8 @@ class PolicyLoss:
         n = int(m.sum())
 
         def mean(x):
+            if x.dtype == bool and n:  # a count: the number the float sum of 0s and 1s gives
+                return float(np.count_nonzero(x & m) / n)
             return float(np.where(m, x, 0.0).sum() / n)
 
         if self.opts.loss_type == "cispo":

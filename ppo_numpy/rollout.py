@@ -136,7 +136,8 @@ class Rollout:
             x = getattr(self, name)
             if x is None:
                 continue
-            arr = as_array(x, name, exact=False)
+            # no copy here when where_valid below makes the new array
+            arr = as_array(x, name, exact=False, copy=not zero_padding)
             if arr.shape != m.shape:
                 raise ValueError(f"{name}: shape {arr.shape} does not match mask shape "
                                  f"{m.shape} (no broadcasting: pass arrays of the same shape)")

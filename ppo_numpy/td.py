@@ -40,24 +40,19 @@ def has_holes(mask: np.ndarray) -> bool:
     return runs > np.count_nonzero(mask.any(axis=-1))
 
 
-def next_values(v: np.ndarray, m: np.ndarray, holes: bool) -> np.ndarray:
-    """V(s_{t+1}) of every position: :func:`next_valid_values`, or, for a mask without holes
-    and ``v`` 0 at padding, simply v[t + 1] (0 after the last column): the same numbers."""
-    if holes:
-        return next_valid_values(v, m)
-    v_next = np.empty_like(v)
-    v_next[..., :-1] = v[..., 1:]
-    v_next[..., -1] = v.flat[0] * 0 if v.size else 0  # 0 in the arithmetic of v
-    return v_next
-
-
 def td_errors_kernel(r: np.ndarray, v: np.ndarray, gamma, m: np.ndarray, holes=None):
     """:func:`td_errors` on checked arrays (unchecked kernel): ``r``, ``v`` 0 at padding,
     ``gamma`` in their arithmetic (:func:`scalar_for`), ``m`` a bool mask,
     ``holes`` = :func:`has_holes` (m) when known."""
-    v_next = next_values(v, m, has_holes(m) if holes is None else holes)
+    # V(s_{t+1}) for t < T: the next response token's value (:func:`next_valid_values`);
+    # without holes simply v[t + 1], as v is 0 at padding (a view: no copy)
+    holes = has_holes(m) if holes is None else holes
+    v_next = next_valid_values(v, m)[..., :-1] if holes else v[..., 1:]
+    zero = v.flat[0] * 0 if v.size else 0  # V(s_{T+1}) = 0, in the arithmetic of v
+    delta = np.empty_like(v)
     # delta_t = r_t + gamma V(s_{t+1}) - V(s_t)
-    delta = r + (v_next if gamma == 1 else gamma * v_next)
+    np.add(r[..., :-1], v_next if gamma == 1 else gamma * v_next, out=delta[..., :-1])
+    delta[..., -1] = r[..., -1] + (zero if gamma == 1 else gamma * zero)
     delta -= v
     np.copyto(delta, zero_like(v), where=~m)
     return delta

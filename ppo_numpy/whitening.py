@@ -87,30 +87,34 @@ def whiten(x, mask=None, shift_mean=True, *, ddof=1, eps=1e-8, eps_mode="add"):
     if not isinstance(shift_mean, (bool, np.bool_)):
         raise TypeError(f"shift_mean: expected a bool, got {type(shift_mean).__name__}")
     (x,), m = prepare({"x": x}, mask, exact=False)
-    n = int(m.sum())
+    n = int(np.count_nonzero(m))
     if n < 2:
         name, what = ("x", "elements") if mask is None else ("mask", "valid elements")
         raise ValueError(f"{name}: whitening needs at least 2 {what}, got {n} "
                          "(the variance of fewer is undefined)")
-    return whiten_kernel(x, m, shift_mean, ddof, eps, eps_mode)
+    return whiten_kernel(x, m, shift_mean, ddof, eps, eps_mode, n=n)
 
 
 def whiten_kernel(x, m, shift_mean=True, ddof=1, eps=1e-8, eps_mode="add", *, n=None):
     """:func:`whiten` on a checked array (unchecked kernel): ``x`` float64 0 at padding,
     ``m`` bool with at least 2 valid elements, the options checked. ``n``: ``m.sum()`` if
     known."""
-    n = int(m.sum()) if n is None else n
+    n = int(np.count_nonzero(m)) if n is None else n
     if n < 2:
         raise ValueError(f"mask: whitening needs at least 2 valid elements, got {n} "
                          "(the variance of fewer is undefined)")
     mean = x.sum() / n
-    centred = where_valid(m, x - mean)
+    centred = x - mean
+    np.copyto(centred, 0.0, where=~m)  # = where_valid(m, x - mean), in place
     var = (centred**2).sum() / (n - ddof)
     # sqrt(var + eps), or sqrt(max(var, eps)) with eps_mode="floor"
     scale = np.sqrt(var + eps if eps_mode == "add" else max(var, eps))
     if scale == 0:
         raise ValueError("x: every valid element is the same (variance 0) and eps is 0, "
                          "so whitening divides by 0; pass eps > 0")
+    if shift_mean and np.isfinite(scale):
+        # centred is 0.0 at padding, and so is 0.0 / scale: no where_valid needed
+        return np.divide(centred, scale, out=centred)
     out = centred / scale
     if not shift_mean:
         out = out + mean

@@ -108,3 +108,103 @@ def test_grpo_rows_and_section_are_well_formed(tmp_path):
     out = page.read_text()
     assert out.startswith("# Benchmarks\n\ntext\n\n" + grpo.SECTION)
     assert out.count(grpo.SECTION) == 1 and out.endswith("|\n")
+
+
+# benchmarks/redesign.py and benchmarks/code_lines.py: rows and tables well formed on a tiny
+# grid (this checkout as both "old" and "new"); no time is asserted, only that each is a
+# positive number in its place.
+
+def _positive(x):
+    return isinstance(x, float) and x > 0 and math.isfinite(x)
+
+
+def test_redesign_runs_on_a_tiny_grid_and_gives_well_formed_rows(tmp_path):
+    from benchmarks import redesign
+
+    results = redesign.measure_all(ROOT, ROOT, rounds=1, samples=1, target=1e-4,
+                                   pipeline_grid=((2, 8),), function_grid=((2, 8), (3, 5)),
+                                   functions=("td_errors", "whiten"), iterations=1, warm=0,
+                                   use_torch=torch_impl.available())
+    for task in ("training", "pipeline", "functions"):
+        files = results[task]["files"]
+        assert files["old"].startswith(os.path.join(ROOT, "ppo_numpy"))
+        assert files["new"] == files["old"]
+    (t,) = redesign.training_rows(results["training"])
+    assert _positive(t["old"]) and _positive(t["new"]) and isinstance(t["met"], bool)
+    pipe = redesign.pipeline_rows(results["pipeline"])
+    assert [(r["B"], r["T"], r["new path"]) for r in pipe] == [
+        (2, 8, "public"), (2, 8, "public, one loss call"), (2, 8, "rollout+kernels"),
+        (2, 8, "kernels")]
+    assert all(_positive(r["old"]) and _positive(r["new"]) for r in pipe)
+    funcs = redesign.function_rows(results["functions"])
+    assert [(r["function"], r["B"], r["T"]) for r in funcs] == [
+        ("td_errors", 2, 8), ("td_errors", 3, 5), ("whiten", 2, 8), ("whiten", 3, 5)]
+    for r in funcs:
+        assert _positive(r["old"]) and _positive(r["new"])
+        if torch_impl.available():
+            assert _positive(r["torch"]) and _positive(r["torch1"])
+            assert isinstance(r["met"], bool)
+    lines = redesign.markdown(results, command="cmd", machine=["m."], old=ROOT, new=ROOT)
+    assert lines[0] == redesign.SECTION
+    tables = [ln for ln in lines if ln.startswith("| ")]
+    # the targets (training, 2 pipeline paths, each function with a torch column), then
+    # header + rows of each of the three tables
+    n_targets = 1 + 2 + (2 if torch_impl.available() else 0)
+    assert len(tables) == (1 + n_targets) + 3 + 1 + len(pipe) + len(funcs)
+    assert sum(ln.endswith(("| yes |", "| no |")) for ln in tables[1:1 + n_targets]) == \
+        n_targets
+
+    # the section is replaced, not appended twice, and python -m benchmarks keeps it
+    from benchmarks.__main__ import _kept
+
+    page = tmp_path / "b.md"
+    page.write_text("# Benchmarks\n\ntext\n")
+    redesign.write_section(lines, str(page))
+    redesign.write_section(lines, str(page))
+    text = page.read_text()
+    assert text.count(redesign.SECTION) == 1 and text.startswith("# Benchmarks\n\ntext\n\n")
+    _kept_before = _kept(str(page))
+    assert _kept(str(page)).lstrip("\n").startswith(redesign.SECTION)
+    assert _kept(str(tmp_path / "missing.md")) == ""
+    # benchmarks/grpo.py's section goes before it, and it stays as it was
+    grpo.write_section(str(page), [grpo.SECTION, "", "grpo table"])
+    grpo.write_section(str(page), [grpo.SECTION, "", "grpo table"])
+    new_text = page.read_text()
+    assert new_text.count(grpo.SECTION) == 1 and new_text.endswith(_kept(str(page)))
+    assert _kept(str(page)) == _kept_before and new_text.index(grpo.SECTION) < \
+        new_text.index(redesign.SECTION)
+
+
+def test_code_lines_count_code_only():
+    from benchmarks import code_lines
+
+    source = ('"""Module doc."""\n'
+              "# a comment\n"
+              "\n"
+              "x = 1  # a line with code and a comment counts\n"
+              "class C:\n"
+              '    """Class doc,\n'
+              '    two lines."""\n'
+              "    def f(self):\n"
+              "        '''Doc.'''\n"
+              "        s = '''not a docstring\n"
+              "        '''\n"
+              "        return (s +\n"
+              "                'x')\n")
+    # x =, class, def, s = (two lines), return (two lines)
+    assert code_lines.code_lines(source) == 7
+
+
+def test_code_lines_table_of_this_checkout():
+    from benchmarks import code_lines
+
+    counts = code_lines.count_tree(ROOT)
+    assert counts["gae.py"] > 0 and os.path.join("oracle", "__init__.py") in counts
+    top = code_lines.by_top_level(counts)
+    assert "oracle/" in top and sum(top.values()) == sum(counts.values())
+    rows = code_lines.table({"a": ROOT, "b": ROOT}, exclude=("gae.py",))
+    assert rows[-2]["entry"] == "total" and rows[-2]["a"] == sum(counts.values())
+    assert rows[-1]["b"] == rows[-2]["b"] - counts["gae.py"]
+    md = code_lines.markdown(rows, ["a", "b"])
+    assert md[0] == "| ppo_numpy/ | a | b | b - a |" and len(md) == 2 + len(rows)
+    assert all(line.endswith("| +0 |") for line in md[2:])

@@ -8,37 +8,14 @@ the package's strings, applied here to every notebook's markdown and code commen
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import pytest
 
+from .test_wording import bad_uses
+
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
-
-_WORD = re.compile(r"\bseed\b", re.IGNORECASE)
-_CODE_LEFT = set("-_.`\"'([{")
-_CODE_RIGHT = set("=_`\")]}:,")
-_VALUE = re.compile(r"\s+(\d|[A-Z]\b|\{)")
-_PHRASES = [re.compile(p, re.IGNORECASE) for p in (
-    r"\bsame seed\b", r"\brandom seed\b", r"\bseed of\b", r"\bone seed\b", r"\bseeds?\s+\d")]
-
-
-def bad_uses(text: str) -> list[str]:
-    allowed = set()
-    for phrase in _PHRASES:
-        for m in phrase.finditer(text):
-            allowed.update(w.start() for w in _WORD.finditer(text, m.start(), m.end()))
-    out = []
-    for m in _WORD.finditer(text):
-        i, j = m.start(), m.end()
-        left = text[i - 1] if i else ""
-        right = text[j] if j < len(text) else ""
-        if i in allowed or left in _CODE_LEFT or right in _CODE_RIGHT or _VALUE.match(text, j):
-            continue
-        out.append(text[max(0, i - 40):j + 40].replace("\n", " "))
-    return out
-
 
 def prose(path: Path) -> str:
     """Markdown cells, and the comments of code cells."""

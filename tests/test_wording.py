@@ -37,10 +37,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 _WORD = re.compile(r"\bseed\b", re.IGNORECASE)
 _CODE_LEFT = set("-_.`\"'([{")
-_CODE_RIGHT = set("=_`\")]}:")
+_CODE_RIGHT = set("=_`\")]}:,")
 _VALUE = re.compile(r"\s+(\d|[A-Z]\b|\{)")
 _PHRASES = [re.compile(p, re.IGNORECASE) for p in (
-    r"\bsame seed\b", r"\brandom seed\b", r"\bseed of\b", r"\bseed : ", r"\|\s*seed\s*\|")]
+    r"\bsame seed\b", r"\brandom seed\b", r"\bseed of\b", r"\bseed : ", r"\|\s*seed\s*\|",
+    r"\bone seed\b", r"\bseeds?\s+\d")]
 
 
 def bad_uses(text: str) -> list[str]:

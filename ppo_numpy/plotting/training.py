@@ -71,6 +71,7 @@ def plot_training(metrics, *, optimum=1.0, random_score=None, title=None, path=N
     ax[0].axhline(0.9 * optimum, color="g", ls="--", lw=0.8, label="90% of optimum")
     if random_score is not None:
         ax[0].axhline(float(random_score), color="r", ls=":", lw=1, label="random policy")
+    ax[0].plot(it, c["heldout_accuracy"], lw=0.8, label="greedy accuracy (held-out set)")
     ax[0].set_title("score of the responses (higher is better)")
     ax[0].set_ylabel("score (reward units)")
 

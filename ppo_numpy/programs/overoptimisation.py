@@ -19,6 +19,7 @@ from ..reward.overoptimisation import (
     summary_table,
     write_csv,
 )
+from ..training.run import RunError, ensure_writable
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -59,13 +60,9 @@ def main(argv=None) -> int:
         return 2
     out = Path(args.out)
     try:
-        out.mkdir(parents=True, exist_ok=True)
-        probe = out / ".write-test"
-        probe.write_text("")
-        probe.unlink()
-    except OSError as err:
-        print(f"{parser.prog}: error: output directory {out}: cannot write there "
-              f"({err.strerror})", file=sys.stderr)
+        ensure_writable(out)
+    except RunError as err:
+        print(f"{parser.prog}: error: {err}", file=sys.stderr)
         return 2
 
     def progress(row):

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from .._npz import BadFileError
-from ..training.config import PPOConfig, field_kind
+from ..training.config import TASK_DEFAULTS, PPOConfig, config_for_task, field_kind
 from ..training.run import RunError, resume, train
 from ..training.tasks import TASKS, make_task
 
@@ -33,6 +33,9 @@ def _parse_optional(kind):
 
 def build_parser() -> argparse.ArgumentParser:
     tasks = "\n".join(f"  {name:<8} {cls.summary}" for name, cls in TASKS.items())
+    tasks += "".join(f"\n\ndefaults of task {name} (options override them): "
+                     + ", ".join(f"{k}={v}" for k, v in fields.items())
+                     for name, fields in TASK_DEFAULTS.items())
     parser = argparse.ArgumentParser(
         prog="python -m ppo_numpy train",
         description="Train a toy policy by PPO on a toy task: warm-up on the task's prior "
@@ -58,12 +61,13 @@ def build_parser() -> argparse.ArgumentParser:
         symbol = f.metadata["symbol"]
         help_ = f"{f.metadata['help']}{f' [{symbol}]' if symbol else ''} (default: {f.default})"
         flag = "--" + f.name.replace("_", "-")
+        flags = (flag, "--policy") if f.name == "model" else (flag,)
         # default None: an option the user did not give (checked against a checkpoint)
         if kind is bool:
             hyper.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction,
                                default=None, help=help_)
         else:
-            hyper.add_argument(flag, dest=f.name, default=None,
+            hyper.add_argument(*flags, dest=f.name, default=None,
                                type=_parse_optional(kind) if optional else kind,
                                choices=f.metadata.get("choices"), help=help_,
                                metavar=f.name.upper() if not f.metadata.get("choices") else None)
@@ -83,7 +87,8 @@ def _progress(quiet):
             return
         print(f"iter {row['iteration']:4d}  score {row['score']:.3f} "
               f"({100 * row['score_frac']:5.1f}%)  KL {row['kl_ref']:7.3f}  "
-              f"clipfrac {row['clipfrac']:.3f}  {time.perf_counter() - start:6.1f} s",
+              f"clipfrac {row['clipfrac']:.3f}  greedy acc {row['heldout_accuracy']:.3f}  "
+              f"{time.perf_counter() - start:6.1f} s",
               flush=True)
 
     return report
@@ -109,7 +114,7 @@ def main(argv=None) -> int:
                                     plot=not args.no_plot)
         else:
             try:
-                config = PPOConfig(**given)
+                config = config_for_task(**given)
             except (TypeError, ValueError) as err:
                 return fail(str(err))
             out = Path(args.out or f"runs/{config.task}-seed{config.seed}")

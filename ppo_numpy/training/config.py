@@ -18,7 +18,7 @@ from ..group_advantages import SCALES
 from ..kl import ESTIMATORS
 from .tasks import TASKS
 
-MODELS = ("mlp", "bigram")
+MODELS = ("mlp", "bigram", "transformer")
 KL_CONTROLLERS = ("fixed", "adaptive")
 #: "ppo": PPO with GAE and a value head; the others are critic-free (notebook 13)
 ALGOS = ("ppo", "grpo", "rloo", "reinforce_plus_plus")
@@ -51,6 +51,9 @@ class PPOConfig:
     context: int = _f(8, "", "tokens the MLP sees (the last `context` of prompt + response)")
     d_embed: int = _f(16, "", "MLP embedding width")
     d_hidden: int = _f(64, "", "MLP hidden width")
+    d_model: int = _f(32, "", "transformer width (residual stream)")
+    n_heads: int = _f(4, "", "transformer attention heads (must divide d_model)")
+    n_layers: int = _f(2, "", "transformer blocks")
     warmup_steps: int = _f(150, "", "supervised steps on the task's prior before PPO "
                                     "(the result is frozen as pi_ref)")
     warmup_lr: float = _f(1e-2, "", "Adam learning rate of the warm-up")
@@ -129,6 +132,24 @@ def field_kind(f) -> tuple[type, bool]:
     return FIELD_TYPES[f.type], f.type.endswith("| None")
 
 
+#: defaults that differ by task; the command line applies them under the options given
+TASK_DEFAULTS = {
+    # docs/training.md, "The add task": 3 seeds, each under 2 minutes on 2 cores
+    "add": {"model": "transformer", "iterations": 150, "warmup_steps": 1500,
+            "warmup_lr": 3e-3, "lr": 3e-4},
+}
+
+
+def config_for_task(**fields) -> PPOConfig:
+    """``PPOConfig(**fields)`` with the :data:`TASK_DEFAULTS` of its task under ``fields``.
+
+    >>> config_for_task(task="add", lr=1e-3).model, config_for_task(task="add", lr=1e-3).lr
+    ('transformer', 0.001)
+    """
+    task = fields.get("task", PPOConfig.__dataclass_fields__["task"].default)
+    return PPOConfig(**{**TASK_DEFAULTS.get(task, {}), **fields})
+
+
 def check_config(c: PPOConfig) -> None:
     """Raise ValueError/TypeError naming the first bad field of ``c``."""
     for f in dataclasses.fields(c):
@@ -148,8 +169,9 @@ def check_config(c: PPOConfig) -> None:
         if choices and value not in choices:
             raise ValueError(f"{f.name}: unknown value {value!r}; valid ones are "
                              f"{', '.join(choices)}")
-    positive = ("context", "d_embed", "d_hidden", "warmup_batch", "batch_size", "epochs",
-                "minibatches", "warmup_lr", "lr", "kl_target", "kl_horizon")
+    positive = ("context", "d_embed", "d_hidden", "d_model", "n_heads", "n_layers",
+                "warmup_batch", "batch_size", "epochs", "minibatches", "warmup_lr", "lr",
+                "kl_target", "kl_horizon")
     for name in positive:
         if getattr(c, name) <= 0:
             raise ValueError(f"{name}: must be > 0, got {getattr(c, name)}")
@@ -163,6 +185,8 @@ def check_config(c: PPOConfig) -> None:
     for name in ("value_clip", "max_grad_norm"):
         if getattr(c, name) is not None and getattr(c, name) <= 0:
             raise ValueError(f"{name}: must be > 0 or None, got {getattr(c, name)}")
+    if c.d_model % c.n_heads:
+        raise ValueError(f"n_heads: must divide d_model={c.d_model}, got {c.n_heads}")
     if c.batch_size % c.minibatches:
         raise ValueError(f"minibatches: must divide batch_size={c.batch_size}, "
                          f"got {c.minibatches}")

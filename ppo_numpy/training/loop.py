@@ -87,6 +87,12 @@ def make_policy(config: PPOConfig, task: Task, rng: np.random.Generator):
         from ..policy.mlp import MLPPolicy
 
         return MLPPolicy(task.vocab_size, config.context, config.d_embed, config.d_hidden, rng)
+    if config.model == "transformer":
+        from ..policy.transformer import TransformerPolicy
+
+        return TransformerPolicy(task.vocab_size, rng, d_model=config.d_model,
+                                 n_heads=config.n_heads, n_layers=config.n_layers,
+                                 max_len=task.prompt_length + task.max_new_tokens - 1)
     from ..policy.bigram import BigramPolicy
 
     return BigramPolicy(task.vocab_size, rng)
@@ -203,6 +209,8 @@ def ppo_iteration(state: RunState) -> dict:
         ratio_first_min=first["ratio_min"],
         ratio_first_max=first["ratio_max"],
         ratio_first_mean=first["ratio_mean"],
+        # greedy, after this iteration's update (no randomness used)
+        heldout_accuracy=task.heldout_accuracy(state.policy),
     )
     if critic_free:
         row["value_loss"] = math.nan

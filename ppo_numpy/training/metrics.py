@@ -23,6 +23,9 @@ COLUMNS = {
     "iteration": "PPO iteration, 1-based",
     "score": "mean score of the rollout's responses (the reward model's number)",
     "score_frac": "score / the task's optimum",
+    "heldout_accuracy": "share of the task's evaluation prompts whose greedy response "
+                        "reaches the optimum, after the update (Task.heldout_accuracy; "
+                        "held out from training for add)",
     "kl_ref": "KL(pi_theta || pi_ref): sum over tokens of k1 = logp - logp_ref, mean over "
               "sequences, on the rollout",
     "beta": "beta used for this iteration's rewards",

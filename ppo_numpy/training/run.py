@@ -41,6 +41,17 @@ class RunError(ValueError):
     """A run cannot start or resume: bad output directory, or a mismatching checkpoint."""
 
 
+def ensure_writable(out: Path) -> None:
+    """Create the directory ``out`` and check a file can be written there (RunError if not)."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / ".write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as err:
+        raise RunError(f"output directory {out}: cannot write there ({err.strerror})") from None
+
+
 def prepare_out_dir(out_dir, force: bool) -> Path:
     """Create ``out_dir`` if needed; refuse a previous run in it unless ``force``."""
     out = Path(out_dir)
@@ -50,13 +61,7 @@ def prepare_out_dir(out_dir, force: bool) -> Path:
     if existing and not force:
         raise RunError(f"output directory {out} already holds a run ({', '.join(existing)}); "
                        f"pass --force to overwrite it, or --resume {out} to continue it")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        probe = out / ".write-test"
-        probe.write_text("")
-        probe.unlink()
-    except OSError as err:
-        raise RunError(f"output directory {out}: cannot write there ({err.strerror})") from None
+    ensure_writable(out)
     for name in existing:
         (out / name).unlink()
     return out

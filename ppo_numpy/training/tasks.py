@@ -21,7 +21,14 @@ target     say the prompt's token c in every slot           1        random cont
 length     prompt token c_i asks for i + 1 tokens, then EOS 1        random length
 reverse    the prompt's content reversed, then EOS          1        noisy copy
 sort       the prompt's content sorted ascending, then EOS  1        noisy copy
+add        the digits of a + b, then EOS (exact match)      1        forgets carries
 =========  ===============================================  =======  =================
+
+``add`` (:class:`AddTask`) has its own vocabulary (digits, ``+``, ``=``; :data:`ADD_VOCAB`)
+and a fixed held-out set of sums, disjoint from the training prompts.
+:meth:`Task.heldout_accuracy` is the share of a task's fixed evaluation prompts whose
+*greedy* response reaches the optimum (exact match for ``add``); for the other tasks
+the evaluation prompts are all prompts (or a fixed sample of 512), not held out.
 
 The *random policy* of every task picks, at each step, uniformly among the N
 content tokens and EOS (it never emits PAD or BOS). :meth:`Task.random_score`
@@ -31,12 +38,13 @@ enumerating every response of small tasks.
 
 from __future__ import annotations
 
+import itertools
 from fractions import Fraction
 
 import numpy as np
 
 from .._validation import check_int
-from ..policy.vocab import BOS, EOS, FIRST_CONTENT
+from ..policy.vocab import BOS, EOS, FIRST_CONTENT, PAD, SPECIAL_NAMES, Vocab
 
 
 def _check_rng(rng):
@@ -133,6 +141,39 @@ class Task:
     def __repr__(self):
         return (f"{type(self).__name__}(n_content={self.n_content}, "
                 f"prompt_tokens={self.prompt_tokens}, max_new_tokens={self.max_new_tokens})")
+
+    @property
+    def vocab(self):
+        """Names of the token ids (:class:`~ppo_numpy.policy.vocab.Vocab`), for printing."""
+        return Vocab(self.vocab_size)
+
+    #: most prompts in :meth:`heldout_prompts`
+    max_heldout = 512
+
+    def heldout_prompts(self):
+        """The fixed evaluation prompts of :meth:`heldout_accuracy`, int64 (n, P).
+
+        Here every possible prompt when there are at most :attr:`max_heldout`, else that
+        many drawn by a generator seeded with 0 (whatever the run's ``seed``). Training may
+        draw these prompts too; :class:`AddTask` overrides this with a truly held-out set.
+        """
+        n_prompts = self.n_content**self.prompt_tokens
+        if n_prompts <= self.max_heldout:
+            content = np.array(list(itertools.product(
+                range(FIRST_CONTENT, self.vocab_size), repeat=self.prompt_tokens)),
+                dtype=np.int64)
+            return np.concatenate([np.full((n_prompts, 1), BOS), content], axis=1)
+        return self.sample_prompts(np.random.default_rng(0), self.max_heldout)
+
+    def heldout_accuracy(self, model):
+        """Share of :meth:`heldout_prompts` whose *greedy* response reaches the optimum.
+
+        Greedy decoding (:func:`greedy_responses`) uses no randomness, so logging this
+        leaves a run's random stream untouched. A float in [0, 1].
+        """
+        x = self.heldout_prompts()
+        y, m = greedy_responses(model, x, self.max_new_tokens)
+        return float(np.mean(self.score(x, y, m) == self.optimum))
 
     def sample_prompts(self, rng, n):
         """``n`` prompts: BOS then ``prompt_tokens`` uniform content tokens; int64 (n, P)."""
@@ -349,8 +390,234 @@ class SortTask(_MatchTask):
         return np.sort(content, axis=1)
 
 
+def greedy_responses(model, prompts, max_new_tokens):
+    """Greedy decoding: y_t = argmax_k logits[P - 1 + t, k], stopping at EOS; (responses, mask).
+
+    Step t runs the model over the prompt and the t tokens so far (a causal model needs
+    nothing else) and takes the most likely next token; ties go to the smallest id.
+    Right-padded with PAD after EOS. Uses no randomness.
+    """
+    x = model.check_tokens(prompts, "prompts")
+    T = check_int(max_new_tokens, "max_new_tokens")
+    B = x.shape[0]
+    responses = np.full((B, T), PAD, dtype=np.int64)
+    mask = np.zeros((B, T))
+    done = np.zeros(B, dtype=bool)
+    for t in range(T):
+        tokens = np.concatenate([x, responses[:, :t]], axis=1)  # (B, P + t)
+        logits, _, _ = model.forward(tokens)
+        y = np.argmax(logits[:, -1], axis=-1)  # (B,)
+        live = ~done
+        responses[:, t] = np.where(live, y, PAD)
+        mask[:, t] = live
+        done |= live & (y == EOS)
+        if np.all(done):
+            break
+    return responses, mask
+
+
+#: the add task's digits 0 .. 9 are ids 3 .. 12, then ``+`` 13 and ``=`` 14
+DIGIT0 = FIRST_CONTENT
+PLUS = FIRST_CONTENT + 10
+EQUALS = FIRST_CONTENT + 11
+
+
+class _AddVocab(Vocab):
+    """``<pad> <bos> <eos> 0 1 .. 9 + =``."""
+
+    def __init__(self):
+        super().__init__(FIRST_CONTENT + 12)
+        self.names = SPECIAL_NAMES + tuple("0123456789") + ("+", "=")
+
+
+#: the vocabulary of :class:`AddTask`: ``ADD_VOCAB.decode([1, 3, 10, 13]) == '<bos> 0 7 +'``
+ADD_VOCAB = _AddVocab()
+
+
+def _digits_of(n, width=None):
+    """Decimal digits of each entry of ``n`` (most significant first), (B, width) int."""
+    n = np.asarray(n, dtype=np.int64)
+    width = int(max(1, len(str(int(n.max()))))) if width is None else width
+    powers = 10 ** np.arange(width - 1, -1, -1)
+    return (n[:, None] // powers[None, :]) % 10
+
+
+class AddTask(Task):
+    """Character-level addition: prompt ``BOS a + b =``, response the digits of a + b, EOS.
+
+    a and b are uniform in 0 .. 10^n - 1 (n = ``digits``, default 2), written with n digits
+    each (zero-padded: ``07 + 25 =``, so every prompt has 2n + 2 content tokens); the sum is
+    written without leading zeros (``3 2``, ``1 0 4``, ``0``) and then EOS, at most n + 2
+    tokens. Score 1 if the response is exactly that (EOS included), else 0.
+
+    The held-out set is a fixed ``n_heldout`` of the 10^{2n} pairs (a, b), chosen by a
+    generator seeded with 0 whatever the run's ``seed``; :meth:`sample_prompts` draws only
+    the other pairs, so training never sees a held-out sum.
+
+    Prior (the warm-up): a pupil who forgets to carry. With probability ``forget_prob``
+    it writes the column sums without carrying, (a_i + b_i) mod 10 in every column but
+    the leftmost, which is written in full (17 + 25 -> 32, 95 + 07 -> 92); otherwise it
+    writes a + b. On sums without a carry both are a + b, so the warmed-up reference is
+    right on those and, with forget_prob > 1/2, greedily wrong on the others (45% of
+    the two-digit pairs carry from the units): PPO has to learn to carry, and the KL to
+    the reference is the price.
+
+    Parameters
+    ----------
+    digits : int in 1 .. 4
+        n, digits per operand. Default 2. (With n = 1 there is no carry to forget.)
+    forget_prob : float in [0, 1]
+        How often the prior forgets its carries. Default 0.7.
+    n_heldout : int, optional
+        Size of the held-out set. Default min(200, 10^{2n} / 10).
+    """
+
+    name = "add"
+    summary = "the digits of a + b, then EOS (the prior forgets to carry)"
+
+    def __init__(self, digits=2, forget_prob=0.7, n_heldout=None):
+        self.digits = check_int(digits, "digits")
+        if self.digits > 4:
+            raise ValueError(f"digits: at most 4 (10^(2 digits) pairs are enumerated), "
+                             f"got {self.digits}")
+        if not 0 <= forget_prob <= 1:
+            raise ValueError(f"forget_prob: must be in [0, 1], got {forget_prob!r}")
+        self.forget_prob = float(forget_prob)
+        n = self.digits
+        super().__init__(12, 2 * n + 2, n + 2)
+        n_pairs = 10 ** (2 * n)
+        # 200: the held-out accuracy is logged every iteration, at ~1/3 of its cost
+        default = min(200, n_pairs // 10)
+        self.n_heldout = default if n_heldout is None else check_int(n_heldout, "n_heldout")
+        if self.n_heldout >= n_pairs:
+            raise ValueError(f"n_heldout: must be < {n_pairs} (the number of pairs), "
+                             f"got {self.n_heldout}")
+        order = np.random.default_rng(0).permutation(n_pairs)
+        #: pair index a * 10^n + b of the held-out and of the training sums, ascending
+        self.heldout_pairs = np.sort(order[: self.n_heldout])
+        self.train_pairs = np.sort(order[self.n_heldout :])
+
+    def __repr__(self):
+        return (f"AddTask(digits={self.digits}, forget_prob={self.forget_prob}, "
+                f"n_heldout={self.n_heldout})")
+
+    @property
+    def vocab(self):
+        return ADD_VOCAB
+
+    def prompts_for(self, a, b):
+        """The prompts of the sums a + b: int64 (B, 2n + 3), ``BOS a_1 .. a_n + b_1 .. b_n =``.
+
+        >>> ADD_VOCAB.decode(AddTask().prompts_for([7], [25])[0])
+        '<bos> 0 7 + 2 5 ='
+        """
+        a, b = np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64)
+        top = 10**self.digits
+        if a.ndim != 1 or a.shape != b.shape or np.any((a < 0) | (a >= top) | (b < 0)
+                                                          | (b >= top)):
+            raise ValueError(f"a, b: expected two (B,) integer arrays in [0, {top})")
+        B = a.shape[0]
+        return np.concatenate([
+            np.full((B, 1), BOS), DIGIT0 + _digits_of(a, self.digits), np.full((B, 1), PLUS),
+            DIGIT0 + _digits_of(b, self.digits), np.full((B, 1), EQUALS)], axis=1)
+
+    def operands(self, prompts):
+        """(a, b), two int64 (B,) arrays, read back from prompts."""
+        x = self._check_prompts(prompts)
+        n = self.digits
+        powers = 10 ** np.arange(n - 1, -1, -1)
+        a = ((x[:, 1 : 1 + n] - DIGIT0) * powers).sum(axis=1)
+        b = ((x[:, 2 + n : 2 + 2 * n] - DIGIT0) * powers).sum(axis=1)
+        return a, b
+
+    def _pairs_prompts(self, pairs):
+        top = 10**self.digits
+        return self.prompts_for(pairs // top, pairs % top)
+
+    def sample_prompts(self, rng, n):
+        """``n`` prompts of sums drawn uniformly from the training pairs; int64 (n, 2n + 3)."""
+        _check_rng(rng)
+        n = check_int(n, "n", 1)
+        return self._pairs_prompts(self.train_pairs[rng.integers(0, len(self.train_pairs),
+                                                                 size=n)])
+
+    def heldout_prompts(self):
+        """The fixed held-out prompts, int64 (n_heldout, 2n + 3): sums training never draws."""
+        return self._pairs_prompts(self.heldout_pairs)
+
+    def answer_tokens(self, total):
+        """Responses ``digits of total, EOS`` right-padded to T, and their mask."""
+        total = np.asarray(total, dtype=np.int64)
+        T = self.max_new_tokens
+        width = self.digits + 1
+        digits = _digits_of(total, width)  # (B, n + 1), leading zeros included
+        n = np.array([len(str(int(s))) for s in total])  # digits without leading zeros
+        # shift left by the number of leading zeros
+        shift = width - n
+        idx = np.arange(width)[None, :] + shift[:, None]
+        content = DIGIT0 + np.take_along_axis(digits, np.minimum(idx, width - 1), axis=1)
+        return _assemble(np.pad(content, ((0, 0), (0, T - width))), n, T)
+
+    def _score(self, content, y, n, stopped):
+        x = np.concatenate([np.full((content.shape[0], 1), BOS), content], axis=1)
+        a, b = self.operands(x)
+        want, want_mask = self.answer_tokens(a + b)
+        T = y.shape[1]
+        got = np.zeros((y.shape[0], self.max_new_tokens), dtype=np.int64)
+        got[:, :T] = _prefix(y, n)
+        # compare the tokens before EOS and the place of EOS; what follows EOS is ignored
+        want_n = want_mask.sum(axis=1).astype(np.int64) - 1
+        keep = np.arange(self.max_new_tokens)[None, :] < want_n[:, None]
+        same = np.all(np.where(keep, got == want, True), axis=1)
+        return (stopped & (n == want_n) & same).astype(np.float64)
+
+    def forgot_carry(self, a, b):
+        """The sum written without carries (the leftmost column in full): (B,) int64.
+
+        >>> AddTask().forgot_carry(np.array([17, 95, 85]), np.array([25, 7, 43])).tolist()
+        [32, 92, 128]
+        """
+        n = self.digits
+        da, db = _digits_of(a, n), _digits_of(b, n)
+        cols = da + db  # (B, n) column sums
+        cols[:, 1:] %= 10
+        return (cols * 10 ** np.arange(n - 1, -1, -1)).sum(axis=1)
+
+    def _prior(self, content, rng):
+        raise NotImplementedError  # sample_prior is overridden
+
+    def sample_prior(self, prompts, rng):
+        """The forgetful pupil's responses (class docstring): (responses, mask)."""
+        _check_rng(rng)
+        a, b = self.operands(prompts)
+        forget = rng.random(a.shape[0]) < self.forget_prob
+        return self.answer_tokens(np.where(forget, self.forgot_carry(a, b), a + b))
+
+    def random_score(self):
+        """P(exact match) for the random policy: (1 / 13)^(digits of a + b, plus EOS),
+        averaged over the training pairs."""
+        top = 10**self.digits
+        totals = self.train_pairs // top + self.train_pairs % top
+        lengths = np.char.str_len(totals.astype(str))
+        counts = np.bincount(lengths)
+        p = Fraction(1, self.n_content + 1)
+        return sum(int(c) * p ** (k + 1) for k, c in enumerate(counts) if c) / len(totals)
+
+    def prior_score(self):
+        """Exact expected score of the prior on the training pairs: the share of sums without
+        a carry, plus (1 - forget_prob) times the share with one (forget_prob as a Fraction
+        of its decimal text)."""
+        top = 10**self.digits
+        a, b = self.train_pairs // top, self.train_pairs % top
+        carry = int(np.sum(self.forgot_carry(a, b) != a + b))
+        n = len(self.train_pairs)
+        keep = 1 - Fraction(str(self.forget_prob))
+        return Fraction(n - carry, n) + keep * Fraction(carry, n)
+
+
+
 #: task name -> class; ``make_task(name)`` builds one with its default sizes
-TASKS = {cls.name: cls for cls in (TargetTask, LengthTask, ReverseTask, SortTask)}
+TASKS = {cls.name: cls for cls in (TargetTask, LengthTask, ReverseTask, SortTask, AddTask)}
 
 
 def make_task(name, **sizes):
