@@ -18,7 +18,12 @@ import numpy as np
 from ..._validation import as_array, as_mask, check_scalar, where_valid
 from ...aggregation import aggregate_kernel, aggregation_weights, mode_norm
 from ...gae import gae_kernel
-from ...kl import _score_bounds, kl_estimate_kernel, kl_shaped_rewards_kernel, kl_terms
+from ...kl import (
+    _score_bounds,
+    kl_estimate_grad_kernel,
+    kl_estimate_kernel,
+    kl_shaped_rewards_kernel,
+)
 from ...loss_options import PolicyLossOptions
 from ...objective import policy_loss_kernel
 from ...ratio import log_ratio
@@ -293,15 +298,12 @@ def whiten_advantages(a, m, p, *, ddof=1, eps=1e-8, eps_mode="add"):
 def kl_loss(x: Rollout, m, coef, estimator, clamp=None, agg="token-mean"):
     """``coef * aggregate(KL(logp || logp_ref), agg)`` and its gradient in ``logp``: the KL
     as a loss term instead of a reward (verl ``use_kl_loss``)."""
-    d = where_valid(m, x.logp) - where_valid(m, x.logp_ref)
-    kl, dkl = kl_terms(d, estimator)
-    dkl = dkl()
-    if clamp is not None:
-        inside = (kl >= -clamp) & (kl <= clamp)
-        kl, dkl = np.clip(kl, -clamp, clamp), np.where(inside, dkl, 0.0)
+    lp, ref = where_valid(m, x.logp), where_valid(m, x.logp_ref)
     norm = mode_norm(agg, None, m.shape[-1])
-    value = coef * float(aggregate_kernel(where_valid(m, kl), m, agg, norm))
-    grad = where_valid(m, coef * aggregation_weights(m, agg, norm) * dkl + 0.0)
+    kl = where_valid(m, kl_estimate_kernel(lp, ref, estimator, clamp))
+    value = coef * float(aggregate_kernel(kl, m, agg, norm))
+    w = aggregation_weights(m, agg, norm)
+    grad = where_valid(m, coef * kl_estimate_grad_kernel(lp, ref, estimator, m, clamp, w) + 0.0)
     return value, grad
 
 
