@@ -271,7 +271,7 @@ EDGE_CASES = {
     "gamma1-lam1": _gamma_lam(1.0, 1.0),
     "one-valid-token": _one_valid_token,
 }
-"""Builders of the named edge cases: ``builder(rng) -> (description, inputs, params)``."""
+"""The named edge cases' builders, ``builder(rng) -> (description, inputs, params)``."""
 
 
 def edge_case(name: str, seed: int = 0) -> dict:
