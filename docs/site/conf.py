@@ -66,6 +66,10 @@ html_last_updated_fmt = None
 # render as code without a link; any other unresolved reference fails the build.
 nitpick_ignore = [
     ("py:class", "ppo_numpy._npz.BadFileError"),  # the ValueError subclass of bad .npz files
+    # cmp's report (its fields are in cmp's docstring). Documenting it beside cmp would put
+    # one module's objects under two paths, and viewcode's links back from the source page
+    # then point at anchors that do not exist (the browser check saw it)
+    ("py:class", "ppo_numpy.gradcheck.Comparison"),
 ]
 nitpick_ignore_regex = [
     # a type written as words, not a name: "float > 0", '{"k1", "k2"}', "optional", np.ndarray
@@ -199,6 +203,9 @@ def _qualify_roles(app, what, name, obj, options, lines):
 
 
 def setup(app):
+    # MathJax on every page, not only on pages whose body has math: the sidebar shows the
+    # notebooks' titles, and some have math in them (01's rho_t, 04's delta_t)
+    app.set_html_assets_policy("always")
     app.connect("autodoc-process-docstring", _qualify_roles, priority=400)
     app.connect("missing-reference", _resolve_public)
     # after napoleon (priority 500) has turned the numpydoc sections into reST
