@@ -41,7 +41,7 @@ demo: $(RUN_STAMP)
 	$(ONE_THREAD) $(PY) -m ppo_numpy demo
 
 lint: $(DEV_STAMP)
-	$(PY) -m ruff check ppo_numpy tests benchmarks examples
+	$(PY) -m ruff check ppo_numpy tests benchmarks examples docs/site
 
 doctest: $(DEV_STAMP)
 	$(ONE_THREAD) $(PY) -m pytest -q --doctest-modules ppo_numpy

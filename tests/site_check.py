@@ -68,7 +68,7 @@ _PAGE_JS = r"""
   let text = '';
   for (let n = walker.nextNode(); n; n = walker.nextNode())
     if (!n.parentElement.closest(skip)) text += n.nodeValue + ' ';
-  const raw = [/\$\$/, /\$[^$\s][^$\n]*[^$\s\\]\$/, /\\begin\{/, /\\frac/]
+  const raw = [/\$\$/, /\$[^$\s](?:[^$\n]*[^$\s\\])?\$/, /\\begin\{/, /\\frac/]
       .map(re => (text.match(re) || [null])[0]).filter(Boolean);
   const nav = performance.getEntriesByType('navigation')[0];
   return {

@@ -26,7 +26,6 @@ import json
 import re
 import shutil
 import sys
-import textwrap
 import time
 from pathlib import Path
 
