@@ -54,7 +54,7 @@ _PAGE_JS = r"""
 (async () => {
   const wait = (ms) => new Promise(r => setTimeout(r, ms));
   const maths = Array.from(document.querySelectorAll('.math'));
-  if (maths.length) {
+  if (maths.length && document.querySelector('script[src*="mathjax"]')) {
     for (let i = 0; i < 200 && !(window.MathJax && MathJax.startup && MathJax.startup.promise); i++)
       await wait(25);
     if (window.MathJax && MathJax.startup) await MathJax.startup.promise;
