@@ -9,8 +9,12 @@ PY     := $(VENV)/bin/python
 # first, so either command may come first on a fresh clone.
 RUN_STAMP := $(VENV)/.installed-run
 DEV_STAMP := $(VENV)/.installed-dev
+# A third, for the documentation site's tools (requirements-docs.txt: Sphinx, MyST-NB, ...):
+# only `make docs` (and so `make test`) installs them; `make demo` never does.
+DOCS_STAMP := $(VENV)/.installed-docs
+DOCS_OUT   := build/docs
 
-.PHONY: demo test lint doctest pytest notebooks bench clean
+.PHONY: demo test lint doctest pytest notebooks bench clean docs docs-check docs-serve
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +29,10 @@ $(DEV_STAMP): $(RUN_STAMP) requirements-dev.txt
 	$(PY) -m pip install --quiet -r requirements-dev.txt
 	touch $(DEV_STAMP)
 
+$(DOCS_STAMP): $(DEV_STAMP) requirements-docs.txt
+	$(PY) -m pip install --quiet -r requirements-docs.txt
+	touch $(DOCS_STAMP)
+
 # One BLAS thread: the toy model's matrices are tiny, and OpenBLAS's threads made
 # training ~4x slower on a 2-core machine (benchmarks/train_speed.py).
 ONE_THREAD := OPENBLAS_NUM_THREADS=1
@@ -33,18 +41,33 @@ demo: $(RUN_STAMP)
 	$(ONE_THREAD) $(PY) -m ppo_numpy demo
 
 lint: $(DEV_STAMP)
-	$(PY) -m ruff check ppo_numpy tests benchmarks examples
+	$(PY) -m ruff check ppo_numpy tests benchmarks examples docs/site
 
 doctest: $(DEV_STAMP)
 	$(ONE_THREAD) $(PY) -m pytest -q --doctest-modules ppo_numpy
 
-pytest: $(DEV_STAMP)
+# pytest checks the built site in a browser (tests/test_docs_site.py), so it builds it first
+pytest: $(DEV_STAMP) docs
 	$(ONE_THREAD) $(PY) -m pytest -q --durations=5 tests
 
 test: lint doctest pytest
 
 notebooks: $(DEV_STAMP)
 	$(ONE_THREAD) $(PY) -m tests.notebook_runner --write notebooks/*.ipynb
+
+# The site: docs/*.md, the notebooks (stored outputs) and the API reference, rebuilt from
+# scratch into build/docs/html with warnings as errors (docs/site/build.py).
+docs: $(DOCS_STAMP)
+	$(ONE_THREAD) $(PY) docs/site/build.py $(DOCS_OUT)
+
+# Every page opened in headless Chromium (apt-get install -y chromium): rendered, math
+# typeset, images loaded, internal links resolve; screenshots in build/docs/screenshots.
+docs-check: docs
+	$(PY) -m tests.site_check $(DOCS_OUT)/html
+
+# Read the site at http://127.0.0.1:8000/
+docs-serve: docs
+	$(PY) -m http.server --bind 127.0.0.1 --directory $(DOCS_OUT)/html 8000
 
 bench: $(RUN_STAMP)
 	$(PY) -m benchmarks

@@ -22,7 +22,7 @@ d loss / d inputs      policy_loss_grad, ...       ppo_numpy.loss_grads
 finite differences     gradcheck, cmp              ppo_numpy.gradcheck
 toy policies           MLPPolicy, BigramPolicy     ppo_numpy.policy
 loss + grads (params)  ppo_loss_and_grads          ppo_numpy.policy.loss
-group baselines        grpo_advantages, rloo_...   ppo_numpy.group_advantages
+group baselines        grpo_advantages, ...        ppo_numpy.group_advantages
 rollout batch          Rollout                     ppo_numpy.rollout
 loss options           PolicyLossOptions           ppo_numpy.loss_options
 =====================  ==========================  ===========================

@@ -2,7 +2,7 @@
 
     df/dx_j ~ (f(x + h e_j) - f(x - h e_j)) / (2 h)
 
-in float64: the error is O(h^2) from truncation plus about eps_64 |f| / h from
+in float64: the error is O(h^2) from truncation plus about ``eps_64 |f| / h`` from
 rounding, so h = 1e-5 balances the two at roughly 1e-10 relative error for
 smooth functions of size 1. Inputs must sit more than h away from every kink
 (clip, min, max, abs), or the difference quotient straddles it.

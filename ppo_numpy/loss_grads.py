@@ -275,7 +275,7 @@ def kl_estimate_grad(logp, logp_ref, estimator="k1", mask=None, *, clamp=None, a
         abs = |d|                 dabs/dlogp = sign(d)   (0 at d = 0)
 
     Each estimator depends on d only, so d KL_t / d logp_ref = -(this). With
-    ``clamp`` the derivative is 0 where |KL_t| > clamp (the bound passes).
+    ``clamp`` the derivative is 0 where ``|KL_t| > clamp`` (the bound passes).
 
     Parameters
     ----------

@@ -394,7 +394,7 @@ EDGE_CASES = {
     "one-sided-log-ratios": _one_sided_log_ratios,
     "holes-discounted": _holes_discounted,
 }
-"""Builders of the named edge cases: ``builder(rng) -> (description, inputs, params)``."""
+"""The named edge cases' builders, ``builder(rng) -> (description, inputs, params)``."""
 
 
 def edge_case(name: str, seed: int = 0) -> dict:

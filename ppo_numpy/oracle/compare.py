@@ -21,7 +21,7 @@ float64    1.1e-16  1e-9     1e-12    two float64 codes that sum in another orde
                                       over N tokens) differ by up to ~N u; atol =
                                       1e4 u covers O(1) outputs of batches of up
                                       to ~1e4 tokens; rtol covers large elements
-                                      (rho = e^50) whose error is |log rho| u
+                                      (rho = e^50) whose error is ``|log rho| u``
 float32    6.0e-8   1e-4     1e-5     the same growth on u_32: 1e4 u_32 = 6e-4
                                       would be the bound for 1e4 tokens; errors on
                                       the generated cases (<= 96 tokens) stay below
@@ -50,7 +50,7 @@ Conventions of the comparison:
 * Kinks. clip, min and max make gradients and clip fractions jump: a
   token whose rho sits within rounding of 1 + eps is clipped in one
   precision and not in the other. The reference is therefore also run on
-  ``probes`` copies of the inputs, each element moved by +-4 u max(|x|, 1)
+  ``probes`` copies of the inputs, each element moved by ``+-4 u max(|x|, 1)``
   with random signs. Where the reference's values over the probes spread
   wider than the tolerance (a kink, or an ill-conditioned point such as
   whitening a zero-variance batch), the element's error is its distance to
@@ -73,12 +73,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 PROBE_SCALE = 4.0
-"""Probe perturbations are +-PROBE_SCALE * u * max(|x|, 1)."""
+"""Probe perturbations are ``+-PROBE_SCALE * u * max(|x|, 1)``."""
 
 
 @dataclass(frozen=True)
 class Tolerance:
-    """Pass rule |actual - expected| <= atol + rtol |expected| for one dtype."""
+    """Pass rule ``|actual - expected| <= atol + rtol |expected|`` for one dtype."""
 
     rtol: float
     atol: float
@@ -172,7 +172,7 @@ def as_float64_case(case: dict) -> dict:
 
 
 def probe_cases(case: dict, dtype, n: int, *, seed: int = 0) -> list:
-    """``n`` float64 copies of ``case`` with each valid input moved by +-4 u max(|x|, 1)."""
+    """``n`` float64 copies of ``case`` with each valid input moved by ``+-4 u max(|x|, 1)``."""
     u = TOLERANCES[check_dtype(dtype)].unit_roundoff
     rng = np.random.default_rng([seed, n])
     valid = np.asarray(case["inputs"]["mask"]) == 1

@@ -69,7 +69,7 @@ class Adam:
 
     Examples
     --------
-    The first step moves each coordinate by lr * g / (|g| + eps), about lr:
+    The first step moves each coordinate by ``lr * g / (|g| + eps)``, about lr:
 
     >>> p = {"x": np.array([1.0, -2.0])}
     >>> opt = Adam(p, lr=0.1)

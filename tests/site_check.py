@@ -1,0 +1,292 @@
+"""Open every page of the built documentation site in headless Chromium and check it rendered.
+
+    python -m tests.site_check build/docs/html      (make docs-check)
+
+The site is served on 127.0.0.1 by a thread of this process; Chromium is driven over the
+DevTools protocol (a websocket; websocket-client is in requirements-docs.txt). For every
+``*.html`` page of the site:
+
+* the page loads with HTTP 200, has a title and an article, and throws no JavaScript error;
+* math is typeset: every ``.math`` element Sphinx wrote holds MathJax output
+  (``mjx-container``), MathJax reports no TeX error (``mjx-merror``), and no raw TeX is
+  left in the text outside code (``$$``, ``$x$``, ``\\begin{``, ``\\frac``);
+* every image loaded (``naturalWidth > 0``);
+* every internal link resolves: its file exists in the site and its ``#anchor``, if any,
+  is an id of that page (checked after all pages are read).
+
+Screenshots of the home page, one notebook page and one API page go to
+``<site>/../screenshots``. The browser is Debian's Chromium (``apt-get install -y
+chromium``); :func:`find_browser` returns None where none is installed (the test then
+skips).
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import http.server
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# what this machine's Chromium needs to start headless and talk only to 127.0.0.1
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                  "--no-first-run", "--disable-background-networking",
+                  "--disable-component-update", "--disable-sync", "--hide-scrollbars",
+                  "--remote-allow-origins=*", "--remote-debugging-port=0"]
+
+# (file name, page, scroll to the first element matching this selector first, or None)
+SCREENSHOTS = [("home.png", "index.html", None),
+               ("notebook.png", "notebooks/05_gae.html", "div.cell_output img"),
+               ("api.png", "api/names/gae.html", None)]
+
+# evaluated in each page once it has loaded; returns what the checks need
+_PAGE_JS = r"""
+(async () => {
+  const wait = (ms) => new Promise(r => setTimeout(r, ms));
+  const maths = Array.from(document.querySelectorAll('.math'));
+  if (maths.length && document.querySelector('script[src*="mathjax"]')) {
+    for (let i = 0; i < 200 && !(window.MathJax && MathJax.startup && MathJax.startup.promise); i++)
+      await wait(25);
+    if (window.MathJax && MathJax.startup) await MathJax.startup.promise;
+  }
+  const imgs = Array.from(document.images);
+  imgs.forEach(i => { i.loading = 'eager'; });
+  await Promise.race([wait(10000), Promise.all(imgs.map(i => i.complete ? 0 :
+      new Promise(r => { i.addEventListener('load', r); i.addEventListener('error', r); })))]);
+  const skip = 'pre, code, script, style, mjx-container, textarea, .highlight, .math';
+  const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  let text = '';
+  for (let n = walker.nextNode(); n; n = walker.nextNode())
+    if (!n.parentElement.closest(skip)) text += n.nodeValue + ' ';
+  const raw = [/\$\$/, /\$[^$\s](?:[^$\n]*[^$\s\\])?\$/, /\\begin\{/, /\\frac/]
+      .map(re => (text.match(re) || [null])[0]).filter(Boolean);
+  const nav = performance.getEntriesByType('navigation')[0];
+  return {
+    status: nav ? nav.responseStatus : 0,
+    title: document.title,
+    article: !!document.querySelector('article'),
+    math: maths.length,
+    untypeset: maths.filter(m => !m.querySelector('mjx-container')).length,
+    merror: document.querySelectorAll('mjx-merror').length,
+    raw_tex: raw,
+    images: imgs.length,
+    broken_images: imgs.filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.src),
+    links: Array.from(document.querySelectorAll('a[href]')).map(a => a.href)
+        .filter(h => h.startsWith(location.origin)),
+    ids: Array.from(document.querySelectorAll('[id], a[name]')).map(e => e.id || e.name),
+  };
+})()
+"""
+
+
+def find_browser() -> str | None:
+    """Path of an installed Chromium (Debian's `chromium`), or None."""
+    for name in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable"):
+        path = shutil.which(name)
+        if path:
+            return path
+    return None
+
+
+class _Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+class Browser:
+    """One headless Chromium and one tab, driven by DevTools protocol commands."""
+
+    def __init__(self, binary: str):
+        import websocket  # websocket-client (requirements-docs.txt)
+        self.profile = tempfile.mkdtemp(prefix="site-check-chromium-")
+        self.proc = subprocess.Popen([binary, *CHROMIUM_FLAGS, f"--user-data-dir={self.profile}",
+                                      "about:blank"],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        port_file = Path(self.profile) / "DevToolsActivePort"
+        for _ in range(300):
+            if port_file.exists() and len(port_file.read_text().split()) >= 2:
+                break
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{binary} exited with code {self.proc.returncode}")
+            time.sleep(0.05)
+        else:
+            raise RuntimeError(f"{binary} did not open its DevTools port")
+        port = int(port_file.read_text().split()[0])
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list") as r:
+            page = next(t for t in json.load(r) if t["type"] == "page")
+        self.ws = websocket.create_connection(page["webSocketDebuggerUrl"], timeout=60,
+                                              suppress_origin=True)
+        self.next_id = 0
+        self.events: list[dict] = []
+        for domain in ("Page", "Runtime"):
+            self.send(f"{domain}.enable")
+        self.send("Emulation.setDeviceMetricsOverride", width=1280, height=900,
+                  deviceScaleFactor=1, mobile=False)
+
+    def send(self, method: str, **params) -> dict:
+        self.next_id += 1
+        self.ws.send(json.dumps({"id": self.next_id, "method": method, "params": params}))
+        while True:
+            msg = json.loads(self.ws.recv())
+            if msg.get("id") == self.next_id:
+                if "error" in msg:
+                    raise RuntimeError(f"{method}: {msg['error']}")
+                return msg["result"]
+            self.events.append(msg)
+
+    def wait_event(self, method: str, timeout: float = 30) -> dict:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            for i, e in enumerate(self.events):
+                if e.get("method") == method:
+                    return self.events.pop(i)
+            self.events.append(json.loads(self.ws.recv()))
+        raise TimeoutError(method)
+
+    def open(self, url: str) -> tuple[dict, list[str]]:
+        """Navigate, wait for the load event, run the page checks; (facts, JS errors)."""
+        self.events.clear()
+        self.send("Page.navigate", url=url)
+        self.wait_event("Page.loadEventFired")
+        res = self.send("Runtime.evaluate", expression=_PAGE_JS, awaitPromise=True,
+                        returnByValue=True)
+        if "exceptionDetails" in res:
+            raise RuntimeError(f"{url}: page check failed: {res['exceptionDetails']}")
+        errors = [e["params"]["exceptionDetails"].get("exception", {}).get("description")
+                  or e["params"]["exceptionDetails"].get("text", "")
+                  for e in self.events if e.get("method") == "Runtime.exceptionThrown"]
+        return res["result"]["value"], errors
+
+    def screenshot(self, path: Path, scroll_to: str | None = None) -> None:
+        if scroll_to:
+            self.send("Runtime.evaluate", expression=(
+                f"document.querySelector({json.dumps(scroll_to)})"
+                "?.scrollIntoView({block: 'center'})"))
+            time.sleep(0.3)
+        data = self.send("Page.captureScreenshot", format="png")["data"]
+        path.write_bytes(base64.b64decode(data))
+
+    def close(self) -> None:
+        try:
+            self.ws.close()
+        finally:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+            shutil.rmtree(self.profile, ignore_errors=True)
+
+
+@dataclass
+class Report:
+    pages: int = 0
+    math_pages: int = 0
+    images: int = 0
+    links: int = 0
+    problems: list[str] = field(default_factory=list)
+    screenshots: list[Path] = field(default_factory=list)
+
+    def __str__(self) -> str:
+        head = (f"site check: {self.pages} pages in headless Chromium, {self.math_pages} with "
+                f"math, {self.images} images, {self.links} internal links; "
+                f"{len(self.problems)} problem(s)")
+        return "\n".join([head, *("  " + p for p in self.problems)])
+
+
+def check_site(html: Path, screenshots: Path | None = None, binary: str | None = None,
+               pages: list[str] | None = None) -> Report:
+    """Open every page of the site in ``html`` (or only ``pages``) and check it."""
+    html = Path(html).resolve()
+    binary = binary or find_browser()
+    if binary is None:
+        raise RuntimeError("no Chromium installed: apt-get install -y chromium")
+    pages = pages or sorted(p.relative_to(html).as_posix() for p in html.rglob("*.html"))
+    handler = functools.partial(_Quiet, directory=str(html))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_address[1]}/"
+    report = Report()
+    ids: dict[str, set[str]] = {}
+    links: dict[str, list[str]] = {}
+    browser = Browser(binary)
+    try:
+        for page in pages:
+            facts, errors = browser.open(base + page)
+            report.pages += 1
+            report.math_pages += facts["math"] > 0
+            report.images += facts["images"]
+            bad = []
+            if facts["status"] != 200:
+                bad.append(f"HTTP {facts['status']}")
+            if not facts["title"] or not facts["article"]:
+                bad.append("no title or no article: not a page of the site")
+            bad += [f"JavaScript error: {e}" for e in errors]
+            if facts["untypeset"]:
+                bad.append(f"{facts['untypeset']} of {facts['math']} math elements not typeset")
+            if facts["merror"]:
+                bad.append(f"{facts['merror']} MathJax error(s) (bad TeX)")
+            bad += [f"raw TeX in the text: {t!r}" for t in facts["raw_tex"]]
+            bad += [f"image not loaded: {src}" for src in facts["broken_images"]]
+            report.problems += [f"{page}: {b}" for b in bad]
+            ids[page] = set(facts["ids"])
+            links[page] = facts["links"]
+        for page, hrefs in links.items():
+            for href in hrefs:
+                report.links += 1
+                problem = _link_problem(href[len(base):], html, ids)
+                if problem:
+                    report.problems.append(f"{page}: link {href[len(base):]}: {problem}")
+        if screenshots is not None:
+            screenshots.mkdir(parents=True, exist_ok=True)
+            for name, page, scroll in SCREENSHOTS:
+                if (html / page).exists():
+                    browser.open(base + page)
+                    browser.screenshot(screenshots / name, scroll)
+                    report.screenshots.append(screenshots / name)
+    finally:
+        browser.close()
+        server.shutdown()
+        server.server_close()
+    return report
+
+
+def _link_problem(rel: str, html: Path, ids: dict[str, set[str]]) -> str | None:
+    """Why the internal link ``rel`` (relative to the site root) does not resolve, or None."""
+    parts = urllib.parse.urlsplit(rel)
+    path = urllib.parse.unquote(parts.path)
+    if path == "" or path.endswith("/"):
+        path += "index.html"
+    if not (html / path).is_file():
+        return "no such file in the site"
+    anchor = urllib.parse.unquote(parts.fragment)
+    if anchor and path in ids and anchor not in ids[path]:
+        return f"no element with id {anchor!r} on that page"
+    return None
+
+
+def main(argv: list[str]) -> int:
+    html = Path(argv[0] if argv else "build/docs/html")
+    if not (html / "index.html").is_file():
+        print(f"site check: no site in {html}; build it with `make docs`", file=sys.stderr)
+        return 2
+    start = time.perf_counter()
+    report = check_site(html, screenshots=html.parent / "screenshots")
+    print(report)
+    print(f"screenshots: {', '.join(os.fspath(p) for p in report.screenshots)} "
+          f"({time.perf_counter() - start:.0f} s)")
+    return 1 if report.problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
