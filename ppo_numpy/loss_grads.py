@@ -148,7 +148,7 @@ def policy_loss_and_grad(logp, logp_old, advantages, mask=None, epsilon=0.2, agg
     """:func:`ppo_policy_loss` and :func:`policy_loss_grad` of one call: ``(loss, stats, dlogp)``.
 
     The arguments are checked once and the loss is built once (one
-    :class:`~ppo_numpy.objective.PolicyLoss`): the same numbers, bit for bit, as the two
+    ``PolicyLoss`` (:mod:`ppo_numpy.objective`)): the same numbers, bit for bit, as the two
     calls, for about half the work.
 
     Examples

@@ -20,34 +20,34 @@ and NaN or inf appear only where mask is 0.
 
 The edge cases (:data:`EDGE_CASES`):
 
-======================  ======================================================
-name                    what it exercises
-======================  ======================================================
-length-1                every response is one token long
-left-padding            padding before the response (score at the last column)
-right-padding           padding after the response (the usual layout)
-multi-turn-holes        masks with holes: V(s_{t+1}) skips masked turns
-garbage-in-padding      NaN, +-inf and +-1e30 at every padding position
-extreme-log-ratios      logp - logp_old = +-50 and +-20 (rho = e^50 ~ 5e21)
-extreme-kl              logp - logp_ref and logp_old - logp_ref = +-50
-all-equal-rewards       equal scores, no KL, zero values, gamma = lam = 1:
-                        every advantage is 1 and whitening divides 0 by sqrt(eps)
-gamma0-lam0 ...         gamma and lambda at 0 and 1 (four cases)
-one-valid-token         one response token in the whole batch (whitening
-                        needs two: the presets that whiten reject it)
-dual-clip               rho in [3.3, 7.4] everywhere, advantages of both signs
-                        in each row: the dual clip bound decides most A < 0
-                        terms, the upper clip bound the A > 0 ones
-tiny-advantage-variance advantages of size 1e-4 (variance ~1e-8 ~ eps): the
-                        whitening's eps and its mode change them by O(1)
-values-on-clip-bounds   values one ulp inside the bounds V_old +- 0.2 and
-                        +- 0.5, returns close to them: the two forms of
-                        the value clip count different tokens as clipped
-one-sided-log-ratios    logp - logp_old = +25 on two columns (not balanced):
-                        a log-ratio clamp at 20 shows in the logged KL
-holes-discounted        holes in the mask with gamma 0.9, lam 0.8: skipping a
-                        hole and running through it differ
-======================  ======================================================
+========================  ======================================================
+name                      what it exercises
+========================  ======================================================
+length-1                  every response is one token long
+left-padding              padding before the response (score at the last column)
+right-padding             padding after the response (the usual layout)
+multi-turn-holes          masks with holes: V(s_{t+1}) skips masked turns
+garbage-in-padding        NaN, +-inf and +-1e30 at every padding position
+extreme-log-ratios        logp - logp_old = +-50 and +-20 (rho = e^50 ~ 5e21)
+extreme-kl                logp - logp_ref and logp_old - logp_ref = +-50
+all-equal-rewards         equal scores, no KL, zero values, gamma = lam = 1:
+                          every advantage is 1 and whitening divides 0 by sqrt(eps)
+gamma0-lam0 ...           gamma and lambda at 0 and 1 (four cases)
+one-valid-token           one response token in the whole batch (whitening
+                          needs two: the presets that whiten reject it)
+dual-clip                 rho in [3.3, 7.4] everywhere, advantages of both signs
+                          in each row: the dual clip bound decides most A < 0
+                          terms, the upper clip bound the A > 0 ones
+tiny-advantage-variance   advantages of size 1e-4 (variance ~1e-8 ~ eps): the
+                          whitening's eps and its mode change them by O(1)
+values-on-clip-bounds     values one ulp inside the bounds V_old +- 0.2 and
+                          +- 0.5, returns close to them: the two forms of
+                          the value clip count different tokens as clipped
+one-sided-log-ratios      logp - logp_old = +25 on two columns (not balanced):
+                          a log-ratio clamp at 20 shows in the logged KL
+holes-discounted          holes in the mask with gamma 0.9, lam 0.8: skipping a
+                          hole and running through it differ
+========================  ======================================================
 
 Every convention switch of :mod:`ppo_numpy.oracle.switches` changes some output
 on some case, by more than the tolerance (``tests/test_diagnose.py`` plants each

@@ -85,7 +85,7 @@ class Preset:
     tolerances : dict
         ``{dtype: (rtol, atol)}`` where the framework's own arithmetic implies a
         wider tolerance than :data:`ppo_numpy.oracle.compare.TOLERANCES` (see
-        :func:`float32_roundings`); ``compare`` uses it against this preset.
+        ``float32_roundings``); ``compare`` uses it against this preset.
     tolerance_note : str
         Why, in one sentence with the framework's source.
     input_names : tuple of str
