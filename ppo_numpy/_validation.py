@@ -169,19 +169,21 @@ def finite_entries(arr: np.ndarray) -> np.ndarray:
 _SUM_FROM = 1 << 18
 
 
-def check_finite(arr: np.ndarray, name: str, mask: np.ndarray) -> None:
-    """Raise if ``arr`` has NaN or inf at a valid (mask = 1) position."""
+def check_finite(arr: np.ndarray, name: str, mask: np.ndarray) -> bool:
+    """Raise if ``arr`` has NaN or inf at a valid (mask = 1) position.
+
+    Returns True when every entry, padding included, is finite (the fast path)."""
     if arr.dtype != object:
         # the fast path: every entry finite (then there is nothing to find below)
         if arr.size <= _SUM_FROM:
             # why: no errstate to enter (a few us, more than the pass for small arrays)
             if np.isfinite(arr).all():
-                return
+                return True
         else:
             with np.errstate(over="ignore", invalid="ignore"):
                 # why: one read pass; a NaN or inf anywhere makes the sum non-finite
                 if np.isfinite(arr.sum()):
-                    return
+                    return True
     bad = mask & ~finite_entries(arr)
     if np.any(bad):
         idx = tuple(int(i) for i in np.argwhere(bad)[0])
@@ -189,6 +191,7 @@ def check_finite(arr: np.ndarray, name: str, mask: np.ndarray) -> None:
             f"{name}: non-finite value {arr[idx]} at valid position {idx} "
             "(NaN and inf are allowed only where mask is 0)"
         )
+    return False
 
 
 def where_valid(mask: np.ndarray, arr: np.ndarray) -> np.ndarray:
@@ -197,12 +200,23 @@ def where_valid(mask: np.ndarray, arr: np.ndarray) -> np.ndarray:
     return np.where(mask, arr, zero)
 
 
-def prepare(arrays: dict, mask, *, ranks=(1, 2), exact: bool | None = None):
+#: ``prepare(..., zero_padding=False)`` leaves large float arrays as given from this size on
+_KEEP_FROM = 1 << 16
+
+
+def prepare(arrays: dict, mask, *, ranks=(1, 2), exact: bool | None = None,
+            zero_padding: bool = True):
     """Convert the named arrays, check shapes, the mask and finiteness.
 
     ``arrays`` maps argument names to values; the first one sets the shape.
     Returns ``(converted_arrays_in_order, mask_bool)``; padding positions of
     the converted arrays are replaced by 0 so that nothing there can leak.
+
+    ``zero_padding=False`` (for kernels that compute element by element and zero
+    their *output* at padding): a float array of at least ``_KEEP_FROM`` entries that
+    is finite everywhere comes back as given (no copy; never to be written into), its
+    padding not zeroed; the caller computes under ``np.errstate`` (finite garbage at
+    padding may overflow) and zeroes its result there.
     """
     names = list(arrays)
     if exact is None:
@@ -214,11 +228,11 @@ def prepare(arrays: dict, mask, *, ranks=(1, 2), exact: bool | None = None):
     for n, a in zip(names[1:], out[1:]):
         check_same_shape(out[0], names[0], a, n)
     m = as_mask(mask, out[0], names[0])
-    for n, a in zip(names, out):
-        check_finite(a, n, m)
+    finite = [check_finite(a, n, m) for n, a in zip(names, out)]
     if mask is not None:
         # where_valid returns a new array: the caller's is never written into
-        return [where_valid(m, a) for a in out], m
+        return [a if not zero_padding and ok and a.dtype != object and a.size >= _KEEP_FROM
+                else where_valid(m, a) for a, ok in zip(out, finite)], m
     return [_own(a, arrays[n]) for n, a in zip(names, out)], m
 
 

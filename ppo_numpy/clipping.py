@@ -19,7 +19,7 @@ from functools import cached_property
 
 import numpy as np
 
-from ._validation import check_scalar, prepare, scalar_for
+from ._validation import check_scalar, prepare, scalar_for, where_valid
 
 
 def clip_bounds(epsilon, epsilon_high=None, like=None):
@@ -110,7 +110,13 @@ class ClipCases:
     @cached_property
     def clipped(self):
         # clip(rho_t, 1 - eps, 1 + eps_high) A_t
-        return np.minimum(np.maximum(self.rho, self.lo), self.hi) * self.A
+        if self.rho.dtype != object and self.lo > 0:
+            # one pass; equal to the max then min below (no zero whose sign could differ)
+            clipped = np.clip(self.rho, self.lo, self.hi)
+        else:
+            clipped = np.minimum(np.maximum(self.rho, self.lo), self.hi)
+        clipped *= self.A
+        return clipped
 
     @cached_property
     def term_min(self):
@@ -184,9 +190,13 @@ class ClipCases:
         return (self.rho < self.lo) | (self.rho > self.hi)
 
 
-def check_rho(rho: np.ndarray) -> None:
-    if np.any(rho < 0):
-        idx = tuple(int(i) for i in np.argwhere(rho < 0)[0])
+def check_rho(rho: np.ndarray, m=None) -> None:
+    """Raise unless rho >= 0 (at the valid positions of ``m``, when given)."""
+    if rho.size and rho.dtype != object and rho.min() >= 0:
+        return  # one read pass
+    bad = rho < 0 if m is None else (rho < 0) & m
+    if np.any(bad):
+        idx = tuple(int(i) for i in np.argwhere(bad)[0])
         raise ValueError(f"rho: ratios must be >= 0, got {rho[idx]} at index {idx}")
 
 
@@ -229,10 +239,13 @@ def clipped_surrogate(rho, advantages, epsilon=0.2, *, epsilon_high=None, dual_c
     >>> [float(v) for v in clipped_surrogate([1.0, 1.0], [0.3, -0.7])]
     [0.3, -0.7]
     """
-    (rho, adv), m = prepare({"rho": rho, "advantages": advantages}, mask)
-    check_rho(rho)
+    (rho, adv), m = prepare({"rho": rho, "advantages": advantages}, mask,
+                            zero_padding=False)
+    check_rho(rho, m)
     lo, hi = clip_bounds(epsilon, epsilon_high, like=rho)
     c = check_dual_clip(dual_clip)
     c = None if c is None else scalar_for(c, rho)
-    # rho and A are 0 at padding (prepare), and so is the term there: min(0, clip(0) 0) = 0
-    return ClipCases(rho, adv, lo, hi, c).term
+    with np.errstate(over="ignore", invalid="ignore"):
+        term = ClipCases(rho, adv, lo, hi, c).term
+    # exactly 0 at padding (the inputs may hold anything finite there)
+    return term if mask is None else where_valid(m, term)
