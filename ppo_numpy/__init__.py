@@ -20,7 +20,8 @@ H_t                    entropy_from_logits         ppo_numpy.entropy
 beta schedule          Adaptive/FixedKLController  ppo_numpy.training.kl_controllers
 d loss / d inputs      policy_loss_grad, ...       ppo_numpy.loss_grads
 finite differences     gradcheck, cmp              ppo_numpy.gradcheck
-toy policies           MLPPolicy, BigramPolicy     ppo_numpy.policy
+toy policies           MLPPolicy, BigramPolicy,    ppo_numpy.policy
+                       TransformerPolicy
 loss + grads (params)  ppo_loss_and_grads          ppo_numpy.policy.loss
 group baselines        grpo_advantages, ...        ppo_numpy.group_advantages
 rollout batch          Rollout                     ppo_numpy.rollout
@@ -60,6 +61,7 @@ from .policy import (
     Adam,
     BigramPolicy,
     MLPPolicy,
+    TransformerPolicy,
     clip_grad_norm,
     load_checkpoint,
     ppo_loss_and_grads,
@@ -87,6 +89,7 @@ __all__ = [
     "PolicyLossOptions",
     "Rollout",
     "SGD",
+    "TransformerPolicy",
     "aggregate",
     "aggregate_grad",
     "clip_grad_norm",

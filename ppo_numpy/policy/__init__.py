@@ -6,6 +6,7 @@ what                names                                                 module
 token ids           PAD, BOS, EOS, FIRST_CONTENT, Vocab                   vocab
 tabular policy      BigramPolicy                                          bigram
 MLP policy          MLPPolicy                                             mlp
+transformer policy  TransformerPolicy                                     transformer
 rollouts            sample, evaluate, Rollout, Evaluation                 sampling
 PPO loss + grads    ppo_loss_and_grads                                    loss
 optimisers          Adam, SGD, clip_grad_norm                             optim
@@ -19,6 +20,7 @@ from .loss import ppo_loss_and_grads
 from .mlp import MLPPolicy
 from .optim import SGD, Adam, clip_grad_norm
 from .sampling import Evaluation, Rollout, evaluate, sample
+from .transformer import TransformerPolicy
 from .vocab import BOS, EOS, FIRST_CONTENT, PAD, Vocab
 
 __all__ = [
@@ -32,6 +34,7 @@ __all__ = [
     "PAD",
     "Rollout",
     "SGD",
+    "TransformerPolicy",
     "Vocab",
     "clip_grad_norm",
     "evaluate",
