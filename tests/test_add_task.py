@@ -238,7 +238,8 @@ def test_the_command_line_runs_grpo_on_add(capsys, tmp_path):
     from ppo_numpy.programs import train as cli
     from ppo_numpy.training.config import PPOConfig
 
-    argv = ["--task", "add", "--policy", "transformer", "--algo", "grpo", "--group-size", "4",
+    # no --group-size: the add task's GRPO default, G = 4
+    argv = ["--task", "add", "--policy", "transformer", "--algo", "grpo",
             "--d-model", "8", "--n-heads", "2", "--n-layers", "1", "--iterations", "2",
             "--warmup-steps", "3", "--batch-size", "8", "--minibatches", "2", "--epochs", "1",
             "--no-plot", "--out", str(tmp_path / "r")]
@@ -246,3 +247,19 @@ def test_the_command_line_runs_grpo_on_add(capsys, tmp_path):
     assert "greedy acc" in capsys.readouterr().out
     saved = PPOConfig.from_json((tmp_path / "r/config.json").read_text())
     assert (saved.algo, saved.group_size, saved.model) == ("grpo", 4, "transformer")
+
+
+def test_grpo_on_add_has_its_own_group_size_under_the_options():
+    from ppo_numpy.training.config import DEFAULT_GROUP_SIZE, PPOConfig, config_for_task
+
+    assert config_for_task(task="add", algo="grpo").group_size == 4
+    assert config_for_task(task="add", algo="grpo", group_size=8).group_size == 8
+    # PPO on add, and GRPO on the other tasks, keep G = None (1 for ppo, 8 for grpo)
+    assert config_for_task(task="add").group_size is None
+    assert config_for_task(task="add", algo="rloo").group_size is None
+    assert config_for_task(task="length", algo="grpo") == PPOConfig(task="length", algo="grpo")
+    assert DEFAULT_GROUP_SIZE["grpo"] == 8
+    # the rest of the add task's defaults apply to GRPO too
+    grpo = config_for_task(task="add", algo="grpo")
+    assert (grpo.model, grpo.lr, grpo.warmup_steps, grpo.iterations) == (
+        "transformer", 3e-4, 1500, 150)
