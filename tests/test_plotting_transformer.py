@@ -83,7 +83,8 @@ def test_accuracy_by_sum_draws_cells_line_and_bars():
     for im in heat:
         (line,) = im.axes.get_lines()
         x, y = line.get_data()
-        np.testing.assert_allclose(np.asarray(x) + np.asarray(y), [9.0, 9.0])
+        np.testing.assert_allclose(np.asarray(x) + np.asarray(y), [9.5, 9.5])
+        assert im.axes.get_xlim() == (-0.5, 9.5) and im.axes.get_ylim() == (-0.5, 9.5)
     bars_ax = fig.axes[2]
     heights = [p.get_height() for p in bars_ax.patches]
     # before: no carry 2/2, carry 0/2; after: no carry 1/2, carry 1/2

@@ -135,8 +135,10 @@ def plot_accuracy_by_sum(a, b, correct, carry, *, digits=2):
         with np.errstate(invalid="ignore", divide="ignore"):
             grid = np.where(count > 0, hits / count, np.nan)  # rows b_1, columns a_1
         image = ax.imshow(grid, origin="lower", vmin=0.0, vmax=1.0, cmap="RdYlGn")
-        ax.plot([-0.5, 9.5], [9.5, -0.5], color="k", lw=1.2, ls="--",
+        ax.plot([-0.5, 9.5], [10.0, 0.0], color="k", lw=1.2, ls="--",
                 label="a_1 + b_1 = 9.5")
+        ax.set_xlim(-0.5, 9.5)
+        ax.set_ylim(-0.5, 9.5)
         ax.set_xticks(range(10))
         ax.set_yticks(range(10))
         ax.tick_params(labelsize=8)
