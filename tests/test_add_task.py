@@ -263,3 +263,15 @@ def test_grpo_on_add_has_its_own_group_size_under_the_options():
     grpo = config_for_task(task="add", algo="grpo")
     assert (grpo.model, grpo.lr, grpo.warmup_steps, grpo.iterations) == (
         "transformer", 3e-4, 1500, 150)
+
+
+def test_the_add_benchmark_passes_algo_and_fields_to_train():
+    from pathlib import Path
+
+    from benchmarks.add_training import command
+
+    argv = command(2, Path("out"), "grpo", ["kl_loss_coef=0.04", "group_size=8"])
+    assert argv[1:] == ["-m", "ppo_numpy", "train", "--task", "add", "--seed", "2", "--algo",
+                        "grpo", "--kl-loss-coef", "0.04", "--group-size", "8", "--out", "out",
+                        "--no-plot"]
+    assert "--algo" not in command(0, Path("out"))
