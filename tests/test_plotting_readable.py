@@ -25,7 +25,14 @@ from matplotlib.patches import Polygon, Rectangle  # noqa: E402
 from matplotlib.text import Text  # noqa: E402
 
 from ppo_numpy.gradcheck import cmp  # noqa: E402
-from ppo_numpy.plotting import concepts, oracle, overoptimisation, policy, training  # noqa: E402
+from ppo_numpy.plotting import (  # noqa: E402
+    concepts,
+    oracle,
+    overoptimisation,
+    policy,
+    training,
+    transformer,
+)
 from ppo_numpy.plotting.style import MAX_WIDTH_IN, MIN_DPI, MIN_FONT_PT  # noqa: E402
 from ppo_numpy.training.metrics import COLUMNS  # noqa: E402
 from tests.test_plotting_concepts import CASES as CONCEPT_CASES  # noqa: E402
@@ -64,12 +71,19 @@ CASES = {f"concepts.{name}": call for name, call in CONCEPT_CASES.items()} | {
           "heldout_bt_loss": 0.7 + 0.05 * k, "heldout_accuracy": 0.6,
           "heldout_gold_accuracy": 0.6, "heldout_label_gold_accuracy": 0.9}
          for k in range(4)]),
+    "transformer.plot_attention": lambda: transformer.plot_attention(
+        np.tril(np.ones((2, 4, 10, 10))) / np.arange(1, 11)[:, None], [str(k) for k in range(10)],
+        title="attention"),
+    "transformer.plot_accuracy_by_sum": lambda: transformer.plot_accuracy_by_sum(
+        np.arange(200) % 100, (np.arange(200) * 7) % 100,
+        {"after warm-up": np.arange(200) % 3 == 0, "after PPO": np.arange(200) % 5 != 0},
+        (np.arange(200) % 10 + (np.arange(200) * 7) % 10) >= 10),
 }
 
 
 def _public_plot_functions():
     names = set()
-    for module in (concepts, oracle, overoptimisation, policy, training):
+    for module in (concepts, oracle, overoptimisation, policy, training, transformer):
         short = module.__name__.rsplit(".", 1)[1]
         for name, obj in vars(module).items():
             if (name.startswith("plot_") and inspect.isfunction(obj)

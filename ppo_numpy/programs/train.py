@@ -16,7 +16,13 @@ import time
 from pathlib import Path
 
 from .._npz import BadFileError
-from ..training.config import TASK_DEFAULTS, PPOConfig, config_for_task, field_kind
+from ..training.config import (
+    TASK_ALGO_DEFAULTS,
+    TASK_DEFAULTS,
+    PPOConfig,
+    config_for_task,
+    field_kind,
+)
 from ..training.run import RunError, resume, train
 from ..training.tasks import TASKS, make_task
 
@@ -36,6 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
     tasks += "".join(f"\n\ndefaults of task {name} (options override them): "
                      + ", ".join(f"{k}={v}" for k, v in fields.items())
                      for name, fields in TASK_DEFAULTS.items())
+    tasks += "".join(f"\n\ndefaults of task {name} with --algo {algo}: "
+                     + ", ".join(f"{k}={v}" for k, v in fields.items())
+                     for (name, algo), fields in TASK_ALGO_DEFAULTS.items())
     parser = argparse.ArgumentParser(
         prog="python -m ppo_numpy train",
         description="Train a toy policy by PPO on a toy task: warm-up on the task's prior "
