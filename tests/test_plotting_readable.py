@@ -27,6 +27,7 @@ from matplotlib.text import Text  # noqa: E402
 from ppo_numpy.gradcheck import cmp  # noqa: E402
 from ppo_numpy.plotting import (  # noqa: E402
     concepts,
+    grpo,
     oracle,
     overoptimisation,
     policy,
@@ -71,6 +72,14 @@ CASES = {f"concepts.{name}": call for name, call in CONCEPT_CASES.items()} | {
           "heldout_bt_loss": 0.7 + 0.05 * k, "heldout_accuracy": 0.6,
           "heldout_gold_accuracy": 0.6, "heldout_label_gold_accuracy": 0.9}
          for k in range(4)]),
+    "grpo.plot_std_scaling": lambda: grpo.plot_std_scaling(
+        np.array([0.25, 0.5, 0.75]), [2.0, 1.5, 2.0], [0.75, 0.5, 0.25], [1.5, 0.75, 0.5],
+        group_size=4),
+    "grpo.plot_length_bias": lambda: grpo.plot_length_bias(
+        [2, 6], [1.0, -1.0],
+        {"token-mean": [1 / 8, 1 / 8], "seq-mean-token-mean": [1 / 4, 1 / 12]}),
+    "grpo.plot_training_curves": lambda: grpo.plot_training_curves(
+        {"ppo": _history(6), "grpo": _history(6)}, optimum=1.0),
     "transformer.plot_attention": lambda: transformer.plot_attention(
         np.tril(np.ones((2, 4, 10, 10))) / np.arange(1, 11)[:, None], [str(k) for k in range(10)],
         title="attention"),
@@ -83,7 +92,7 @@ CASES = {f"concepts.{name}": call for name, call in CONCEPT_CASES.items()} | {
 
 def _public_plot_functions():
     names = set()
-    for module in (concepts, oracle, overoptimisation, policy, training, transformer):
+    for module in (concepts, grpo, oracle, overoptimisation, policy, training, transformer):
         short = module.__name__.rsplit(".", 1)[1]
         for name, obj in vars(module).items():
             if (name.startswith("plot_") and inspect.isfunction(obj)

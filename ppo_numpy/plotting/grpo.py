@@ -21,9 +21,11 @@ from __future__ import annotations
 import numpy as np
 from matplotlib.figure import Figure
 
+from .style import MIN_DPI
+
 __all__ = ["plot_length_bias", "plot_std_scaling", "plot_training_curves"]
 
-DPI = 80
+DPI = MIN_DPI
 
 
 def _vector(x, name, length=None):
