@@ -19,7 +19,7 @@ from functools import cached_property
 
 import numpy as np
 
-from ._validation import check_scalar, prepare, scalar_for, where_valid
+from ._validation import check_scalar, prepare, scalar_for
 
 
 def clip_bounds(epsilon, epsilon_high=None, like=None):
@@ -129,6 +129,21 @@ class ClipCases:
             return self.term_min
         # for A_t < 0: max( min(...), c A_t )
         return np.where(self.A < 0, np.maximum(self.term_min, self.c * self.A), self.term_min)
+
+    def term_alone(self):
+        """:attr:`term` when nothing else of the case analysis is wanted: the same numbers
+        with fewer arrays (the clipped product is overwritten by the min; not cached)."""
+        if "term" in self.__dict__ or self.rho.dtype == object:
+            return self.term
+        term = self.clipped  # clip(rho) A, this call's own array
+        del self.__dict__["clipped"]
+        # min( rho_t A_t , clip(rho_t, 1-eps, 1+eps) A_t )
+        np.minimum(self.unclipped, term, out=term)
+        del self.__dict__["unclipped"]
+        if self.c is None:
+            return term
+        # for A_t < 0: max( min(...), c A_t )
+        return np.where(self.A < 0, np.maximum(term, self.c * self.A), term)
 
     @cached_property
     def case(self):
@@ -246,6 +261,8 @@ def clipped_surrogate(rho, advantages, epsilon=0.2, *, epsilon_high=None, dual_c
     c = check_dual_clip(dual_clip)
     c = None if c is None else scalar_for(c, rho)
     with np.errstate(over="ignore", invalid="ignore"):
-        term = ClipCases(rho, adv, lo, hi, c).term
-    # exactly 0 at padding (the inputs may hold anything finite there)
-    return term if mask is None else where_valid(m, term)
+        term = ClipCases(rho, adv, lo, hi, c).term_alone()
+    if mask is not None:
+        # exactly 0 at padding (the inputs may hold anything finite there)
+        np.copyto(term, 0.0 if term.dtype != object else Fraction(0), where=~m)
+    return term
