@@ -16,6 +16,7 @@ as in float mode. Which functions stay exact: ``docs/hand-calculations.md``.
 
 from __future__ import annotations
 
+import math
 from fractions import Fraction
 from numbers import Rational, Real
 
@@ -24,6 +25,8 @@ import numpy as np
 
 def is_exact(x) -> bool:
     """True when ``x`` holds ``fractions.Fraction`` values (exact arithmetic)."""
+    if type(x) is np.ndarray and x.dtype != object:
+        return False  # the common case, without the abstract-base-class checks below
     if isinstance(x, Fraction):
         return True
     if isinstance(x, np.ndarray):
@@ -97,14 +100,16 @@ def check_scalar(x, name: str, *, low=None, high=None, low_open=False,
 
     Floats come back as ``float``; ``Fraction`` is kept as it is.
     """
-    if isinstance(x, (bool, np.bool_)) or not isinstance(x, Real):
+    if type(x) is float:
+        value = x  # the common case, without the abstract-base-class checks below
+    elif isinstance(x, (bool, np.bool_)) or not isinstance(x, Real):
         raise TypeError(f"{name}: expected a real number, got {type(x).__name__} {x!r}")
-    if isinstance(x, Fraction) and allow_exact:
+    elif isinstance(x, Fraction) and allow_exact:
         value = x
     else:
         value = float(x)
-        if not np.isfinite(value):
-            raise ValueError(f"{name}: must be finite, got {value}")
+    if type(value) is float and not math.isfinite(value):
+        raise ValueError(f"{name}: must be finite, got {value}")
     if low is not None and (value <= low if low_open else value < low):
         bound = f"> {low}" if low_open else f">= {low}"
         raise ValueError(f"{name}: must be {bound}, got {x}")

@@ -270,10 +270,11 @@ class PolicyLoss:
         m, log_rho, rho, cases = self.m, self.log_rho, self.rho, self.cases
         n = int(m.sum())
 
-        def mean(x):
+        def mean(x, zero_at_padding=False):
             if x.dtype == bool and n:  # a count: the number the float sum of 0s and 1s gives
                 return float(np.count_nonzero(x & m) / n)
-            return float(np.where(m, x, 0.0).sum() / n)
+            # x already +0.0 at padding: the same array as np.where(m, x, 0.0), the same sum
+            return float((x if zero_at_padding else np.where(m, x, 0.0)).sum() / n)
 
         if self.opts.loss_type == "cispo":
             clipped = self.cispo_weight != rho
@@ -286,17 +287,20 @@ class PolicyLoss:
             else 0.0,
             # why: log rho from the log-probs, not log(rho): rho underflows to 0 for
             # log rho < -745
+            # (the inputs are 0 at padding, so is log rho: k2 and k3 are +0.0 there, and
+            # rho; -log rho is -0.0, which np.where makes +0.0)
             "approx_kl_k1": mean(-log_rho),
-            "approx_kl_k2": mean(log_rho**2 / 2),
-            "approx_kl_k3": mean(np.expm1(log_rho) - log_rho),
-            "ratio_mean": mean(rho),
-            "ratio_min": float(np.min(rho[m])),
-            "ratio_max": float(np.max(rho[m])),
+            "approx_kl_k2": mean(log_rho**2 / 2, zero_at_padding=True),
+            "approx_kl_k3": mean(np.expm1(log_rho) - log_rho, zero_at_padding=True),
+            "ratio_mean": mean(rho, zero_at_padding=True),
         }
+        valid = rho[m]
+        stats.update(ratio_min=float(np.min(valid)), ratio_max=float(np.max(valid)))
         if not self.opts.is_ppo:
             stats["clipfrac_low"] = mean(cases.low_clipped)
             stats["clipfrac_high"] = mean(cases.high_clipped)
-            stats["kl_ref"] = mean(self.kl) if self.opts.kl_coef > 0 else 0.0
+            stats["kl_ref"] = mean(self.kl, zero_at_padding=True) if self.opts.kl_coef > 0 \
+                else 0.0
         return stats
 
 
