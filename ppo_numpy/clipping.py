@@ -19,7 +19,7 @@ from functools import cached_property
 
 import numpy as np
 
-from ._validation import check_scalar, prepare, scalar_for
+from ._validation import check_scalar, garbage_errstate, prepare, scalar_for
 
 
 def clip_bounds(epsilon, epsilon_high=None, like=None):
@@ -260,7 +260,7 @@ def clipped_surrogate(rho, advantages, epsilon=0.2, *, epsilon_high=None, dual_c
     lo, hi = clip_bounds(epsilon, epsilon_high, like=rho)
     c = check_dual_clip(dual_clip)
     c = None if c is None else scalar_for(c, rho)
-    with np.errstate(over="ignore", invalid="ignore"):
+    with garbage_errstate(rho):
         term = ClipCases(rho, adv, lo, hi, c).term_alone()
     if mask is not None:
         # exactly 0 at padding (the inputs may hold anything finite there)

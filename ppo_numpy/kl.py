@@ -24,6 +24,7 @@ from ._validation import (
     as_array,
     check_scalar,
     finite_entries,
+    garbage_errstate,
     prepare,
     scalar_for,
     where_valid,
@@ -216,7 +217,7 @@ def kl_shaped_rewards(scores, logp, logp_ref, beta, mask=None, estimator="k1", *
         raise ValueError(f"score_offset: must be 0 or 1, got {score_offset!r}")
     bounds = None if score_clip is None else _score_bounds(score_clip)
     # the kernel zeroes the padding of its output (the inputs may hold anything finite there)
-    with np.errstate(over="ignore", invalid="ignore"):
+    with garbage_errstate(logp):
         kl = kl_estimate_kernel(logp, logp_ref, estimator, clamp)
         return kl_shaped_rewards_kernel(s, kl, m, scalar_for(beta, kl), score_offset, bounds)
 
