@@ -207,7 +207,7 @@ def where_valid(mask: np.ndarray, arr: np.ndarray) -> np.ndarray:
 
 
 #: ``prepare(..., zero_padding=False)`` leaves large float arrays as given from this size on
-_KEEP_FROM = 1 << 16
+_KEEP_FROM = 1 << 14
 
 
 def garbage_errstate(arr: np.ndarray):

@@ -145,12 +145,13 @@ def divisors(m: np.ndarray, mode: str, norm=None, like=None):
     return None, n_seq * float(norm)
 
 
-def aggregate_kernel(x: np.ndarray, m: np.ndarray, mode: str, norm=None):
+def aggregate_kernel(x: np.ndarray, m: np.ndarray, mode: str, norm=None, divs=None):
     """:func:`aggregate` on checked arrays: ``x`` (B, T) or (T,) 0 at padding, ``m`` bool,
-    ``mode`` valid, ``norm`` from :func:`mode_norm` (unchecked kernel)."""
+    ``mode`` valid, ``norm`` from :func:`mode_norm` (unchecked kernel). ``divs``: the
+    float :func:`divisors` of ``m`` if known."""
     if x.ndim == 1:
         x, m = x[None], m[None]
-    d, D = divisors(m, mode, norm, like=x)
+    d, D = divisors(m, mode, norm, like=x) if divs is None else divs
     row_sums = x.sum(axis=-1)
     if d is None:
         return row_sums.sum() / D
@@ -163,11 +164,11 @@ def aggregate_kernel(x: np.ndarray, m: np.ndarray, mode: str, norm=None):
     return per_seq.sum() / D
 
 
-def aggregation_weights(m: np.ndarray, mode: str, norm=None) -> np.ndarray:
+def aggregation_weights(m: np.ndarray, mode: str, norm=None, divs=None) -> np.ndarray:
     """The weights w with aggregate(x) = sum_{i,t} w x, i.e. m / (d_i D) of :func:`divisors`:
     d aggregate / d x (unchecked kernel; float64, the shape of ``m``, 0 at padding)."""
     m2 = m[None] if m.ndim == 1 else m
-    d, D = divisors(m2, mode, norm)
+    d, D = divisors(m2, mode, norm) if divs is None else divs
     mf = m2.astype(np.float64)
     if d is None:
         w = mf / D

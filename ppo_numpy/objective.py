@@ -16,7 +16,7 @@ from functools import cached_property
 import numpy as np
 
 from ._validation import prepare, where_valid
-from .aggregation import aggregate_kernel, aggregation_weights, mode_norm
+from .aggregation import aggregate_kernel, aggregation_weights, divisors, mode_norm
 from .clipping import ClipCases
 from .kl import kl_estimate_grad_kernel, kl_estimate_kernel
 from .loss_options import PolicyLossOptions, resolve
@@ -217,6 +217,12 @@ class PolicyLoss:
                               self.m.shape[-1])
 
     @cached_property
+    def divs(self):
+        """The :func:`~ppo_numpy.aggregation.divisors` of the policy loss's mode, once for the
+        loss and its gradient."""
+        return divisors(self.m[None] if self.m.ndim == 1 else self.m, self.opts.agg, self.norm)
+
+    @cached_property
     def policy_loss(self) -> float:
         if self.opts.loss_type == "cispo":
             # -sg(w_t) A_t logp_t
@@ -224,7 +230,7 @@ class PolicyLoss:
         else:
             # min( rho A, clip(rho) A )
             term = where_valid(self.m, self.cases.term)
-        return -float(aggregate_kernel(term, self.m, self.opts.agg, self.norm))
+        return -float(aggregate_kernel(term, self.m, self.opts.agg, self.norm, self.divs))
 
     @cached_property
     def kl_loss(self) -> float:
@@ -246,7 +252,7 @@ class PolicyLoss:
         """d loss / d logp, 0 at padding: -w (d term / d rho) rho (d log rho / d logp) for the
         clipped surrogate, -w sg(w_t) A_t for CISPO, plus beta w dKL_t/dlogp."""
         opts, m = self.opts, self.m
-        w = aggregation_weights(m, opts.agg, self.norm)
+        w = aggregation_weights(m, opts.agg, self.norm, self.divs)
         if opts.loss_type == "cispo":
             dlogp = -w * self.cispo_weight * self.A
         else:
