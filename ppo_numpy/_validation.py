@@ -134,10 +134,11 @@ def check_same_shape(ref: np.ndarray, ref_name: str, arr: np.ndarray, name: str)
         )
 
 
-def as_mask(mask, like: np.ndarray, like_name: str) -> np.ndarray:
+def as_mask(mask, like: np.ndarray, like_name: str, *, copy: bool = True) -> np.ndarray:
     """Return a bool copy of ``mask`` (1 = response token, 0 = padding).
 
     ``None`` means every position is valid. Values other than 0 and 1 raise.
+    ``copy=False``: a bool ndarray may come back as itself (never to be written into).
     """
     if mask is None:
         return np.ones(like.shape, dtype=bool)
@@ -159,7 +160,7 @@ def as_mask(mask, like: np.ndarray, like_name: str) -> np.ndarray:
                 f"mask: must contain only 0 and 1, found {m[tuple(bad)]!r} at index "
                 f"{tuple(int(i) for i in bad)}"
             )
-    return m.astype(bool)
+    return m.astype(bool, copy=copy)
 
 
 def finite_entries(arr: np.ndarray) -> np.ndarray:
@@ -242,7 +243,7 @@ def prepare(arrays: dict, mask, *, ranks=(1, 2), exact: bool | None = None,
         raise ValueError(f"{names[0]}: no time steps, got shape {out[0].shape} (T must be >= 1)")
     for n, a in zip(names[1:], out[1:]):
         check_same_shape(out[0], names[0], a, n)
-    m = as_mask(mask, out[0], names[0])
+    m = as_mask(mask, out[0], names[0], copy=False)
     finite = [check_finite(a, n, m) for n, a in zip(names, out)]
     if mask is not None:
         # where_valid returns a new array: the caller's is never written into

@@ -156,6 +156,9 @@ def resolve(options, **keywords) -> PolicyLossOptions:
     ValueError: options: pass the loss options either as keywords or as options, ...=0.3 too)
     """
     if options is None:
+        if all(type(v) is type(d := getattr(DEFAULTS, k, resolve)) and v == d
+               for k, v in keywords.items()):
+            return DEFAULTS  # checked once, when this module was imported
         return PolicyLossOptions(**keywords)
     if not isinstance(options, PolicyLossOptions):
         raise TypeError(f"options: expected a PolicyLossOptions, got {type(options).__name__}")

@@ -25,7 +25,7 @@ computes its gradient ``d<name>`` in reverse order. Every matrix product is a st
 3-d (or 4-d) product, one (L, .) matrix per sequence (and head), so a row's logits do
 not depend on the other rows; the causal mask gives the masked weights exactly 0, so
 future tokens (PAD while sampling) do not change earlier positions, bit for bit
-(the property :mod:`ppo_numpy.policy.sampling` needs). PAD is an ordinary token to
+(the property ``ppo_numpy.policy.sampling`` needs). PAD is an ordinary token to
 the model: there is no key-padding mask, so a left-padded prompt is a different
 input from the unpadded one (the tasks use fixed-length prompts).
 """
