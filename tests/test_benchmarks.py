@@ -147,9 +147,9 @@ def test_redesign_runs_on_a_tiny_grid_and_gives_well_formed_rows(tmp_path):
     lines = redesign.markdown(results, command="cmd", machine=["m."], old=ROOT, new=ROOT)
     assert lines[0] == redesign.SECTION
     tables = [ln for ln in lines if ln.startswith("| ")]
-    # the targets (training, 2 pipeline paths, each function with a torch column), then
+    # the targets (training, 3 pipeline paths, each function with a torch column), then
     # header + rows of each of the three tables
-    n_targets = 1 + 2 + (2 if torch_impl.available() else 0)
+    n_targets = 1 + 3 + (2 if torch_impl.available() else 0)
     assert len(tables) == (1 + n_targets) + 3 + 1 + len(pipe) + len(funcs)
     assert sum(ln.endswith(("| yes |", "| no |")) for ln in tables[1:1 + n_targets]) == \
         n_targets
