@@ -22,10 +22,10 @@ import dataclasses
 import json
 import os
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
+from benchmarks.timing import rerun_with_one_blas_thread
 from ppo_numpy.training import TASKS, PPOConfig
 from ppo_numpy.training.config import ALGOS, field_kind
 
@@ -94,13 +94,9 @@ def main(argv=None) -> int:
     parser.add_argument("--json", metavar="PATH")
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
-    if os.environ.get("OPENBLAS_NUM_THREADS") != "1":
-        # OpenBLAS reads the variable when NumPy loads: only a new process can change it
-        env = {**os.environ, "OPENBLAS_NUM_THREADS": "1"}
-        root = Path(__file__).resolve().parents[1]
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH")]))
-        return subprocess.call([sys.executable, "-m", "benchmarks.grpo_speed", *argv],
-                               env=env, cwd=root)
+    code = rerun_with_one_blas_thread("benchmarks.grpo_speed", argv)
+    if code is not None:
+        return code
     overrides = _parse_set(args.set)
     print(f"OPENBLAS_NUM_THREADS=1, {os.cpu_count()} CPUs, load average "
           f"{os.getloadavg()[0]:.2f}; overrides {overrides or 'none'}")

@@ -70,3 +70,20 @@ def measure(candidates: dict, *, rounds: int, target: float) -> dict:
         if enabled:
             gc.enable()
     return {name: statistics.median(values) for name, values in samples.items()}
+
+
+def rerun_with_one_blas_thread(module: str, argv: list) -> int | None:
+    """Run ``python -m module argv`` again with OPENBLAS_NUM_THREADS=1, unless it is set already
+    (then None: go on in this process). OpenBLAS reads the variable when NumPy loads, so only a
+    new process can change it."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    if os.environ.get("OPENBLAS_NUM_THREADS") == "1":
+        return None
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1"}
+    root = Path(__file__).resolve().parents[1]
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH")]))
+    return subprocess.call([sys.executable, "-m", module, *argv], env=env, cwd=root)

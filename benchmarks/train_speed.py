@@ -25,12 +25,12 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from benchmarks.timing import rerun_with_one_blas_thread
 from ppo_numpy.training import TASKS, PPOConfig, make_task, train
 from ppo_numpy.training.config import config_for_task
 
@@ -105,13 +105,10 @@ def main(argv=None) -> int:
                         help="OPENBLAS_NUM_THREADS for the measurement (default 1, as make demo)")
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
-    if args.blas_threads == "1" and os.environ.get("OPENBLAS_NUM_THREADS") != "1":
-        # OpenBLAS reads the variable when NumPy loads: only a new process can change it
-        env = {**os.environ, "OPENBLAS_NUM_THREADS": "1"}
-        root = Path(__file__).resolve().parents[1]
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH")]))
-        return subprocess.call([sys.executable, "-m", "benchmarks.train_speed", *argv],
-                               env=env, cwd=root)
+    if args.blas_threads == "1":
+        code = rerun_with_one_blas_thread("benchmarks.train_speed", argv)
+        if code is not None:
+            return code
     print(f"OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS', '(unset)')}, "
           f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}")
     config = PPOConfig()

@@ -22,13 +22,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 
-from benchmarks.timing import measure, warm_heap
+from benchmarks.timing import measure, rerun_with_one_blas_thread, warm_heap
 from ppo_numpy.policy.transformer import TransformerPolicy
 
 VOCAB = 15
@@ -104,13 +102,10 @@ def main(argv=None) -> int:
                         help="OPENBLAS_NUM_THREADS for the measurement (default 1)")
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
-    if args.blas_threads == "1" and os.environ.get("OPENBLAS_NUM_THREADS") != "1":
-        # OpenBLAS reads the variable when NumPy loads: only a new process can change it
-        env = {**os.environ, "OPENBLAS_NUM_THREADS": "1"}
-        root = Path(__file__).resolve().parents[1]
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH")]))
-        return subprocess.call([sys.executable, "-m", "benchmarks.transformer", *argv],
-                               env=env, cwd=root)
+    if args.blas_threads == "1":
+        code = rerun_with_one_blas_thread("benchmarks.transformer", argv)
+        if code is not None:
+            return code
     try:
         import torch
     except ImportError:
