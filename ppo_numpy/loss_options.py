@@ -8,7 +8,7 @@ the options travel as this object, validated where it was made.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 from ._validation import check_scalar
 from .aggregation import check_mode, mode_norm
@@ -169,5 +169,3 @@ def resolve(options, **keywords) -> PolicyLossOptions:
                          f"not both (got {listed} too)")
     return options
 
-
-FIELDS = tuple(f.name for f in fields(PolicyLossOptions))

@@ -188,22 +188,9 @@ class Rollout:
             fields[f.name] = x[idx] if isinstance(x, np.ndarray) else x
         return Rollout._trusted(**fields)
 
-    def replace(self, **fields) -> Rollout:
-        """A rollout with ``fields`` replaced or added; only the new fields are checked."""
-        unknown = sorted(set(fields) - {f.name for f in dataclasses.fields(self)})
-        if unknown:
-            raise TypeError(f"Rollout: unknown field(s) {', '.join(unknown)}")
-        mask = fields.pop("mask", None)
-        if mask is not None:  # a new mask changes what every field means: check them all
-            return Rollout(**{**{f.name: getattr(self, f.name)
-                                 for f in dataclasses.fields(self)}, **fields, "mask": mask})
-        new = Rollout(mask=self.mask, **fields)
-        kept = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        kept.update({name: getattr(new, name) for name in fields})
-        return Rollout._trusted(**kept)
-
     def replace_trusted(self, **fields) -> Rollout:
-        """:meth:`replace` without checks, for arrays the package made (0 at padding)."""
+        """A rollout with ``fields`` replaced or added, not checked: for arrays the package made
+        (0 at padding). ``dataclasses.replace`` gives a checked one."""
         kept = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         kept.update(fields)
         return Rollout._trusted(**kept)
