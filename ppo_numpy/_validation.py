@@ -152,15 +152,19 @@ def as_mask(mask, like: np.ndarray, like_name: str, *, copy: bool = True) -> np.
         raise ValueError(
             f"mask: shape {m.shape} does not match {like_name} shape {like.shape}"
         )
-    if m.dtype != bool:
+    if m.dtype == bool:
+        return m.copy() if copy else m
+    # why: one comparison and one check: m != 0 is the bool mask, and it equals m exactly
+    # where m is 0 or 1 (NaN, inf, 0.5, 2 differ from it)
+    b = m != 0
+    if not (m == b).all():
         ok = (m == 0) | (m == 1)
-        if not np.all(ok):
-            bad = np.argwhere(~ok)[0]
-            raise ValueError(
-                f"mask: must contain only 0 and 1, found {m[tuple(bad)]!r} at index "
-                f"{tuple(int(i) for i in bad)}"
-            )
-    return m.astype(bool, copy=copy)
+        bad = np.argwhere(~ok)[0]
+        raise ValueError(
+            f"mask: must contain only 0 and 1, found {m[tuple(bad)]!r} at index "
+            f"{tuple(int(i) for i in bad)}"
+        )
+    return b
 
 
 def finite_entries(arr: np.ndarray) -> np.ndarray:
@@ -234,22 +238,38 @@ def prepare(arrays: dict, mask, *, ranks=(1, 2), exact: bool | None = None,
     padding not zeroed; the caller computes under ``np.errstate`` (finite garbage at
     padding may overflow) and zeroes its result there.
     """
-    names = list(arrays)
+    names, given = list(arrays), list(arrays.values())
     if exact is None:
-        exact = any(is_exact(v) for v in arrays.values())
-    out = [as_array(arrays[n], n, exact=exact, copy=False) for n in names]
-    check_rank(out[0], names[0], ranks)
-    if out[0].shape[-1] == 0:
-        raise ValueError(f"{names[0]}: no time steps, got shape {out[0].shape} (T must be >= 1)")
+        exact = any(map(is_exact, given))
+    out = [as_array(v, n, exact=exact, copy=False) for n, v in zip(names, given)]
+    first = out[0]
+    check_rank(first, names[0], ranks)
+    if first.shape[-1] == 0:
+        raise ValueError(f"{names[0]}: no time steps, got shape {first.shape} (T must be >= 1)")
     for n, a in zip(names[1:], out[1:]):
-        check_same_shape(out[0], names[0], a, n)
-    m = as_mask(mask, out[0], names[0], copy=False)
-    finite = [check_finite(a, n, m) for n, a in zip(names, out)]
-    if mask is not None:
+        check_same_shape(first, names[0], a, n)
+    m = as_mask(mask, first, names[0], copy=False)
+    finite = all_finite(out) or [check_finite(a, n, m) for n, a in zip(names, out)]
+    if mask is None:
+        return [_own(a, v) for a, v in zip(out, given)], m
+    if zero_padding or first.size < _KEEP_FROM or first.dtype == object:
         # where_valid returns a new array: the caller's is never written into
-        return [a if not zero_padding and ok and a.dtype != object and a.size >= _KEEP_FROM
-                else where_valid(m, a) for a, ok in zip(out, finite)], m
-    return [_own(a, arrays[n]) for n, a in zip(names, out)], m
+        return [where_valid(m, a) for a in out], m
+    return [a if finite is True or ok else where_valid(m, a) for a, ok in zip(out, finite)], m
+
+
+def all_finite(arrays) -> bool:
+    """True when every entry of every float array is finite, in one check for small arrays
+    (False may also mean "look closer": an object array, or a sum that overflowed)."""
+    if any(a.dtype == object for a in arrays):
+        return False
+    if arrays[0].size > _SUM_FROM:
+        with np.errstate(over="ignore", invalid="ignore"):
+            # why: one read pass each, no temporary (check_finite's large-array path)
+            return all(np.isfinite(a.sum()) for a in arrays)
+    total = arrays[0] if len(arrays) == 1 else sum(arrays[1:], arrays[0])
+    # a NaN or inf anywhere makes the sum NaN or inf (inf - inf is NaN)
+    return bool(np.isfinite(total).all())
 
 
 def _own(arr: np.ndarray, given) -> np.ndarray:
