@@ -249,13 +249,14 @@ def prepare(arrays: dict, mask, *, ranks=(1, 2), exact: bool | None = None,
     for n, a in zip(names[1:], out[1:]):
         check_same_shape(first, names[0], a, n)
     m = as_mask(mask, first, names[0], copy=False)
-    finite = all_finite(out) or [check_finite(a, n, m) for n, a in zip(names, out)]
+    finite = [True] * len(out) if all_finite(out) else [check_finite(a, n, m)
+                                                        for n, a in zip(names, out)]
     if mask is None:
         return [_own(a, v) for a, v in zip(out, given)], m
     if zero_padding or first.size < _KEEP_FROM or first.dtype == object:
         # where_valid returns a new array: the caller's is never written into
         return [where_valid(m, a) for a in out], m
-    return [a if finite is True or ok else where_valid(m, a) for a, ok in zip(out, finite)], m
+    return [a if ok else where_valid(m, a) for a, ok in zip(out, finite)], m
 
 
 def all_finite(arrays) -> bool:

@@ -121,14 +121,16 @@ def divisors(m: np.ndarray, mode: str, norm=None, like=None):
     m / (d D). ``m``: a bool (B, T) mask; ``norm``: checked (:func:`mode_norm`);
     ``like``: an exact array makes ``D`` a Fraction.
     """
+    exact = like is not None and like.dtype == object
+    if mode in ("token-mean", "bnpo") or (mode == "dapo" and norm is None):
+        total = int(np.count_nonzero(m))
+        if total == 0:
+            raise ValueError("mask: no response token to aggregate over")
+        return None, (scalar_for(total, like) if exact else total)
     n_tokens = m.sum(axis=-1)  # (B,)
     n_seq = int(np.count_nonzero(n_tokens))
     if n_seq == 0:
         raise ValueError("mask: no response token to aggregate over")
-    exact = like is not None and like.dtype == object
-    if mode in ("token-mean", "bnpo") or (mode == "dapo" and norm is None):
-        total = int(n_tokens.sum())
-        return None, (scalar_for(total, like) if exact else total)
     B = m.shape[0]
     if mode == "grpo":
         return np.maximum(n_tokens, 1), (scalar_for(B, like) if exact else float(B))

@@ -15,10 +15,10 @@ frameworks are keyword options:
 from __future__ import annotations
 
 from fractions import Fraction
-from functools import cached_property
 
 import numpy as np
 
+from ._lazy import lazy
 from ._validation import check_scalar, garbage_errstate, prepare, scalar_for
 
 
@@ -97,17 +97,17 @@ class ClipCases:
     def __init__(self, rho, A, lo, hi, c=None, delta=None):
         self.rho, self.A, self.lo, self.hi, self.c, self.delta = rho, A, lo, hi, c, delta
 
-    @cached_property
+    @lazy
     def rho_capped(self):
         """min(rho_t, delta): the ratio of the unclipped branch (rho itself without delta)."""
         return self.rho if self.delta is None else np.minimum(self.rho, self.delta)
 
-    @cached_property
+    @lazy
     def unclipped(self):
         # rho_t A_t  (min(rho_t, delta) A_t with TRL's delta)
         return self.rho_capped * self.A
 
-    @cached_property
+    @lazy
     def clipped(self):
         # clip(rho_t, 1 - eps, 1 + eps_high) A_t
         if self.rho.dtype != object and self.lo > 0:
@@ -118,12 +118,12 @@ class ClipCases:
         clipped *= self.A
         return clipped
 
-    @cached_property
+    @lazy
     def term_min(self):
         # min( rho_t A_t , clip(rho_t, 1-eps, 1+eps) A_t )
         return np.minimum(self.unclipped, self.clipped)
 
-    @cached_property
+    @lazy
     def term(self):
         if self.c is None:
             return self.term_min
@@ -145,11 +145,26 @@ class ClipCases:
         # for A_t < 0: max( min(...), c A_t )
         return np.where(self.A < 0, np.maximum(term, self.c * self.A), term)
 
-    @cached_property
+    @lazy
+    def above(self):
+        """rho_t > 1 + eps_high."""
+        return self.rho > self.hi
+
+    @lazy
+    def below(self):
+        """rho_t < 1 - eps."""
+        return self.rho < self.lo
+
+    @lazy
+    def is_clipped(self):
+        """The clipped case: A_t > 0 and rho_t above the range, or A_t < 0 and rho_t below it."""
+        A = self.A
+        return np.where(A > 0, self.above, self.below & (A < 0))
+
+    @lazy
     def case(self):
         rho, A = self.rho, self.A
-        case = np.where(((A > 0) & (rho > self.hi)) | ((A < 0) & (rho < self.lo)),
-                        CLIPPED, UNCLIPPED)
+        case = np.where(self.is_clipped, CLIPPED, UNCLIPPED)
         if self.delta is not None:
             d = self.delta
             capped = ((A > 0) & (rho > d) & (rho <= self.hi)) | (
@@ -160,13 +175,15 @@ class ClipCases:
                             case)
         return case
 
-    @cached_property
+    @lazy
     def drho(self):
         """d term_t / d rho_t: A_t where unclipped, 0 where a constant is taken."""
         zero = Fraction(0) if self.A.dtype == object else 0.0
+        if self.c is None and self.delta is None:
+            return np.where(self.is_clipped, zero, self.A)  # (the only other case)
         return np.where(self.case == UNCLIPPED, self.A, zero)
 
-    @cached_property
+    @lazy
     def at_kink(self):
         """rho_t exactly on the bound that binds, where the derivative jumps."""
         rho, A = self.rho, self.A
@@ -177,32 +194,32 @@ class ClipCases:
             kink |= (A != 0) & (rho == self.delta)
         return kink
 
-    @cached_property
+    @lazy
     def low_clipped(self):
         """A_t < 0 and the ratio of the unclipped branch below 1 - eps (TRL's
         ``clip_ratio/low_mean``)."""
         return (self.rho_capped < self.lo) & (self.A < 0)
 
-    @cached_property
+    @lazy
     def high_clipped(self):
         """A_t > 0 and the ratio of the unclipped branch above 1 + eps_high (TRL's
         ``clip_ratio/high_mean``)."""
         return (self.rho_capped > self.hi) & (self.A > 0)
 
-    @cached_property
+    @lazy
     def counted_clipped(self):
         return self.term < self.unclipped
 
-    @cached_property
+    @lazy
     def counted_dual(self):
         if self.c is None:
             return np.zeros(self.rho.shape, dtype=bool)
         return self.term > self.term_min
 
-    @cached_property
+    @lazy
     def outside(self):
         """rho_t outside [1 - eps, 1 + eps_high], whatever the sign of A_t."""
-        return (self.rho < self.lo) | (self.rho > self.hi)
+        return self.below | self.above
 
 
 def check_rho(rho: np.ndarray, m=None) -> None:

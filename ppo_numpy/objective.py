@@ -11,10 +11,9 @@ returns the statistics frameworks log.
 
 from __future__ import annotations
 
-from functools import cached_property
-
 import numpy as np
 
+from ._lazy import lazy
 from ._validation import prepare, where_valid
 from .aggregation import aggregate_kernel, aggregation_weights, divisors, mode_norm
 from .clipping import ClipCases
@@ -192,7 +191,7 @@ class PolicyLoss:
             raise ValueError("logp_ref: the KL term of the loss (kl_coef > 0) needs the "
                              "reference log-probabilities")
 
-    @cached_property
+    @lazy
     def cispo_weight(self):
         """CISPO's importance weight w_t (a constant of the gradient): clip(rho, lo, hi) or
         min(rho, epsilon_high)."""
@@ -203,7 +202,7 @@ class PolicyLoss:
         lo, hi = opts.bounds()
         return np.minimum(np.maximum(self.rho, lo), hi)
 
-    @cached_property
+    @lazy
     def kl(self):
         """The per-token KL_t of the KL term, 0 at padding (``kl_coef > 0``)."""
         opts = self.opts
@@ -216,13 +215,13 @@ class PolicyLoss:
         return agg, mode_norm(agg, None if agg != self.opts.agg else self.opts.norm,
                               self.m.shape[-1])
 
-    @cached_property
+    @lazy
     def divs(self):
         """The :func:`~ppo_numpy.aggregation.divisors` of the policy loss's mode, once for the
         loss and its gradient."""
         return divisors(self.m[None] if self.m.ndim == 1 else self.m, self.opts.agg, self.norm)
 
-    @cached_property
+    @lazy
     def policy_loss(self) -> float:
         if self.opts.loss_type == "cispo":
             # -sg(w_t) A_t logp_t
@@ -232,7 +231,7 @@ class PolicyLoss:
             term = where_valid(self.m, self.cases.term)
         return -float(aggregate_kernel(term, self.m, self.opts.agg, self.norm, self.divs))
 
-    @cached_property
+    @lazy
     def kl_loss(self) -> float:
         """aggregate(KL_t), before its coefficient (0.0 without a KL term)."""
         if self.opts.kl_coef == 0:
@@ -240,14 +239,14 @@ class PolicyLoss:
         agg, norm = self.kl_agg
         return float(aggregate_kernel(self.kl, self.m, agg, norm))
 
-    @cached_property
+    @lazy
     def loss(self) -> float:
         # loss = -aggregate( min(rho A, clip(rho) A) )  (+ beta aggregate(KL_t))
         if self.opts.kl_coef == 0:
             return self.policy_loss
         return self.policy_loss + self.opts.kl_coef * self.kl_loss
 
-    @cached_property
+    @lazy
     def dlogp(self) -> np.ndarray:
         """d loss / d logp, 0 at padding: -w (d term / d rho) rho (d log rho / d logp) for the
         clipped surrogate, -w sg(w_t) A_t for CISPO, plus beta w dKL_t/dlogp."""
@@ -274,39 +273,40 @@ class PolicyLoss:
 
     def stats(self) -> dict:
         m, log_rho, rho, cases = self.m, self.log_rho, self.rho, self.cases
-        n = int(m.sum())
+        n = np.count_nonzero(m)
 
-        def mean(x, zero_at_padding=False):
-            if x.dtype == bool and n:  # a count: the number the float sum of 0s and 1s gives
-                return float(np.count_nonzero(x & m) / n)
-            # x already +0.0 at padding: the same array as np.where(m, x, 0.0), the same sum
-            return float((x if zero_at_padding else np.where(m, x, 0.0)).sum() / n)
+        def count(x):  # a fraction of tokens: the number the float sum of its 0s and 1s gives
+            return float(np.count_nonzero(x & m) / n)
 
-        if self.opts.loss_type == "cispo":
-            clipped = self.cispo_weight != rho
-        else:
-            clipped = cases.counted_clipped
+        def mean(x):  # x +0.0 at padding: the sum of np.where(m, x, 0.0)
+            return float(x.sum() / n)
+
+        # the inputs are 0 at padding, so is log rho: -log rho is -0.0 there, which changes
+        # the sum of np.where(m, -log rho, 0.0) only when that sum is 0 (its sign)
+        k1 = -log_rho.sum()
+        if k1 == 0:
+            k1 = np.where(m, -log_rho, 0.0).sum()
+        clipped = self.cispo_weight != rho if self.opts.loss_type == "cispo" \
+            else cases.counted_clipped
         stats = {
-            "clipfrac_active": mean(clipped),
-            "clipfrac_outside": mean(cases.outside),
-            "dual_clipfrac": mean(cases.counted_dual) if self.opts.dual_clip is not None
+            "clipfrac_active": count(clipped),
+            "clipfrac_outside": count(cases.outside),
+            "dual_clipfrac": count(cases.counted_dual) if self.opts.dual_clip is not None
             else 0.0,
             # why: log rho from the log-probs, not log(rho): rho underflows to 0 for
             # log rho < -745
-            # (the inputs are 0 at padding, so is log rho: k2 and k3 are +0.0 there, and
-            # rho; -log rho is -0.0, which np.where makes +0.0)
-            "approx_kl_k1": mean(-log_rho),
-            "approx_kl_k2": mean(log_rho**2 / 2, zero_at_padding=True),
-            "approx_kl_k3": mean(np.expm1(log_rho) - log_rho, zero_at_padding=True),
-            "ratio_mean": mean(rho, zero_at_padding=True),
+            "approx_kl_k1": float(k1 / n),
+            "approx_kl_k2": mean(log_rho**2 / 2),
+            "approx_kl_k3": mean(np.expm1(log_rho) - log_rho),
+            "ratio_mean": mean(rho),
+            # rho >= 0, and 0 at padding: the max over all positions is the max over tokens
+            "ratio_min": float((rho if n == m.size else np.where(m, rho, np.inf)).min()),
+            "ratio_max": float(rho.max()),
         }
-        valid = rho[m]
-        stats.update(ratio_min=float(np.min(valid)), ratio_max=float(np.max(valid)))
         if not self.opts.is_ppo:
-            stats["clipfrac_low"] = mean(cases.low_clipped)
-            stats["clipfrac_high"] = mean(cases.high_clipped)
-            stats["kl_ref"] = mean(self.kl, zero_at_padding=True) if self.opts.kl_coef > 0 \
-                else 0.0
+            stats["clipfrac_low"] = count(cases.low_clipped)
+            stats["clipfrac_high"] = count(cases.high_clipped)
+            stats["kl_ref"] = mean(self.kl) if self.opts.kl_coef > 0 else 0.0
         return stats
 
 

@@ -20,10 +20,9 @@ itself (``form="clamp"``), so their presets pass it.
 
 from __future__ import annotations
 
-from functools import cached_property
-
 import numpy as np
 
+from ._lazy import lazy
 from ._validation import check_scalar, prepare, scalar_for, where_valid
 
 VALUE_CLIP_FORMS = ("offset", "clamp")
@@ -108,11 +107,11 @@ class ValueLoss:
     def __init__(self, v, v_old, R, c=None, form="offset"):
         self.v, self.v_old, self.R, self.c, self.form = v, v_old, R, c, form
 
-    @cached_property
+    @lazy
     def half(self):
         return scalar_for(0.5, self.v)
 
-    @cached_property
+    @lazy
     def v_clip(self):
         if self.form == "clamp":
             # V_clip = clamp(V, V_old - c, V_old + c)
@@ -120,14 +119,14 @@ class ValueLoss:
         # V_clip = V_old + clip(V - V_old, -c, c)
         return self.v_old + np.minimum(np.maximum(self.v - self.v_old, -self.c), self.c)
 
-    @cached_property
+    @lazy
     def inside(self):
         """V within the clip range, bounds included, in the form's own arithmetic."""
         if self.form == "clamp":
             return (self.v >= self.v_old - self.c) & (self.v <= self.v_old + self.c)
         return np.abs(self.v - self.v_old) <= self.c
 
-    @cached_property
+    @lazy
     def loss(self):
         # 1/2 (V_t - R_t)^2
         loss = self.half * (self.v - self.R) ** 2
@@ -135,13 +134,13 @@ class ValueLoss:
             return loss
         return np.maximum(loss, self.half * (self.v_clip - self.R) ** 2)
 
-    @cached_property
+    @lazy
     def clipped_wins(self):
         if self.c is None:
             return np.zeros(self.v.shape, dtype=bool)
         return (self.v_clip - self.R) ** 2 > (self.v - self.R) ** 2
 
-    @cached_property
+    @lazy
     def dv(self):
         """dL_t / dV_t (float64)."""
         # dL/dV of 1/2 (V - R)^2

@@ -1,0 +1,22 @@
+"""``lazy``: an attribute computed on first use and then stored on the instance.
+
+``functools.cached_property`` without its lock: before Python 3.12 it takes an RLock
+at every first use, which costs more than the arrays it caches at the batch sizes the
+kernels see (measured in ``docs/benchmarks.md``). The kernels' objects are not shared
+between threads.
+"""
+
+
+class lazy:
+    def __init__(self, fn):
+        self.fn, self.__doc__, self.name = fn, fn.__doc__, fn.__name__
+
+    def __set_name__(self, owner, name):
+        self.name = name
+
+    def __get__(self, obj, cls=None):
+        if obj is None:
+            return self
+        # stored under the same name: the next access finds it before this descriptor
+        value = obj.__dict__[self.name] = self.fn(obj)
+        return value

@@ -1,0 +1,56 @@
+"""Batches large enough for the checks' large-array paths (``_validation._KEEP_FROM``: the
+inputs are not copied, their padding not zeroed; ``_SUM_FROM``: finiteness by one sum).
+
+Each output must equal its rows computed one by one on the response tokens alone (small
+arrays, the other path), whatever the padding holds."""
+
+import numpy as np
+import pytest
+
+import ppo_numpy as P
+from ppo_numpy import _validation
+
+B, T = 64, 300  # 19200 entries: at least _KEEP_FROM
+
+
+def _batch(garbage, seed=0):
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(1, T + 1, B)
+    mask = np.arange(T)[None] < lengths[:, None]
+    logp = rng.normal(-1, 0.5, (B, T))
+    logp_ref = logp + rng.normal(0, 0.3, (B, T))
+    A = rng.normal(size=(B, T))
+    rho = np.exp(rng.normal(0, 0.3, (B, T)))
+    if garbage is not None:
+        logp, logp_ref, A, rho = (np.where(mask, x, garbage) for x in (logp, logp_ref, A, rho))
+    return lengths, mask, logp, logp_ref, A, rho, rng.normal(size=B)
+
+
+def test_the_batch_takes_the_large_paths():
+    assert B * T >= _validation._KEEP_FROM
+
+
+@pytest.mark.parametrize("garbage", [None, 1e300, np.nan, np.inf, -3.0])
+def test_large_batch_equals_its_rows(garbage):
+    lengths, mask, logp, logp_ref, A, rho, scores = _batch(garbage)
+    given = [x.copy() for x in (logp, logp_ref, A, rho)]
+    rewards = P.kl_shaped_rewards(scores, logp, logp_ref, 0.1, mask, "k3")
+    term = P.clipped_surrogate(rho, A, 0.2, dual_clip=3.0, mask=mask)
+    for i, n in enumerate(lengths):
+        want = P.kl_shaped_rewards(scores[i], logp[i, :n], logp_ref[i, :n], 0.1, None, "k3")
+        np.testing.assert_array_equal(rewards[i, :n], want)
+        np.testing.assert_array_equal(term[i, :n],
+                                      P.clipped_surrogate(rho[i, :n], A[i, :n], 0.2,
+                                                          dual_clip=3.0))
+    # exactly 0 at padding, and the inputs untouched
+    assert not rewards[~mask].any() and not term[~mask].any()
+    for x, y in zip(given, (logp, logp_ref, A, rho)):
+        np.testing.assert_array_equal(x, y)
+
+
+def test_large_batch_names_a_nan_at_a_valid_position():
+    lengths, mask, logp, logp_ref, A, rho, scores = _batch(1e300)
+    logp_ref[3, lengths[3] - 1] = np.nan
+    with pytest.raises(ValueError, match=rf"logp_ref: non-finite value nan at valid position "
+                                         rf"\(3, {lengths[3] - 1}\)"):
+        P.kl_shaped_rewards(scores, logp, logp_ref, 0.1, mask)
