@@ -249,28 +249,13 @@ def prepare(arrays: dict, mask, *, ranks=(1, 2), exact: bool | None = None,
     for n, a in zip(names[1:], out[1:]):
         check_same_shape(first, names[0], a, n)
     m = as_mask(mask, first, names[0], copy=False)
-    finite = [True] * len(out) if all_finite(out) else [check_finite(a, n, m)
-                                                        for n, a in zip(names, out)]
+    finite = [check_finite(a, n, m) for n, a in zip(names, out)]
     if mask is None:
         return [_own(a, v) for a, v in zip(out, given)], m
     if zero_padding or first.size < _KEEP_FROM or first.dtype == object:
         # where_valid returns a new array: the caller's is never written into
         return [where_valid(m, a) for a in out], m
     return [a if ok else where_valid(m, a) for a, ok in zip(out, finite)], m
-
-
-def all_finite(arrays) -> bool:
-    """True when every entry of every float array is finite, in one check for small arrays
-    (False may also mean "look closer": an object array, or a sum that overflowed)."""
-    if any(a.dtype == object for a in arrays):
-        return False
-    if arrays[0].size > _SUM_FROM:
-        with np.errstate(over="ignore", invalid="ignore"):
-            # why: one read pass each, no temporary (check_finite's large-array path)
-            return all(np.isfinite(a.sum()) for a in arrays)
-    total = arrays[0] if len(arrays) == 1 else sum(arrays[1:], arrays[0])
-    # a NaN or inf anywhere makes the sum NaN or inf (inf - inf is NaN)
-    return bool(np.isfinite(total).all())
 
 
 def _own(arr: np.ndarray, given) -> np.ndarray:

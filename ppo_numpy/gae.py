@@ -90,10 +90,10 @@ def gae(rewards, values, gamma=1.0, lam=0.95, mask=None, *, method=None, block=3
 
 def gae_kernel(r, v, gamma, lam, m, method="blocked", block=32):
     """:func:`gae` on checked arrays (unchecked kernel): ``r``, ``v`` 0 at padding and this
-    call's own (``v`` becomes the returns), ``gamma``, ``lam`` in their arithmetic, ``m``
-    a bool mask, ``method`` resolved. Returns ``(advantages, returns)``."""
+    call's own (``r`` becomes the TD errors, ``v`` the returns), ``gamma``, ``lam`` in their
+    arithmetic, ``m`` a bool mask, ``method`` resolved. Returns ``(advantages, returns)``."""
     holes = has_holes(m)
-    delta = td_errors_kernel(r, v, gamma, m, holes)
+    delta = td_errors_kernel(r, v, gamma, m, holes, overwrite_r=True)
     gl = gamma * lam
     if method == "loop":
         advantages = _gae_loop(delta, m, gl)

@@ -40,21 +40,26 @@ def has_holes(mask: np.ndarray) -> bool:
     return runs > np.count_nonzero(mask.any(axis=-1))
 
 
-def td_errors_kernel(r: np.ndarray, v: np.ndarray, gamma, m: np.ndarray, holes=None):
+def td_errors_kernel(r: np.ndarray, v: np.ndarray, gamma, m: np.ndarray, holes=None, *,
+                     overwrite_r=False):
     """:func:`td_errors` on checked arrays (unchecked kernel): ``r``, ``v`` 0 at padding,
     ``gamma`` in their arithmetic (:func:`scalar_for`), ``m`` a bool mask,
-    ``holes`` = :func:`has_holes` (m) when known."""
+    ``holes`` = :func:`has_holes` (m) when known. ``overwrite_r=True``: ``r`` is the
+    caller's own, and delta is computed in it (one array fewer to allocate)."""
     # V(s_{t+1}) for t < T: the next response token's value (:func:`next_valid_values`);
     # without holes simply v[t + 1], as v is 0 at padding (a view: no copy)
     holes = has_holes(m) if holes is None else holes
     v_next = next_valid_values(v, m)[..., :-1] if holes else v[..., 1:]
     zero = v.flat[0] * 0 if v.size else 0  # V(s_{T+1}) = 0, in the arithmetic of v
-    delta = np.empty_like(v)
+    delta = r if overwrite_r else np.empty_like(v)
     # delta_t = r_t + gamma V(s_{t+1}) - V(s_t)
     np.add(r[..., :-1], v_next if gamma == 1 else gamma * v_next, out=delta[..., :-1])
-    delta[..., -1] = r[..., -1] + (zero if gamma == 1 else gamma * zero)
+    np.add(r[..., -1], zero if gamma == 1 else gamma * zero, out=delta[..., -1])
     delta -= v
-    np.copyto(delta, zero_like(v), where=~m)
+    # at padding r and v are 0, and so is the next value, except at padding just before a
+    # response token (left padding, holes): only then is there anything to zero
+    if holes or (m[..., 1:] > m[..., :-1]).any():
+        np.copyto(delta, zero_like(v), where=~m)
     return delta
 
 
@@ -89,4 +94,4 @@ def td_errors(rewards, values, gamma=1.0, mask=None):
     """
     gamma = check_scalar(gamma, "gamma", low=0, high=1)
     (r, v), m = prepare({"rewards": rewards, "values": values}, mask)
-    return td_errors_kernel(r, v, scalar_for(gamma, v), m)
+    return td_errors_kernel(r, v, scalar_for(gamma, v), m, overwrite_r=True)
