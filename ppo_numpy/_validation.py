@@ -180,13 +180,19 @@ def finite_entries(arr: np.ndarray) -> np.ndarray:
 _SUM_FROM = 1 << 18
 
 
-def check_finite(arr: np.ndarray, name: str, mask: np.ndarray) -> bool:
-    """Raise if ``arr`` has NaN or inf at a valid (mask = 1) position.
+def check_finite(arr: np.ndarray, name: str, mask: np.ndarray, *, nonnegative=None) -> bool:
+    """Raise if ``arr`` has NaN or inf at a valid (mask = 1) position (``nonnegative``, what
+    its values are, e.g. "ratios": or a value below 0 there).
 
     Returns True when every entry, padding included, is finite (the fast path)."""
     if arr.dtype != object:
         # the fast path: every entry finite (then there is nothing to find below)
-        if arr.size <= _SUM_FROM:
+        if nonnegative:
+            # why: two read passes, no temporary, and the minimum that ">= 0" needs (a NaN
+            # makes the minimum NaN, which fails the first test)
+            if arr.size and arr.min() >= 0 and arr.max() < np.inf:
+                return True
+        elif arr.size <= _SUM_FROM:
             # why: no errstate to enter (a few us, more than the pass for small arrays)
             if np.isfinite(arr).all():
                 return True
@@ -202,6 +208,13 @@ def check_finite(arr: np.ndarray, name: str, mask: np.ndarray) -> bool:
             f"{name}: non-finite value {arr[idx]} at valid position {idx} "
             "(NaN and inf are allowed only where mask is 0)"
         )
+    if nonnegative:
+        with np.errstate(invalid="ignore"):  # NaN at padding
+            bad = mask & (arr < 0)
+        if np.any(bad):
+            idx = tuple(int(i) for i in np.argwhere(bad)[0])
+            raise ValueError(f"{name}: {nonnegative} must be >= 0, got {arr[idx]} at index {idx}")
+        return bool(np.all(finite_entries(arr)))
     return False
 
 
@@ -225,7 +238,7 @@ def garbage_errstate(arr: np.ndarray):
 
 
 def prepare(arrays: dict, mask, *, ranks=(1, 2), exact: bool | None = None,
-            zero_padding: bool = True):
+            zero_padding: bool = True, nonnegative=None):
     """Convert the named arrays, check shapes, the mask and finiteness.
 
     ``arrays`` maps argument names to values; the first one sets the shape.
@@ -237,8 +250,12 @@ def prepare(arrays: dict, mask, *, ranks=(1, 2), exact: bool | None = None,
     is finite everywhere comes back as given (no copy; never to be written into), its
     padding not zeroed; the caller computes under ``np.errstate`` (finite garbage at
     padding may overflow) and zeroes its result there.
+
+    ``nonnegative``: ``{name: what its values are}`` for arrays that must also be >= 0 at
+    valid positions (``{"rho": "ratios"}``).
     """
     names, given = list(arrays), list(arrays.values())
+    nonnegative = nonnegative or {}
     if exact is None:
         exact = any(map(is_exact, given))
     out = [as_array(v, n, exact=exact, copy=False) for n, v in zip(names, given)]
@@ -249,7 +266,7 @@ def prepare(arrays: dict, mask, *, ranks=(1, 2), exact: bool | None = None,
     for n, a in zip(names[1:], out[1:]):
         check_same_shape(first, names[0], a, n)
     m = as_mask(mask, first, names[0], copy=False)
-    finite = [check_finite(a, n, m) for n, a in zip(names, out)]
+    finite = [check_finite(a, n, m, nonnegative=nonnegative.get(n)) for n, a in zip(names, out)]
     if mask is None:
         return [_own(a, v) for a, v in zip(out, given)], m
     if zero_padding or first.size < _KEEP_FROM or first.dtype == object:

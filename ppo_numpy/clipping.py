@@ -222,16 +222,6 @@ class ClipCases:
         return self.below | self.above
 
 
-def check_rho(rho: np.ndarray, m=None) -> None:
-    """Raise unless rho >= 0 (at the valid positions of ``m``, when given)."""
-    if rho.size and rho.dtype != object and rho.min() >= 0:
-        return  # one read pass
-    bad = rho < 0 if m is None else (rho < 0) & m
-    if np.any(bad):
-        idx = tuple(int(i) for i in np.argwhere(bad)[0])
-        raise ValueError(f"rho: ratios must be >= 0, got {rho[idx]} at index {idx}")
-
-
 def clipped_surrogate(rho, advantages, epsilon=0.2, *, epsilon_high=None, dual_clip=None,
                       mask=None):
     """Per-token clipped surrogate min(rho A, clip(rho, 1-eps, 1+eps) A).
@@ -272,8 +262,7 @@ def clipped_surrogate(rho, advantages, epsilon=0.2, *, epsilon_high=None, dual_c
     [0.3, -0.7]
     """
     (rho, adv), m = prepare({"rho": rho, "advantages": advantages}, mask,
-                            zero_padding=False)
-    check_rho(rho, m)
+                            zero_padding=False, nonnegative={"rho": "ratios"})
     lo, hi = clip_bounds(epsilon, epsilon_high, like=rho)
     c = check_dual_clip(dual_clip)
     c = None if c is None else scalar_for(c, rho)

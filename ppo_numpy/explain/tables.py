@@ -47,7 +47,6 @@ from ..clipping import (
     UNCLIPPED,
     ClipCases,
     check_dual_clip,
-    check_rho,
     clip_bounds,
     clipped_surrogate,
 )
@@ -291,8 +290,8 @@ def clip_table(rho, advantages, epsilon=0.2, *, epsilon_high=None, dual_clip=Non
     >>> [str(x) for x in tab.column("d min / d rho_t")]
     ['2', '0', '2']
     """
-    (rho_a, A), m = prepare({"rho": rho, "advantages": advantages}, mask, ranks=(1,))
-    check_rho(rho_a)
+    (rho_a, A), m = prepare({"rho": rho, "advantages": advantages}, mask, ranks=(1,),
+                            nonnegative={"rho": "ratios"})
     exact = _exact(rho_a)
     lo, hi = clip_bounds(epsilon, epsilon_high, like=rho_a)
     c = check_dual_clip(dual_clip)
