@@ -183,7 +183,11 @@ class PolicyLoss:
             log_w = np.minimum(log_w, opts.log_ratio_max)
         self.log_w = log_w
         # rho_t = exp(logp_t - logp_old_t)
-        self.rho = where_valid(m, np.exp(log_w))
+        self.rho = np.exp(log_w)
+        if opts.importance_level == "token":
+            self.rho *= m  # (log_w is 0, or a finite cap, at padding: exp of it times 0 is 0)
+        else:  # the sequence's log-ratio is at padding too, where its exp may overflow
+            self.rho = where_valid(m, self.rho)
         lo, hi = opts.bounds()
         self.cases = ClipCases(self.rho, A, lo, hi, opts.dual_clip, opts.delta)
         self.norm = opts.norm_for(m.shape[-1])
@@ -252,24 +256,31 @@ class PolicyLoss:
         clipped surrogate, -w sg(w_t) A_t for CISPO, plus beta w dKL_t/dlogp."""
         opts, m = self.opts, self.m
         w = aggregation_weights(m, opts.agg, self.norm, self.divs)
+        # g = -dlogp, built in one array: negation is exact, so the sign comes once, at the end
         if opts.loss_type == "cispo":
-            dlogp = -w * self.cispo_weight * self.A
+            g = w * self.cispo_weight
+            g *= self.A
         else:
             # d loss / d log_w = -w (d term / d rho) rho
-            dlogp = -w * self.cases.drho * self.rho
+            g = w * self.cases.drho
+            g *= self.rho
             if self.below_max is not None:
-                dlogp = dlogp * self.below_max
+                g *= self.below_max
             if opts.importance_level == "sequence":
                 # d log s_i / d logp_t = m_t / n_i: each token gets its row's mean
-                dlogp = sequence_mean_grad(dlogp, m)
+                g = sequence_mean_grad(g, m)
             if self.passes is not None:
-                dlogp = dlogp * self.passes
-        if opts.kl_coef > 0:
-            agg, norm = self.kl_agg
-            w_kl = w if agg == opts.agg else aggregation_weights(m, agg, norm)
-            dlogp = dlogp + opts.kl_coef * kl_estimate_grad_kernel(
-                self.logp, self.logp_ref, opts.kl_estimator, m, opts.kl_clamp, w_kl)
-        return where_valid(m, dlogp + 0.0)  # (+ 0.0 turns -0.0 into 0.0)
+                g *= self.passes
+        # (g is 0 at padding: w is, and every factor is finite there)
+        if opts.kl_coef == 0:
+            return np.subtract(0.0, g, out=g)  # -g, with -0.0 made 0.0
+        agg, norm = self.kl_agg
+        w_kl = w if agg == opts.agg else aggregation_weights(m, agg, norm)
+        dlogp = np.negative(g, out=g)
+        dlogp += opts.kl_coef * kl_estimate_grad_kernel(
+            self.logp, self.logp_ref, opts.kl_estimator, m, opts.kl_clamp, w_kl)
+        dlogp += 0.0  # (turns -0.0 into 0.0)
+        return dlogp
 
     def stats(self) -> dict:
         m, log_rho, rho, cases = self.m, self.log_rho, self.rho, self.cases
@@ -286,6 +297,10 @@ class PolicyLoss:
         k1 = -log_rho.sum()
         if k1 == 0:
             k1 = np.where(m, -log_rho, 0.0).sum()
+        k2 = np.square(log_rho)
+        k2 /= 2  # (log rho)^2 / 2
+        k3 = np.expm1(log_rho)
+        k3 -= log_rho  # (rho - 1) - log rho
         clipped = self.cispo_weight != rho if self.opts.loss_type == "cispo" \
             else cases.counted_clipped
         stats = {
@@ -296,8 +311,8 @@ class PolicyLoss:
             # why: log rho from the log-probs, not log(rho): rho underflows to 0 for
             # log rho < -745
             "approx_kl_k1": float(k1 / n),
-            "approx_kl_k2": mean(log_rho**2 / 2),
-            "approx_kl_k3": mean(np.expm1(log_rho) - log_rho),
+            "approx_kl_k2": mean(k2),
+            "approx_kl_k3": mean(k3),
             "ratio_mean": mean(rho),
             # rho >= 0, and 0 at padding: the max over all positions is the max over tokens
             "ratio_min": float((rho if n == m.size else np.where(m, rho, np.inf)).min()),
