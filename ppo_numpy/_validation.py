@@ -255,6 +255,10 @@ def prepare(arrays: dict, mask, *, ranks=(1, 2), exact: bool | None = None,
     valid positions (``{"rho": "ratios"}``).
     """
     names, given = list(arrays), list(arrays.values())
+    if exact is not True and not nonnegative:
+        fast = _prepare_common(given, mask, ranks, zero_padding)
+        if fast is not None:
+            return fast, mask
     nonnegative = nonnegative or {}
     if exact is None:
         exact = any(map(is_exact, given))
@@ -273,6 +277,22 @@ def prepare(arrays: dict, mask, *, ranks=(1, 2), exact: bool | None = None,
         # where_valid returns a new array: the caller's is never written into
         return [where_valid(m, a) for a in out], m
     return [a if ok else where_valid(m, a) for a, ok in zip(out, finite)], m
+
+
+def _prepare_common(given: list, mask, ranks, zero_padding):
+    """:func:`prepare` of the common case, float64 arrays of one shape, finite everywhere,
+    with a bool mask of that shape: the arrays 0 at padding. ``None`` for anything else
+    (which the general path checks, and names)."""
+    first = given[0]
+    if not (type(mask) is np.ndarray and mask.dtype == bool and type(first) is np.ndarray
+            and first.ndim in ranks and first.shape[-1] > 0
+            and first.size < (_SUM_FROM if zero_padding else _KEEP_FROM)):
+        return None
+    for a in given:
+        if not (type(a) is np.ndarray and a.dtype == np.float64 and a.shape == mask.shape
+                and np.isfinite(a).all()):
+            return None
+    return [np.where(mask, a, 0.0) for a in given]
 
 
 def _own(arr: np.ndarray, given) -> np.ndarray:
