@@ -171,10 +171,10 @@ def aggregation_weights(m: np.ndarray, mode: str, norm=None, divs=None) -> np.nd
     d aggregate / d x (unchecked kernel; float64, the shape of ``m``, 0 at padding)."""
     m2 = m[None] if m.ndim == 1 else m
     d, D = divisors(m2, mode, norm) if divs is None else divs
-    mf = m2.astype(np.float64)
+    # (m / D divides the bool mask as the floats 0.0 and 1.0)
     if d is None:
-        w = mf / D
+        w = np.true_divide(m2, D)
     else:
         # why: a row without tokens has d = 0 and weights 0 (its m is 0)
-        w = mf / (np.maximum(d, 1)[:, None] * D)
+        w = np.true_divide(m2, np.maximum(d, 1)[:, None] * D)
     return w.reshape(m.shape)

@@ -227,12 +227,13 @@ class PolicyLoss:
 
     @lazy
     def policy_loss(self) -> float:
+        # (0 at padding: rho, A and logp are 0 there, and so is every product with them)
         if self.opts.loss_type == "cispo":
             # -sg(w_t) A_t logp_t
-            term = where_valid(self.m, self.cispo_weight * self.A * self.logp)
+            term = self.cispo_weight * self.A * self.logp
         else:
             # min( rho A, clip(rho) A )
-            term = where_valid(self.m, self.cases.term)
+            term = self.cases.term
         return -float(aggregate_kernel(term, self.m, self.opts.agg, self.norm, self.divs))
 
     @lazy
@@ -301,11 +302,15 @@ class PolicyLoss:
         k2 /= 2  # (log rho)^2 / 2
         k3 = np.expm1(log_rho)
         k3 -= log_rho  # (rho - 1) - log rho
-        clipped = self.cispo_weight != rho if self.opts.loss_type == "cispo" \
-            else cases.counted_clipped
+        # at padding rho = A = 0: the term equals rho A there, and rho is below any lo > 0
+        clipped = count(self.cispo_weight != rho) if self.opts.loss_type == "cispo" \
+            else float(np.count_nonzero(cases.counted_clipped) / n)
+        outside = np.count_nonzero(cases.above) + np.count_nonzero(cases.below)
+        if cases.lo > 0:
+            outside -= m.size - n
         stats = {
-            "clipfrac_active": count(clipped),
-            "clipfrac_outside": count(cases.outside),
+            "clipfrac_active": clipped,
+            "clipfrac_outside": float(outside / n),
             "dual_clipfrac": count(cases.counted_dual) if self.opts.dual_clip is not None
             else 0.0,
             # why: log rho from the log-probs, not log(rho): rho underflows to 0 for
