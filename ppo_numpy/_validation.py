@@ -228,6 +228,24 @@ def where_valid(mask: np.ndarray, arr: np.ndarray) -> np.ndarray:
 _KEEP_FROM = 1 << 14
 
 
+#: entries per block of :func:`row_blocks` (a block's temporaries stay in the cache)
+_BLOCK = 1 << 15
+
+
+def row_blocks(arr: np.ndarray) -> list:
+    """Slices of the rows of a (B, T) ``arr`` in blocks of about ``_BLOCK`` entries; one
+    slice of everything for a small or 1-D array.
+
+    Why: an element-wise kernel run block by block keeps its temporaries in the cache;
+    on arrays of a million entries each of its passes would otherwise go to memory
+    (``clipped_surrogate``: about 2x, measured in ``docs/benchmarks.md``).
+    """
+    if arr.ndim != 2 or arr.size <= 2 * _BLOCK:
+        return [slice(None)]
+    rows = max(1, _BLOCK // arr.shape[1])
+    return [slice(i, i + rows) for i in range(0, arr.shape[0], rows)]
+
+
 def garbage_errstate(arr: np.ndarray):
     """The errstate for a kernel on arrays of ``arr``'s size from ``prepare(...,
     zero_padding=False)``: overflow and invalid ignored where padding may hold finite garbage

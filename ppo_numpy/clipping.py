@@ -19,7 +19,7 @@ from fractions import Fraction
 import numpy as np
 
 from ._lazy import lazy
-from ._validation import check_scalar, garbage_errstate, prepare, scalar_for
+from ._validation import check_scalar, garbage_errstate, prepare, row_blocks, scalar_for
 
 
 def clip_bounds(epsilon, epsilon_high=None, like=None):
@@ -266,9 +266,20 @@ def clipped_surrogate(rho, advantages, epsilon=0.2, *, epsilon_high=None, dual_c
     lo, hi = clip_bounds(epsilon, epsilon_high, like=rho)
     c = check_dual_clip(dual_clip)
     c = None if c is None else scalar_for(c, rho)
+    zero = 0.0 if rho.dtype != object else Fraction(0)
+
+    def block(rows):
+        term = ClipCases(rho[rows], adv[rows], lo, hi, c).term_alone()
+        if mask is not None:
+            # exactly 0 at padding (the inputs may hold anything finite there)
+            np.copyto(term, zero, where=~m[rows])
+        return term
+
+    blocks = row_blocks(rho)
     with garbage_errstate(rho):
-        term = ClipCases(rho, adv, lo, hi, c).term_alone()
-    if mask is not None:
-        # exactly 0 at padding (the inputs may hold anything finite there)
-        np.copyto(term, 0.0 if term.dtype != object else Fraction(0), where=~m)
-    return term
+        if len(blocks) == 1:
+            return block(blocks[0])
+        out = np.empty_like(rho)
+        for rows in blocks:
+            out[rows] = block(rows)
+    return out

@@ -1,5 +1,6 @@
 """Batches large enough for the checks' large-array paths (``_validation._KEEP_FROM``: the
-inputs are not copied, their padding not zeroed; ``_SUM_FROM``: finiteness by one sum).
+inputs are not copied, their padding not zeroed; ``_SUM_FROM``: finiteness by one sum) and
+for element-wise work in row blocks (``_validation.row_blocks``).
 
 Each output must equal its rows computed one by one on the response tokens alone (small
 arrays, the other path), whatever the padding holds."""
@@ -10,10 +11,11 @@ import pytest
 import ppo_numpy as P
 from ppo_numpy import _validation
 
-B, T = 64, 300  # 19200 entries: at least _KEEP_FROM
+SHAPES = [(64, 300),  # 19200 entries: at least _KEEP_FROM, one block
+          (40, 2000)]  # 80000: blocks of 16, 16 and 8 rows
 
 
-def _batch(garbage, seed=0):
+def _batch(garbage, seed=0, B=64, T=300):
     rng = np.random.default_rng(seed)
     lengths = rng.integers(1, T + 1, B)
     mask = np.arange(T)[None] < lengths[:, None]
@@ -26,13 +28,17 @@ def _batch(garbage, seed=0):
     return lengths, mask, logp, logp_ref, A, rho, rng.normal(size=B)
 
 
-def test_the_batch_takes_the_large_paths():
-    assert B * T >= _validation._KEEP_FROM
+def test_the_batches_take_the_large_paths():
+    assert all(B * T >= _validation._KEEP_FROM for B, T in SHAPES)
+    assert len(_validation.row_blocks(np.zeros(SHAPES[0]))) == 1
+    blocks = _validation.row_blocks(np.zeros(SHAPES[1]))
+    assert [(b.start, b.stop) for b in blocks] == [(0, 16), (16, 32), (32, 48)]
 
 
+@pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("garbage", [None, 1e300, np.nan, np.inf, -3.0])
-def test_large_batch_equals_its_rows(garbage):
-    lengths, mask, logp, logp_ref, A, rho, scores = _batch(garbage)
+def test_large_batch_equals_its_rows(garbage, shape):
+    lengths, mask, logp, logp_ref, A, rho, scores = _batch(garbage, 0, *shape)
     given = [x.copy() for x in (logp, logp_ref, A, rho)]
     rewards = P.kl_shaped_rewards(scores, logp, logp_ref, 0.1, mask, "k3")
     term = P.clipped_surrogate(rho, A, 0.2, dual_clip=3.0, mask=mask)
