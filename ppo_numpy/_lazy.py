@@ -1,9 +1,9 @@
 """``lazy``: an attribute computed on first use and then stored on the instance.
 
 ``functools.cached_property`` without its lock: before Python 3.12 it takes an RLock
-at every first use, which costs more than the arrays it caches at the batch sizes the
-kernels see (measured in ``docs/benchmarks.md``). The kernels' objects are not shared
-between threads.
+at every first use, and a policy loss makes a dozen such first uses per call, a cost that
+shows beside the small arrays of a minibatch. The kernels' objects are not shared between
+threads.
 """
 
 

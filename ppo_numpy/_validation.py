@@ -236,9 +236,9 @@ def row_blocks(arr: np.ndarray) -> list:
     """Slices of the rows of a (B, T) ``arr`` in blocks of about ``_BLOCK`` entries; one
     slice of everything for a small or 1-D array.
 
-    Why: an element-wise kernel run block by block keeps its temporaries in the cache;
-    on arrays of a million entries each of its passes would otherwise go to memory
-    (``clipped_surrogate``: about 2x, measured in ``docs/benchmarks.md``).
+    Why: an element-wise kernel run block by block keeps its temporaries in the cache,
+    where on arrays of a million entries each of its passes would go to memory
+    (``clipped_surrogate``'s rows of the redesign section of ``docs/benchmarks.md``).
     """
     if arr.ndim != 2 or arr.size <= 2 * _BLOCK:
         return [slice(None)]
