@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._validation import as_mask, check_int, check_scalar
-from ..policy.base import resolve_params
+from ..policy.base import check_rng, resolve_params
 from ..policy.vocab import check_tokens, check_vocab_size
 
 
@@ -80,8 +80,7 @@ class RewardModel:
         self.prompt_length = P = check_int(prompt_length, "prompt_length")
         self.max_new_tokens = T = check_int(max_new_tokens, "max_new_tokens")
         self.d_hidden = H = check_int(d_hidden, "d_hidden")
-        if not isinstance(rng, np.random.Generator):
-            raise TypeError(f"rng: expected an np.random.Generator, got {type(rng).__name__}")
+        check_rng(rng)
         s = check_scalar(init_std, "init_std", low=0, low_open=True, allow_exact=False)
         self.params = {
             "W_x": rng.normal(0.0, s, (P, K, H)),
