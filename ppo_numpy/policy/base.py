@@ -52,7 +52,23 @@ def resolve_params(own: dict, params=None) -> dict:
     return params
 
 
-class ToyPolicy:
+class Parameterised:
+    """A model whose parameters are ``self.params``, a dict of float64 arrays."""
+
+    def resolve_params(self, params=None) -> dict:
+        """``self.params`` if ``params`` is None, else ``params`` with names and shapes checked."""
+        return resolve_params(self.params, params)
+
+    @property
+    def n_params(self) -> int:
+        return int(sum(p.size for p in self.params.values()))
+
+    def __repr__(self) -> str:
+        shapes = ", ".join(f"{k} {v.shape}" for k, v in self.params.items())
+        return f"{type(self).__name__}({self.n_params} parameters: {shapes})"
+
+
+class ToyPolicy(Parameterised):
     """Base class: ``params`` (dict of float64 arrays), ``vocab_size``, input checks.
 
     Subclasses set ``self.params`` and implement ``forward(tokens, params=None)``
@@ -71,10 +87,6 @@ class ToyPolicy:
         clone = copy.copy(self)
         clone.params = self.resolve_params(params)
         return clone
-
-    def resolve_params(self, params=None) -> dict:
-        """``self.params`` if ``params`` is None, else ``params`` with names and shapes checked."""
-        return resolve_params(self.params, params)
 
     def check_tokens(self, tokens, name="tokens") -> np.ndarray:
         return check_tokens(tokens, self.vocab_size, name)
@@ -119,11 +131,3 @@ class ToyPolicy:
         dE_pos = np.zeros_like(p["E_pos"])  # (max_len, D)
         dE_pos[: tokens.shape[1]] = de.sum(axis=0)
         return dE_tok, dE_pos
-
-    @property
-    def n_params(self) -> int:
-        return int(sum(p.size for p in self.params.values()))
-
-    def __repr__(self) -> str:
-        shapes = ", ".join(f"{k} {v.shape}" for k, v in self.params.items())
-        return f"{type(self).__name__}({self.n_params} parameters: {shapes})"
