@@ -43,7 +43,7 @@ from .._npz import entry as npz_entry
 from .cases import INPUT_NAMES
 from .compare import TOLERANCES, ComparisonReport, compare_outputs, tolerance_for
 from .group_cases import cases_for
-from .presets import GROUP_INPUT_NAMES
+from .presets._common import GROUP_INPUT_NAMES, PER_RESPONSE_NAMES
 
 FORMAT = "ppo_numpy.oracle.golden"
 FORMAT_VERSION = 1
@@ -296,9 +296,8 @@ def load(directory) -> tuple:
         path = root / entry["file"]
         data = load_npz(path)
         B, T = entry["shape"]
-        shapes = {n: (B,) if n in ("scores", "groups", "baseline_scores") else (B, T)
-                  for n in manifest["input_names"]}
-        inputs = {n: npz_entry(path, data, n, "f", shape=shapes.get(n))
+        inputs = {n: npz_entry(path, data, n, "f",
+                               shape=(B,) if n in PER_RESPONSE_NAMES else (B, T))
                   for n in manifest["input_names"]}
         expected = {n: npz_entry(path, data, f"expected/{n}", "f")
                     for n in entry.get("expected_arrays", [])}

@@ -35,6 +35,8 @@ INPUT_NAMES = ("logp", "logp_old", "logp_ref", "values", "old_values", "scores",
 #: the inputs of the critic-free presets: no values; prompt ids and (ReMax) greedy scores
 GROUP_INPUT_NAMES = ("logp", "logp_old", "logp_ref", "scores", "groups", "baseline_scores",
                      "mask")
+#: the inputs with one value per response, shape (B,); the others are (B, T)
+PER_RESPONSE_NAMES = ("scores", "groups", "baseline_scores")
 
 FLOAT32_ROUNDING = 2.0**-24
 """u_32: the relative error of one rounding to float32."""
