@@ -164,12 +164,9 @@ def check_params(p: dict) -> dict:
     for name in ("gamma", "lam"):
         if name in p:
             p[name] = check_scalar(p[name], name, low=0, high=1, allow_exact=False)
-    for name in ("beta", "vf_coef"):
+    for name in ("beta", "vf_coef", "ratio_threshold", "whiten_eps"):
         if name in p:
             p[name] = check_scalar(p[name], name, low=0, allow_exact=False)
-    if "ratio_threshold" in p:
-        p["ratio_threshold"] = check_scalar(p["ratio_threshold"], "ratio_threshold", low=0,
-                                            allow_exact=False)
     if "value_clip" in p:
         p["value_clip"] = check_value_clip(p["value_clip"])
     for name in ("score_clip", "reward_clip_range"):
@@ -187,8 +184,6 @@ def check_params(p: dict) -> dict:
     if "whiten_ddof" in p and (isinstance(p["whiten_ddof"], bool)
                                or p["whiten_ddof"] not in (0, 1)):
         raise ValueError(f"whiten_ddof: must be 0 or 1, got {p['whiten_ddof']!r}")
-    if "whiten_eps" in p:
-        p["whiten_eps"] = check_scalar(p["whiten_eps"], "whiten_eps", low=0, allow_exact=False)
     for name in ("shift_mean", "use_kl_loss"):
         if name in p and not isinstance(p[name], (bool, np.bool_)):
             raise ValueError(f"{name}: must be True or False, got {p[name]!r}")
@@ -268,12 +263,17 @@ def shaped_rewards(x: Rollout, beta, m, estimator, position, *, kl_clamp=None,
                                  score_offset=0 if position == "last-token" else 1)
     rewards = kl_shaped_rewards(np.zeros_like(x.scores), x.logp_old, x.logp_ref, beta, m,
                                 estimator, kl_clamp=kl_clamp)
-    scores = x.scores
-    if score_clip is not None:
-        low, high = _score_bounds(score_clip)
-        scores = np.clip(scores, low, high)
-    rewards[:, -1] = rewards[:, -1] + scores
+    rewards[:, -1] = rewards[:, -1] + clip_scores(x.scores, score_clip)
     return rewards
+
+
+def clip_scores(scores, score_clip):
+    """``scores`` clipped to ``[-c, c]`` (``score_clip = c``) or ``[low, high]``; as they are
+    for ``None``."""
+    if score_clip is None:
+        return scores
+    low, high = _score_bounds(score_clip)
+    return np.clip(scores, low, high)
 
 
 def gae_over(rewards, values, gamma, lam, m, holes):
@@ -340,17 +340,19 @@ def loss_options(p: dict, agg: str = "token-mean") -> PolicyLossOptions:
                              log_ratio_clamp=p.get("log_ratio_clamp"), agg=agg)
 
 
-def losses(x: Rollout, advantages, returns, opts: PolicyLossOptions, value_clip, *,
-           policy_mask, value_mask, value_agg="token-mean", value_clip_form="offset"):
-    """Policy loss, its stats and gradient; value loss and its gradient."""
-    pm = policy_mask
+def losses(x: Rollout, advantages, returns, p: dict, agg: str = "token-mean", *, mask,
+           value_mask=None, value_agg="token-mean"):
+    """Policy loss (the :func:`loss_options` of ``p``, aggregated by ``agg`` over ``mask``), its
+    stats and gradient; value loss (``p["value_clip"]``, ``p["value_clip_form"]``, aggregated by
+    ``value_agg`` over ``value_mask``, default ``mask``) and its gradient."""
+    pm = mask
     pl = policy_loss_kernel(where_valid(pm, x.logp), where_valid(pm, x.logp_old),
-                            where_valid(pm, advantages), pm, opts)
-    vm = value_mask
+                            where_valid(pm, advantages), pm, loss_options(p, agg))
+    vm = pm if value_mask is None else value_mask
     PolicyLossOptions(agg=value_agg)  # checks the mode's name
     norm = mode_norm(value_agg, None, vm.shape[-1])
     vl = ValueLoss(where_valid(vm, x.values), where_valid(vm, x.old_values),
-                   where_valid(vm, returns), value_clip, value_clip_form)
+                   where_valid(vm, returns), p["value_clip"], p["value_clip_form"])
     vloss = float(aggregate_kernel(where_valid(vm, vl.loss), vm, value_agg, norm))
     dvalues = where_valid(vm, aggregation_weights(vm, value_agg, norm) * vl.dv + 0.0)
     return pl.loss, pl.stats(), pl.dlogp, vloss, dvalues
@@ -392,6 +394,13 @@ def require_finite(name: str, arrays: dict, where: np.ndarray, why: str) -> None
             idx = tuple(int(i) for i in np.argwhere(bad)[0])
             raise ValueError(f"{name}: {key} is {arr[idx]} at padding position {idx}, which "
                              f"{why}; it must be finite there")
+
+
+def require_choice(name: str, p: dict, key: str, allowed) -> None:
+    """ValueError unless the parameter ``p[key]`` is one of ``allowed``, the framework's options."""
+    if p[key] not in allowed:
+        raise ValueError(f"{name}: {key} must be one of {', '.join(map(str, allowed))}, got "
+                         f"{p[key]!r}")
 
 
 def check_estimator(name: str, estimator, allowed: tuple) -> None:

@@ -14,7 +14,6 @@ from ._common import (
     gae,
     kl_estimate,
     kl_shaped_rewards,
-    loss_options,
     losses,
     masked_mean,
     masked_var,
@@ -86,9 +85,7 @@ def _lm_human_preferences(x: Rollout, p: dict) -> dict:
     raw_advantages, returns = gae(rewards, x.old_values, p["gamma"], p["lam"])
     advantages = whiten(raw_advantages, ddof=0)
     m = x.mask
-    policy_loss, st, dlogp, vloss, dvalues = losses(
-        x, advantages, returns, loss_options(p), p["value_clip"], policy_mask=m,
-        value_mask=m, value_clip_form=p["value_clip_form"])
+    policy_loss, st, dlogp, vloss, dvalues = losses(x, advantages, returns, p, mask=m)
     stats = lmhp_stats(x, returns, m, p, st, policy_loss, vloss, kl, ddof=0,
                        form=p["value_clip_form"])
     stats["objective/score"] = mean_rows(x.scores)
