@@ -334,6 +334,14 @@ def _inputs_at(inputs: dict, index: tuple, mask_shape: tuple) -> dict:
     return out
 
 
+def compared(shape, mask) -> np.ndarray:
+    """Where an output of ``shape`` is compared: where ``mask`` is 1 for a per-token output
+    (shaped like ``mask``), everywhere for the others (and for ``mask=None``)."""
+    if mask is not None and shape == np.shape(mask):
+        return np.asarray(mask) == 1
+    return np.ones(shape, dtype=bool)
+
+
 def compare_output(name: str, actual, expected, *, alternatives=(), mask=None, inputs=None,
                    params=None, case_name: str = "", tolerance: Tolerance) -> OutputComparison:
     """Compare one output (array or scalar) with the expected one and its probe alternatives."""
@@ -349,10 +357,7 @@ def compare_output(name: str, actual, expected, *, alternatives=(), mask=None, i
         return row
     alts = [_as_output(x) for x in alternatives]
     alts = [x for x in alts if x.shape == e.shape]
-    if mask is not None and e.shape == np.shape(mask):
-        valid = np.asarray(mask) == 1
-    else:
-        valid = np.ones(e.shape, dtype=bool)
+    valid = compared(e.shape, mask)
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         same = (e == a) | (np.isnan(e) & np.isnan(a))
         err = np.where(same, 0.0, np.abs(a - e))

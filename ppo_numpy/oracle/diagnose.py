@@ -37,6 +37,7 @@ from .compare import (
     check_dtype,
     compare,
     compare_output,
+    compared,
     tolerance_for,
 )
 from .switches import explain_switch, switches_for
@@ -144,9 +145,8 @@ def _run(preset, case, overrides):
 
 
 def _matches(name, actual, expected, case, tol):
-    row = compare_output(name, actual, expected, mask=case["inputs"]["mask"],
-                         inputs=case["inputs"], case_name=case["name"], tolerance=tol)
-    return row
+    return compare_output(name, actual, expected, mask=case["inputs"]["mask"],
+                          inputs=case["inputs"], case_name=case["name"], tolerance=tol)
 
 
 def _rel_err(actual, expected, case, tol) -> float:
@@ -157,9 +157,7 @@ def _rel_err(actual, expected, case, tol) -> float:
     a, e = _as_output(actual), _as_output(expected)
     if a.shape != e.shape:
         return float("nan")
-    mask = np.asarray(case["inputs"]["mask"]) == 1
-    valid = (mask if e.shape == mask.shape else np.ones(e.shape, dtype=bool))
-    valid = valid & np.isfinite(e) & (np.abs(e) > tol.atol)
+    valid = compared(e.shape, case["inputs"]["mask"]) & np.isfinite(e) & (np.abs(e) > tol.atol)
     if not np.any(valid):
         return 0.0
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
@@ -172,8 +170,7 @@ def _first_difference(name, actual, expected, case, tol) -> str:
     a, e = _as_output(actual), _as_output(expected)
     if a.shape != e.shape:
         return f"{case['name']}: shape {a.shape}, expected {e.shape}"
-    mask = np.asarray(case["inputs"]["mask"]) == 1
-    valid = mask if e.shape == mask.shape else np.ones(e.shape, dtype=bool)
+    valid = compared(e.shape, case["inputs"]["mask"])
     with np.errstate(invalid="ignore", over="ignore"):
         bad = valid & ~((a == e) | (np.abs(a - e) <= tol.atol + tol.rtol * np.abs(e)))
     if not np.any(bad):
@@ -269,9 +266,7 @@ def diagnose(candidate, preset, cases=None, dtype="float64", *, outputs=None, to
 
     def score(overrides):
         """Per failing output: (cases matched, cases compared, max abs, max rel, all ok)."""
-        out = {}
-        for d in failing:
-            out[d.output] = [0, 0, 0.0, 0.0, True]
+        out = {d.output: [0, 0, 0.0, 0.0, True] for d in failing}
         for ref, actual in usable:
             if baseline[ref["name"]] is None:
                 continue
