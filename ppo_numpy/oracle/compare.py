@@ -511,12 +511,10 @@ def compare(candidate, reference, cases=None, dtype="float64", *, outputs=None,
     """
     from .cases import generate_cases
     from .group_cases import cases_for
+    from .presets import as_preset
 
     dtype = check_dtype(dtype)
-    if isinstance(reference, str):
-        from .presets import get_preset
-
-        reference = get_preset(reference)
+    reference = as_preset(reference)
     if isinstance(probes, bool) or not isinstance(probes, int) or probes < 0:
         raise ValueError(f"probes: must be a non-negative integer, got {probes!r}")
     if outputs is not None:

@@ -208,11 +208,10 @@ def diagnose(candidate, preset, cases=None, dtype="float64", *, outputs=None, to
     ``diagnosis.explained_by("advantages")`` lists the settings that explain an output.
     """
     from .group_cases import cases_for
-    from .presets import get_preset
+    from .presets import as_preset
 
     dtype = check_dtype(dtype)
-    if isinstance(preset, str):
-        preset = get_preset(preset)
+    preset = as_preset(preset)
     if not hasattr(preset, "parameters"):
         raise TypeError(f"preset: expected a Preset or a preset name, got "
                         f"{type(preset).__name__}")

@@ -43,6 +43,7 @@ from .._npz import entry as npz_entry
 from .cases import INPUT_NAMES
 from .compare import TOLERANCES, ComparisonReport, compare_outputs, tolerance_for
 from .group_cases import cases_for
+from .presets import as_preset
 from .presets._common import GROUP_INPUT_NAMES, PER_RESPONSE_NAMES
 
 FORMAT = "ppo_numpy.oracle.golden"
@@ -58,14 +59,6 @@ CONVENTIONS = {
     "rejected": "a case with 'rejected' is one the preset refuses (ValueError); it has no "
                 "expected outputs",
 }
-
-
-def _resolve(preset):
-    if isinstance(preset, str):
-        from .presets import get_preset
-
-        return get_preset(preset)
-    return preset
 
 
 def _parameters(preset) -> dict:
@@ -115,7 +108,7 @@ def export(directory, preset, cases=None, *, seed: int = 0) -> Path:
     """
     from .. import __version__
 
-    preset = _resolve(preset)
+    preset = as_preset(preset)
     if cases is None:
         cases = cases_for(preset, seed)
     input_names = getattr(preset, "input_names", INPUT_NAMES)
@@ -312,7 +305,7 @@ def load(directory) -> tuple:
 def _manifest_preset(directory, manifest, preset):
     """``preset`` resolved, or (``None``) the one the manifest names; BadFileError if unknown."""
     if preset is not None:
-        return _resolve(preset)
+        return as_preset(preset)
     from .presets import PRESETS
 
     name = manifest["preset"]["name"]
