@@ -316,11 +316,14 @@ def _manifest_preset(directory, manifest, preset):
 
 
 def _recompute(directory, preset, case, k):
-    """``preset(case)``; a TypeError (a parameter of the wrong type) is the manifest's fault."""
+    """``preset(case)``, or the ValueError with which the preset rejects the case; a TypeError
+    (a parameter of the wrong type) is the manifest's fault (BadFileError)."""
     try:
         return preset(case)
     except TypeError as err:
         raise BadFileError(Path(directory) / MANIFEST, f"cases[{k}].overrides: {err}") from None
+    except ValueError as err:
+        return err
 
 
 def verify(directory, preset=None) -> tuple:
@@ -361,14 +364,11 @@ def verify(directory, preset=None) -> tuple:
         if case["effective_params"] != _jsonable({**base, **case["params"]}):
             problems.append(f"{name}: effective parameters differ from the preset's defaults "
                             "updated by the case's overrides")
-        try:
-            outputs = _recompute(directory, preset, case, k)
-        except BadFileError:
-            raise
-        except ValueError as err:
-            report.rejected[name] = f"{type(err).__name__}: {err}"
+        outputs = _recompute(directory, preset, case, k)
+        if isinstance(outputs, ValueError):
+            report.rejected[name] = f"{type(outputs).__name__}: {outputs}"
             if case["rejected"] is None:
-                problems.append(f"{name}: the preset now rejects it ({err})")
+                problems.append(f"{name}: the preset now rejects it ({outputs})")
             continue
         if case["rejected"] is not None:
             problems.append(f"{name}: rejected at export ({case['rejected']}), accepted now")
@@ -389,11 +389,8 @@ def bit_identical(directory, preset=None) -> tuple:
     for k, case in enumerate(cases):
         if case["rejected"] is not None:
             continue
-        try:
-            outputs = _recompute(directory, preset, case, k)
-        except BadFileError:
-            raise
-        except ValueError:
+        outputs = _recompute(directory, preset, case, k)
+        if isinstance(outputs, ValueError):
             # rejected now, accepted at export (verify lists it): none of its outputs is
             # reproduced
             outputs = {}
