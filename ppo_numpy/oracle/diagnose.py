@@ -288,22 +288,26 @@ def diagnose(candidate, preset, cases=None, dtype="float64", *, outputs=None, to
                     s[4] = False
         return out
 
-    def explanation(overrides, s):
-        sentences = tuple(explain_switch(preset, k, v) for k, v in overrides.items())
-        return Explanation(tuple(overrides.items()), s[2], s[3], sentences)
+    def attempt(overrides, outputs):
+        """Score ``overrides``; it explains each of ``outputs`` it makes match on every case."""
+        diagnosis.tried += 1
+        result = score(overrides)
+        for d in outputs:
+            s = result[d.output]
+            if s[4] and s[0] == s[1] and s[1] > 0:
+                sentences = tuple(explain_switch(preset, k, v) for k, v in overrides.items())
+                d.explanations.append(Explanation(tuple(overrides.items()), s[2], s[3],
+                                                  sentences))
+        return result
 
     singles = [(param, value) for param, (alts, _) in switches_for(preset).items()
                for value in alts]
     plausible = []
     for param, value in singles:
-        diagnosis.tried += 1
-        result = score({param: value})
+        result = attempt({param: value}, failing)
         gained = 0
         for d in failing:
-            s = result[d.output]
-            if s[4] and s[0] == s[1] and s[1] > 0:
-                d.explanations.append(explanation({param: value}, s))
-            gained = max(gained, s[0] - (d.n_cases - len(d.failed_cases)))
+            gained = max(gained, result[d.output][0] - (d.n_cases - len(d.failed_cases)))
         if gained > 0:
             plausible.append((gained, param, value))
 
@@ -314,12 +318,7 @@ def diagnose(candidate, preset, cases=None, dtype="float64", *, outputs=None, to
         for (p1, v1), (p2, v2) in itertools.combinations(top, 2):
             if p1 == p2:
                 continue
-            diagnosis.tried += 1
-            result = score({p1: v1, p2: v2})
-            for d in unexplained:
-                s = result[d.output]
-                if s[4] and s[0] == s[1] and s[1] > 0:
-                    d.explanations.append(explanation({p1: v1, p2: v2}, s))
+            attempt({p1: v1, p2: v2}, unexplained)
 
     # best first: fewer switches, then the setting that explains the most outputs (one
     # cause for many symptoms), then the smaller error
