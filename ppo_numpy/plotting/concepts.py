@@ -78,8 +78,7 @@ def _matrix(x, name, shape=None):
 
 
 def _figure(nrows=1, ncols=1, *, width=6.4, height=3.2, **kwargs):
-    fig, axes = plt.subplots(nrows, ncols, figsize=(width, height), dpi=DPI, **kwargs)
-    return fig, axes
+    return plt.subplots(nrows, ncols, figsize=(width, height), dpi=DPI, **kwargs)
 
 
 def format_table(columns, *, digits=6, index=None):
