@@ -323,12 +323,13 @@ def whiten(x, m=None, shift_mean=True, *, ddof=1, eps=1e-8, eps_mode="add"):
     return whiten_kernel(where_valid(m, x), m, shift_mean, ddof, eps, eps_mode)
 
 
-def value_clipfrac(x: Rollout, returns, m, clip, form="offset") -> float:
-    """Token mean of "the clipped value error is strictly larger" (TRL/verl ``vf_clipfrac``)."""
-    if clip is None:
+def value_clipfrac(x: Rollout, returns, m, p: dict) -> float:
+    """Token mean of "the clipped value error is strictly larger" (TRL/verl ``vf_clipfrac``),
+    with the preset's ``value_clip`` and ``value_clip_form``."""
+    if p["value_clip"] is None:
         return 0.0
     vl = ValueLoss(where_valid(m, x.values), where_valid(m, x.old_values),
-                   where_valid(m, returns), clip, form)
+                   where_valid(m, returns), p["value_clip"], p["value_clip_form"])
     return masked_mean(vl.clipped_wins.astype(np.float64), m)
 
 

@@ -109,8 +109,7 @@ def _trl(x: Rollout, p: dict) -> dict:
         "policy/clipfrac_avg": st["clipfrac_active"],
         "loss/policy_avg": policy_loss,
         "loss/value_avg": vloss,
-        "val/clipfrac_avg": value_clipfrac(x, returns, m_p1, p["value_clip"],
-                                           p["value_clip_form"]),
+        "val/clipfrac_avg": value_clipfrac(x, returns, m_p1, p),
         "val/ratio": 1.0 + aggregate(rho - 1.0, m, "seq-mean-token-sum-norm"),
     }
     return result(rewards, advantages, returns, policy_loss, vloss, dlogp, dvalues, stats)
@@ -174,8 +173,7 @@ def _trl_011(x: Rollout, p: dict) -> dict:
         policy_loss, vloss = 0.0, 0.0
         dlogp, dvalues = np.zeros_like(dlogp), np.zeros_like(dvalues)
     scores = clip_scores(x.scores, p["score_clip"])
-    stats = lmhp_stats(x, returns, m, p, st, policy_loss, vloss, kl, ddof=1,
-                       form=p["value_clip_form"])
+    stats = lmhp_stats(x, returns, m, p, st, policy_loss, vloss, kl, ddof=1)
     stats.update({
         "ppo/policy/policykl": st["approx_kl_k1"],
         "ppo/policy/advantages_mean": masked_mean(advantages, m),
