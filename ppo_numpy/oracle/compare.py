@@ -172,7 +172,7 @@ def probe_cases(case: dict, dtype, n: int, *, seed: int = 0) -> list:
     """``n`` float64 copies of ``case`` with each valid input moved by ``+-4 u max(|x|, 1)``."""
     u = TOLERANCES[check_dtype(dtype)].unit_roundoff
     rng = np.random.default_rng([seed, n])
-    valid = np.asarray(case["inputs"]["mask"]) == 1
+    mask = case["inputs"]["mask"]
     probes = []
     for _ in range(n):
         inputs = {}
@@ -184,8 +184,7 @@ def probe_cases(case: dict, dtype, n: int, *, seed: int = 0) -> list:
             sign = rng.choice([-1.0, 1.0], size=x.shape)
             with np.errstate(invalid="ignore", over="ignore"):
                 moved = x + sign * PROBE_SCALE * u * np.maximum(np.abs(x), 1.0)
-            where = valid if x.shape == valid.shape else np.ones(x.shape, dtype=bool)
-            inputs[name] = np.where(where, moved, x)
+            inputs[name] = np.where(compared(x.shape, mask), moved, x)
         probes.append({**case, "inputs": inputs})
     return probes
 
