@@ -47,11 +47,9 @@ def cmd_export(args) -> int:
     from ..oracle.golden import export
 
     name = args.preset or DEFAULT_PRESET
-    if name not in PRESETS:
-        print(f"oracle export: unknown preset {name!r}; valid ones are "
-              f"{', '.join(PRESETS)}", file=sys.stderr)
-        return 2
     try:
+        if name not in PRESETS:
+            raise ValueError(f"unknown preset {name!r}; valid ones are {', '.join(PRESETS)}")
         cases = cases_for(PRESETS[name], args.seed, args.cases)
     except ValueError as err:
         print(f"oracle export: {err}", file=sys.stderr)
