@@ -424,6 +424,13 @@ def case_names(n_random: int = N_RANDOM) -> list:
     return [f"random-{k}" for k in range(n_random)] + list(EDGE_CASES)
 
 
+def check_names(names, default) -> list:
+    """``names``, a list of case names (``default`` for ``None``); TypeError for one string."""
+    if isinstance(names, str):
+        raise TypeError("names: expected a list of case names, got a single string")
+    return default if names is None else names
+
+
 def generate_cases(seed: int = 0, names=None, *, n_random: int = N_RANDOM) -> list:
     """Random cases ``random-0`` ... ``random-{n_random - 1}``, then the edge cases.
 
@@ -452,10 +459,7 @@ def generate_cases(seed: int = 0, names=None, *, n_random: int = N_RANDOM) -> li
     """
     if isinstance(n_random, bool) or not isinstance(n_random, int) or n_random < 0:
         raise ValueError(f"n_random: must be a non-negative integer, got {n_random!r}")
-    if names is None:
-        names = case_names(n_random)
-    elif isinstance(names, str):
-        raise TypeError("names: expected a list of case names, got a single string")
+    names = check_names(names, case_names(n_random))
     expanded = []
     for name in names:
         if name == "random":

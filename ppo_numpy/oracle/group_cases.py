@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .cases import case_rng, make_case, mask_from_lengths, sample_log_probs
+from .cases import case_rng, check_names, make_case, mask_from_lengths, sample_log_probs
 from .presets import GROUP_INPUT_NAMES
 
 N_RANDOM = 6
@@ -132,10 +132,7 @@ def generate_group_cases(seed: int = 0, names=None, *, n_random: int = N_RANDOM)
     >>> cases[0]["inputs"]["groups"].tolist()
     [0.0, 1.0, 2.0, 0.0, 1.0, 2.0, 0.0, 1.0, 2.0]
     """
-    if names is None:
-        names = group_case_names(n_random)
-    elif isinstance(names, str):
-        raise TypeError("names: expected a list of case names, got a single string")
+    names = check_names(names, group_case_names(n_random))
     cases = []
     for name in names:
         if name.startswith("group-random-") and name[13:].isdigit():
