@@ -222,9 +222,7 @@ class Task:
         y = rng.integers(FIRST_CONTENT - 1, self.vocab_size, size=(B, T))
         # token FIRST_CONTENT - 1 is EOS: the response ends at the first one
         is_eos = y == EOS
-        length = np.where(is_eos.any(axis=1), is_eos.argmax(axis=1) + 1, T)
-        mask = np.arange(T)[None, :] < length[:, None]
-        return np.where(mask, y, 0).astype(np.int64), mask.astype(np.float64)
+        return _assemble(y, np.where(is_eos.any(axis=1), is_eos.argmax(axis=1), T), T)
 
     def random_score(self):
         """Exact expected score of the random policy (a Fraction)."""
