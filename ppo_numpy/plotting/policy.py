@@ -23,7 +23,8 @@ import numpy as np
 from matplotlib.cm import ScalarMappable
 from matplotlib.colors import ListedColormap, Normalize
 
-from .._validation import as_mask, check_int
+from .._validation import check_int
+from .concepts import masked_pair
 from .style import MIN_DPI, legend_outside
 
 __all__ = [
@@ -285,13 +286,7 @@ def plot_ratio_after_step(rho, advantages, mask=None, *, epsilon=0.2):
     The legend counts the tokens that moved the way their advantage asks
     (rho > 1 where A_hat > 0, rho < 1 where A_hat < 0).
     """
-    r = np.asarray(rho, dtype=np.float64)
-    a = np.asarray(advantages, dtype=np.float64)
-    if a.shape != r.shape:
-        raise ValueError(f"advantages: shape {a.shape} does not match rho shape {r.shape}")
-    m = as_mask(mask, r, "rho")
-    if not m.any():
-        raise ValueError("mask: no response token to draw")
+    r, a, m = masked_pair(rho, advantages, mask, "rho", "advantages")
     r, a = r[m], a[m]
     agree = (a != 0) & (np.sign(r - 1.0) == np.sign(a))
     fig, ax = plt.subplots(figsize=(5.2, 4.2), dpi=DPI)
