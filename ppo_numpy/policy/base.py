@@ -72,7 +72,10 @@ class ToyPolicy(Parameterised):
     """Base class: ``params`` (dict of float64 arrays), ``vocab_size``, input checks.
 
     Subclasses set ``self.params`` and implement ``forward(tokens, params=None)``
-    and ``backward(cache, dlogits, dvalues)``.
+    and ``backward(cache, dlogits, dvalues)``. The models with token and position
+    embeddings and a policy and a value head on a hidden state (``MLPPolicy``,
+    ``TransformerPolicy``) share :meth:`heads`, :meth:`heads_backward` and
+    :meth:`embedding_backward`.
     """
 
     def __init__(self, vocab_size):
