@@ -143,7 +143,8 @@ def sample_log_probs(rng: np.random.Generator, mask, *, log_ratio_std: float = 0
 def make_case(name: str, description: str, inputs: dict, params: dict | None = None, *,
               input_names=INPUT_NAMES) -> dict:
     """Assemble a case dict after checking that ``inputs`` has every one of ``input_names``,
-    well shaped: (B,) for the :data:`PER_RESPONSE_NAMES`, (B, T) for the others."""
+    well shaped: (B,) for the inputs with one value per response (``scores``, ``groups``,
+    ``baseline_scores``), (B, T) for the others."""
     missing = [n for n in input_names if n not in inputs]
     if missing:
         raise ValueError(f"inputs: missing {', '.join(missing)}")
