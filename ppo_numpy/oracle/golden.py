@@ -43,7 +43,7 @@ from .._npz import entry as npz_entry
 from .cases import INPUT_NAMES
 from .compare import TOLERANCES, ComparisonReport, compare_outputs, tolerance_for
 from .group_cases import cases_for
-from .presets import as_preset
+from .presets import PRESETS, as_preset
 from .presets._common import GROUP_INPUT_NAMES, PER_RESPONSE_NAMES
 
 FORMAT = "ppo_numpy.oracle.golden"
@@ -306,8 +306,6 @@ def _manifest_preset(directory, manifest, preset):
     """``preset`` resolved, or (``None``) the one the manifest names; BadFileError if unknown."""
     if preset is not None:
         return as_preset(preset)
-    from .presets import PRESETS
-
     name = manifest["preset"]["name"]
     if name not in PRESETS:
         raise BadFileError(Path(directory) / MANIFEST, f"preset.name: unknown preset {name!r}; "

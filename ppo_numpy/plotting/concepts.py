@@ -54,7 +54,6 @@ __all__ = [
     "plot_whitening",
 ]
 
-DPI = MIN_DPI
 PROMPT_GREY = (0.85, 0.85, 0.85, 1.0)
 PAD_WHITE = (0.97, 0.97, 0.97, 1.0)
 
@@ -91,7 +90,7 @@ def masked_pair(x, y, mask, x_name, y_name):
 
 
 def _figure(nrows=1, ncols=1, *, width=6.4, height=3.2, **kwargs):
-    return plt.subplots(nrows, ncols, figsize=(width, height), dpi=DPI, **kwargs)
+    return plt.subplots(nrows, ncols, figsize=(width, height), dpi=MIN_DPI, **kwargs)
 
 
 def format_table(columns, *, digits=6, index=None):
