@@ -218,8 +218,7 @@ def _check_manifest(path, manifest: dict) -> None:
         if key not in obj:
             raise BadFileError(path, f"{label}: missing")
         value = obj[key]
-        ok = isinstance(value, kind) and not (isinstance(value, bool) and kind is not bool)
-        if not ok:
+        if not isinstance(value, kind):  # kind is dict, list or str: never a bool
             wanted = {dict: "an object", list: "an array", str: "a string"}[kind]
             raise BadFileError(path, f"{label}: expected {wanted}, got {_json_type(value)}")
         return value
