@@ -18,6 +18,7 @@ import numpy as np
 from ..._validation import as_array, as_mask, check_scalar, where_valid
 from ...aggregation import aggregate_kernel, aggregation_weights, mode_norm
 from ...gae import gae_kernel
+from ...group_advantages import _group_sums
 from ...kl import (
     _score_bounds,
     kl_estimate_grad_kernel,
@@ -432,11 +433,8 @@ def group_std(scores, groups, *, dtype=np.float64):
     one (the ``reward_std`` TRL and OpenRLHF log)."""
     s = np.asarray(scores, dtype=dtype)
     ids, inverse, counts = np.unique(groups, return_inverse=True, return_counts=True)
-    sums = np.zeros(len(ids), dtype=dtype)
-    np.add.at(sums, inverse, s)
-    mean = (sums / counts.astype(dtype))[inverse]
-    sq = np.zeros(len(ids), dtype=dtype)
-    np.add.at(sq, inverse, (s - mean) ** 2)
+    mean = (_group_sums(s, inverse, len(ids)) / counts.astype(dtype))[inverse]
+    sq = _group_sums((s - mean) ** 2, inverse, len(ids))
     with np.errstate(divide="ignore", invalid="ignore"):
         std = np.sqrt(sq / (counts - 1).astype(dtype))[inverse]
     return np.where(counts[inverse] > 1, std, 0.0).astype(np.float64)
