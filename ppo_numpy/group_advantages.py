@@ -455,10 +455,9 @@ def reinforce_plus_plus_advantages(rewards, mask, gamma=1.0, *, ddof=1, eps=1e-8
     >>> [[round(float(a), 6) for a in row] for row in A]
     [[1.224745, 1.224745, 0.0], [-0.816497, -0.816497, -0.816497]]
     """
-    gamma = check_scalar(gamma, "gamma", low=0, high=1)
-    (r,), m = prepare({"rewards": rewards}, mask)
-    G = _returns_to_go(r, m, scalar_for(gamma, r))
-    return whiten(G, m, ddof=ddof, eps=eps, eps_mode=eps_mode)
+    # A_t = whiten(G_t) over the response tokens
+    return whiten(returns_to_go(rewards, mask, gamma), mask, ddof=ddof, eps=eps,
+                  eps_mode=eps_mode)
 
 
 def reinforce_plus_plus_baseline_advantages(scores, groups, mask, *, token_rewards=None,

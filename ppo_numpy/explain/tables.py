@@ -168,6 +168,13 @@ def _exact(arr: np.ndarray) -> bool:
     return arr.dtype == object
 
 
+def _token_rows(m, n_columns: int, cells) -> tuple:
+    """One row per position: ``(t, *cells(i))`` at a response token (t = i + 1), ``t (pad)``
+    and ``-`` in every other column at padding."""
+    return tuple((i + 1, *cells(i)) if m[i] else (f"{i + 1} (pad)",) + (PAD,) * (n_columns - 1)
+                 for i in range(len(m)))
+
+
 def gae_table(rewards, values, gamma=1.0, lam=0.95, mask=None) -> Table:
     """TD errors, GAE and returns of one response, one row per token, backwards in t.
 
@@ -310,17 +317,13 @@ def clip_table(rho, advantages, epsilon=0.2, *, epsilon_high=None, dual_clip=Non
     if c is not None:
         columns += ["c * A_hat_t", "term_t"]
     columns += ["active", grad_name]
-    rows = []
-    for i in range(rho_a.shape[0]):
-        if not m[i]:
-            rows.append((f"{i + 1} (pad)",) + (PAD,) * (len(columns) - 1))
-            continue
-        row = [i + 1, _cell(rho_a[i]), _cell(A[i]), _cell(rho_clip[i]), _cell(unclipped[i]),
-               _cell(clipped[i]), _cell(term_min[i])]
-        if c is not None:
-            row += [_cell(c * A[i]), _cell(term[i])]
-        row += [branch[i], _cell(cases.drho[i])]
-        rows.append(tuple(row))
+
+    def cells(i):
+        dual = () if c is None else (_cell(c * A[i]), _cell(term[i]))
+        return (_cell(rho_a[i]), _cell(A[i]), _cell(rho_clip[i]), _cell(unclipped[i]),
+                _cell(clipped[i]), _cell(term_min[i]), *dual, branch[i], _cell(cases.drho[i]))
+
+    rows = _token_rows(m, len(columns), cells)
     fmt = format_number
     eps_name = "eps" if epsilon_high is None else "eps_high"
     title = (f"Clipped surrogate: clip range `[1 - eps, 1 + {eps_name}] = "
@@ -341,7 +344,7 @@ def clip_table(rho, advantages, epsilon=0.2, *, epsilon_high=None, dual_clip=Non
         "one-sided; the one from inside the clip range, `A_hat_t`, is printed.",
     ]
     notes += _number_notes(exact, any_float=False)
-    return Table(title, tuple(columns), tuple(rows), tuple(notes), exact)
+    return Table(title, tuple(columns), rows, tuple(notes), exact)
 
 
 def ratio_table(logp, logp_old, mask=None) -> Table:
@@ -362,16 +365,12 @@ def ratio_table(logp, logp_old, mask=None) -> Table:
     exact = _exact(lp)
     diff = lp - lp_old
     columns = ("t", "logp_t", "logp_old_t", "logp_t - logp_old_t", "rho_t = exp(...)")
-    rows = []
-    for i in range(lp.shape[0]):
-        if m[i]:
-            rows.append((i + 1, _cell(lp[i]), _cell(lp_old[i]), _cell(diff[i]), float(rho[i])))
-        else:
-            rows.append((f"{i + 1} (pad)",) + (PAD,) * 4)
+    rows = _token_rows(m, len(columns),
+                       lambda i: (_cell(lp[i]), _cell(lp_old[i]), _cell(diff[i]), float(rho[i])))
     notes = ["`rho_t = pi_theta(y_t | x, y_<t) / pi_theta_old(y_t | x, y_<t) = "
              "exp(logp_t - logp_old_t)`."]
     notes += _number_notes(exact, any_float=True, what="rho_t (exp is not rational)")
-    return Table("Probability ratio", columns, tuple(rows), tuple(notes), exact)
+    return Table("Probability ratio", columns, rows, tuple(notes), exact)
 
 
 def rewards_table(score, logp, logp_ref, beta, mask=None, estimator="k1") -> Table:
@@ -409,14 +408,10 @@ def rewards_table(score, logp, logp_ref, beta, mask=None, estimator="k1") -> Tab
     last = int(last_valid_index(m))
     columns = ("t", "logp_t", "logp_ref_t", KL_LABELS[estimator], "-beta * KL_t",
                "score added", "r~_t")
-    rows = []
-    for i in range(lp.shape[0]):
-        if m[i]:
-            added = _cell(s) if i == last else ""
-            rows.append((i + 1, _cell(lp[i]), _cell(lp_ref[i]), _cell(kl[i]), _cell(penalty[i]),
-                         added, _cell(shaped[i])))
-        else:
-            rows.append((f"{i + 1} (pad)",) + (PAD,) * 6)
+    # the score is added at the last response token only
+    rows = _token_rows(m, len(columns), lambda i: (
+        _cell(lp[i]), _cell(lp_ref[i]), _cell(kl[i]), _cell(penalty[i]),
+        _cell(s) if i == last else "", _cell(shaped[i])))
     beta_s = scalar_for(beta, lp)
     title = f"KL-shaped rewards: `beta = {format_number(beta_s)}`, estimator {estimator}"
     notes = [f"`r~_t = -beta KL_t`, plus the score at the last response token (t = {last + 1})."]
@@ -425,7 +420,7 @@ def rewards_table(score, logp, logp_ref, beta, mask=None, estimator="k1") -> Tab
                      "pi_ref / pi_theta`.")
     notes += _number_notes(exact, any_float=not _exact(kl),
                            what="KL_t and what follows from it (k3 needs exp)")
-    return Table(title, columns, tuple(rows), tuple(notes), exact)
+    return Table(title, columns, rows, tuple(notes), exact)
 
 
 def _to_float(arr: np.ndarray) -> np.ndarray:
@@ -512,6 +507,8 @@ def ppo_tables(score, logp_old, logp_ref, values, beta, gamma=1.0, lam=0.95, *, 
 
 _I_NOTE = ("`i` counts responses from 1 (array index i - 1); `group` is the prompt id given "
            "for the response.")
+_MEAN_NOTE = ("`mean_g(i)` is the mean score of the responses to the same prompt as response "
+              "i (equal group ids), itself included.")
 
 
 def _group_display(scores, groups, exact):
@@ -571,8 +568,7 @@ def grpo_table(scores, groups, *, scale="group", eps=1e-6, ddof=1) -> Table:
         rows = [(i + 1, int(ids[inverse[i]]), _cell(s[i]), _cell(mean[i]), _cell(dev[i]),
                  _cell(A[i])) for i in range(s.shape[0])]
         title = "GRPO advantages, scale none (Dr. GRPO): `A_i = s_i - mean_g(i)`"
-        notes = [_I_NOTE, "`mean_g(i)` is the mean score of the responses to the same prompt "
-                 "as response i (equal group ids), itself included."]
+        notes = [_I_NOTE, _MEAN_NOTE]
         notes += _number_notes(exact, any_float=False)
         return Table(title, tuple(columns), tuple(rows), tuple(notes), exact)
     if scale == "group":
@@ -597,8 +593,7 @@ def grpo_table(scores, groups, *, scale="group", eps=1e-6, ddof=1) -> Table:
             for i in range(s.shape[0])]
     notes = [
         _I_NOTE,
-        "`mean_g(i)` is the mean score of the responses to the same prompt as response i "
-        "(equal group ids), itself included.",
+        _MEAN_NOTE,
         f"{what}, with divisor n - ddof; `std = sqrt(variance)`.",
         "`A_i = (s_i - mean_g(i)) / (std + eps)`: eps is added to the std, outside the square "
         "root; a group of equal scores has deviation 0 and A = 0.",

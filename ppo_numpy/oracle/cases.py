@@ -69,7 +69,7 @@ import zlib
 
 import numpy as np
 
-from .presets import INPUT_NAMES
+from .presets._common import INPUT_NAMES, PER_RESPONSE_NAMES
 
 N_RANDOM = 8
 """Number of random cases :func:`generate_cases` makes by default."""
@@ -117,32 +117,43 @@ def sample_inputs(rng: np.random.Generator, mask, *, log_ratio_std: float = 0.15
     on about 40% of them). Scores are N(0, 1.5^2).
     """
     m = np.asarray(mask, dtype=np.float64)
-    shape = m.shape
-    logp_old = -rng.gamma(2.0, 0.5, size=shape)
-    logp = np.minimum(logp_old + rng.normal(0.0, log_ratio_std, size=shape), -1e-4)
-    logp_ref = np.minimum(logp_old + rng.normal(0.0, ref_std, size=shape), -1e-4)
-    old_values = rng.normal(0.0, 1.0, size=shape)
-    values = old_values + rng.normal(0.0, value_std, size=shape)
-    scores = rng.normal(0.0, 1.5, size=shape[0])
+    inputs = sample_log_probs(rng, m, log_ratio_std=log_ratio_std, ref_std=ref_std)
+    old_values = rng.normal(0.0, 1.0, size=m.shape)
+    values = old_values + rng.normal(0.0, value_std, size=m.shape)
     valid = m == 1
-    inputs = {"logp": logp, "logp_old": logp_old, "logp_ref": logp_ref, "values": values,
-              "old_values": old_values, "scores": scores, "mask": m.copy()}
-    for name in ("logp", "logp_old", "logp_ref", "values", "old_values"):
-        inputs[name] = np.where(valid, inputs[name], 0.0)
+    inputs.update(values=np.where(valid, values, 0.0), old_values=np.where(valid, old_values, 0.0),
+                  scores=rng.normal(0.0, 1.5, size=m.shape[0]), mask=m.copy())
     return inputs
 
 
-def make_case(name: str, description: str, inputs: dict, params: dict | None = None) -> dict:
-    """Assemble a case dict after checking that ``inputs`` has every input, well shaped."""
-    missing = [n for n in INPUT_NAMES if n not in inputs]
+def sample_log_probs(rng: np.random.Generator, mask, *, log_ratio_std: float = 0.15,
+                     ref_std: float = 0.3) -> dict:
+    """``logp``, ``logp_old`` and ``logp_ref`` for a (B, T) mask, 0 at padding (see
+    :func:`sample_inputs`): logp_old = -Gamma(2, 0.5), the other two within ``log_ratio_std``
+    and ``ref_std`` of it, all at most -1e-4."""
+    shape = np.shape(mask)
+    logp_old = -rng.gamma(2.0, 0.5, size=shape)
+    logp = np.minimum(logp_old + rng.normal(0.0, log_ratio_std, size=shape), -1e-4)
+    logp_ref = np.minimum(logp_old + rng.normal(0.0, ref_std, size=shape), -1e-4)
+    valid = np.asarray(mask) == 1
+    return {n: np.where(valid, x, 0.0)
+            for n, x in (("logp", logp), ("logp_old", logp_old), ("logp_ref", logp_ref))}
+
+
+def make_case(name: str, description: str, inputs: dict, params: dict | None = None, *,
+              input_names=INPUT_NAMES) -> dict:
+    """Assemble a case dict after checking that ``inputs`` has every one of ``input_names``,
+    well shaped: (B,) for the inputs with one value per response (``scores``, ``groups``,
+    ``baseline_scores``), (B, T) for the others."""
+    missing = [n for n in input_names if n not in inputs]
     if missing:
         raise ValueError(f"inputs: missing {', '.join(missing)}")
-    arrays = {n: np.array(inputs[n], dtype=np.float64) for n in INPUT_NAMES}
+    arrays = {n: np.array(inputs[n], dtype=np.float64) for n in input_names}
     shape = arrays["mask"].shape
     if len(shape) != 2:
         raise ValueError(f"mask: expected shape (B, T), got {shape}")
-    for n in INPUT_NAMES:
-        want = shape[:1] if n == "scores" else shape
+    for n in input_names:
+        want = shape[:1] if n in PER_RESPONSE_NAMES else shape
         if arrays[n].shape != want:
             raise ValueError(f"{n}: expected shape {want}, got {arrays[n].shape}")
     return {"name": name, "description": description, "inputs": arrays,
@@ -184,12 +195,17 @@ def _right_padding(rng):
     return "right padding: responses start at column 0", sample_inputs(rng, mask), {}
 
 
+#: the mask of ``multi-turn-holes`` and ``holes-discounted``: every row starts with a
+#: response token, then turns separated by holes
+HOLES_MASK = np.array([[1, 1, 1, 0, 0, 1, 1, 0, 1, 1, 1, 0],
+                       [1, 1, 0, 0, 0, 1, 1, 0, 1, 1, 1, 1],
+                       [1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 0, 0]], dtype=np.float64)
+
+
 def _multi_turn_holes(rng):
     # every row starts with a response token, as a rollout's response part does: only the
     # holes differ from right padding (verl, whose GAE skips holes, takes the case)
-    mask = np.array([[1, 1, 1, 0, 0, 1, 1, 0, 1, 1, 1, 0],
-                     [1, 1, 0, 0, 0, 1, 1, 0, 1, 1, 1, 1],
-                     [1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 0, 0]], dtype=np.float64)
+    mask = HOLES_MASK.copy()
     return ("masks with holes (multi-turn): V(s_{t+1}) is the value at the next "
             "response token", sample_inputs(rng, mask), {})
 
@@ -361,9 +377,7 @@ def _one_sided_log_ratios(rng):
 def _holes_discounted(rng):
     # the layout of multi-turn-holes with gamma 0.9 and lam 0.8: with gamma = lam = 1 a
     # hole run through as a zero state changes nothing (A_t = sum of later rewards - V_t)
-    mask = np.array([[1, 1, 1, 0, 0, 1, 1, 0, 1, 1, 1, 0],
-                     [1, 1, 0, 0, 0, 1, 1, 0, 1, 1, 1, 1],
-                     [1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 0, 0]], dtype=np.float64)
+    mask = HOLES_MASK.copy()
     return ("masks with holes, gamma 0.9, lam 0.8: skipping a hole and running through it "
             "as a state of value 0 differ", sample_inputs(rng, mask), {"gamma": 0.9, "lam": 0.8})
 
@@ -411,6 +425,13 @@ def case_names(n_random: int = N_RANDOM) -> list:
     return [f"random-{k}" for k in range(n_random)] + list(EDGE_CASES)
 
 
+def check_names(names, default) -> list:
+    """``names``, a list of case names (``default`` for ``None``); TypeError for one string."""
+    if isinstance(names, str):
+        raise TypeError("names: expected a list of case names, got a single string")
+    return default if names is None else names
+
+
 def generate_cases(seed: int = 0, names=None, *, n_random: int = N_RANDOM) -> list:
     """Random cases ``random-0`` ... ``random-{n_random - 1}``, then the edge cases.
 
@@ -439,10 +460,7 @@ def generate_cases(seed: int = 0, names=None, *, n_random: int = N_RANDOM) -> li
     """
     if isinstance(n_random, bool) or not isinstance(n_random, int) or n_random < 0:
         raise ValueError(f"n_random: must be a non-negative integer, got {n_random!r}")
-    if names is None:
-        names = case_names(n_random)
-    elif isinstance(names, str):
-        raise TypeError("names: expected a list of case names, got a single string")
+    names = check_names(names, case_names(n_random))
     expanded = []
     for name in names:
         if name == "random":

@@ -150,11 +150,8 @@ def to_bfloat16(x) -> np.ndarray:
 def round_to_dtype(x, dtype) -> np.ndarray:
     """``x`` stored as the candidate would hold it: float64, float32, or bf16 values in float32."""
     dtype = check_dtype(dtype)
-    if dtype == "float64":
-        return np.array(x, dtype=np.float64)
-    if dtype == "float32":
-        return np.array(x, dtype=np.float32)
-    return to_bfloat16(x)
+    # float64 and float32 are numpy's own; bfloat16 is float32 holding its values
+    return to_bfloat16(x) if dtype == "bfloat16" else np.array(x, dtype=dtype)
 
 
 def cast_case(case: dict, dtype) -> dict:
@@ -175,7 +172,7 @@ def probe_cases(case: dict, dtype, n: int, *, seed: int = 0) -> list:
     """``n`` float64 copies of ``case`` with each valid input moved by ``+-4 u max(|x|, 1)``."""
     u = TOLERANCES[check_dtype(dtype)].unit_roundoff
     rng = np.random.default_rng([seed, n])
-    valid = np.asarray(case["inputs"]["mask"]) == 1
+    mask = case["inputs"]["mask"]
     probes = []
     for _ in range(n):
         inputs = {}
@@ -187,8 +184,7 @@ def probe_cases(case: dict, dtype, n: int, *, seed: int = 0) -> list:
             sign = rng.choice([-1.0, 1.0], size=x.shape)
             with np.errstate(invalid="ignore", over="ignore"):
                 moved = x + sign * PROBE_SCALE * u * np.maximum(np.abs(x), 1.0)
-            where = valid if x.shape == valid.shape else np.ones(x.shape, dtype=bool)
-            inputs[name] = np.where(where, moved, x)
+            inputs[name] = np.where(compared(x.shape, mask), moved, x)
         probes.append({**case, "inputs": inputs})
     return probes
 
@@ -334,6 +330,14 @@ def _inputs_at(inputs: dict, index: tuple, mask_shape: tuple) -> dict:
     return out
 
 
+def compared(shape, mask) -> np.ndarray:
+    """Where an output of ``shape`` is compared: where ``mask`` is 1 for a per-token output
+    (shaped like ``mask``), everywhere for the others (and for ``mask=None``)."""
+    if mask is not None and shape == np.shape(mask):
+        return np.asarray(mask) == 1
+    return np.ones(shape, dtype=bool)
+
+
 def compare_output(name: str, actual, expected, *, alternatives=(), mask=None, inputs=None,
                    params=None, case_name: str = "", tolerance: Tolerance) -> OutputComparison:
     """Compare one output (array or scalar) with the expected one and its probe alternatives."""
@@ -349,10 +353,7 @@ def compare_output(name: str, actual, expected, *, alternatives=(), mask=None, i
         return row
     alts = [_as_output(x) for x in alternatives]
     alts = [x for x in alts if x.shape == e.shape]
-    if mask is not None and e.shape == np.shape(mask):
-        valid = np.asarray(mask) == 1
-    else:
-        valid = np.ones(e.shape, dtype=bool)
+    valid = compared(e.shape, mask)
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         same = (e == a) | (np.isnan(e) & np.isnan(a))
         err = np.where(same, 0.0, np.abs(a - e))
@@ -506,12 +507,10 @@ def compare(candidate, reference, cases=None, dtype="float64", *, outputs=None,
     """
     from .cases import generate_cases
     from .group_cases import cases_for
+    from .presets import as_preset
 
     dtype = check_dtype(dtype)
-    if isinstance(reference, str):
-        from .presets import get_preset
-
-        reference = get_preset(reference)
+    reference = as_preset(reference)
     if isinstance(probes, bool) or not isinstance(probes, int) or probes < 0:
         raise ValueError(f"probes: must be a non-negative integer, got {probes!r}")
     if outputs is not None:

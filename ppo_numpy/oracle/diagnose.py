@@ -37,6 +37,7 @@ from .compare import (
     check_dtype,
     compare,
     compare_output,
+    compared,
     tolerance_for,
 )
 from .switches import explain_switch, switches_for
@@ -144,9 +145,8 @@ def _run(preset, case, overrides):
 
 
 def _matches(name, actual, expected, case, tol):
-    row = compare_output(name, actual, expected, mask=case["inputs"]["mask"],
-                         inputs=case["inputs"], case_name=case["name"], tolerance=tol)
-    return row
+    return compare_output(name, actual, expected, mask=case["inputs"]["mask"],
+                          inputs=case["inputs"], case_name=case["name"], tolerance=tol)
 
 
 def _rel_err(actual, expected, case, tol) -> float:
@@ -157,9 +157,7 @@ def _rel_err(actual, expected, case, tol) -> float:
     a, e = _as_output(actual), _as_output(expected)
     if a.shape != e.shape:
         return float("nan")
-    mask = np.asarray(case["inputs"]["mask"]) == 1
-    valid = (mask if e.shape == mask.shape else np.ones(e.shape, dtype=bool))
-    valid = valid & np.isfinite(e) & (np.abs(e) > tol.atol)
+    valid = compared(e.shape, case["inputs"]["mask"]) & np.isfinite(e) & (np.abs(e) > tol.atol)
     if not np.any(valid):
         return 0.0
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
@@ -172,8 +170,7 @@ def _first_difference(name, actual, expected, case, tol) -> str:
     a, e = _as_output(actual), _as_output(expected)
     if a.shape != e.shape:
         return f"{case['name']}: shape {a.shape}, expected {e.shape}"
-    mask = np.asarray(case["inputs"]["mask"]) == 1
-    valid = mask if e.shape == mask.shape else np.ones(e.shape, dtype=bool)
+    valid = compared(e.shape, case["inputs"]["mask"])
     with np.errstate(invalid="ignore", over="ignore"):
         bad = valid & ~((a == e) | (np.abs(a - e) <= tol.atol + tol.rtol * np.abs(e)))
     if not np.any(bad):
@@ -211,11 +208,10 @@ def diagnose(candidate, preset, cases=None, dtype="float64", *, outputs=None, to
     ``diagnosis.explained_by("advantages")`` lists the settings that explain an output.
     """
     from .group_cases import cases_for
-    from .presets import get_preset
+    from .presets import as_preset
 
     dtype = check_dtype(dtype)
-    if isinstance(preset, str):
-        preset = get_preset(preset)
+    preset = as_preset(preset)
     if not hasattr(preset, "parameters"):
         raise TypeError(f"preset: expected a Preset or a preset name, got "
                         f"{type(preset).__name__}")
@@ -269,9 +265,7 @@ def diagnose(candidate, preset, cases=None, dtype="float64", *, outputs=None, to
 
     def score(overrides):
         """Per failing output: (cases matched, cases compared, max abs, max rel, all ok)."""
-        out = {}
-        for d in failing:
-            out[d.output] = [0, 0, 0.0, 0.0, True]
+        out = {d.output: [0, 0, 0.0, 0.0, True] for d in failing}
         for ref, actual in usable:
             if baseline[ref["name"]] is None:
                 continue
@@ -294,22 +288,26 @@ def diagnose(candidate, preset, cases=None, dtype="float64", *, outputs=None, to
                     s[4] = False
         return out
 
-    def explanation(overrides, s):
-        sentences = tuple(explain_switch(preset, k, v) for k, v in overrides.items())
-        return Explanation(tuple(overrides.items()), s[2], s[3], sentences)
+    def attempt(overrides, outputs):
+        """Score ``overrides``; it explains each of ``outputs`` it makes match on every case."""
+        diagnosis.tried += 1
+        result = score(overrides)
+        for d in outputs:
+            s = result[d.output]
+            if s[4] and s[0] == s[1] and s[1] > 0:
+                sentences = tuple(explain_switch(preset, k, v) for k, v in overrides.items())
+                d.explanations.append(Explanation(tuple(overrides.items()), s[2], s[3],
+                                                  sentences))
+        return result
 
     singles = [(param, value) for param, (alts, _) in switches_for(preset).items()
                for value in alts]
     plausible = []
     for param, value in singles:
-        diagnosis.tried += 1
-        result = score({param: value})
+        result = attempt({param: value}, failing)
         gained = 0
         for d in failing:
-            s = result[d.output]
-            if s[4] and s[0] == s[1] and s[1] > 0:
-                d.explanations.append(explanation({param: value}, s))
-            gained = max(gained, s[0] - (d.n_cases - len(d.failed_cases)))
+            gained = max(gained, result[d.output][0] - (d.n_cases - len(d.failed_cases)))
         if gained > 0:
             plausible.append((gained, param, value))
 
@@ -320,12 +318,7 @@ def diagnose(candidate, preset, cases=None, dtype="float64", *, outputs=None, to
         for (p1, v1), (p2, v2) in itertools.combinations(top, 2):
             if p1 == p2:
                 continue
-            diagnosis.tried += 1
-            result = score({p1: v1, p2: v2})
-            for d in unexplained:
-                s = result[d.output]
-                if s[4] and s[0] == s[1] and s[1] > 0:
-                    d.explanations.append(explanation({p1: v1, p2: v2}, s))
+            attempt({p1: v1, p2: v2}, unexplained)
 
     # best first: fewer switches, then the setting that explains the most outputs (one
     # cause for many symptoms), then the smaller error

@@ -43,7 +43,8 @@ from .._npz import entry as npz_entry
 from .cases import INPUT_NAMES
 from .compare import TOLERANCES, ComparisonReport, compare_outputs, tolerance_for
 from .group_cases import cases_for
-from .presets import GROUP_INPUT_NAMES
+from .presets import PRESETS, as_preset
+from .presets._common import GROUP_INPUT_NAMES, PER_RESPONSE_NAMES
 
 FORMAT = "ppo_numpy.oracle.golden"
 FORMAT_VERSION = 1
@@ -58,14 +59,6 @@ CONVENTIONS = {
     "rejected": "a case with 'rejected' is one the preset refuses (ValueError); it has no "
                 "expected outputs",
 }
-
-
-def _resolve(preset):
-    if isinstance(preset, str):
-        from .presets import get_preset
-
-        return get_preset(preset)
-    return preset
 
 
 def _parameters(preset) -> dict:
@@ -115,7 +108,7 @@ def export(directory, preset, cases=None, *, seed: int = 0) -> Path:
     """
     from .. import __version__
 
-    preset = _resolve(preset)
+    preset = as_preset(preset)
     if cases is None:
         cases = cases_for(preset, seed)
     input_names = getattr(preset, "input_names", INPUT_NAMES)
@@ -225,8 +218,7 @@ def _check_manifest(path, manifest: dict) -> None:
         if key not in obj:
             raise BadFileError(path, f"{label}: missing")
         value = obj[key]
-        ok = isinstance(value, kind) and not (isinstance(value, bool) and kind is not bool)
-        if not ok:
+        if not isinstance(value, kind):  # kind is dict, list or str: never a bool
             wanted = {dict: "an object", list: "an array", str: "a string"}[kind]
             raise BadFileError(path, f"{label}: expected {wanted}, got {_json_type(value)}")
         return value
@@ -296,9 +288,8 @@ def load(directory) -> tuple:
         path = root / entry["file"]
         data = load_npz(path)
         B, T = entry["shape"]
-        shapes = {n: (B,) if n in ("scores", "groups", "baseline_scores") else (B, T)
-                  for n in manifest["input_names"]}
-        inputs = {n: npz_entry(path, data, n, "f", shape=shapes.get(n))
+        inputs = {n: npz_entry(path, data, n, "f",
+                               shape=(B,) if n in PER_RESPONSE_NAMES else (B, T))
                   for n in manifest["input_names"]}
         expected = {n: npz_entry(path, data, f"expected/{n}", "f")
                     for n in entry.get("expected_arrays", [])}
@@ -313,9 +304,7 @@ def load(directory) -> tuple:
 def _manifest_preset(directory, manifest, preset):
     """``preset`` resolved, or (``None``) the one the manifest names; BadFileError if unknown."""
     if preset is not None:
-        return _resolve(preset)
-    from .presets import PRESETS
-
+        return as_preset(preset)
     name = manifest["preset"]["name"]
     if name not in PRESETS:
         raise BadFileError(Path(directory) / MANIFEST, f"preset.name: unknown preset {name!r}; "
@@ -324,11 +313,14 @@ def _manifest_preset(directory, manifest, preset):
 
 
 def _recompute(directory, preset, case, k):
-    """``preset(case)``; a TypeError (a parameter of the wrong type) is the manifest's fault."""
+    """``preset(case)``, or the ValueError with which the preset rejects the case; a TypeError
+    (a parameter of the wrong type) is the manifest's fault (BadFileError)."""
     try:
         return preset(case)
     except TypeError as err:
         raise BadFileError(Path(directory) / MANIFEST, f"cases[{k}].overrides: {err}") from None
+    except ValueError as err:
+        return err
 
 
 def verify(directory, preset=None) -> tuple:
@@ -369,14 +361,11 @@ def verify(directory, preset=None) -> tuple:
         if case["effective_params"] != _jsonable({**base, **case["params"]}):
             problems.append(f"{name}: effective parameters differ from the preset's defaults "
                             "updated by the case's overrides")
-        try:
-            outputs = _recompute(directory, preset, case, k)
-        except BadFileError:
-            raise
-        except ValueError as err:
-            report.rejected[name] = f"{type(err).__name__}: {err}"
+        outputs = _recompute(directory, preset, case, k)
+        if isinstance(outputs, ValueError):
+            report.rejected[name] = f"{type(outputs).__name__}: {outputs}"
             if case["rejected"] is None:
-                problems.append(f"{name}: the preset now rejects it ({err})")
+                problems.append(f"{name}: the preset now rejects it ({outputs})")
             continue
         if case["rejected"] is not None:
             problems.append(f"{name}: rejected at export ({case['rejected']}), accepted now")
@@ -397,11 +386,8 @@ def bit_identical(directory, preset=None) -> tuple:
     for k, case in enumerate(cases):
         if case["rejected"] is not None:
             continue
-        try:
-            outputs = _recompute(directory, preset, case, k)
-        except BadFileError:
-            raise
-        except ValueError:
+        outputs = _recompute(directory, preset, case, k)
+        if isinstance(outputs, ValueError):
             # rejected now, accepted at export (verify lists it): none of its outputs is
             # reproduced
             outputs = {}

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .cases import case_rng, mask_from_lengths
+from .cases import case_rng, check_names, make_case, mask_from_lengths, sample_log_probs
 from .presets import GROUP_INPUT_NAMES
 
 N_RANDOM = 6
@@ -39,36 +39,21 @@ def group_inputs(rng, groups, lengths, T, *, binary=True, log_ratio_std=0.15):
     """The :data:`GROUP_INPUT_NAMES` for rows with prompt ids ``groups`` and ``lengths``."""
     groups = np.asarray(groups)
     mask = mask_from_lengths(lengths, T)
-    shape = mask.shape
-    logp_old = -rng.gamma(2.0, 0.5, size=shape)
-    logp = np.minimum(logp_old + rng.normal(0.0, log_ratio_std, size=shape), -1e-4)
-    logp_ref = np.minimum(logp_old + rng.normal(0.0, 0.3, size=shape), -1e-4)
-    B = shape[0]
+    out = sample_log_probs(rng, mask, log_ratio_std=log_ratio_std)
+    B = mask.shape[0]
     scores = (rng.random(B) < 0.5).astype(np.float64) if binary else rng.normal(0.0, 1.5, B)
     baseline = (rng.random(B) < 0.5).astype(np.float64) if binary else rng.normal(0.0, 1.5, B)
     # ReMax: one greedy response per prompt, so one baseline score per group
     first = {g: i for i, g in reversed(list(enumerate(groups.tolist())))}
     baseline = np.array([baseline[first[g]] for g in groups.tolist()])
-    valid = mask == 1
-    out = {"logp": logp, "logp_old": logp_old, "logp_ref": logp_ref, "scores": scores,
-           "groups": groups.astype(np.float64), "baseline_scores": baseline, "mask": mask}
-    for name in ("logp", "logp_old", "logp_ref"):
-        out[name] = np.where(valid, out[name], 0.0)
+    out.update(scores=scores, groups=groups.astype(np.float64), baseline_scores=baseline,
+               mask=mask)
     return out
 
 
 def make_group_case(name, description, inputs, params=None) -> dict:
-    missing = [n for n in GROUP_INPUT_NAMES if n not in inputs]
-    if missing:
-        raise ValueError(f"inputs: missing {', '.join(missing)}")
-    arrays = {n: np.array(inputs[n], dtype=np.float64) for n in GROUP_INPUT_NAMES}
-    B, T = arrays["mask"].shape
-    for n in GROUP_INPUT_NAMES:
-        want = (B,) if n in ("scores", "groups", "baseline_scores") else (B, T)
-        if arrays[n].shape != want:
-            raise ValueError(f"{n}: expected shape {want}, got {arrays[n].shape}")
-    return {"name": name, "description": description, "inputs": arrays,
-            "params": dict(params or {})}
+    """:func:`~ppo_numpy.oracle.cases.make_case` with the :data:`GROUP_INPUT_NAMES`."""
+    return make_case(name, description, inputs, params, input_names=GROUP_INPUT_NAMES)
 
 
 def _random(k):
@@ -147,10 +132,7 @@ def generate_group_cases(seed: int = 0, names=None, *, n_random: int = N_RANDOM)
     >>> cases[0]["inputs"]["groups"].tolist()
     [0.0, 1.0, 2.0, 0.0, 1.0, 2.0, 0.0, 1.0, 2.0]
     """
-    if names is None:
-        names = group_case_names(n_random)
-    elif isinstance(names, str):
-        raise TypeError("names: expected a list of case names, got a single string")
+    names = check_names(names, group_case_names(n_random))
     cases = []
     for name in names:
         if name.startswith("group-random-") and name[13:].isdigit():

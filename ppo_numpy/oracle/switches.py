@@ -196,6 +196,19 @@ _VERL = "verl"
 _EPS = (0.0, 1e-6, 1e-5)
 _AGG = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 
+
+def _masked_whiten(module: str, mask: str) -> dict:
+    """The whitening switches of a framework whose ``module`` has TRL's ``masked_var`` and
+    ``masked_whiten`` (TRL, TRL 0.11 and verl), called on the advantages and ``mask``."""
+    return {
+        "whiten_ddof": ((0,), f"{module} masked_var, unbiased=True"),
+        "whiten_eps": (_EPS, f"{module} masked_whiten: rsqrt(var + 1e-8)"),
+        "whiten_eps_mode": (("floor",), f"{module} masked_whiten"),
+        "whiten_mask": (("all",), f"{module} masked_whiten(advantages, {mask})"),
+        "shift_mean": ((False,), f"{module} masked_whiten, shift_mean=True"),
+    }
+
+
 register_switches("seed", {
     "score_position": (("after-last", "last-column"), "docs/objective.md: r~_T = -beta KL_T "
                        "+ score at the last token"),
@@ -213,11 +226,7 @@ register_switches("seed", {
 register_switches("trl", {
     "score_position": (("last-token", "last-column"), "trl/trainer/ppo_trainer.py "
                        "PPOTrainer.train: scores at sequence_lengths_p1"),
-    "whiten_ddof": ((0,), "trl/core.py masked_var, unbiased=True"),
-    "whiten_eps": (_EPS, "trl/core.py masked_whiten: rsqrt(var + 1e-8)"),
-    "whiten_eps_mode": (("floor",), "trl/core.py masked_whiten"),
-    "whiten_mask": (("all",), "trl/core.py masked_whiten(advantages, ~padding_mask)"),
-    "shift_mean": ((False,), "trl/core.py masked_whiten, shift_mean=True"),
+    **_masked_whiten("trl/core.py", "~padding_mask"),
     "whiten_rewards": ((True,), "trl/trainer/ppo_config.py whiten_rewards=False"),
     "kl_estimator": (("k3",), "trl/trainer/ppo_config.py kl_estimator='k1'"),
     "kl_clamp": ((10.0,), "trl/trainer/ppo_trainer.py PPOTrainer.train"),
@@ -233,11 +242,7 @@ register_switches("trl-0.11", {
     "score_position": (("after-last", "last-column"), "trl/trainer/ppo_trainer.py "
                        "compute_rewards: mask.nonzero()[-1]"),
     "gae_holes": (("skip",), "trl/trainer/ppo_trainer.py compute_advantages"),
-    "whiten_ddof": ((0,), "trl/core.py masked_var, unbiased=True"),
-    "whiten_eps": (_EPS, "trl/core.py masked_whiten: rsqrt(var + 1e-8)"),
-    "whiten_eps_mode": (("floor",), "trl/core.py masked_whiten"),
-    "whiten_mask": (("all",), "trl/core.py masked_whiten(advantages, mask)"),
-    "shift_mean": ((False,), "trl/core.py masked_whiten, shift_mean=True"),
+    **_masked_whiten("trl/core.py", "mask"),
     "kl_estimator": (("k2", "abs"), "trl/trainer/ppo_config.py kl_penalty='kl'"),
     "kl_clamp": ((10.0,), "trl/trainer/ppo_trainer.py _kl_penalty"),
     "value_clip_form": (("offset",), "trl/trainer/ppo_trainer.py loss: clip_by_value(vpreds, "
@@ -247,12 +252,7 @@ register_switches(_VERL, {
     "score_position": (("after-last", "last-column"), "verl/workers/reward_manager/naive.py: "
                        "reward_tensor[i, valid_response_length - 1]"),
     "gae_holes": (("decay",), "verl/trainer/ppo/core_algos.py compute_gae_advantage_return"),
-    "whiten_ddof": ((0,), "verl/utils/torch_functional.py masked_var, unbiased=True"),
-    "whiten_eps": (_EPS, "verl/utils/torch_functional.py masked_whiten: rsqrt(var + 1e-8)"),
-    "whiten_eps_mode": (("floor",), "verl/utils/torch_functional.py masked_whiten"),
-    "whiten_mask": (("all",), "verl/utils/torch_functional.py masked_whiten(advantages, "
-                    "response_mask)"),
-    "shift_mean": ((False,), "verl/utils/torch_functional.py masked_whiten, shift_mean=True"),
+    **_masked_whiten("verl/utils/torch_functional.py", "response_mask"),
     "use_kl_in_reward": ((True,), "verl/trainer/ppo/ray_trainer.py apply_kl_penalty, "
                          "algorithm.use_kl_in_reward=False"),
     "use_kl_loss": ((True,), "verl/trainer/config/_generated_ppo_trainer.yaml "

@@ -54,7 +54,6 @@ __all__ = [
     "plot_whitening",
 ]
 
-DPI = MIN_DPI
 PROMPT_GREY = (0.85, 0.85, 0.85, 1.0)
 PAD_WHITE = (0.97, 0.97, 0.97, 1.0)
 
@@ -77,9 +76,21 @@ def _matrix(x, name, shape=None):
     return arr
 
 
+def masked_pair(x, y, mask, x_name, y_name):
+    """``x`` and ``y`` as float64 arrays of one shape, and the mask of the tokens to draw
+    (ValueError if there is none)."""
+    x = np.asarray(x, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64)
+    if y.shape != x.shape:
+        raise ValueError(f"{y_name}: shape {y.shape} does not match {x_name} shape {x.shape}")
+    m = as_mask(mask, x, x_name)
+    if not m.any():
+        raise ValueError("mask: no response token to draw")
+    return x, y, m
+
+
 def _figure(nrows=1, ncols=1, *, width=6.4, height=3.2, **kwargs):
-    fig, axes = plt.subplots(nrows, ncols, figsize=(width, height), dpi=DPI, **kwargs)
-    return fig, axes
+    return plt.subplots(nrows, ncols, figsize=(width, height), dpi=MIN_DPI, **kwargs)
 
 
 def format_table(columns, *, digits=6, index=None):
@@ -571,13 +582,7 @@ def plot_whitening(before, after, mask=None):
     mask : array of 0/1, same shape, optional
         Only positions with mask 1 are drawn.
     """
-    b = np.asarray(before, dtype=np.float64)
-    a = np.asarray(after, dtype=np.float64)
-    if a.shape != b.shape:
-        raise ValueError(f"after: shape {a.shape} does not match before shape {b.shape}")
-    m = as_mask(mask, b, "before")
-    if not m.any():
-        raise ValueError("mask: no response token to draw")
+    b, a, m = masked_pair(before, after, mask, "before", "after")
     fig, axes = _figure(1, 2, width=9.0, height=3.0)
     for ax, x, title in ((axes[0], b, "before"), (axes[1], a, "after whitening")):
         x2 = x.reshape(-1, x.shape[-1]) if x.ndim > 1 else x[None]

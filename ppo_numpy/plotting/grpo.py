@@ -25,7 +25,6 @@ from .style import MIN_DPI
 
 __all__ = ["plot_length_bias", "plot_std_scaling", "plot_training_curves"]
 
-DPI = MIN_DPI
 
 
 def _vector(x, name, length=None):
@@ -57,7 +56,7 @@ def plot_std_scaling(fraction_solved, multiplier, centred, scaled, *, group_size
     K = p.shape[0]
     mult = _vector(multiplier, "multiplier", K)
     a0, a1 = _vector(centred, "centred", K), _vector(scaled, "scaled", K)
-    fig = Figure(figsize=(10, 3.6), dpi=DPI, layout="constrained")
+    fig = Figure(figsize=(10, 3.6), dpi=MIN_DPI, layout="constrained")
     left, right = fig.subplots(1, 2)
     g = f" (G = {group_size})" if group_size else ""
     left.plot(p, mult, marker="o", color="C3", label="1 / (std_g + eps)")
@@ -93,7 +92,7 @@ def plot_length_bias(lengths, advantages, per_token):
     if not per_token:
         raise ValueError("per_token: no mode to draw")
     modes = {str(k): _vector(v, f"per_token[{k!r}]", B) for k, v in per_token.items()}
-    fig = Figure(figsize=(9, 3.6), dpi=DPI, layout="constrained")
+    fig = Figure(figsize=(9, 3.6), dpi=MIN_DPI, layout="constrained")
     ax = fig.subplots()
     x = np.arange(B)
     width = 0.8 / len(modes)
@@ -125,7 +124,7 @@ def plot_training_curves(runs, *, optimum=1.0, columns=("score", "kl_ref")):
     columns = tuple(columns)
     if not columns:
         raise ValueError("columns: nothing to draw")
-    fig = Figure(figsize=(5 * len(columns), 3.6), dpi=DPI, layout="constrained")
+    fig = Figure(figsize=(5 * len(columns), 3.6), dpi=MIN_DPI, layout="constrained")
     axes = np.atleast_1d(fig.subplots(1, len(columns)))
     for label, history in runs.items():
         if not history:

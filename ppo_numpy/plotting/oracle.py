@@ -21,7 +21,6 @@ from .style import MIN_DPI
 
 __all__ = ["plot_comparison"]
 
-DPI = MIN_DPI
 REJECTED_GREY = (0.85, 0.85, 0.85, 1.0)
 #: colour range of log10(error / allowed): from "exact" to far beyond the tolerance
 LOG_RANGE = (-10.0, 4.0)
@@ -67,7 +66,7 @@ def plot_comparison(report, *, title=None):
     outputs = outputs or ["(none)"]
     image = np.ones((len(cases), len(outputs), 4))
     fig, ax = plt.subplots(figsize=(1.6 + 1.25 * len(outputs), 0.6 + 0.28 * len(cases)),
-                           dpi=DPI)
+                           dpi=MIN_DPI)
     greens, reds = plt.get_cmap("Greens"), plt.get_cmap("Reds")
     lo, hi = LOG_RANGE
     for i, case in enumerate(cases):

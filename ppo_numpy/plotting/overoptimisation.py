@@ -13,7 +13,7 @@ from matplotlib.lines import Line2D
 
 from .._validation import check_int
 from ..reward.overoptimisation import rows_by_beta
-from .style import MIN_DPI, legend_outside
+from .style import MIN_DPI, legend_outside, saved
 
 
 def _moving_average(x, k):
@@ -76,9 +76,7 @@ def plot_overoptimisation(rows, *, smooth=10, title=None, path=None) -> Figure:
     legend_outside(ax[2], ncols=3)
     note = f"moving average over {smooth} iterations" if smooth > 1 else "raw values"
     fig.suptitle(f"{title + ': ' if title else ''}PPO against a learned reward ({note})")
-    if path is not None:
-        fig.savefig(path, dpi=MIN_DPI)
-    return fig
+    return saved(fig, path)
 
 
 def plot_reward_model_fit(history, *, path=None) -> Figure:
@@ -121,6 +119,4 @@ def plot_reward_model_fit(history, *, path=None) -> Figure:
     for a in ax:
         a.set_xlabel("Adam step")
         legend_outside(a)
-    if path is not None:
-        fig.savefig(path, dpi=MIN_DPI)
-    return fig
+    return saved(fig, path)

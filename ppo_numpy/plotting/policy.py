@@ -23,7 +23,8 @@ import numpy as np
 from matplotlib.cm import ScalarMappable
 from matplotlib.colors import ListedColormap, Normalize
 
-from .._validation import as_mask, check_int
+from .._validation import check_int
+from .concepts import masked_pair
 from .style import MIN_DPI, legend_outside
 
 __all__ = [
@@ -34,7 +35,6 @@ __all__ = [
     "plot_ratio_after_step",
 ]
 
-DPI = MIN_DPI
 PAD_GREY = (0.9, 0.9, 0.9, 1.0)
 #: relative errors of exactly 0 are drawn at this height on the log axis
 EXACT_FLOOR = 1e-18
@@ -124,12 +124,19 @@ def plot_forward_pass(steps, *, tokens=None, title=None):
     fig, axes = plt.subplots(1, len(data), figsize=(min(1.5 + 0.34 * sum(widths)
                                                         + 0.5 * len(data), 13),
                                                     0.3 * L + 1.9),
-                             dpi=DPI, squeeze=False, gridspec_kw={"width_ratios": widths},
+                             dpi=MIN_DPI, squeeze=False, gridspec_kw={"width_ratios": widths},
                              layout="constrained")
     for k, (ax, (name, a)) in enumerate(zip(axes[0], data.items())):
         size = f"{a.shape[0]} x {a.shape[1]}, max |.| {np.max(np.abs(a)):.2g}"
         scale = _heatmap(ax, a, title=f"{name}\n{size}", ylabels=tokens if k == 0 else None)
         _colorbar(fig, scale, ax)
+    return _finish(fig, axes, len(data), title)
+
+
+def _finish(fig, axes, n_panels, title):
+    """The figure, its panels after the first ``n_panels`` blanked and ``title`` on top."""
+    for ax in axes.ravel()[n_panels:]:
+        ax.axis("off")
     if title:
         fig.suptitle(title, fontsize=10)
     return fig
@@ -161,18 +168,14 @@ def plot_gradients(grads, *, title=None, ncols=4):
         raise ValueError(f"ncols: must be a positive int, got {ncols!r}")
     ncols = min(ncols, len(data))
     nrows = -(-len(data) // ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(3.1 * ncols, 2.5 * nrows), dpi=DPI,
+    fig, axes = plt.subplots(nrows, ncols, figsize=(3.1 * ncols, 2.5 * nrows), dpi=MIN_DPI,
                              squeeze=False, layout="constrained")
     for ax, (name, g) in zip(axes.ravel(), data.items()):
         # a scalar or a short vector also prints its values: a colour alone is hard to read
         scale = _heatmap(ax, g, annotate=g.size <= 3,
                          title=f"d{name} {np.shape(grads[name])}\nmax |.| {np.max(np.abs(g)):.2g}")
         _colorbar(fig, scale, ax)
-    for ax in axes.ravel()[len(data):]:
-        ax.axis("off")
-    if title:
-        fig.suptitle(title, fontsize=10)
-    return fig
+    return _finish(fig, axes, len(data), title)
 
 
 def plot_gradcheck(report, *, rtol=1e-6):
@@ -197,7 +200,7 @@ def plot_gradcheck(report, *, rtol=1e-6):
     rel = np.array([report[n].rel_error for n in names], dtype=np.float64)
     height = np.where(rel > 0, rel, EXACT_FLOOR)
     colours = ["tab:green" if report[n].close else "tab:red" for n in names]
-    fig, ax = plt.subplots(figsize=(max(4.0, 0.7 * len(names) + 1.5), 3.0), dpi=DPI)
+    fig, ax = plt.subplots(figsize=(max(4.0, 0.7 * len(names) + 1.5), 3.0), dpi=MIN_DPI)
     ax.bar(range(len(names)), height, color=colours)
     for k, (r, n) in enumerate(zip(rel, names)):
         ax.text(k, height[k] * 1.6, "exact" if report[n].exact or r == 0 else f"{r:.0e}",
@@ -254,7 +257,7 @@ def plot_minibatch(quantities, mask, *, title=None, ncols=3, annotate=None):
     # cells wide enough for an 8-point number such as -0.0139
     size = (min(0.6 * T * ncols + 1.2 + (0 if annotate else 0.6 * ncols), 13.5),
             (0.36 * B + 0.9) * nrows)
-    fig, axes = plt.subplots(nrows, ncols, figsize=size, dpi=DPI, squeeze=False,
+    fig, axes = plt.subplots(nrows, ncols, figsize=size, dpi=MIN_DPI, squeeze=False,
                              layout="constrained")
     for k, (ax, (name, a)) in enumerate(zip(axes.ravel(), data.items())):
         scale = _heatmap(ax, a, title=name, valid=valid, annotate=annotate,
@@ -262,11 +265,7 @@ def plot_minibatch(quantities, mask, *, title=None, ncols=3, annotate=None):
         ax.set_xticks(range(T), [str(t + 1) for t in range(T)], fontsize=8)
         if not annotate:
             _colorbar(fig, scale, ax)
-    for ax in axes.ravel()[len(data):]:
-        ax.axis("off")
-    if title:
-        fig.suptitle(title, fontsize=10)
-    return fig
+    return _finish(fig, axes, len(data), title)
 
 
 def plot_ratio_after_step(rho, advantages, mask=None, *, epsilon=0.2):
@@ -286,16 +285,10 @@ def plot_ratio_after_step(rho, advantages, mask=None, *, epsilon=0.2):
     The legend counts the tokens that moved the way their advantage asks
     (rho > 1 where A_hat > 0, rho < 1 where A_hat < 0).
     """
-    r = np.asarray(rho, dtype=np.float64)
-    a = np.asarray(advantages, dtype=np.float64)
-    if a.shape != r.shape:
-        raise ValueError(f"advantages: shape {a.shape} does not match rho shape {r.shape}")
-    m = as_mask(mask, r, "rho")
-    if not m.any():
-        raise ValueError("mask: no response token to draw")
+    r, a, m = masked_pair(rho, advantages, mask, "rho", "advantages")
     r, a = r[m], a[m]
     agree = (a != 0) & (np.sign(r - 1.0) == np.sign(a))
-    fig, ax = plt.subplots(figsize=(5.2, 4.2), dpi=DPI)
+    fig, ax = plt.subplots(figsize=(5.2, 4.2), dpi=MIN_DPI)
     ax.axhspan(1 - epsilon, 1 + epsilon, color="tab:green", alpha=0.12,
                label=f"[1 - eps, 1 + eps], eps = {epsilon:g}")
     ax.axhline(1.0, color="black", lw=0.6)

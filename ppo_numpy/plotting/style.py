@@ -27,3 +27,10 @@ def legend_outside(ax, *, ncols=2, fontsize=8, **kwargs):
     below = offset_copy(ax.transAxes, fig=ax.figure, y=-LEGEND_DROP_PT, units="points")
     return ax.legend(loc="upper center", bbox_to_anchor=(0.5, 0.0), bbox_transform=below,
                      ncols=ncols, fontsize=fontsize, frameon=False, **kwargs)
+
+
+def saved(fig, path):
+    """``fig``, after writing it as a PNG at ``MIN_DPI`` to ``path`` (nothing for ``None``)."""
+    if path is not None:
+        fig.savefig(path, dpi=MIN_DPI)
+    return fig

@@ -11,7 +11,7 @@ from matplotlib.figure import Figure
 
 from .._validation import check_int
 from ..training.metrics import COLUMNS, critic_summary, history_to_columns
-from .style import MIN_DPI, legend_outside
+from .style import MIN_DPI, legend_outside, saved
 
 
 def _columns(metrics):
@@ -148,9 +148,7 @@ def plot_training(metrics, *, optimum=1.0, random_score=None, title=None, path=N
     goal = (f"90% of the optimum at iteration {n_learn}" if reached
             else "90% of the optimum not reached")
     fig.suptitle(f"{title + ': ' if title else ''}{len(it)} iterations; {goal}; {check}")
-    if path is not None:
-        fig.savefig(path, dpi=MIN_DPI)
-    return fig
+    return saved(fig, path)
 
 
 def plot_beta_sweep(results, *, optimum=1.0, last=10, path=None) -> Figure:
@@ -196,9 +194,7 @@ def plot_beta_sweep(results, *, optimum=1.0, last=10, path=None) -> Figure:
     ax[2].set_xlabel(f"KL to reference (mean of last {last} iterations)")
     ax[2].set_ylabel(f"score (mean of last {last} iterations)")
     ax[2].set_title("larger beta: closer to pi_ref, lower score")
-    if path is not None:
-        fig.savefig(path, dpi=MIN_DPI)
-    return fig
+    return saved(fig, path)
 
 
 #: what :func:`plot_runs` draws by default: the statistics that tell runs apart first
@@ -269,6 +265,4 @@ def plot_runs(runs, *, columns=RUN_COLUMNS, ncols=3, path=None) -> Figure:
     # one legend for every panel, above them: the runs share colours
     fig.legend(handles=axes[0].lines, loc="outside upper center", ncols=len(data),
                fontsize=9, frameon=False)
-    if path is not None:
-        fig.savefig(path, dpi=MIN_DPI)
-    return fig
+    return saved(fig, path)

@@ -26,7 +26,6 @@ from .style import MIN_DPI
 
 __all__ = ["plot_accuracy_by_sum", "plot_attention"]
 
-DPI = MIN_DPI
 
 
 def plot_attention(attn, tokens, *, title=None, layer_labels=None):
@@ -63,7 +62,7 @@ def plot_attention(attn, tokens, *, title=None, layer_labels=None):
         raise ValueError(f"layer_labels: expected {n_layers}, got {len(labels)}")
     side = min(3.0, 12.0 / H)
     fig = Figure(figsize=(side * H + 1.2, side * n_layers + (0.5 if title else 0.2)),
-                 dpi=DPI, layout="constrained")
+                 dpi=MIN_DPI, layout="constrained")
     axes = np.asarray(fig.subplots(n_layers, H, squeeze=False))
     image = None
     for layer in range(n_layers):
@@ -125,7 +124,7 @@ def plot_accuracy_by_sum(a, b, correct, carry, *, digits=2):
     count = np.zeros((10, 10))
     np.add.at(count, (ub, ua), 1.0)
     n_panels = len(models) + 1
-    fig = Figure(figsize=(min(13.0, 3.6 * n_panels + 0.8), 3.6), dpi=DPI,
+    fig = Figure(figsize=(min(13.0, 3.6 * n_panels + 0.8), 3.6), dpi=MIN_DPI,
                  layout="constrained")
     axes = fig.subplots(1, n_panels)
     image = None

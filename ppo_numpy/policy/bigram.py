@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import ToyPolicy
+from .base import ToyPolicy, check_rng
 
 
 class BigramPolicy(ToyPolicy):
@@ -46,8 +46,7 @@ class BigramPolicy(ToyPolicy):
 
     def __init__(self, vocab_size, rng, *, init_scale=0.5):
         super().__init__(vocab_size)
-        if not isinstance(rng, np.random.Generator):
-            raise TypeError("rng: expected an np.random.Generator")
+        check_rng(rng)
         K = self.vocab_size
         self.params = {
             "W": rng.normal(0.0, init_scale, (K, K)),

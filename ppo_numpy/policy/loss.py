@@ -83,6 +83,20 @@ def logits_grad_from_logp(logq, responses, dlogp):
     return dz
 
 
+def response_backward(model, ev, dz, dvalues=0.0):
+    """The parameter gradients from d loss / d z (B, T, K) and d loss / d V (B, T) at the
+    response positions of the evaluation ``ev``: z = logits / temperature, and the response
+    tokens are predicted at the positions P - 1 ... of the model's (B, P + T - 1) input."""
+    B, L = ev.cache["tokens"].shape
+    P = ev.prompt_length
+    dlogits = np.zeros((B, L, model.vocab_size))
+    # z = logits / temperature
+    dlogits[:, P - 1 :] = dz / ev.temperature  # (B, P + T - 1, K): the positions that predict y
+    dvalues_full = np.zeros((B, L))
+    dvalues_full[:, P - 1 :] = dvalues
+    return model.backward(ev.cache, dlogits, dvalues_full)
+
+
 def ppo_loss_and_grads(model, batch, *, epsilon=0.2, agg="token-mean", c_v=0.5, c_H=0.0,
                        value_clip=None, temperature=1.0, epsilon_high=None, dual_clip=None,
                        norm=None, log_ratio_clamp=None, kl_coef=0.0, kl_estimator="k3",
@@ -199,15 +213,7 @@ def loss_and_grads_kernel(model, batch: Rollout, opts: PolicyLossOptions, *, c_v
     dz = logits_grad_from_logp(ev.logq, ev.responses, dlogp)  # (B, T, K)
     if c_H > 0:
         dz -= c_H * entropy_grad_kernel(ev.logq, m, w)
-    # z = logits / temperature
-    dz_logits = dz / ev.temperature
-    B, L = ev.cache["tokens"].shape
-    P = ev.prompt_length
-    dlogits_full = np.zeros((B, L, model.vocab_size))
-    dlogits_full[:, P - 1 :] = dz_logits  # (B, P + T - 1, K): the positions that predict y
-    dvalues_full = np.zeros((B, L))
-    dvalues_full[:, P - 1 :] = dvalues
-    grads = model.backward(ev.cache, dlogits_full, dvalues_full)
+    grads = response_backward(model, ev, dz, dvalues)
 
     stats = {**stats, "policy_loss": policy_loss, "value_loss": L_V, "entropy": H, "kl": kl,
              "loss": float(loss)}

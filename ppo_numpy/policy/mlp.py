@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._validation import check_int
-from .base import ToyPolicy
+from .base import ToyPolicy, check_rng, wgrad
 
 
 class MLPPolicy(ToyPolicy):
@@ -66,8 +66,7 @@ class MLPPolicy(ToyPolicy):
 
     def __init__(self, vocab_size, context, d_embed, d_hidden, rng, *, max_len=64):
         super().__init__(vocab_size)
-        if not isinstance(rng, np.random.Generator):
-            raise TypeError("rng: expected an np.random.Generator")
+        check_rng(rng)
         self.context = C = check_int(context, "context")
         self.d_embed = D = check_int(d_embed, "d_embed")
         self.d_hidden = H = check_int(d_hidden, "d_hidden")
@@ -109,10 +108,8 @@ class MLPPolicy(ToyPolicy):
         # h = tanh(x W1 + b1)
         hpre = x @ p["W1"] + p["b1"]  # (B, L, H)
         h = np.tanh(hpre)  # (B, L, H)
-        # logits = h W_pi + b_pi + bias
-        logits = h @ p["W_pi"] + p["b_pi"] + self.logit_bias  # (B, L, K)
-        # V = h . w_v + b_v
-        values = h @ p["w_v"] + p["b_v"]  # (B, L)
+        # logits = h W_pi + b_pi + bias;  V = h . w_v + b_v
+        logits, values = self.heads(h, p)  # (B, L, K), (B, L)
         cache = {"tokens": tokens, "x": x, "h": h, "params": p}
         return logits, values, cache
 
@@ -132,19 +129,13 @@ class MLPPolicy(ToyPolicy):
         dlogits, dvalues = self.check_upstream(cache, dlogits, dvalues)
         tokens, x, h, p = cache["tokens"], cache["x"], cache["h"], cache["params"]
         B, L = tokens.shape
-        C, D, K = self.context, self.d_embed, self.vocab_size
-        # heads: logits = h W_pi + b_pi, V = h . w_v + b_v
-        # Weight gradients sum one small (., L) @ (L, .) product per sequence: a single
-        # (H, B*L) @ (B*L, K) product is multithreaded by OpenBLAS and was measured 10-100x
-        # slower on a loaded 2-core machine (python -m ppo_numpy gradient-report).
-        dW_pi = (h.transpose(0, 2, 1) @ dlogits).sum(axis=0)  # (H, K)
-        db_pi = dlogits.sum(axis=(0, 1))  # (K,)
-        dw_v = (h * dvalues[..., None]).sum(axis=(0, 1))  # (H,)
-        db_v = np.array(dvalues.sum())
-        dh = dlogits @ p["W_pi"].T + dvalues[..., None] * p["w_v"]  # (B, L, H)
+        C, D = self.context, self.d_embed
+        # heads: logits = h W_pi + b_pi, V = h . w_v + b_v (one small (H, L) @ (L, K)
+        # product per sequence: see base.wgrad)
+        head_grads, dh = self.heads_backward(h, p, dlogits, dvalues)  # dh (B, L, H)
         # h = tanh(hpre): dhpre = (1 - h^2) dh
         dhpre = (1.0 - h**2) * dh  # (B, L, H)
-        dW1 = (x.transpose(0, 2, 1) @ dhpre).sum(axis=0)  # (C*D, H)
+        dW1 = wgrad(x, dhpre)  # (C*D, H)
         db1 = dhpre.sum(axis=(0, 1))  # (H,)
         dx = dhpre @ p["W1"].T  # (B, L, C*D)
         dwindow = dx.reshape(B, L, C, D)  # (B, L, C, D)
@@ -154,9 +145,5 @@ class MLPPolicy(ToyPolicy):
             demb_pad[:, s : s + L] += dwindow[:, :, s]
         demb = demb_pad[:, C - 1 :]  # (B, L, D)
         # e_i = E_tok[y_i] + E_pos[i]
-        dE_tok = np.zeros((K, D))
-        np.add.at(dE_tok, tokens, demb)
-        dE_pos = np.zeros_like(p["E_pos"])
-        dE_pos[:L] = demb.sum(axis=0)
-        return {"E_tok": dE_tok, "E_pos": dE_pos, "W1": dW1, "b1": db1,
-                "W_pi": dW_pi, "b_pi": db_pi, "w_v": dw_v, "b_v": db_v}
+        dE_tok, dE_pos = self.embedding_backward(tokens, demb, p)
+        return {"E_tok": dE_tok, "E_pos": dE_pos, "W1": dW1, "b1": db1, **head_grads}

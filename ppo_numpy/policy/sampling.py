@@ -31,6 +31,7 @@ import numpy as np
 from .._validation import as_mask, check_int, check_scalar, where_valid
 from ..entropy import entropy_kernel, log_softmax_kernel
 from ..rollout import Rollout
+from .base import check_rng
 from .vocab import EOS, PAD
 
 
@@ -115,8 +116,7 @@ def sample(model, prompts, rng, max_new_tokens, temperature=1.0):
     >>> bool(np.all(r.mask | (r.responses == 0))), r.logp_old is r.logp
     (True, True)
     """
-    if not isinstance(rng, np.random.Generator):
-        raise TypeError(f"rng: expected an np.random.Generator, got {type(rng).__name__}")
+    check_rng(rng)
     x = _check_prompts(model, prompts)
     max_new_tokens = check_int(max_new_tokens, "max_new_tokens")
     temperature = check_scalar(temperature, "temperature", low=0, low_open=True,

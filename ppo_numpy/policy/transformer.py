@@ -35,7 +35,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._validation import check_int
-from .base import ToyPolicy
+from .base import ToyPolicy, check_rng, wgrad
 
 LN_EPS = 1e-5
 _GELU_C = np.sqrt(2.0 / np.pi)
@@ -43,13 +43,6 @@ _GELU_A = 0.044715
 #: the parameters of one block, prefixed ``h<l>.`` in ``params``
 BLOCK_PARAMS = ("ln1_g", "ln1_b", "W_qkv", "b_qkv", "W_o", "b_o",
                 "ln2_g", "ln2_b", "W_fc", "b_fc", "W_proj", "b_proj")
-
-
-def _wgrad(x, dy):
-    """sum_b x_b^T dy_b for x (B, L, M), dy (B, L, N): one (M, L) @ (L, N) product per
-    sequence (a single (M, B*L) product is multithreaded by OpenBLAS and slow on a
-    loaded machine, see :meth:`MLPPolicy.backward`)."""
-    return (x.transpose(0, 2, 1) @ dy).sum(axis=0)  # (M, N)
 
 
 def layer_norm(x, g, b):
@@ -151,8 +144,7 @@ class TransformerPolicy(ToyPolicy):
     def __init__(self, vocab_size, rng, *, d_model=32, n_heads=4, n_layers=2, d_mlp=None,
                  max_len=24):
         super().__init__(vocab_size)
-        if not isinstance(rng, np.random.Generator):
-            raise TypeError("rng: expected an np.random.Generator")
+        check_rng(rng)
         self.d_model = D = check_int(d_model, "d_model")
         self.n_heads = H = check_int(n_heads, "n_heads")
         if D % H:
@@ -241,8 +233,7 @@ class TransformerPolicy(ToyPolicy):
         # h = LN(x; g_f, b_f)
         h, lnf = layer_norm(x, p["lnf_g"], p["lnf_b"])  # (B, L, D)
         # logits = h W_pi + b_pi + bias;  V = h . w_v + b_v
-        logits = h @ p["W_pi"] + p["b_pi"] + self.logit_bias  # (B, L, K)
-        values = h @ p["w_v"] + p["b_v"]  # (B, L)
+        logits, values = self.heads(h, p)  # (B, L, K), (B, L)
         cache = {"tokens": tokens, "blocks": blocks, "h": h, "lnf": lnf, "params": p}
         return logits, values, cache
 
@@ -261,15 +252,9 @@ class TransformerPolicy(ToyPolicy):
         """
         dlogits, dvalues = self.check_upstream(cache, dlogits, dvalues)
         tokens, h, p = cache["tokens"], cache["h"], cache["params"]
-        B, L = tokens.shape
         scale = 1.0 / np.sqrt(self.d_head)
-        grads = {}
         # heads: logits = h W_pi + b_pi, V = h . w_v + b_v
-        grads["W_pi"] = _wgrad(h, dlogits)  # (D, K)
-        grads["b_pi"] = dlogits.sum(axis=(0, 1))  # (K,)
-        grads["w_v"] = (h * dvalues[..., None]).sum(axis=(0, 1))  # (D,)
-        grads["b_v"] = np.array(dvalues.sum())  # ()
-        dh = dlogits @ p["W_pi"].T + dvalues[..., None] * p["w_v"]  # (B, L, D)
+        grads, dh = self.heads_backward(h, p, dlogits, dvalues)  # dh (B, L, D)
         # h = LN(x; g_f, b_f)
         dx, grads["lnf_g"], grads["lnf_b"] = layer_norm_backward(dh, cache["lnf"])  # (B, L, D)
         for layer in reversed(range(self.n_layers)):
@@ -277,20 +262,20 @@ class TransformerPolicy(ToyPolicy):
             w = {name: p[f"h{layer}.{name}"] for name in BLOCK_PARAMS}
             g = {}  # g[name] is d(h<layer>.name), e.g. g["W_o"] = dW_o of this block
             # x'' = x' + f W_proj + b_proj: the residual passes dx to x' unchanged
-            g["W_proj"] = _wgrad(c["f"], dx)  # (F, D)
+            g["W_proj"] = wgrad(c["f"], dx)  # (F, D)
             g["b_proj"] = dx.sum(axis=(0, 1))  # (D,)
             df = dx @ w["W_proj"].T  # (B, L, F)
             # f = GELU(u)
             du = gelu_backward(df, c["u"], c["tanh"])  # (B, L, F)
             # u = a2 W_fc + b_fc
-            g["W_fc"] = _wgrad(c["a2"], du)  # (D, F)
+            g["W_fc"] = wgrad(c["a2"], du)  # (D, F)
             g["b_fc"] = du.sum(axis=(0, 1))  # (F,)
             da2 = du @ w["W_fc"].T  # (B, L, D)
             # a2 = LN(x'; g2, b2)
             dx1_ln, g["ln2_g"], g["ln2_b"] = layer_norm_backward(da2, c["ln2"])  # (B, L, D)
             dx1 = dx + dx1_ln  # (B, L, D)
             # x' = x + O W_o + b_o
-            g["W_o"] = _wgrad(c["O"], dx1)  # (D, D)
+            g["W_o"] = wgrad(c["O"], dx1)  # (D, D)
             g["b_o"] = dx1.sum(axis=(0, 1))  # (D,)
             dO = self._split_heads(dx1 @ w["W_o"].T)  # (B, H, L, d): merge's inverse
             # O = P v
@@ -304,7 +289,7 @@ class TransformerPolicy(ToyPolicy):
             dqkv = np.concatenate([self._merge_heads(t) for t in (dq, dk, dv)],
                                   axis=-1)  # (B, L, 3D)
             # qkv = a W_qkv + b_qkv
-            g["W_qkv"] = _wgrad(c["a"], dqkv)  # (D, 3D)
+            g["W_qkv"] = wgrad(c["a"], dqkv)  # (D, 3D)
             g["b_qkv"] = dqkv.sum(axis=(0, 1))  # (3D,)
             da = dqkv @ w["W_qkv"].T  # (B, L, D)
             # a = LN(x; g1, b1)
@@ -312,9 +297,5 @@ class TransformerPolicy(ToyPolicy):
             dx = dx1 + dx_ln  # (B, L, D)
             grads.update({f"h{layer}.{name}": value for name, value in g.items()})
         # x^0 = E_tok[y] + E_pos[j]
-        dE_tok = np.zeros_like(p["E_tok"])  # (K, D)
-        np.add.at(dE_tok, tokens, dx)
-        dE_pos = np.zeros_like(p["E_pos"])  # (max_len, D)
-        dE_pos[:L] = dx.sum(axis=0)
-        grads["E_tok"], grads["E_pos"] = dE_tok, dE_pos
+        grads["E_tok"], grads["E_pos"] = self.embedding_backward(tokens, dx, p)
         return {name: grads[name] for name in p}

@@ -22,19 +22,13 @@ import sys
 
 from ..oracle.cases import EDGE_CASES, N_RANDOM, generate_cases
 from ..oracle.group_cases import cases_for, generate_group_cases
-
-
-def _presets():
-    from ..oracle.presets import DEFAULT_PRESET, PRESETS
-
-    return PRESETS, DEFAULT_PRESET
+from ..oracle.presets import DEFAULT_PRESET, PRESETS
 
 
 def cmd_list(args) -> int:
-    presets, default = _presets()
     print("presets (--preset NAME):")
-    for name, preset in presets.items():
-        mark = " (default)" if name == default else ""
+    for name, preset in PRESETS.items():
+        mark = " (default)" if name == DEFAULT_PRESET else ""
         print(f"  {name:<22} {preset.description}{mark}")
     print(f"\ncases (--cases NAME ...; 'random' = random-0 ... random-{N_RANDOM - 1}, "
           "'edge' = every edge case):")
@@ -52,18 +46,15 @@ def cmd_list(args) -> int:
 def cmd_export(args) -> int:
     from ..oracle.golden import export
 
-    presets, default = _presets()
-    name = args.preset or default
-    if name not in presets:
-        print(f"oracle export: unknown preset {name!r}; valid ones are "
-              f"{', '.join(presets)}", file=sys.stderr)
-        return 2
+    name = args.preset or DEFAULT_PRESET
     try:
-        cases = cases_for(presets[name], args.seed, args.cases)
+        if name not in PRESETS:
+            raise ValueError(f"unknown preset {name!r}; valid ones are {', '.join(PRESETS)}")
+        cases = cases_for(PRESETS[name], args.seed, args.cases)
     except ValueError as err:
         print(f"oracle export: {err}", file=sys.stderr)
         return 2
-    path = export(args.directory, presets[name], cases, seed=args.seed)
+    path = export(args.directory, PRESETS[name], cases, seed=args.seed)
     entries = json.loads(path.read_text())["cases"]
     rejected = [e["name"] for e in entries if "rejected" in e]
     print(f"wrote {len(entries)} cases of preset {name!r} (seed {args.seed}) to {path.parent}")
@@ -130,16 +121,15 @@ def load_candidate(spec: str):
 def cmd_diagnose(args) -> int:
     from ..oracle.diagnose import diagnose
 
-    presets, default = _presets()
-    name = args.preset or default
+    name = args.preset or DEFAULT_PRESET
     try:
-        if name not in presets:
-            raise ValueError(f"unknown preset {name!r}; valid ones are {', '.join(presets)}")
+        if name not in PRESETS:
+            raise ValueError(f"unknown preset {name!r}; valid ones are {', '.join(PRESETS)}")
         candidate = load_candidate(args.candidate)
         cases = generate_cases(args.seed, args.cases)
         if args.probes < 0:
             raise ValueError(f"--probes must be >= 0, got {args.probes}")
-        d = diagnose(candidate, presets[name], cases, args.dtype, outputs=args.outputs,
+        d = diagnose(candidate, PRESETS[name], cases, args.dtype, outputs=args.outputs,
                      probes=args.probes, pairs=not args.no_pairs)
     except (TypeError, ValueError) as err:
         print(f"oracle diagnose: error: {err}", file=sys.stderr)

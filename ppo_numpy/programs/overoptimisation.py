@@ -19,7 +19,7 @@ from ..reward.overoptimisation import (
     summary_table,
     write_csv,
 )
-from ..training.run import RunError, ensure_writable
+from ..training.run import ensure_writable
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -53,15 +53,11 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     given = {f.name: getattr(args, f.name) for f in dataclasses.fields(OveroptimisationConfig)
              if getattr(args, f.name) is not None}
-    try:
-        config = (QUICK if args.quick else OveroptimisationConfig()).replace(**given)
-    except (TypeError, ValueError) as err:
-        print(f"{parser.prog}: error: {err}", file=sys.stderr)
-        return 2
     out = Path(args.out)
     try:
+        config = (QUICK if args.quick else OveroptimisationConfig()).replace(**given)
         ensure_writable(out)
-    except RunError as err:
+    except (TypeError, ValueError) as err:  # a bad option, or RunError (a ValueError): --out
         print(f"{parser.prog}: error: {err}", file=sys.stderr)
         return 2
 

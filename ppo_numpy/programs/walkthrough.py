@@ -26,6 +26,7 @@ from .. import (
     value_loss,
     whiten,
 )
+from ..explain.tables import format_number
 
 # The running example: one response of T = 3 tokens.
 LOGP_OLD = (-1.0, -2.0, -0.5)   # log pi_old of the sampled tokens (the rollout policy)
@@ -40,9 +41,8 @@ EXPLAIN = ("python -m ppo_numpy explain ppo --score 1 --logp-old -1,-2,-0.5 "
            "--rho 1.1,1.5,0.7 --eps 0.2 --exact")
 
 
-def _num(v) -> str:
-    s = f"{float(v):.10g}"
-    return "0" if s == "-0" else s
+# a number as the explain tables print a float: 10 significant digits, -0 as 0
+_num = format_number
 
 
 def _fmt(x) -> str:

@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._validation import as_mask, check_int, check_scalar
-from ..policy.base import resolve_params
+from ..policy.base import Parameterised, check_rng
 from ..policy.vocab import check_tokens, check_vocab_size
 
 
@@ -36,7 +36,7 @@ def _one_hot(tokens, K):
     return (tokens[..., None] == np.arange(K)).astype(np.float64)
 
 
-class RewardModel:
+class RewardModel(Parameterised):
     """r(x, y) = w_2 . tanh(b_1 + sum_p W_x[p, x_p] + sum_t m_t W_y[t, y_t]).
 
     Parameters
@@ -80,8 +80,7 @@ class RewardModel:
         self.prompt_length = P = check_int(prompt_length, "prompt_length")
         self.max_new_tokens = T = check_int(max_new_tokens, "max_new_tokens")
         self.d_hidden = H = check_int(d_hidden, "d_hidden")
-        if not isinstance(rng, np.random.Generator):
-            raise TypeError(f"rng: expected an np.random.Generator, got {type(rng).__name__}")
+        check_rng(rng)
         s = check_scalar(init_std, "init_std", low=0, low_open=True, allow_exact=False)
         self.params = {
             "W_x": rng.normal(0.0, s, (P, K, H)),
@@ -91,18 +90,6 @@ class RewardModel:
         }
         self.offset = 0.0
         self.scale = 1.0
-
-    @property
-    def n_params(self) -> int:
-        return int(sum(p.size for p in self.params.values()))
-
-    def __repr__(self) -> str:
-        shapes = ", ".join(f"{k} {v.shape}" for k, v in self.params.items())
-        return f"RewardModel({self.n_params} parameters: {shapes})"
-
-    def resolve_params(self, params=None) -> dict:
-        """``self.params`` if ``params`` is None, else ``params`` with names and shapes checked."""
-        return resolve_params(self.params, params)
 
     def _inputs(self, prompts, responses, mask):
         x = check_tokens(prompts, self.vocab_size, "prompts")

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._validation import check_int, check_scalar
+from ..policy.base import check_rng
 
 FIELDS = ("prompts", "chosen", "chosen_mask", "rejected", "rejected_mask", "gold_chosen",
           "gold_rejected")
@@ -100,8 +101,7 @@ def make_preference_pairs(task, rng, n_pairs, *, tau=0.1, random_frac=0.0) -> Pr
     >>> bool(np.all(pairs.gold_chosen >= pairs.gold_rejected))
     True
     """
-    if not isinstance(rng, np.random.Generator):
-        raise TypeError(f"rng: expected an np.random.Generator, got {type(rng).__name__}")
+    check_rng(rng)
     n_pairs = check_int(n_pairs, "n_pairs")
     tau = check_scalar(tau, "tau", low=0, allow_exact=False)
     random_frac = check_scalar(random_frac, "random_frac", low=0, high=1, allow_exact=False)

@@ -47,6 +47,7 @@ from ..group_advantages import (
 )
 from ..kl import check_scores, kl_estimate_kernel, kl_shaped_rewards_kernel
 from ..loss_options import PolicyLossOptions
+from ..policy import BigramPolicy, MLPPolicy, TransformerPolicy
 from ..policy.loss import loss_and_grads_kernel
 from ..policy.optim import Adam, global_norm, scale_to_norm
 from ..policy.sampling import evaluate_kernel, sample
@@ -84,17 +85,11 @@ class RunState:
 def make_policy(config: PPOConfig, task: Task, rng: np.random.Generator):
     """A fresh policy of the configured architecture, initialised from ``rng``."""
     if config.model == "mlp":
-        from ..policy.mlp import MLPPolicy
-
         return MLPPolicy(task.vocab_size, config.context, config.d_embed, config.d_hidden, rng)
     if config.model == "transformer":
-        from ..policy.transformer import TransformerPolicy
-
         return TransformerPolicy(task.vocab_size, rng, d_model=config.d_model,
                                  n_heads=config.n_heads, n_layers=config.n_layers,
                                  max_len=task.prompt_length + task.max_new_tokens - 1)
-    from ..policy.bigram import BigramPolicy
-
     return BigramPolicy(task.vocab_size, rng)
 
 

@@ -60,18 +60,10 @@ def explained_variance(values, returns, mask=None) -> float:
     0.666666666667
     """
     (v, R), m = prepare({"values": values, "returns": returns}, mask, exact=False)
-    n = int(m.sum())
-    if n == 0:
-        raise ValueError("mask: no valid token")
-
-    def var(x):
-        mu = x[m].sum() / n
-        return float(((x[m] - mu) ** 2).sum() / n)
-
-    var_R = var(R)
+    var_R = _population_var(R, m)
     if var_R == 0.0:
         return math.nan
-    return 1.0 - var(R - v) / var_R
+    return 1.0 - _population_var(R - v, m) / var_R
 
 
 def return_variance(returns, mask=None) -> float:
@@ -81,11 +73,16 @@ def return_variance(returns, mask=None) -> float:
     0.666666666667
     """
     (R,), m = prepare({"returns": returns}, mask, exact=False)
+    return _population_var(R, m)
+
+
+def _population_var(x, m) -> float:
+    """Var(x) over the tokens where ``m`` is 1, divisor n; ValueError if there are none."""
     n = int(m.sum())
     if n == 0:
         raise ValueError("mask: no valid token")
-    mu = R[m].sum() / n
-    return float(((R[m] - mu) ** 2).sum() / n)
+    mu = x[m].sum() / n
+    return float(((x[m] - mu) ** 2).sum() / n)
 
 
 def learning_phase_end(score_frac, threshold=0.9) -> int:

@@ -44,12 +44,8 @@ from fractions import Fraction
 import numpy as np
 
 from .._validation import check_int
+from ..policy.base import check_rng
 from ..policy.vocab import BOS, EOS, FIRST_CONTENT, PAD, SPECIAL_NAMES, Vocab
-
-
-def _check_rng(rng):
-    if not isinstance(rng, np.random.Generator):
-        raise TypeError(f"rng: expected a numpy.random.Generator, got {type(rng).__name__}")
 
 
 def response_lengths(responses, mask):
@@ -177,7 +173,7 @@ class Task:
 
     def sample_prompts(self, rng, n):
         """``n`` prompts: BOS then ``prompt_tokens`` uniform content tokens; int64 (n, P)."""
-        _check_rng(rng)
+        check_rng(rng)
         n = check_int(n, "n", 1)
         content = rng.integers(FIRST_CONTENT, self.vocab_size, size=(n, self.prompt_tokens))
         return np.concatenate([np.full((n, 1), BOS, dtype=np.int64), content], axis=1)
@@ -213,22 +209,20 @@ class Task:
 
         ``responses`` int64 (B, T) right-padded with PAD, ``mask`` float64 (B, T).
         """
-        _check_rng(rng)
+        check_rng(rng)
         x = self._check_prompts(prompts)
         content, n = self._prior(x[:, 1:], rng)
         return _assemble(content, n, self.max_new_tokens)
 
     def sample_random(self, prompts, rng):
         """Responses of the random policy (uniform over content tokens and EOS at each step)."""
-        _check_rng(rng)
+        check_rng(rng)
         x = self._check_prompts(prompts)
         B, T = x.shape[0], self.max_new_tokens
         y = rng.integers(FIRST_CONTENT - 1, self.vocab_size, size=(B, T))
         # token FIRST_CONTENT - 1 is EOS: the response ends at the first one
         is_eos = y == EOS
-        length = np.where(is_eos.any(axis=1), is_eos.argmax(axis=1) + 1, T)
-        mask = np.arange(T)[None, :] < length[:, None]
-        return np.where(mask, y, 0).astype(np.int64), mask.astype(np.float64)
+        return _assemble(y, np.where(is_eos.any(axis=1), is_eos.argmax(axis=1), T), T)
 
     def random_score(self):
         """Exact expected score of the random policy (a Fraction)."""
@@ -536,7 +530,7 @@ class AddTask(Task):
 
     def sample_prompts(self, rng, n):
         """``n`` prompts of sums drawn uniformly from the training pairs; int64 (n, 2n + 3)."""
-        _check_rng(rng)
+        check_rng(rng)
         n = check_int(n, "n", 1)
         return self._pairs_prompts(self.train_pairs[rng.integers(0, len(self.train_pairs),
                                                                  size=n)])
@@ -588,7 +582,7 @@ class AddTask(Task):
 
     def sample_prior(self, prompts, rng):
         """The forgetful pupil's responses (class docstring): (responses, mask)."""
-        _check_rng(rng)
+        check_rng(rng)
         a, b = self.operands(prompts)
         forget = rng.random(a.shape[0]) < self.forget_prob
         return self.answer_tokens(np.where(forget, self.forgot_carry(a, b), a + b))

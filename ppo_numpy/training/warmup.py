@@ -16,9 +16,7 @@ forward pass over prompt + response, as in ``ppo_numpy.policy.sampling``).
 
 from __future__ import annotations
 
-import numpy as np
-
-from ..policy.loss import logits_grad_from_logp
+from ..policy.loss import logits_grad_from_logp, response_backward
 from ..policy.optim import Adam
 from ..policy.sampling import evaluate
 
@@ -45,6 +43,7 @@ def cross_entropy_and_grads(model, prompts, responses, mask, params=None):
     A bigram table of zeros is uniform over the K - 2 tokens it may generate
     (PAD and BOS never), so the loss is log(K - 2) whatever the responses:
 
+    >>> import numpy as np
     >>> from ppo_numpy.policy.bigram import BigramPolicy
     >>> model = BigramPolicy(6, np.random.default_rng(0))
     >>> zeros = {name: np.zeros_like(p) for name, p in model.params.items()}
@@ -62,12 +61,7 @@ def cross_entropy_and_grads(model, prompts, responses, mask, params=None):
     loss = float(-(m * ev.logp).sum() / n)
     # dL/dlogp_t = -m_t / n;  dL/dz_t = dlogp_t (onehot(y_t) - softmax(z_t))
     dz = logits_grad_from_logp(ev.logq, ev.responses, -m / n)  # (B, T, K)
-    B, L = ev.cache["tokens"].shape
-    P = ev.prompt_length
-    dlogits = np.zeros((B, L, model.vocab_size))
-    dlogits[:, P - 1 :] = dz  # (B, P + T - 1, K): the positions that predict y
-    grads = model.backward(ev.cache, dlogits, np.zeros((B, L)))
-    return loss, grads
+    return loss, response_backward(model, ev, dz)
 
 
 def warm_up(model, task, rng, steps, lr, batch_size):

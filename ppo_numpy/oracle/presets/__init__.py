@@ -84,3 +84,8 @@ def get_preset(name: str) -> Preset:
     if name not in PRESETS:
         raise ValueError(f"preset: unknown preset {name!r}; valid ones are {', '.join(PRESETS)}")
     return PRESETS[name]
+
+
+def as_preset(preset):
+    """:func:`get_preset` of a name; anything else (a Preset, a callable) as it is."""
+    return get_preset(preset) if isinstance(preset, str) else preset

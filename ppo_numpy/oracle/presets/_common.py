@@ -18,6 +18,7 @@ import numpy as np
 from ..._validation import as_array, as_mask, check_scalar, where_valid
 from ...aggregation import aggregate_kernel, aggregation_weights, mode_norm
 from ...gae import gae_kernel
+from ...group_advantages import _group_sums
 from ...kl import (
     _score_bounds,
     kl_estimate_grad_kernel,
@@ -35,6 +36,8 @@ INPUT_NAMES = ("logp", "logp_old", "logp_ref", "values", "old_values", "scores",
 #: the inputs of the critic-free presets: no values; prompt ids and (ReMax) greedy scores
 GROUP_INPUT_NAMES = ("logp", "logp_old", "logp_ref", "scores", "groups", "baseline_scores",
                      "mask")
+#: the inputs with one value per response, shape (B,); the others are (B, T)
+PER_RESPONSE_NAMES = ("scores", "groups", "baseline_scores")
 
 FLOAT32_ROUNDING = 2.0**-24
 """u_32: the relative error of one rounding to float32."""
@@ -162,12 +165,9 @@ def check_params(p: dict) -> dict:
     for name in ("gamma", "lam"):
         if name in p:
             p[name] = check_scalar(p[name], name, low=0, high=1, allow_exact=False)
-    for name in ("beta", "vf_coef"):
+    for name in ("beta", "vf_coef", "ratio_threshold", "whiten_eps"):
         if name in p:
             p[name] = check_scalar(p[name], name, low=0, allow_exact=False)
-    if "ratio_threshold" in p:
-        p["ratio_threshold"] = check_scalar(p["ratio_threshold"], "ratio_threshold", low=0,
-                                            allow_exact=False)
     if "value_clip" in p:
         p["value_clip"] = check_value_clip(p["value_clip"])
     for name in ("score_clip", "reward_clip_range"):
@@ -185,8 +185,6 @@ def check_params(p: dict) -> dict:
     if "whiten_ddof" in p and (isinstance(p["whiten_ddof"], bool)
                                or p["whiten_ddof"] not in (0, 1)):
         raise ValueError(f"whiten_ddof: must be 0 or 1, got {p['whiten_ddof']!r}")
-    if "whiten_eps" in p:
-        p["whiten_eps"] = check_scalar(p["whiten_eps"], "whiten_eps", low=0, allow_exact=False)
     for name in ("shift_mean", "use_kl_loss"):
         if name in p and not isinstance(p[name], (bool, np.bool_)):
             raise ValueError(f"{name}: must be True or False, got {p[name]!r}")
@@ -266,12 +264,17 @@ def shaped_rewards(x: Rollout, beta, m, estimator, position, *, kl_clamp=None,
                                  score_offset=0 if position == "last-token" else 1)
     rewards = kl_shaped_rewards(np.zeros_like(x.scores), x.logp_old, x.logp_ref, beta, m,
                                 estimator, kl_clamp=kl_clamp)
-    scores = x.scores
-    if score_clip is not None:
-        low, high = _score_bounds(score_clip)
-        scores = np.clip(scores, low, high)
-    rewards[:, -1] = rewards[:, -1] + scores
+    rewards[:, -1] = rewards[:, -1] + clip_scores(x.scores, score_clip)
     return rewards
+
+
+def clip_scores(scores, score_clip):
+    """``scores`` clipped to ``[-c, c]`` (``score_clip = c``) or ``[low, high]``; as they are
+    for ``None``."""
+    if score_clip is None:
+        return scores
+    low, high = _score_bounds(score_clip)
+    return np.clip(scores, low, high)
 
 
 def gae_over(rewards, values, gamma, lam, m, holes):
@@ -321,12 +324,13 @@ def whiten(x, m=None, shift_mean=True, *, ddof=1, eps=1e-8, eps_mode="add"):
     return whiten_kernel(where_valid(m, x), m, shift_mean, ddof, eps, eps_mode)
 
 
-def value_clipfrac(x: Rollout, returns, m, clip, form="offset") -> float:
-    """Token mean of "the clipped value error is strictly larger" (TRL/verl ``vf_clipfrac``)."""
-    if clip is None:
+def value_clipfrac(x: Rollout, returns, m, p: dict) -> float:
+    """Token mean of "the clipped value error is strictly larger" (TRL/verl ``vf_clipfrac``),
+    with the preset's ``value_clip`` and ``value_clip_form``."""
+    if p["value_clip"] is None:
         return 0.0
     vl = ValueLoss(where_valid(m, x.values), where_valid(m, x.old_values),
-                   where_valid(m, returns), clip, form)
+                   where_valid(m, returns), p["value_clip"], p["value_clip_form"])
     return masked_mean(vl.clipped_wins.astype(np.float64), m)
 
 
@@ -338,17 +342,19 @@ def loss_options(p: dict, agg: str = "token-mean") -> PolicyLossOptions:
                              log_ratio_clamp=p.get("log_ratio_clamp"), agg=agg)
 
 
-def losses(x: Rollout, advantages, returns, opts: PolicyLossOptions, value_clip, *,
-           policy_mask, value_mask, value_agg="token-mean", value_clip_form="offset"):
-    """Policy loss, its stats and gradient; value loss and its gradient."""
-    pm = policy_mask
+def losses(x: Rollout, advantages, returns, p: dict, agg: str = "token-mean", *, mask,
+           value_mask=None, value_agg="token-mean"):
+    """Policy loss (the :func:`loss_options` of ``p``, aggregated by ``agg`` over ``mask``), its
+    stats and gradient; value loss (``p["value_clip"]``, ``p["value_clip_form"]``, aggregated by
+    ``value_agg`` over ``value_mask``, default ``mask``) and its gradient."""
+    pm = mask
     pl = policy_loss_kernel(where_valid(pm, x.logp), where_valid(pm, x.logp_old),
-                            where_valid(pm, advantages), pm, opts)
-    vm = value_mask
+                            where_valid(pm, advantages), pm, loss_options(p, agg))
+    vm = pm if value_mask is None else value_mask
     PolicyLossOptions(agg=value_agg)  # checks the mode's name
     norm = mode_norm(value_agg, None, vm.shape[-1])
     vl = ValueLoss(where_valid(vm, x.values), where_valid(vm, x.old_values),
-                   where_valid(vm, returns), value_clip, value_clip_form)
+                   where_valid(vm, returns), p["value_clip"], p["value_clip_form"])
     vloss = float(aggregate_kernel(where_valid(vm, vl.loss), vm, value_agg, norm))
     dvalues = where_valid(vm, aggregation_weights(vm, value_agg, norm) * vl.dv + 0.0)
     return pl.loss, pl.stats(), pl.dlogp, vloss, dvalues
@@ -392,6 +398,13 @@ def require_finite(name: str, arrays: dict, where: np.ndarray, why: str) -> None
                              f"{why}; it must be finite there")
 
 
+def require_choice(name: str, p: dict, key: str, allowed) -> None:
+    """ValueError unless the parameter ``p[key]`` is one of ``allowed``, the framework's options."""
+    if p[key] not in allowed:
+        raise ValueError(f"{name}: {key} must be one of {', '.join(map(str, allowed))}, got "
+                         f"{p[key]!r}")
+
+
 def check_estimator(name: str, estimator, allowed: tuple) -> None:
     if estimator not in allowed:
         raise ValueError(f"{name}: kl_estimator {estimator!r} is not one the framework offers; "
@@ -420,11 +433,8 @@ def group_std(scores, groups, *, dtype=np.float64):
     one (the ``reward_std`` TRL and OpenRLHF log)."""
     s = np.asarray(scores, dtype=dtype)
     ids, inverse, counts = np.unique(groups, return_inverse=True, return_counts=True)
-    sums = np.zeros(len(ids), dtype=dtype)
-    np.add.at(sums, inverse, s)
-    mean = (sums / counts.astype(dtype))[inverse]
-    sq = np.zeros(len(ids), dtype=dtype)
-    np.add.at(sq, inverse, (s - mean) ** 2)
+    mean = (_group_sums(s, inverse, len(ids)) / counts.astype(dtype))[inverse]
+    sq = _group_sums((s - mean) ** 2, inverse, len(ids))
     with np.errstate(divide="ignore", invalid="ignore"):
         std = np.sqrt(sq / (counts - 1).astype(dtype))[inverse]
     return np.where(counts[inverse] > 1, std, 0.0).astype(np.float64)

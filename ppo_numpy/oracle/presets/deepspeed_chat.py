@@ -9,7 +9,6 @@ from ._common import (
     Preset,
     gae,
     kl_shaped_rewards,
-    loss_options,
     losses,
     mean_rows,
     require_finite,
@@ -55,10 +54,7 @@ def _deepspeed_chat(x: Rollout, p: dict) -> dict:
     raw_advantages, returns_p1 = gae(rewards, x.old_values, p["gamma"], p["lam"], m_p1)
     advantages = where_valid(m, raw_advantages)
     returns = where_valid(m, returns_p1)
-    policy_loss, st, dlogp, vloss, dvalues = losses(
-        x, advantages, returns, loss_options(p), p["value_clip"], policy_mask=m,
-        value_mask=m,
-        value_clip_form=p["value_clip_form"])
+    policy_loss, st, dlogp, vloss, dvalues = losses(x, advantages, returns, p, mask=m)
     stats = {
         "actor_loss": policy_loss,
         "critic_loss": vloss,

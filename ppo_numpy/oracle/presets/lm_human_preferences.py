@@ -14,7 +14,6 @@ from ._common import (
     gae,
     kl_estimate,
     kl_shaped_rewards,
-    loss_options,
     losses,
     masked_mean,
     masked_var,
@@ -25,7 +24,7 @@ from ._common import (
 )
 
 
-def lmhp_stats(x, returns, m, p, st, policy_loss, vloss, kl, ddof, form="clamp"):
+def lmhp_stats(x, returns, m, p, st, policy_loss, vloss, kl, ddof):
     """The statistics lm-human-preferences logs (``train_policy.py``), kept under the same
     names by TRL 0.11 (``PPOTrainer.record_step_stats``); variances with ``ddof``."""
     returns_var = masked_var(returns, m, ddof)
@@ -40,7 +39,7 @@ def lmhp_stats(x, returns, m, p, st, policy_loss, vloss, kl, ddof, form="clamp")
         "ppo/returns/var": returns_var,
         "ppo/val/vpred": masked_mean(x.values, m),
         "ppo/val/error": error,
-        "ppo/val/clipfrac": value_clipfrac(x, returns, m, p["value_clip"], form),
+        "ppo/val/clipfrac": value_clipfrac(x, returns, m, p),
         "ppo/val/mean": masked_mean(x.old_values, m),
         "ppo/val/var": masked_var(x.old_values, m, ddof),
         "ppo/val/var_explained": 1.0 - divide(error, returns_var),
@@ -86,11 +85,8 @@ def _lm_human_preferences(x: Rollout, p: dict) -> dict:
     raw_advantages, returns = gae(rewards, x.old_values, p["gamma"], p["lam"])
     advantages = whiten(raw_advantages, ddof=0)
     m = x.mask
-    policy_loss, st, dlogp, vloss, dvalues = losses(
-        x, advantages, returns, loss_options(p), p["value_clip"], policy_mask=m,
-        value_mask=m, value_clip_form=p["value_clip_form"])
-    stats = lmhp_stats(x, returns, m, p, st, policy_loss, vloss, kl, ddof=0,
-                       form=p["value_clip_form"])
+    policy_loss, st, dlogp, vloss, dvalues = losses(x, advantages, returns, p, mask=m)
+    stats = lmhp_stats(x, returns, m, p, st, policy_loss, vloss, kl, ddof=0)
     stats["objective/score"] = mean_rows(x.scores)
     stats["objective/score_total"] = mean_rows(x.scores) - p["beta"] * stats["objective/kl"]
     return result(rewards, advantages, returns, policy_loss, vloss, dlogp, dvalues, stats)

@@ -13,10 +13,10 @@ from ._common import (
     float32_roundings,
     gae_over,
     kl_estimate,
-    loss_options,
     losses,
     masked_mean,
     mean_rows,
+    require_choice,
     result,
     shaped_rewards,
     whiten_advantages,
@@ -71,14 +71,9 @@ def _openrlhf(x: Rollout, p: dict) -> dict:
         advantages = np.zeros_like(raw_advantages)
     else:
         advantages = whiten_advantages(raw_advantages, m, p)
+    require_choice(name, p, "loss_agg_mode", ("token-mean", "seq-mean-token-mean"))
     agg = p["loss_agg_mode"]
-    if agg not in ("token-mean", "seq-mean-token-mean"):
-        raise ValueError(f"{name}: loss_agg_mode must be 'token-mean' or "
-                         f"'seq-mean-token-mean', got {agg!r}")
-    policy_loss, st, dlogp, vloss, dvalues = losses(
-        x, advantages, returns, loss_options(p, agg), p["value_clip"], policy_mask=m,
-        value_mask=m,
-        value_clip_form=p["value_clip_form"])
+    policy_loss, st, dlogp, vloss, dvalues = losses(x, advantages, returns, p, agg, mask=m)
     stats = {
         "policy_loss": policy_loss,
         "ppo_clip_ratio": st["clipfrac_active"],

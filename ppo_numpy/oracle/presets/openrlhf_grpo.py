@@ -19,6 +19,7 @@ from ._common import (
     kl_estimate,
     mean_rows,
     policy_result,
+    require_choice,
     require_groups,
     whiten,
 )
@@ -54,13 +55,9 @@ def _openrlhf_grpo(x: Rollout, p: dict) -> dict:
     name = "openrlhf-grpo"
     m = x.mask
     xm = x.on(m)
+    require_choice(name, p, "advantage_estimator", ESTIMATORS)
+    require_choice(name, p, "policy_loss_type", ("ppo", "gspo"))
     est = p["advantage_estimator"]
-    if est not in ESTIMATORS:
-        raise ValueError(f"{name}: advantage_estimator must be one of {', '.join(ESTIMATORS)}, "
-                         f"got {est!r}")
-    if p["policy_loss_type"] not in ("ppo", "gspo"):
-        raise ValueError(f"{name}: policy_loss_type must be 'ppo' or 'gspo', got "
-                         f"{p['policy_loss_type']!r}")
     require_groups(name, x.groups, equal_sizes=est != "reinforce",
                    min_size=2 if est in ("group_norm", "rloo", "reinforce_baseline") else 1,
                    why="OpenRLHF reshapes the rewards to (-1, n_samples_per_prompt) and "

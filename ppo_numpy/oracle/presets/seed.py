@@ -12,7 +12,6 @@ from ._common import (
     gae_over,
     kl_estimate,
     kl_loss,
-    loss_options,
     losses,
     mean_rows,
     result,
@@ -47,9 +46,7 @@ def _seed(x: Rollout, p: dict) -> dict:
     if p["whiten_advantages"]:
         advantages = whiten_advantages(advantages, m, p)
     policy_loss, st, dlogp, vloss, dvalues = losses(
-        x, advantages, returns, loss_options(p, p["policy_agg"]), p["value_clip"],
-        policy_mask=m, value_mask=m, value_agg=p["value_agg"],
-        value_clip_form=p["value_clip_form"])
+        x, advantages, returns, p, p["policy_agg"], mask=m, value_agg=p["value_agg"])
     if in_loss:
         value, grad = kl_loss(x, m, p["beta"], est, p["kl_clamp"], p["policy_agg"])
         policy_loss, dlogp = policy_loss + value, dlogp + grad

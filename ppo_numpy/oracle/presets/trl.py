@@ -6,18 +6,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...kl import _score_bounds
 from ...rollout import Rollout
 from ._common import (
     Preset,
     aggregate,
     check_estimator,
+    clip_scores,
     float32_roundings,
     gae,
     gae_over,
     kl_estimate,
     kl_loss,
-    loss_options,
     losses,
     masked_mean,
     mean_rows,
@@ -89,10 +88,8 @@ def _trl(x: Rollout, p: dict) -> dict:
         rewards = whiten(rewards, m_p1, shift_mean=False)
     raw_advantages, returns = gae(rewards, x.old_values, p["gamma"], p["lam"], m_p1)
     advantages = whiten_advantages(raw_advantages, m, p)
-    policy_loss, st, dlogp, vloss, dvalues = losses(
-        x, advantages, returns, loss_options(p), p["value_clip"], policy_mask=m,
-        value_mask=m_p1,
-        value_clip_form=p["value_clip_form"])
+    policy_loss, st, dlogp, vloss, dvalues = losses(x, advantages, returns, p, mask=m,
+                                                    value_mask=m_p1)
     if in_loss:
         value, grad = kl_loss(x, m, p["beta"], est, p["kl_clamp"])
         policy_loss, dlogp = policy_loss + value, dlogp + grad
@@ -112,8 +109,7 @@ def _trl(x: Rollout, p: dict) -> dict:
         "policy/clipfrac_avg": st["clipfrac_active"],
         "loss/policy_avg": policy_loss,
         "loss/value_avg": vloss,
-        "val/clipfrac_avg": value_clipfrac(x, returns, m_p1, p["value_clip"],
-                                           p["value_clip_form"]),
+        "val/clipfrac_avg": value_clipfrac(x, returns, m_p1, p),
         "val/ratio": 1.0 + aggregate(rho - 1.0, m, "seq-mean-token-sum-norm"),
     }
     return result(rewards, advantages, returns, policy_loss, vloss, dlogp, dvalues, stats)
@@ -171,20 +167,13 @@ def _trl_011(x: Rollout, p: dict) -> dict:
     raw_advantages, returns = gae_over(rewards, x.old_values, p["gamma"], p["lam"], m,
                                        p["gae_holes"])
     advantages = whiten_advantages(raw_advantages, m, p)
-    policy_loss, st, dlogp, vloss, dvalues = losses(
-        x, advantages, returns, loss_options(p), p["value_clip"], policy_mask=m,
-        value_mask=m,
-        value_clip_form=p["value_clip_form"])
+    policy_loss, st, dlogp, vloss, dvalues = losses(x, advantages, returns, p, mask=m)
     if st["ratio_mean"] > p["ratio_threshold"]:
         # why: v0.11.4 PPOTrainer.loss multiplies both losses by 0 ("Skipping batch")
         policy_loss, vloss = 0.0, 0.0
         dlogp, dvalues = np.zeros_like(dlogp), np.zeros_like(dvalues)
-    scores = x.scores
-    if p["score_clip"] is not None:
-        low, high = _score_bounds(p["score_clip"])
-        scores = np.clip(scores, low, high)
-    stats = lmhp_stats(x, returns, m, p, st, policy_loss, vloss, kl, ddof=1,
-                       form=p["value_clip_form"])
+    scores = clip_scores(x.scores, p["score_clip"])
+    stats = lmhp_stats(x, returns, m, p, st, policy_loss, vloss, kl, ddof=1)
     stats.update({
         "ppo/policy/policykl": st["approx_kl_k1"],
         "ppo/policy/advantages_mean": masked_mean(advantages, m),

@@ -10,7 +10,15 @@ from ...group_advantages import grpo_advantages
 from ...loss_options import PolicyLossOptions
 from ...objective import policy_loss_kernel
 from ...rollout import Rollout
-from ._common import GROUP_INPUT_NAMES, Preset, broadcast, group_std, mean_rows, policy_result
+from ._common import (
+    GROUP_INPUT_NAMES,
+    Preset,
+    broadcast,
+    group_std,
+    mean_rows,
+    policy_result,
+    require_choice,
+)
 
 #: loss_type -> (aggregation mode, per-token loss form)
 LOSS_TYPES = {"grpo": ("grpo", "clip"), "bnpo": ("bnpo", "clip"), "dr_grpo": ("dr_grpo", "clip"),
@@ -50,12 +58,8 @@ def _trl_grpo(x: Rollout, p: dict) -> dict:
     name = "trl-grpo"
     m = x.mask
     xm = x.on(m)
-    if p["loss_type"] not in LOSS_TYPES:
-        raise ValueError(f"{name}: loss_type must be one of {', '.join(LOSS_TYPES)}, got "
-                         f"{p['loss_type']!r}")
-    if p["scale_rewards"] not in SCALES:
-        raise ValueError(f"{name}: scale_rewards must be 'group', 'batch' or 'none', got "
-                         f"{p['scale_rewards']!r}")
+    require_choice(name, p, "loss_type", LOSS_TYPES)
+    require_choice(name, p, "scale_rewards", SCALES)
     agg, form = LOSS_TYPES[p["loss_type"]]
     level = p["importance_sampling_level"]
     A_seq = grpo_advantages(x.scores, x.groups, scale=SCALES[p["scale_rewards"]], eps=1e-4,

@@ -14,7 +14,6 @@ from ._common import (
     gae_over,
     kl_estimate,
     kl_loss,
-    loss_options,
     losses,
     masked_mean,
     masked_var,
@@ -90,10 +89,8 @@ def _verl(x: Rollout, p: dict) -> dict:
                                        p["gae_holes"])
     advantages = whiten_advantages(raw_advantages, m, p)
     agg = p["loss_agg_mode"]
-    policy_loss, st, dlogp, vloss, dvalues = losses(
-        x, advantages, returns, loss_options(p, agg), p["value_clip"], policy_mask=m,
-        value_mask=m, value_agg=agg,
-        value_clip_form=p["value_clip_form"])
+    policy_loss, st, dlogp, vloss, dvalues = losses(x, advantages, returns, p, agg, mask=m,
+                                                    value_agg=agg)
     if p["use_kl_loss"]:
         # why: verl core_algos.py kl_penalty "low_var_kl" (k3 clamped to [-10, 10]) of the
         # current policy against the reference, agg_loss'd and times kl_loss_coef
@@ -105,8 +102,7 @@ def _verl(x: Rollout, p: dict) -> dict:
         "actor/ppo_kl": st["approx_kl_k1"],
         "actor/pg_clipfrac_lower": st["dual_clipfrac"],
         "critic/vf_loss": vloss,
-        "critic/vf_clipfrac": value_clipfrac(x, returns, m, p["value_clip"],
-                                             p["value_clip_form"]),
+        "critic/vf_clipfrac": value_clipfrac(x, returns, m, p),
         "critic/vpred_mean": masked_mean(x.values, m),
         "critic/score/mean": mean_rows(x.scores),
         "critic/rewards/mean": aggregate(rewards, m, "seq-mean-token-sum"),

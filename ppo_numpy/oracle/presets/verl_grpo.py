@@ -26,6 +26,7 @@ from ._common import (
     masked_mean,
     mean_rows,
     policy_result,
+    require_choice,
 )
 
 ESTIMATORS = ("grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "remax")
@@ -74,9 +75,7 @@ def _verl_grpo(x: Rollout, p: dict) -> dict:
     xm = x.on(m)
     for key, allowed in (("adv_estimator", ESTIMATORS), ("loss_mode", LOSS_MODES),
                          ("kl_penalty", tuple(KL_TYPES)), ("kl_loss_type", tuple(KL_TYPES))):
-        if p[key] not in allowed:
-            raise ValueError(f"{name}: {key} must be one of {', '.join(allowed)}, got "
-                             f"{p[key]!r}")
+        require_choice(name, p, key, allowed)
     if not np.all(m[:, 0]):
         raise ValueError(f"{name}: mask row {int(np.argmin(m[:, 0]))} does not start at "
                          "column 0; verl places the score at (number of response tokens) - 1")
