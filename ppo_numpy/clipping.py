@@ -107,8 +107,7 @@ class ClipCases:
         # rho_t A_t  (min(rho_t, delta) A_t with TRL's delta)
         return self.rho_capped * self.A
 
-    @lazy
-    def clipped(self):
+    def _clipped(self):
         # clip(rho_t, 1 - eps, 1 + eps_high) A_t
         if self.rho.dtype != object and self.lo > 0:
             # one pass; equal to the max then min below (no zero whose sign could differ)
@@ -119,9 +118,17 @@ class ClipCases:
         return clipped
 
     @lazy
+    def clipped(self):
+        return self._clipped()
+
+    @lazy
     def term_min(self):
         # min( rho_t A_t , clip(rho_t, 1-eps, 1+eps) A_t )
-        return np.minimum(self.unclipped, self.clipped)
+        if "clipped" in self.__dict__:
+            return np.minimum(self.unclipped, self.clipped)
+        # the clipped product is not kept: the min is written over it (one array fewer)
+        clipped = self._clipped()
+        return np.minimum(self.unclipped, clipped, out=clipped)
 
     @lazy
     def term(self):
@@ -129,21 +136,6 @@ class ClipCases:
             return self.term_min
         # for A_t < 0: max( min(...), c A_t )
         return np.where(self.A < 0, np.maximum(self.term_min, self.c * self.A), self.term_min)
-
-    def term_alone(self):
-        """:attr:`term` when nothing else of the case analysis is wanted: the same numbers
-        with fewer arrays (the clipped product is overwritten by the min; not cached)."""
-        if "term" in self.__dict__ or self.rho.dtype == object:
-            return self.term
-        term = self.clipped  # clip(rho) A, this call's own array
-        del self.__dict__["clipped"]
-        # min( rho_t A_t , clip(rho_t, 1-eps, 1+eps) A_t )
-        np.minimum(self.unclipped, term, out=term)
-        del self.__dict__["unclipped"]
-        if self.c is None:
-            return term
-        # for A_t < 0: max( min(...), c A_t )
-        return np.where(self.A < 0, np.maximum(term, self.c * self.A), term)
 
     @lazy
     def above(self):
@@ -269,7 +261,7 @@ def clipped_surrogate(rho, advantages, epsilon=0.2, *, epsilon_high=None, dual_c
     zero = 0.0 if rho.dtype != object else Fraction(0)
 
     def block(rows):
-        term = ClipCases(rho[rows], adv[rows], lo, hi, c).term_alone()
+        term = ClipCases(rho[rows], adv[rows], lo, hi, c).term
         if mask is not None:
             # exactly 0 at padding (the inputs may hold anything finite there)
             np.copyto(term, zero, where=~m[rows])

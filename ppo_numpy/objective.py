@@ -257,13 +257,17 @@ class PolicyLoss:
         clipped surrogate, -w sg(w_t) A_t for CISPO, plus beta w dKL_t/dlogp."""
         opts, m = self.opts, self.m
         w = aggregation_weights(m, opts.agg, self.norm, self.divs)
-        # g = -dlogp, built in one array: negation is exact, so the sign comes once, at the end
+        if opts.kl_coef > 0:
+            agg, norm = self.kl_agg
+            w_kl = w.copy() if agg == opts.agg else aggregation_weights(m, agg, norm)
+        # g = -dlogp, built in w's array: negation is exact, so the sign comes once, at the end
+        g = w
         if opts.loss_type == "cispo":
-            g = w * self.cispo_weight
+            g *= self.cispo_weight
             g *= self.A
         else:
             # d loss / d log_w = -w (d term / d rho) rho
-            g = w * self.cases.drho
+            g *= self.cases.drho
             g *= self.rho
             if self.below_max is not None:
                 g *= self.below_max
@@ -275,8 +279,6 @@ class PolicyLoss:
         # (g is 0 at padding: w is, and every factor is finite there)
         if opts.kl_coef == 0:
             return np.subtract(0.0, g, out=g)  # -g, with -0.0 made 0.0
-        agg, norm = self.kl_agg
-        w_kl = w if agg == opts.agg else aggregation_weights(m, agg, norm)
         dlogp = np.negative(g, out=g)
         dlogp += opts.kl_coef * kl_estimate_grad_kernel(
             self.logp, self.logp_ref, opts.kl_estimator, m, opts.kl_clamp, w_kl)
@@ -298,10 +300,12 @@ class PolicyLoss:
         k1 = -log_rho.sum()
         if k1 == 0:
             k1 = np.where(m, -log_rho, 0.0).sum()
-        k2 = np.square(log_rho)
-        k2 /= 2  # (log rho)^2 / 2
-        k3 = np.expm1(log_rho)
-        k3 -= log_rho  # (rho - 1) - log rho
+        k = np.square(log_rho)
+        k /= 2  # (log rho)^2 / 2
+        k2 = mean(k)
+        k = np.expm1(log_rho, out=k)
+        k -= log_rho  # (rho - 1) - log rho
+        k3 = mean(k)
         # at padding rho = A = 0: the term equals rho A there, and rho is below any lo > 0
         clipped = count(self.cispo_weight != rho) if self.opts.loss_type == "cispo" \
             else float(np.count_nonzero(cases.counted_clipped) / n)
@@ -316,8 +320,8 @@ class PolicyLoss:
             # why: log rho from the log-probs, not log(rho): rho underflows to 0 for
             # log rho < -745
             "approx_kl_k1": float(k1 / n),
-            "approx_kl_k2": mean(k2),
-            "approx_kl_k3": mean(k3),
+            "approx_kl_k2": k2,
+            "approx_kl_k3": k3,
             "ratio_mean": mean(rho),
             # rho >= 0, and 0 at padding: the max over all positions is the max over tokens
             "ratio_min": float((rho if n == m.size else np.where(m, rho, np.inf)).min()),
