@@ -293,7 +293,23 @@ def _functions_task(spec, pkgs) -> dict:
     return out
 
 
-TASKS = {"training": _training_task, "pipeline": _pipeline_task, "functions": _functions_task}
+def _cold_pipeline_task(spec, pkgs) -> dict:
+    """The public pipeline of the one version this child imported, in a process whose heap
+    was never warmed (``child_main`` skips ``warm_heap`` for this task): each call pays
+    the page faults glibc's default thresholds give (``benchmarks/timing.py``)."""
+    data = _load("data")
+    p = spec["params"]
+    (variant, P), = pkgs.items()
+    cands = {}
+    for B, T in spec["grid"]:
+        b = data.make_batch(B, T)
+        cands[f"{variant}: pipeline ({B}, {T}) public"] = (
+            lambda P=P, b=b: public_pipeline(P, b, p))
+    return time_candidates(cands, samples=spec["samples"], target=spec["target"])
+
+
+TASKS = {"training": _training_task, "pipeline": _pipeline_task, "functions": _functions_task,
+         "pipeline-cold": _cold_pipeline_task}
 
 
 def child_main(spec: dict) -> dict:
@@ -301,13 +317,16 @@ def child_main(spec: dict) -> dict:
     one's as ``ppo_numpy_old``, each checked to come from its checkout."""
     pkgs, files = {}, {}
     for variant, name in (("old", "ppo_numpy_old"), ("new", "ppo_numpy")):
+        if spec.get("only", variant) != variant:
+            continue
         checkout = os.path.realpath(spec[variant])
         pkg = load_package(checkout, name)
         where = os.path.realpath(pkg.__file__)
         if not where.startswith(checkout + os.sep):
             raise RuntimeError(f"{name} imported from {where}, not from {checkout}")
         pkgs[variant], files[variant] = pkg, where
-    _load("timing").warm_heap()
+    if spec["task"] != "pipeline-cold":
+        _load("timing").warm_heap()
     return {"files": files, "times": TASKS[spec["task"]](spec, pkgs)}
 
 
@@ -334,11 +353,20 @@ def side_by_side(task: str, old: str, new: str, *, rounds: int, spec: dict,
     """``{"old": {name: s}, "new": {...}, "torch": ..., "files": ...}``: the median over
     ``rounds`` fresh child processes, each timing old and new interleaved."""
     per = []
-    files = None
+    files = {}
     for i in range(rounds):
-        result = run_child({**spec, "task": task, "old": old, "new": new})
-        files = result["files"]
-        per.append(result["times"])
+        if task == "pipeline-cold":
+            # one version per child, the order alternating from round to round
+            times = {}
+            for only in ("old", "new") if i % 2 == 0 else ("new", "old"):
+                result = run_child({**spec, "task": task, "old": old, "new": new,
+                                    "only": only})
+                files.update(result["files"])
+                times.update(result["times"])
+        else:
+            result = run_child({**spec, "task": task, "old": old, "new": new})
+            files, times = result["files"], result["times"]
+        per.append(times)
         if progress:
             progress(f"{task}: round {i + 1}/{rounds}")
     out = {"files": files, "rounds": rounds, "per_round": per,
@@ -364,13 +392,14 @@ def paired_ratio(res, a: str, b: str) -> float | None:
 def measure_all(old: str, new: str, *, rounds=5, samples=15, target=0.005,
                 pipeline_grid=PIPELINE_GRID, function_grid=FUNCTION_GRID, functions=FUNCTIONS,
                 iterations=ITERATIONS, warm=WARM_ITERATIONS, use_torch=True,
-                tasks=("training", "pipeline", "functions"), progress=None):
+                tasks=("training", "pipeline", "pipeline-cold", "functions"), progress=None):
     from benchmarks.core import PARAMS
 
     common = {"params": PARAMS, "samples": samples, "target": target}
     specs = {
         "training": {**common, "iterations": iterations, "warm": warm},
         "pipeline": {**common, "grid": [list(g) for g in pipeline_grid]},
+        "pipeline-cold": {**common, "grid": [list(g) for g in pipeline_grid]},
         "functions": {**common, "grid": [list(g) for g in function_grid],
                       "functions": list(functions), "torch": use_torch},
     }
@@ -398,6 +427,15 @@ def pipeline_rows(res) -> list[dict]:
                                  f"new: pipeline ({B}, {T}) {kind}")
                 rows.append({"B": B, "T": T, "new path": kind, "old": o, "new": n,
                              "speedup": x, "met": x >= 1.5})
+    return rows
+
+
+def cold_rows(res) -> list[dict]:
+    """Old and new each in its own processes: the ratio of the medians (no pairing)."""
+    rows = []
+    for B, T in res.get("grid", PIPELINE_GRID):
+        o, n = res["old"][f"pipeline ({B}, {T}) public"], res["new"][f"pipeline ({B}, {T}) public"]
+        rows.append({"B": B, "T": T, "old": o, "new": n, "speedup": o / n, "met": o / n >= 1.5})
     return rows
 
 
@@ -483,6 +521,18 @@ def markdown(results, *, command, machine, old, new) -> list[str]:
             out.append(f"| {r['B']} | {r['T']} | {r['new path']} | {_ms(r['old'])} "
                        f"| {_ms(r['new'])} | {_x(r['speedup'])} | {_yes(r['met'])} |")
         out.append("")
+    if "pipeline-cold" in results:
+        out += ["### Full pipeline in a cold process", "",
+                "The public pipeline as above, but each round runs old and new in separate "
+                "fresh child processes (the order alternating) that never warm the heap: "
+                "at (64, 256) every array is 128 KiB, glibc's default mmap threshold, and "
+                "the memory a call frees goes back to the system, so the next call pays page "
+                "faults (the page's method: `warm_heap`). Ratio: median old / median new.", "",
+                "| B | T | old ms | new ms | old / new | met |", "|---:|---:|---:|---:|---:|---|"]
+        for r in cold_rows(results["pipeline-cold"]):
+            out.append(f"| {r['B']} | {r['T']} | {_ms(r['old'])} | {_ms(r['new'])} "
+                       f"| {_x(r['speedup'])} | {_yes(r['met'])} |")
+        out.append("")
     if "functions" in results:
         threads = results["functions"].get("torch default threads")
         out += ["### Core functions against PyTorch on CPU", "",
@@ -527,6 +577,11 @@ def targets(results) -> list[str]:
             text = ", ".join(f"({r['B']}, {r['T']}) {_x(r['speedup'])}" for r in sel)
             out.append(f"| full pipeline at least 1.5x faster, {what} | {text} "
                        f"| {_yes(all(r['met'] for r in sel))} |")
+    if "pipeline-cold" in results:
+        sel = cold_rows(results["pipeline-cold"])
+        text = ", ".join(f"({r['B']}, {r['T']}) {_x(r['speedup'])}" for r in sel)
+        out.append(f"| the same, public functions (two calls), in cold processes | {text} "
+                   f"| {_yes(all(r['met'] for r in sel))} |")
     if "functions" in results:
         rows = function_rows(results["functions"])
         for name in results["functions"].get("functions", FUNCTIONS):
@@ -583,7 +638,7 @@ def _parser():
                    help="another checkout in the code-lines table (old and new are in it)")
     p.add_argument("--exclude", action="append", default=[], metavar="ENTRY",
                    help="a top-level entry of ppo_numpy/ left out of the table's second total")
-    p.add_argument("--tasks", default="training,pipeline,functions")
+    p.add_argument("--tasks", default="training,pipeline,pipeline-cold,functions")
     p.add_argument("--no-torch", action="store_true")
     p.add_argument("--json", default=None, help="also write the raw results here")
     p.add_argument("--from-json", default=None, metavar="FILE",
@@ -626,7 +681,7 @@ def main(argv=None) -> int:
                                  ("--target", args.target, 0.005)):
         if value != default:
             parts.append(f"{flag} {value}")
-    if args.tasks != "training,pipeline,functions":
+    if args.tasks != "training,pipeline,pipeline-cold,functions":
         parts.append(f"--tasks {args.tasks}")
     if args.no_torch:
         parts.append("--no-torch")
