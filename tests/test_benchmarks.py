@@ -136,6 +136,12 @@ def test_redesign_runs_on_a_tiny_grid_and_gives_well_formed_rows(tmp_path):
         (2, 8, "public"), (2, 8, "public, one loss call"), (2, 8, "rollout+kernels"),
         (2, 8, "kernels")]
     assert all(_positive(r["old"]) and _positive(r["new"]) for r in pipe)
+    # the cold pipeline: old and new each in a child of its own
+    assert results["pipeline-cold"]["files"] == results["pipeline"]["files"]
+    cold = redesign.cold_rows(results["pipeline-cold"])
+    assert [(r["B"], r["T"]) for r in cold] == [(2, 8)]
+    assert all(_positive(r["old"]) and _positive(r["new"]) and isinstance(r["met"], bool)
+               for r in cold)
     funcs = redesign.function_rows(results["functions"])
     assert [(r["function"], r["B"], r["T"]) for r in funcs] == [
         ("td_errors", 2, 8), ("td_errors", 3, 5), ("whiten", 2, 8), ("whiten", 3, 5)]
@@ -147,10 +153,10 @@ def test_redesign_runs_on_a_tiny_grid_and_gives_well_formed_rows(tmp_path):
     lines = redesign.markdown(results, command="cmd", machine=["m."], old=ROOT, new=ROOT)
     assert lines[0] == redesign.SECTION
     tables = [ln for ln in lines if ln.startswith("| ")]
-    # the targets (training, 3 pipeline paths, each function with a torch column), then
-    # header + rows of each of the three tables
-    n_targets = 1 + 3 + (2 if torch_impl.available() else 0)
-    assert len(tables) == (1 + n_targets) + 3 + 1 + len(pipe) + len(funcs)
+    # the targets (training, 3 pipeline paths, the cold pipeline, each function with a torch
+    # column), then header + rows of each of the four tables
+    n_targets = 1 + 3 + 1 + (2 if torch_impl.available() else 0)
+    assert len(tables) == (1 + n_targets) + 4 + 1 + len(pipe) + len(cold) + len(funcs)
     assert sum(ln.endswith(("| yes |", "| no |")) for ln in tables[1:1 + n_targets]) == \
         n_targets
 
