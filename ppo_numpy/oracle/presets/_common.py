@@ -286,15 +286,13 @@ def gae_over(rewards, values, gamma, lam, m, holes):
     return advantages, where_valid(m, returns)
 
 
-def whiten_advantages(a, m, p, *, ddof=1, eps=1e-8, eps_mode="add"):
+def whiten_advantages(a, m, p):
     """Whiten advantages with the preset's switches ``whiten_ddof``, ``whiten_eps``,
-    ``whiten_eps_mode``, ``whiten_mask`` and ``shift_mean`` where it has them (the given
-    defaults otherwise); 0 outside ``m``."""
-    ddof = p.get("whiten_ddof", ddof)
-    eps = p.get("whiten_eps", eps)
-    eps_mode = p.get("whiten_eps_mode", eps_mode)
+    ``whiten_eps_mode``, ``whiten_mask`` and ``shift_mean`` where it has them (ddof 1, eps
+    1e-8 added, over ``m``, mean shifted otherwise); 0 outside ``m``."""
     over = m if p.get("whiten_mask", "mask") == "mask" else None
-    out = whiten(a, over, p.get("shift_mean", True), ddof=ddof, eps=eps, eps_mode=eps_mode)
+    out = whiten(a, over, p.get("shift_mean", True), ddof=p.get("whiten_ddof", 1),
+                 eps=p.get("whiten_eps", 1e-8), eps_mode=p.get("whiten_eps_mode", "add"))
     return where_valid(m, out)
 
 
