@@ -539,7 +539,8 @@ def reinforce_plus_plus_baseline_advantages(scores, groups, mask, *, token_rewar
     c = np.where(single, 0.0 if singleton == "zero" else s, c)
     if score_clip is not None:
         c = np.clip(c, *_clip_bounds(score_clip))
-    return whiten(where_valid(m, c[:, None] + G), m, ddof=ddof, eps=eps, eps_mode=eps_mode)
+    # (whiten zeroes the padding of c_i + G_t)
+    return whiten(c[:, None] + G, m, ddof=ddof, eps=eps, eps_mode=eps_mode)
 
 
 def remax_advantages(rewards, baseline_scores, mask, *, gamma=1.0):

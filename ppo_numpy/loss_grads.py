@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._validation import prepare, where_valid
+from ._validation import prepare
 from .aggregation import aggregation_weights, check_mode, mode_norm
 from .entropy import log_softmax_kernel, prepare_logits
 from .kl import _check_estimator, check_kl_clamp, kl_estimate_grad_kernel
@@ -210,8 +210,8 @@ def value_loss_grad(values, old_values, returns, mask=None, clip_range=None, agg
     (v, v_old, R), m = prepare(
         {"values": values, "old_values": old_values, "returns": returns}, mask, exact=False)
     dL = ValueLoss(v, v_old, R, check_value_clip(clip_range), check_value_clip_form(form)).dv
-    dvalues = _weights(m, agg, norm) * dL + 0.0
-    return where_valid(m, dvalues)
+    # the weights and dL are 0 at padding (prepare zeroes the inputs there)
+    return _weights(m, agg, norm) * dL + 0.0
 
 
 def entropy_grad(logits, mask=None, agg="token-mean", *, norm=None):

@@ -182,11 +182,9 @@ class Rollout:
 
     def rows(self, idx) -> Rollout:
         """The minibatch of rows ``idx`` (an index array or a slice), not checked again."""
-        fields = {}
-        for f in dataclasses.fields(self):
-            x = getattr(self, f.name)
-            fields[f.name] = x[idx] if isinstance(x, np.ndarray) else x
-        return Rollout._trusted(**fields)
+        arrays = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        return self.replace_trusted(**{n: x[idx] for n, x in arrays.items()
+                                       if isinstance(x, np.ndarray)})
 
     def replace_trusted(self, **fields) -> Rollout:
         """A rollout with ``fields`` replaced or added, not checked: for arrays the package made
@@ -197,12 +195,9 @@ class Rollout:
 
     def on(self, mask: np.ndarray) -> Rollout:
         """The (B, T) fields with 0 outside ``mask`` (a bool (B, T) array), and that mask."""
-        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        for name in TOKEN_FIELDS:
-            if fields[name] is not None:
-                fields[name] = where_valid(mask, fields[name])
-        fields["mask"] = mask
-        return Rollout._trusted(**fields)
+        tokens = {n: getattr(self, n) for n in TOKEN_FIELDS if getattr(self, n) is not None}
+        return self.replace_trusted(mask=mask, **{n: where_valid(mask, x)
+                                                  for n, x in tokens.items()})
 
     def require(self, *names: str, why: str = "") -> None:
         """Raise ValueError naming the first of ``names`` that this rollout does not have."""

@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from ._lazy import lazy
-from ._validation import check_scalar, prepare, scalar_for, where_valid
+from ._validation import check_scalar, prepare, scalar_for
 
 VALUE_CLIP_FORMS = ("offset", "clamp")
 
@@ -68,8 +68,8 @@ def value_loss(values, old_values, returns, mask=None, clip_range=None, *, form=
     )
     c = check_value_clip(clip_range)
     form = check_value_clip_form(form)
-    return where_valid(m, ValueLoss(v, v_old, R, None if c is None else scalar_for(c, v),
-                                    form).loss)
+    # (prepare zeroes v, v_old and R at padding, so the loss is 0 there)
+    return ValueLoss(v, v_old, R, None if c is None else scalar_for(c, v), form).loss
 
 
 def check_value_clip(clip_range):

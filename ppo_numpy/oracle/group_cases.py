@@ -51,11 +51,6 @@ def group_inputs(rng, groups, lengths, T, *, binary=True, log_ratio_std=0.15):
     return out
 
 
-def make_group_case(name, description, inputs, params=None) -> dict:
-    """:func:`~ppo_numpy.oracle.cases.make_case` with the :data:`GROUP_INPUT_NAMES`."""
-    return make_case(name, description, inputs, params, input_names=GROUP_INPUT_NAMES)
-
-
 def _random(k):
     def build(rng):
         P, G = int(rng.integers(2, 4)), int(rng.integers(2, 6))
@@ -143,7 +138,7 @@ def generate_group_cases(seed: int = 0, names=None, *, n_random: int = N_RANDOM)
             raise ValueError(f"names: unknown group case {name!r}; valid ones are "
                              f"'group-random-K' and {', '.join(EDGE_CASES)}")
         description, inputs = build(case_rng(seed, name))
-        cases.append(make_group_case(name, description, inputs))
+        cases.append(make_case(name, description, inputs, input_names=GROUP_INPUT_NAMES))
     return cases
 
 

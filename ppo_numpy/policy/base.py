@@ -35,29 +35,25 @@ def wgrad(x, dy):
     return (x.transpose(0, 2, 1) @ dy).sum(axis=0)  # (M, N)
 
 
-def resolve_params(own: dict, params=None) -> dict:
-    """``own`` if ``params`` is None, else ``params`` after checking it has exactly the names
-    and shapes of ``own`` (a model's ``params``)."""
-    if params is None:
-        return own
-    missing = sorted(set(own) - set(params))
-    unexpected = sorted(set(params) - set(own))
-    if missing or unexpected:
-        raise ValueError(f"params: missing {missing}, unexpected {unexpected} "
-                         f"(expected exactly {sorted(own)})")
-    for name, ref in own.items():
-        if np.shape(params[name]) != ref.shape:
-            raise ValueError(f"params[{name!r}]: shape {np.shape(params[name])} does not "
-                             f"match the model's {ref.shape}")
-    return params
-
-
 class Parameterised:
     """A model whose parameters are ``self.params``, a dict of float64 arrays."""
 
     def resolve_params(self, params=None) -> dict:
-        """``self.params`` if ``params`` is None, else ``params`` with names and shapes checked."""
-        return resolve_params(self.params, params)
+        """``self.params`` if ``params`` is None, else ``params`` after checking it has exactly
+        the names and shapes of ``self.params``."""
+        own = self.params
+        if params is None:
+            return own
+        missing = sorted(set(own) - set(params))
+        unexpected = sorted(set(params) - set(own))
+        if missing or unexpected:
+            raise ValueError(f"params: missing {missing}, unexpected {unexpected} "
+                             f"(expected exactly {sorted(own)})")
+        for name, ref in own.items():
+            if np.shape(params[name]) != ref.shape:
+                raise ValueError(f"params[{name!r}]: shape {np.shape(params[name])} does not "
+                                 f"match the model's {ref.shape}")
+        return params
 
     @property
     def n_params(self) -> int:

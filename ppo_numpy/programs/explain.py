@@ -292,7 +292,7 @@ def padding_warnings(rewards: list, mask) -> list:
             for t, (r, m) in enumerate(zip(rewards, mask), start=1) if not m and r != 0]
 
 
-def _tables(args, warnings: list | None = None) -> list:
+def _tables(args, warnings: list) -> list:
     """Parse the numbers of ``args`` and build the tables; OptionError on bad values.
 
     Warnings about the input (see :func:`padding_warnings`) are appended to ``warnings``.
@@ -333,8 +333,7 @@ def _tables(args, warnings: list | None = None) -> list:
         rewards = lst("--rewards")
         values = lst("--values", rewards, "--rewards")
         m = mask(rewards, "--rewards")
-        if warnings is not None:
-            warnings.extend(padding_warnings(rewards, m))
+        warnings.extend(padding_warnings(rewards, m))
         return [gae_table(rewards, values, num("--gamma"), num("--lam"), m)]
     if args.quantity == "clip":
         clip_options = {"epsilon_high": num("--eps-high"), "dual_clip": num("--dual-clip")}

@@ -22,7 +22,7 @@ import sys
 
 from ..oracle.cases import EDGE_CASES, N_RANDOM, generate_cases
 from ..oracle.group_cases import cases_for, generate_group_cases
-from ..oracle.presets import DEFAULT_PRESET, PRESETS
+from ..oracle.presets import DEFAULT_PRESET, PRESETS, get_preset
 
 
 def cmd_list(args) -> int:
@@ -46,18 +46,17 @@ def cmd_list(args) -> int:
 def cmd_export(args) -> int:
     from ..oracle.golden import export
 
-    name = args.preset or DEFAULT_PRESET
     try:
-        if name not in PRESETS:
-            raise ValueError(f"unknown preset {name!r}; valid ones are {', '.join(PRESETS)}")
-        cases = cases_for(PRESETS[name], args.seed, args.cases)
+        preset = get_preset(args.preset or DEFAULT_PRESET)
+        cases = cases_for(preset, args.seed, args.cases)
     except ValueError as err:
         print(f"oracle export: {err}", file=sys.stderr)
         return 2
-    path = export(args.directory, PRESETS[name], cases, seed=args.seed)
+    path = export(args.directory, preset, cases, seed=args.seed)
     entries = json.loads(path.read_text())["cases"]
     rejected = [e["name"] for e in entries if "rejected" in e]
-    print(f"wrote {len(entries)} cases of preset {name!r} (seed {args.seed}) to {path.parent}")
+    print(f"wrote {len(entries)} cases of preset {preset.name!r} (seed {args.seed}) to "
+          f"{path.parent}")
     if rejected:
         print(f"  rejected by the preset (inputs kept, no expected outputs): "
               f"{', '.join(rejected)}")
@@ -121,15 +120,13 @@ def load_candidate(spec: str):
 def cmd_diagnose(args) -> int:
     from ..oracle.diagnose import diagnose
 
-    name = args.preset or DEFAULT_PRESET
     try:
-        if name not in PRESETS:
-            raise ValueError(f"unknown preset {name!r}; valid ones are {', '.join(PRESETS)}")
+        preset = get_preset(args.preset or DEFAULT_PRESET)
         candidate = load_candidate(args.candidate)
         cases = generate_cases(args.seed, args.cases)
         if args.probes < 0:
             raise ValueError(f"--probes must be >= 0, got {args.probes}")
-        d = diagnose(candidate, PRESETS[name], cases, args.dtype, outputs=args.outputs,
+        d = diagnose(candidate, preset, cases, args.dtype, outputs=args.outputs,
                      probes=args.probes, pairs=not args.no_pairs)
     except (TypeError, ValueError) as err:
         print(f"oracle diagnose: error: {err}", file=sys.stderr)

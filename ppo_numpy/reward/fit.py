@@ -50,7 +50,7 @@ def reward_loss_and_grads(model, pairs, *, weight_decay=0.0, params=None):
     """
     wd = check_scalar(weight_decay, "weight_decay", low=0, allow_exact=False)
     p = model.resolve_params(params)
-    r_w, r_l, cache = pair_rewards(model, pairs, p)
+    r_w, r_l, cache = pair_rewards(model, pairs, params)  # forward resolves params itself
     bt = bradley_terry_loss(r_w, r_l)
     penalty = 0.5 * wd * sum(float(np.sum(p[k] ** 2)) for k in DECAYED)
     dr_w, dr_l = bradley_terry_grad(r_w, r_l)

@@ -51,7 +51,6 @@ from ..policy import BigramPolicy, MLPPolicy, TransformerPolicy
 from ..policy.loss import loss_and_grads_kernel
 from ..policy.optim import Adam, global_norm, scale_to_norm
 from ..policy.sampling import evaluate_kernel, sample
-from ..value_loss import check_value_clip
 from ..whitening import whiten_kernel
 from .config import CRITIC_FREE, PPOConfig, responses_per_prompt
 from .kl_controllers import AdaptiveKLController, FixedKLController
@@ -136,9 +135,9 @@ def ppo_iteration(state: RunState) -> dict:
     beta = state.kl_controller.value
     kl = kl_estimate_kernel(logp_old, logp_ref, c.kl_estimator)
     rewards = kl_shaped_rewards_kernel(scores, kl, mask, float(beta))
-    # KL to the reference: sum over tokens of k1, mean over sequences
+    # KL to the reference: sum over tokens of k1 (0 at padding), mean over sequences
     k1 = kl if c.kl_estimator == "k1" else kl_estimate_kernel(logp_old, logp_ref, "k1")
-    kl_ref = float(where_valid(mask, k1).sum(axis=1).mean())
+    kl_ref = float(k1.sum(axis=1).mean())
 
     # 3. TD errors, GAE, returns R_t = A_hat_t + V(s_t); whitening
     if critic_free:
@@ -159,7 +158,6 @@ def ppo_iteration(state: RunState) -> dict:
     opts = PolicyLossOptions(epsilon=c.eps, agg=c.agg, importance_level=c.importance_level,
                              kl_coef=c.kl_loss_coef, kl_estimator=c.kl_loss_estimator)
     c_v = 0.0 if critic_free else c.c_v
-    value_clip = check_value_clip(c.value_clip)
     sums = dict.fromkeys(("clipfrac", "approx_kl_k1", "approx_kl_k3", "entropy",
                           "policy_loss", "value_loss", "grad_norm"), 0.0)
     first = None
@@ -168,7 +166,7 @@ def ppo_iteration(state: RunState) -> dict:
         for k in range(c.minibatches):
             minibatch = batch.rows(order[k * size : (k + 1) * size])
             loss, grads, stats = loss_and_grads_kernel(
-                state.policy, minibatch, opts, c_v=c_v, c_H=c.c_H, value_clip=value_clip)
+                state.policy, minibatch, opts, c_v=c_v, c_H=c.c_H, value_clip=c.value_clip)
             if first is None:
                 first = stats
                 _check_ratio_is_one(stats, state.iteration + 1)

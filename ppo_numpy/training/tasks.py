@@ -92,9 +92,8 @@ def response_lengths(responses, mask):
     return np.where(stopped, is_eos.argmax(axis=1), length), stopped
 
 
-def _prefix(responses, n):
-    """The response tokens before EOS, as a (B, T) array with -1 beyond them."""
-    y = np.asarray(responses)
+def _prefix(y, n):
+    """The response tokens ``y`` (an array) before EOS, as a (B, T) array with -1 beyond them."""
     keep = np.arange(y.shape[1])[None, :] < n[:, None]
     return np.where(keep, y, -1)
 

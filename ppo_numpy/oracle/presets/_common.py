@@ -238,8 +238,8 @@ def kl_estimate(logp, logp_ref, estimator, m=None, clamp=None):
     """Per-token KL of ``estimator``, 0 outside ``m`` (every column when ``None``)."""
     if m is None:
         m = np.ones(logp.shape, dtype=bool)
-    kl = kl_estimate_kernel(where_valid(m, logp), where_valid(m, logp_ref), estimator, clamp)
-    return where_valid(m, kl)
+    # (the kernel gives 0 where both inputs are 0)
+    return kl_estimate_kernel(where_valid(m, logp), where_valid(m, logp_ref), estimator, clamp)
 
 
 def kl_shaped_rewards(scores, logp, logp_ref, beta, m=None, estimator="k1", *, kl_clamp=None,
@@ -286,15 +286,13 @@ def gae_over(rewards, values, gamma, lam, m, holes):
     return advantages, where_valid(m, returns)
 
 
-def whiten_advantages(a, m, p, *, ddof=1, eps=1e-8, eps_mode="add"):
+def whiten_advantages(a, m, p):
     """Whiten advantages with the preset's switches ``whiten_ddof``, ``whiten_eps``,
-    ``whiten_eps_mode``, ``whiten_mask`` and ``shift_mean`` where it has them (the given
-    defaults otherwise); 0 outside ``m``."""
-    ddof = p.get("whiten_ddof", ddof)
-    eps = p.get("whiten_eps", eps)
-    eps_mode = p.get("whiten_eps_mode", eps_mode)
+    ``whiten_eps_mode``, ``whiten_mask`` and ``shift_mean`` where it has them (ddof 1, eps
+    1e-8 added, over ``m``, mean shifted otherwise); 0 outside ``m``."""
     over = m if p.get("whiten_mask", "mask") == "mask" else None
-    out = whiten(a, over, p.get("shift_mean", True), ddof=ddof, eps=eps, eps_mode=eps_mode)
+    out = whiten(a, over, p.get("shift_mean", True), ddof=p.get("whiten_ddof", 1),
+                 eps=p.get("whiten_eps", 1e-8), eps_mode=p.get("whiten_eps_mode", "add"))
     return where_valid(m, out)
 
 
@@ -303,10 +301,10 @@ def kl_loss(x: Rollout, m, coef, estimator, clamp=None, agg="token-mean"):
     as a loss term instead of a reward (verl ``use_kl_loss``)."""
     lp, ref = where_valid(m, x.logp), where_valid(m, x.logp_ref)
     norm = mode_norm(agg, None, m.shape[-1])
-    kl = where_valid(m, kl_estimate_kernel(lp, ref, estimator, clamp))
+    kl = kl_estimate_kernel(lp, ref, estimator, clamp)  # 0 at padding, as lp and ref are
     value = coef * float(aggregate_kernel(kl, m, agg, norm))
     w = aggregation_weights(m, agg, norm)
-    grad = where_valid(m, coef * kl_estimate_grad_kernel(lp, ref, estimator, m, clamp, w) + 0.0)
+    grad = coef * kl_estimate_grad_kernel(lp, ref, estimator, m, clamp, w) + 0.0
     return value, grad
 
 
@@ -355,8 +353,9 @@ def losses(x: Rollout, advantages, returns, p: dict, agg: str = "token-mean", *,
     norm = mode_norm(value_agg, None, vm.shape[-1])
     vl = ValueLoss(where_valid(vm, x.values), where_valid(vm, x.old_values),
                    where_valid(vm, returns), p["value_clip"], p["value_clip_form"])
-    vloss = float(aggregate_kernel(where_valid(vm, vl.loss), vm, value_agg, norm))
-    dvalues = where_valid(vm, aggregation_weights(vm, value_agg, norm) * vl.dv + 0.0)
+    # the inputs are 0 outside vm, and so are the loss and its weights there
+    vloss = float(aggregate_kernel(vl.loss, vm, value_agg, norm))
+    dvalues = aggregation_weights(vm, value_agg, norm) * vl.dv + 0.0
     return pl.loss, pl.stats(), pl.dlogp, vloss, dvalues
 
 

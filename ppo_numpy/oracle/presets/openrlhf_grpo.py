@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..._validation import where_valid
 from ...group_advantages import grpo_advantages, returns_to_go, rloo_advantages
 from ...kl import _score_bounds
 from ...loss_options import PolicyLossOptions
@@ -99,10 +98,11 @@ def _openrlhf_grpo(x: Rollout, p: dict) -> dict:
         "ppo_kl": st["approx_kl_k1"],
         "kl": pl.kl_loss if p["use_kl_loss"] else mean_rows(rollout_kl.sum(axis=-1) / n_i),
         "reward": mean_rows(x.scores),
-        "return": mean_rows(where_valid(m, rewards).sum(axis=-1)),
+        "return": mean_rows(rewards.sum(axis=-1)),
         "group_reward_std": mean_rows(group_std(x.scores, x.groups)),
     }
-    return policy_result(where_valid(m, A), pl, stats, rewards=where_valid(m, rewards))
+    # A and rewards are 0 at padding (returns_to_go, whiten; at_last_token, kl_estimate)
+    return policy_result(A, pl, stats, rewards=rewards)
 
 
 PRESET = Preset(

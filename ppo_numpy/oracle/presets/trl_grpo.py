@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..._validation import where_valid
 from ...group_advantages import grpo_advantages
 from ...loss_options import PolicyLossOptions
 from ...objective import policy_loss_kernel
@@ -96,7 +95,7 @@ def _trl_grpo(x: Rollout, p: dict) -> dict:
     std = group_std(x.scores, x.groups, dtype=np.float32)
     stats.update({"reward": mean_rows(x.scores), "reward_std": mean_rows(std),
                   "frac_reward_zero_std": mean_rows(np.isclose(std, 0.0))})
-    return policy_result(where_valid(m, A), pl, stats)
+    return policy_result(A, pl, stats)  # A is 0 at padding (broadcast)
 
 
 PRESET = Preset(

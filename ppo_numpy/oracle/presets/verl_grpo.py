@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..._validation import where_valid
 from ...group_advantages import (
     grpo_advantages,
     reinforce_plus_plus_advantages,
@@ -84,7 +83,7 @@ def _verl_grpo(x: Rollout, p: dict) -> dict:
     if p["use_kl_in_reward"]:
         est, clamp = KL_TYPES[p["kl_penalty"]]
         rewards = scores_tok - p["kl_coef"] * kl_estimate(x.logp_old, x.logp_ref, est, m, clamp)
-    s = where_valid(m, rewards).sum(axis=-1)
+    s = rewards.sum(axis=-1)  # rewards are 0 at padding (at_last_token, kl_estimate)
     est = p["adv_estimator"]
     if est == "grpo":
         scale = "group" if p["norm_adv_by_std_in_grpo"] else "none"
@@ -128,7 +127,7 @@ def _verl_grpo(x: Rollout, p: dict) -> dict:
     if p["use_kl_loss"]:
         stats["actor/kl_loss"] = pl.kl_loss
         stats["actor/kl_coef"] = p["kl_loss_coef"]
-    return policy_result(where_valid(m, A), pl, stats, rewards=where_valid(m, rewards))
+    return policy_result(A, pl, stats, rewards=rewards)
 
 
 PRESET = Preset(
