@@ -718,3 +718,15 @@ def test_trl_value_clip_on_the_bounds_against_torch():
         # at a tie (V on the bound: V_clip = V) torch splits the gradient of max in half
         # and clamp passes it at its bounds: V - R, as the preset
         np.testing.assert_allclose(vpred.grad.numpy(), out["dvalues"], rtol=1e-15, atol=0)
+
+
+def test_a_variance_of_one_token_is_a_clear_error_not_a_zero_division():
+    # TRL's and verl's masked_var raise ValueError for a mask that sums to 1; trl-0.11 with
+    # whiten_mask="all" whitens over every position but still logs the returns' variance
+    # over the one valid token (it raised ZeroDivisionError before)
+    from ppo_numpy.oracle.cases import generate_cases
+
+    (case,) = generate_cases(0, ["one-valid-token"])
+    with pytest.raises(ValueError, match=r"^mask: a variance with divisor n - 1 needs at least "
+                                         r"2 valid elements, got 1$"):
+        get_preset("trl-0.11")(case, whiten_mask="all")

@@ -217,8 +217,14 @@ def masked_mean(x, m) -> float:
 
 
 def masked_var(x, m, ddof) -> float:
-    """Variance over the masked entries, divisor n - ddof (TRL/verl ``masked_var``: ddof 1)."""
+    """Variance over the masked entries, divisor n - ddof (TRL/verl ``masked_var``: ddof 1).
+
+    Fewer than ddof + 1 entries is an error, as in TRL and verl (their ``masked_var`` raises
+    for a mask that sums to 1)."""
     n = int(m.sum())
+    if n <= ddof:
+        raise ValueError(f"mask: a variance with divisor n - {ddof} needs at least {ddof + 1} "
+                         f"valid elements, got {n}")
     mu = masked_mean(x, m)
     return masked_mean((x - mu) ** 2, m) * n / (n - ddof)
 
