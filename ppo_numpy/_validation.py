@@ -256,7 +256,7 @@ def garbage_errstate(arr: np.ndarray):
 
 
 def prepare(arrays: dict, mask, *, ranks=(1, 2), exact: bool | None = None,
-            zero_padding: bool = True, nonnegative=None):
+            zero_padding: bool = True, nonnegative=None, check_values: bool = True):
     """Convert the named arrays, check shapes, the mask and finiteness.
 
     ``arrays`` maps argument names to values; the first one sets the shape.
@@ -271,9 +271,12 @@ def prepare(arrays: dict, mask, *, ranks=(1, 2), exact: bool | None = None,
 
     ``nonnegative``: ``{name: what its values are}`` for arrays that must also be >= 0 at
     valid positions (``{"rho": "ratios"}``).
+
+    ``check_values=False``: shapes and the mask checked, the values not (no NaN, inf or
+    sign check): the caller checks them with :func:`check_finite` before it trusts them.
     """
     names, given = list(arrays), list(arrays.values())
-    if exact is not True and not nonnegative:
+    if exact is not True and not nonnegative and check_values:
         fast = _prepare_common(given, mask, ranks, zero_padding)
         if fast is not None:
             return fast, mask
@@ -288,7 +291,8 @@ def prepare(arrays: dict, mask, *, ranks=(1, 2), exact: bool | None = None,
     for n, a in zip(names[1:], out[1:]):
         check_same_shape(first, names[0], a, n)
     m = as_mask(mask, first, names[0], copy=False)
-    finite = [check_finite(a, n, m, nonnegative=nonnegative.get(n)) for n, a in zip(names, out)]
+    finite = [not check_values or check_finite(a, n, m, nonnegative=nonnegative.get(n))
+              for n, a in zip(names, out)]
     if mask is None:
         return [_own(a, v) for a, v in zip(out, given)], m
     if zero_padding or first.size < _KEEP_FROM or first.dtype == object:

@@ -19,7 +19,15 @@ from fractions import Fraction
 import numpy as np
 
 from ._lazy import lazy
-from ._validation import check_scalar, garbage_errstate, prepare, row_blocks, scalar_for
+from ._validation import (
+    check_finite,
+    check_scalar,
+    garbage_errstate,
+    is_exact,
+    prepare,
+    row_blocks,
+    scalar_for,
+)
 
 
 def clip_bounds(epsilon, epsilon_high=None, like=None):
@@ -253,15 +261,28 @@ def clipped_surrogate(rho, advantages, epsilon=0.2, *, epsilon_high=None, dual_c
     >>> [float(v) for v in clipped_surrogate([1.0, 1.0], [0.3, -0.7])]
     [0.3, -0.7]
     """
-    (rho, adv), m = prepare({"rho": rho, "advantages": advantages}, mask,
-                            zero_padding=False, nonnegative={"rho": "ratios"})
+    arrays = {"rho": rho, "advantages": advantages}
+    # float values are checked block by block below, where the block's work then finds them
+    # in the cache (on a million entries a check of the whole arrays costs three more passes)
+    checked = any(map(is_exact, arrays.values()))
+    (rho, adv), m = prepare(arrays, mask, zero_padding=False, nonnegative={"rho": "ratios"},
+                            check_values=checked)
     lo, hi = clip_bounds(epsilon, epsilon_high, like=rho)
     c = check_dual_clip(dual_clip)
     c = None if c is None else scalar_for(c, rho)
     zero = 0.0 if rho.dtype != object else Fraction(0)
 
     def block(rows):
-        term = ClipCases(rho[rows], adv[rows], lo, hi, c).term
+        nonlocal checked
+        r, a = rho[rows], adv[rows]
+        if not checked and r.size and not (r.min() >= 0 and r.max() < np.inf
+                                           and np.isfinite(a).all()):
+            # something to look at in this block, perhaps only at padding: the whole arrays
+            # checked once, naming the first bad entry (rho >= 0 and finite, A finite)
+            check_finite(rho, "rho", m, nonnegative="ratios")
+            check_finite(adv, "advantages", m)
+            checked = True
+        term = ClipCases(r, a, lo, hi, c).term
         if mask is not None:
             # exactly 0 at padding (the inputs may hold anything finite there)
             np.copyto(term, zero, where=~m[rows])

@@ -60,3 +60,23 @@ def test_large_batch_names_a_nan_at_a_valid_position():
     with pytest.raises(ValueError, match=rf"logp_ref: non-finite value nan at valid position "
                                          rf"\(3, {lengths[3] - 1}\)"):
         P.kl_shaped_rewards(scores, logp, logp_ref, 0.1, mask)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_clipped_surrogate_names_the_first_bad_value_whatever_its_block(shape):
+    # values are checked block by block; a block with NaN only at padding is fine, and a bad
+    # value in a later block is named at its index in the whole array
+    lengths, mask, logp, logp_ref, A, rho, scores = _batch(np.nan, 0, *shape)
+    i = shape[0] - 1
+    t = lengths[i] - 1  # the last row's last token: the last block
+    bad_A, bad_rho = A.copy(), rho.copy()
+    bad_A[i, t], bad_rho[i, t] = np.inf, -0.5
+    with pytest.raises(ValueError, match=rf"^advantages: non-finite value inf at valid "
+                                         rf"position \({i}, {t}\)"):
+        P.clipped_surrogate(rho, bad_A, 0.2, mask=mask)
+    with pytest.raises(ValueError, match=rf"^rho: ratios must be >= 0, got -0.5 at index "
+                                         rf"\({i}, {t}\)$"):
+        P.clipped_surrogate(bad_rho, A, 0.2, mask=mask)
+    # a NaN at padding only: no error, and 0 there
+    out = P.clipped_surrogate(rho, A, 0.2, mask=mask)
+    assert np.isfinite(out).all() and not out[~mask].any()
