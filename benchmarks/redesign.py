@@ -490,7 +490,8 @@ def markdown(results, *, command, machine, old, new) -> list[str]:
            "heading and keeps this section as it is (`benchmarks/__main__.py`, `_kept`), "
            "since these figures need the old checkout, which `make bench` does not have. "
            "The checkouts: `git worktree add --detach /work/wt/old 2178b48` (and, for the "
-           "code-lines table, `1e331a3` and `9131a7a` the same way).", "",
+           "code-lines table, `1e331a3`, the redesign alone, and `95b143e`, the features "
+           "built on it, the same way).", "",
            *targets(results), ""]
     if "training" in results:
         out += ["### One default training iteration", "",
