@@ -28,6 +28,8 @@ variance over the learning phase at least -0.1. A value head that is not trained
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -68,3 +70,20 @@ def test_critic_summary_by_hand():
     assert "3x lower" in text and "iterations 1-2" in text and "about 0.2" in text
     assert "noise (median -2.00" in text
     assert learning_phase_end([0.1, 0.2]) == 2              # never reached: every iteration
+
+
+def test_critic_summary_of_a_run_without_a_value_head_is_nan_without_a_warning():
+    # a critic-free run logs NaN for its value loss, explained variance and Var(R)
+    # (train --algo grpo's metrics.csv): the dashboard summarises it all the same
+    import warnings
+
+    cols = {"score_frac": np.array([0.5, 0.95, 1.0]),
+            **{k: np.full(3, np.nan) for k in ("explained_variance", "value_loss",
+                                                "return_variance")}}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        s = critic_summary(cols, start=1, end=1)
+    assert math.isnan(s["ev_learning"]) and math.isnan(s["ev_after"])
+    # nothing after the learning phase: NaN too
+    assert math.isnan(critic_summary({**cols, "score_frac": np.zeros(3)}, start=1,
+                                     end=1)["ev_after"])

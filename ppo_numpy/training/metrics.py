@@ -98,6 +98,13 @@ def learning_phase_end(score_frac, threshold=0.9) -> int:
     return int(reached[0]) + 1 if reached.size else len(frac)
 
 
+def _nanmedian(x: np.ndarray) -> float:
+    """The median of the entries that are not NaN; NaN, without numpy's warning, when there
+    are none (a run without a value head, or nothing after the learning phase)."""
+    x = x[~np.isnan(x)]
+    return float(np.median(x)) if x.size else math.nan
+
+
 def critic_summary(columns, threshold=0.9, start=5, end=10) -> dict:
     """Is the value head learning? The numbers the demo prints and the dashboard draws.
 
@@ -115,8 +122,8 @@ def critic_summary(columns, threshold=0.9, start=5, end=10) -> dict:
     var_R = np.asarray(columns["return_variance"], dtype=np.float64)
     n = learning_phase_end(columns["score_frac"], threshold)
     out = {"learning_end": n,
-           "ev_learning": float(np.nanmedian(ev[:n])),
-           "ev_after": float(np.nanmedian(ev[n:])) if len(ev) > n else math.nan,
+           "ev_learning": _nanmedian(ev[:n]),
+           "ev_after": _nanmedian(ev[n:]),
            "value_loss_start": float(np.mean(vl[:start])),
            "value_loss_end": float(np.mean(vl[-end:])),
            "return_variance_start": float(np.mean(var_R[:start])),
