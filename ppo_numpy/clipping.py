@@ -90,7 +90,8 @@ class ClipCases:
 
     Unchecked kernel: ``rho`` (>= 0) and ``A`` arrays of one shape (float64, or exact
     Fractions), the bounds in their arithmetic, ``c`` > 1 or None. Each attribute is
-    computed on first use.
+    computed on first use. ``out``: an array of rho's shape that :attr:`term_min` is
+    written into (whatever it held is overwritten), else a new one.
 
     Examples
     --------
@@ -102,8 +103,9 @@ class ClipCases:
     [2.0, 0.0, -1.0, 0.0]
     """
 
-    def __init__(self, rho, A, lo, hi, c=None, delta=None):
+    def __init__(self, rho, A, lo, hi, c=None, delta=None, out=None):
         self.rho, self.A, self.lo, self.hi, self.c, self.delta = rho, A, lo, hi, c, delta
+        self.out = out
 
     @lazy
     def rho_capped(self):
@@ -115,13 +117,13 @@ class ClipCases:
         # rho_t A_t  (min(rho_t, delta) A_t with TRL's delta)
         return self.rho_capped * self.A
 
-    def _clipped(self):
+    def _clipped(self, out=None):
         # clip(rho_t, 1 - eps, 1 + eps_high) A_t
         if self.rho.dtype != object and self.lo > 0:
             # one pass; equal to the max then min below (no zero whose sign could differ)
-            clipped = np.clip(self.rho, self.lo, self.hi)
+            clipped = np.clip(self.rho, self.lo, self.hi, out=out)
         else:
-            clipped = np.minimum(np.maximum(self.rho, self.lo), self.hi)
+            clipped = np.minimum(np.maximum(self.rho, self.lo), self.hi, out=out)
         clipped *= self.A
         return clipped
 
@@ -133,9 +135,9 @@ class ClipCases:
     def term_min(self):
         # min( rho_t A_t , clip(rho_t, 1-eps, 1+eps) A_t )
         if "clipped" in self.__dict__:
-            return np.minimum(self.unclipped, self.clipped)
+            return np.minimum(self.unclipped, self.clipped, out=self.out)
         # the clipped product is not kept: the min is written over it (one array fewer)
-        clipped = self._clipped()
+        clipped = self._clipped(self.out)
         return np.minimum(self.unclipped, clipped, out=clipped)
 
     @lazy
@@ -282,17 +284,17 @@ def clipped_surrogate(rho, advantages, epsilon=0.2, *, epsilon_high=None, dual_c
             check_finite(rho, "rho", m, nonnegative="ratios")
             check_finite(adv, "advantages", m)
             checked = True
-        term = ClipCases(r, a, lo, hi, c).term
+        # the block's term written straight into its rows of the output (without a dual
+        # clip; with one, term is a new array, copied there)
+        term = ClipCases(r, a, lo, hi, c, out=out[rows]).term
         if mask is not None:
             # exactly 0 at padding (the inputs may hold anything finite there)
             np.copyto(term, zero, where=~m[rows])
-        return term
+        if c is not None:
+            out[rows] = term
 
-    blocks = row_blocks(rho)
+    out = np.empty_like(rho)
     with garbage_errstate(rho):
-        if len(blocks) == 1:
-            return block(blocks[0])
-        out = np.empty_like(rho)
-        for rows in blocks:
-            out[rows] = block(rows)
+        for rows in row_blocks(rho):
+            block(rows)
     return out
