@@ -277,16 +277,20 @@ def clipped_surrogate(rho, advantages, epsilon=0.2, *, epsilon_high=None, dual_c
     def block(rows):
         nonlocal checked
         r, a = rho[rows], adv[rows]
-        if not checked and r.size and not (r.min() >= 0 and r.max() < np.inf
-                                           and np.isfinite(a).all()):
+        # the block's term written straight into its rows of the output (without a dual
+        # clip; with one, term is a new array, copied there)
+        cases = ClipCases(r, a, lo, hi, c, out=out[rows])
+        term = cases.term
+        with np.errstate(over="ignore", invalid="ignore"):
+            # rho >= 0 (a NaN fails too), and rho A finite: a NaN or inf in rho or A makes
+            # it NaN or inf (an overflow of finite values only costs the look below)
+            fine = checked or not r.size or (r.min() >= 0 and np.isfinite(cases.unclipped.sum()))
+        if not fine:
             # something to look at in this block, perhaps only at padding: the whole arrays
             # checked once, naming the first bad entry (rho >= 0 and finite, A finite)
             check_finite(rho, "rho", m, nonnegative="ratios")
             check_finite(adv, "advantages", m)
             checked = True
-        # the block's term written straight into its rows of the output (without a dual
-        # clip; with one, term is a new array, copied there)
-        term = ClipCases(r, a, lo, hi, c, out=out[rows]).term
         if mask is not None:
             # exactly 0 at padding (the inputs may hold anything finite there)
             np.copyto(term, zero, where=~m[rows])
