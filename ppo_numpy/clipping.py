@@ -218,11 +218,6 @@ class ClipCases:
             return np.zeros(self.rho.shape, dtype=bool)
         return self.term > self.term_min
 
-    @lazy
-    def outside(self):
-        """rho_t outside [1 - eps, 1 + eps_high], whatever the sign of A_t."""
-        return self.below | self.above
-
 
 def clipped_surrogate(rho, advantages, epsilon=0.2, *, epsilon_high=None, dual_clip=None,
                       mask=None):

@@ -32,11 +32,17 @@ def next_valid_values(values: np.ndarray, mask: np.ndarray) -> np.ndarray:
     return np.take_along_axis(padded, nxt, axis=-1)
 
 
+def late_starts(mask: np.ndarray) -> int:
+    """Number of runs of response tokens that start after t = 0 in a bool mask: positions t
+    where mask[t - 1] = 0 and mask[t] = 1 (padding just before a token)."""
+    return np.count_nonzero(mask[..., 1:] > mask[..., :-1])
+
+
 def has_holes(mask: np.ndarray) -> bool:
     """True when some row of a bool mask has padding between two response tokens."""
-    # a run of response tokens starts at t = 0, or at t where mask[t - 1] = 0 and mask[t] = 1;
-    # every row with a response token has one run, a row with a hole has more
-    runs = np.count_nonzero(mask[..., 1:] > mask[..., :-1]) + np.count_nonzero(mask[..., :1])
+    # a run of response tokens starts at t = 0 or late; every row with a response token has
+    # one run, a row with a hole has more
+    runs = late_starts(mask) + np.count_nonzero(mask[..., :1])
     return runs > np.count_nonzero(mask.any(axis=-1))
 
 
@@ -58,7 +64,7 @@ def td_errors_kernel(r: np.ndarray, v: np.ndarray, gamma, m: np.ndarray, holes=N
     delta -= v
     # at padding r and v are 0, and so is the next value, except at padding just before a
     # response token (left padding, holes): only then is there anything to zero
-    if holes or (m[..., 1:] > m[..., :-1]).any():
+    if holes or late_starts(m):
         np.copyto(delta, zero_like(v), where=~m)
     return delta
 

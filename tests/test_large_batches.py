@@ -12,7 +12,8 @@ import ppo_numpy as P
 from ppo_numpy import _validation
 
 SHAPES = [(64, 300),  # 19200 entries: at least _KEEP_FROM, one block
-          (40, 2000)]  # 80000: blocks of 16, 16 and 8 rows
+          (40, 2000),  # 80000: blocks of 16, 16 and 8 rows
+          (128, 2100)]  # 268800: more than _SUM_FROM (finiteness by one sum)
 
 
 def _batch(garbage, seed=0, B=64, T=300):
@@ -30,6 +31,7 @@ def _batch(garbage, seed=0, B=64, T=300):
 
 def test_the_batches_take_the_large_paths():
     assert all(B * T >= _validation._KEEP_FROM for B, T in SHAPES)
+    assert SHAPES[2][0] * SHAPES[2][1] > _validation._SUM_FROM
     assert len(_validation.row_blocks(np.zeros(SHAPES[0]))) == 1
     blocks = _validation.row_blocks(np.zeros(SHAPES[1]))
     assert [(b.start, b.stop) for b in blocks] == [(0, 16), (16, 32), (32, 48)]
