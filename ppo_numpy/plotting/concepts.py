@@ -33,7 +33,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from .._validation import as_mask, check_int
-from .style import MIN_DPI, legend_outside
+from .style import MIN_DPI, legend_outside, matrix, tight, vector
 
 __all__ = [
     "format_table",
@@ -56,24 +56,6 @@ __all__ = [
 
 PROMPT_GREY = (0.85, 0.85, 0.85, 1.0)
 PAD_WHITE = (0.97, 0.97, 0.97, 1.0)
-
-
-def _vector(x, name, length=None):
-    arr = np.asarray(x, dtype=np.float64)
-    if arr.ndim != 1:
-        raise ValueError(f"{name}: expected a 1-d array, got shape {arr.shape}")
-    if length is not None and arr.shape[0] != length:
-        raise ValueError(f"{name}: expected length {length}, got length {arr.shape[0]}")
-    return arr
-
-
-def _matrix(x, name, shape=None):
-    arr = np.asarray(x, dtype=np.float64)
-    if arr.ndim != 2:
-        raise ValueError(f"{name}: expected a 2-d array, got shape {arr.shape}")
-    if shape is not None and arr.shape != shape:
-        raise ValueError(f"{name}: expected shape {shape}, got shape {arr.shape}")
-    return arr
 
 
 def masked_pair(x, y, mask, x_name, y_name):
@@ -167,12 +149,12 @@ def plot_token_timeline(rows, mask, *, prompt_len=0, tokens=None, title=None, la
     Each row is coloured on its own symmetric scale (blue < 0 < red); every cell
     shows its value, so padding's exact 0 and a value leaking there are visible.
     """
-    m = _vector(mask, "mask")
+    m = vector(mask, "mask")
     m = as_mask(m, m, "mask")
     T = m.shape[0]
     if not rows:
         raise ValueError("rows: expected at least one quantity")
-    data = {name: _vector(v, f"rows[{name!r}]", T) for name, v in rows.items()}
+    data = {name: vector(v, f"rows[{name!r}]", T) for name, v in rows.items()}
     prompt_len = check_int(prompt_len, "prompt_len", low=0)
     L = prompt_len + T
     if tokens is not None and len(tokens) != L:
@@ -213,8 +195,7 @@ def plot_token_timeline(rows, mask, *, prompt_len=0, tokens=None, title=None, la
     ax.tick_params(length=0)
     if title:
         ax.set_title(title, fontsize=10, pad=4)
-    fig.tight_layout()
-    return fig
+    return tight(fig)
 
 
 def plot_importance_sampling(n, running_naive, running_is, *, target, naive_target=None):
@@ -233,9 +214,9 @@ def plot_importance_sampling(n, running_naive, running_is, *, target, naive_targ
     naive_target : float, optional
         E_old[f], drawn as a dotted line.
     """
-    n = _vector(n, "n")
-    a = _vector(running_naive, "running_naive", n.shape[0])
-    b = _vector(running_is, "running_is", n.shape[0])
+    n = vector(n, "n")
+    a = vector(running_naive, "running_naive", n.shape[0])
+    b = vector(running_is, "running_is", n.shape[0])
     fig, ax = _figure(height=3.8)
     ax.plot(n, a, color="tab:grey", label="mean of f  (samples from pi_old)")
     ax.plot(n, b, color="tab:blue", label="mean of rho f  (importance weighted)")
@@ -247,8 +228,7 @@ def plot_importance_sampling(n, running_naive, running_is, *, target, naive_targ
     ax.set_xlabel("number of samples from pi_old")
     ax.set_ylabel("running mean")
     legend_outside(ax)
-    fig.tight_layout()
-    return fig
+    return tight(fig)
 
 
 def plot_ratio_vs_log_ratio(log_ratio, rho, *, epsilon=0.2):
@@ -264,24 +244,21 @@ def plot_ratio_vs_log_ratio(log_ratio, rho, *, epsilon=0.2):
         The clip range [1 - eps, 1 + eps] is shaded, and its image in log space,
         [log(1 - eps), log(1 + eps)], which is not symmetric.
     """
-    d = _vector(log_ratio, "log_ratio")
-    rho = _vector(rho, "rho", d.shape[0])
+    d = vector(log_ratio, "log_ratio")
+    rho = vector(rho, "rho", d.shape[0])
     lo, hi = 1 - epsilon, 1 + epsilon
     fig, ax = _figure(width=5.6, height=3.4)
     ax.plot(d, rho, color="tab:blue", label="rho = exp(logp - logp_old)")
     ax.plot(d, 1 + d, color="tab:grey", ls="--", lw=1, label="1 + (logp - logp_old)")
     ax.axhspan(lo, hi, color="tab:green", alpha=0.15, label=f"[1 - eps, 1 + eps], eps = {epsilon}")
-    for v in (np.log(lo), np.log(hi)):
-        ax.axvline(v, color="tab:green", lw=1, ls=":")
-    ax.text(np.log(lo), ax.get_ylim()[1], f"log(1-eps)\n= {np.log(lo):.3f}", fontsize=7,
-            ha="right", va="top")
-    ax.text(np.log(hi), ax.get_ylim()[1], f"log(1+eps)\n= {np.log(hi):.3f}", fontsize=7,
-            ha="left", va="top")
+    for bound, sign, ha in ((lo, "-", "right"), (hi, "+", "left")):
+        ax.axvline(np.log(bound), color="tab:green", lw=1, ls=":")
+        ax.text(np.log(bound), ax.get_ylim()[1], f"log(1{sign}eps)\n= {np.log(bound):.3f}",
+                fontsize=7, ha=ha, va="top")
     ax.set_xlabel("logp - logp_old")
     ax.set_ylabel("rho")
     ax.legend(fontsize=8, loc="lower right")
-    fig.tight_layout()
-    return fig
+    return tight(fig)
 
 
 def plot_clipped_objective(rho, term_pos, term_neg, *, epsilon, adv_pos=1.0, adv_neg=-1.0):
@@ -301,9 +278,9 @@ def plot_clipped_objective(rho, term_pos, term_neg, *, epsilon, adv_pos=1.0, adv
     Each region is labelled with the term the min picks and its gradient
     d term / d rho; the unclipped rho A is dashed.
     """
-    rho = _vector(rho, "rho")
-    term_pos = _vector(term_pos, "term_pos", rho.shape[0])
-    term_neg = _vector(term_neg, "term_neg", rho.shape[0])
+    rho = vector(rho, "rho")
+    term_pos = vector(term_pos, "term_pos", rho.shape[0])
+    term_neg = vector(term_neg, "term_neg", rho.shape[0])
     if not adv_pos > 0 or not adv_neg < 0:
         raise ValueError(f"adv_pos must be > 0 and adv_neg < 0, got {adv_pos}, {adv_neg}")
     lo, hi = 1 - epsilon, 1 + epsilon
@@ -330,8 +307,7 @@ def plot_clipped_objective(rho, term_pos, term_neg, *, epsilon, adv_pos=1.0, adv
         ax.set_title(f"A = {adv:g} {'> 0' if adv > 0 else '< 0'}", fontsize=10)
         ax.legend(fontsize=7, loc="lower right" if adv > 0 else "lower left")
     axes[0].set_ylabel("surrogate term (maximised)")
-    fig.tight_layout()
-    return fig
+    return tight(fig)
 
 
 def plot_epochs_on_one_batch(rho_clipped, rho_unclipped, *, epsilon, advantages):
@@ -346,9 +322,9 @@ def plot_epochs_on_one_batch(rho_clipped, rho_unclipped, *, epsilon, advantages)
     advantages : array (N,)
         A_hat of each sample; the sign is shown in the legend.
     """
-    rc = _matrix(rho_clipped, "rho_clipped")
-    ru = _matrix(rho_unclipped, "rho_unclipped", rc.shape)
-    adv = _vector(advantages, "advantages", rc.shape[1])
+    rc = matrix(rho_clipped, "rho_clipped")
+    ru = matrix(rho_unclipped, "rho_unclipped", rc.shape)
+    adv = vector(advantages, "advantages", rc.shape[1])
     epochs = np.arange(rc.shape[0])
     fig, axes = _figure(1, 2, width=9.6, height=3.4, sharey=True)
     panels = ((axes[0], ru, "no clipping"), (axes[1], rc, f"clipping, eps = {epsilon}"))
@@ -360,8 +336,7 @@ def plot_epochs_on_one_batch(rho_clipped, rho_unclipped, *, epsilon, advantages)
         ax.set_title(title, fontsize=10)
     axes[0].set_ylabel("rho = pi_theta / pi_old")
     axes[1].legend(fontsize=7)
-    fig.tight_layout()
-    return fig
+    return tight(fig)
 
 
 def plot_kl_estimator_samples(samples, *, true_kl, bins=60):
@@ -377,7 +352,7 @@ def plot_kl_estimator_samples(samples, *, true_kl, bins=60):
     """
     if not samples:
         raise ValueError("samples: expected at least one estimator")
-    data = {k: _vector(v, f"samples[{k!r}]") for k, v in samples.items()}
+    data = {k: vector(v, f"samples[{k!r}]") for k, v in samples.items()}
     # one x scale and the same bins for every panel: the spreads compare by eye
     lo = min(min(float(x.min()) for x in data.values()), true_kl)
     hi = max(max(float(x.max()) for x in data.values()), true_kl)
@@ -393,8 +368,7 @@ def plot_kl_estimator_samples(samples, *, true_kl, bins=60):
         ax.set_xlabel("per-sample estimate (nats)")
         legend_outside(ax, ncols=1)
     axes[0][0].set_ylabel("count of samples")
-    fig.tight_layout()
-    return fig
+    return tight(fig)
 
 
 def plot_kl_value_and_gradient(log_ratio, values, grads):
@@ -409,14 +383,14 @@ def plot_kl_value_and_gradient(log_ratio, values, grads):
     grads : dict of str -> array (N,)
         Estimator name -> d value / d logp at each d (same keys as ``values``).
     """
-    d = _vector(log_ratio, "log_ratio")
+    d = vector(log_ratio, "log_ratio")
     if set(values) != set(grads):
         raise ValueError(f"grads: keys {sorted(grads)} differ from values keys {sorted(values)}")
     fig, axes = _figure(1, 2, width=9.6, height=3.4)
     for name in values:
-        line, = axes[0].plot(d, _vector(values[name], f"values[{name!r}]", d.shape[0]),
+        line, = axes[0].plot(d, vector(values[name], f"values[{name!r}]", d.shape[0]),
                              label=name)
-        axes[1].plot(d, _vector(grads[name], f"grads[{name!r}]", d.shape[0]),
+        axes[1].plot(d, vector(grads[name], f"grads[{name!r}]", d.shape[0]),
                      color=line.get_color(), label=name)
     for ax in axes:
         ax.axhline(0, color="black", lw=0.5)
@@ -425,8 +399,7 @@ def plot_kl_value_and_gradient(log_ratio, values, grads):
         ax.legend(fontsize=8)
     axes[0].set_title("value of the estimator", fontsize=10)
     axes[1].set_title("derivative d/d logp (what autograd sees)", fontsize=10)
-    fig.tight_layout()
-    return fig
+    return tight(fig)
 
 
 def plot_td_errors(rewards, values, next_values, delta, *, gamma):
@@ -439,11 +412,11 @@ def plot_td_errors(rewards, values, next_values, delta, *, gamma):
         delta_t = r~_t + gamma V(s_{t+1}) - V(s_t).
     gamma : float
     """
-    r = _vector(rewards, "rewards")
+    r = vector(rewards, "rewards")
     T = r.shape[0]
-    v = _vector(values, "values", T)
-    vn = _vector(next_values, "next_values", T)
-    d = _vector(delta, "delta", T)
+    v = vector(values, "values", T)
+    vn = vector(next_values, "next_values", T)
+    d = vector(delta, "delta", T)
     t = np.arange(1, T + 1)
     w = 0.2
     fig, ax = _figure(width=max(5.0, 1.1 * T + 2), height=3.2)
@@ -458,8 +431,7 @@ def plot_td_errors(rewards, values, next_values, delta, *, gamma):
     ax.set_xticks(t, [f"t={ti}" for ti in t])
     ax.set_title(f"delta_t = r~_t + gamma V(s_t+1) - V(s_t),  gamma = {gamma:g}", fontsize=10)
     legend_outside(ax, ncols=4)
-    fig.tight_layout()
-    return fig
+    return tight(fig)
 
 
 def plot_gamma_sweep(gammas, deltas):
@@ -471,10 +443,8 @@ def plot_gamma_sweep(gammas, deltas):
     deltas : array (G, T)
         Row g: the TD errors at gammas[g].
     """
-    g = _vector(gammas, "gammas")
-    D = _matrix(deltas, "deltas")
-    if D.shape[0] != g.shape[0]:
-        raise ValueError(f"deltas: expected {g.shape[0]} rows (one per gamma), got {D.shape[0]}")
+    g = vector(gammas, "gammas")
+    D = matrix(deltas, "deltas", rows=g.shape[0], per="gamma")
     fig, ax = _figure(width=5.6, height=3.2)
     for t in range(D.shape[1]):
         ax.plot(g, D[:, t], marker="o", ms=3, label=f"delta_{t + 1}")
@@ -482,8 +452,7 @@ def plot_gamma_sweep(gammas, deltas):
     ax.set_xlabel("gamma")
     ax.set_ylabel("delta_t")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    return fig
+    return tight(fig)
 
 
 def plot_gae_weights(weights, *, gamma, lam):
@@ -496,7 +465,7 @@ def plot_gae_weights(weights, *, gamma, lam):
     gamma, lam : float
         For the title.
     """
-    W = _matrix(weights, "weights")
+    W = matrix(weights, "weights")
     T = W.shape[0]
     if W.shape[1] != T:
         raise ValueError(f"weights: expected a square (T, T) array, got shape {W.shape}")
@@ -514,8 +483,7 @@ def plot_gae_weights(weights, *, gamma, lam):
     ax.set_ylabel("t (which A_hat)")
     ax.set_title(f"weight of delta_t' in A_hat_t,  gamma lam = {gamma * lam:.4g}", fontsize=10)
     fig.colorbar(im, ax=ax, fraction=0.046)
-    fig.tight_layout()
-    return fig
+    return tight(fig)
 
 
 def plot_lambda_sweep(lams, advantages):
@@ -527,11 +495,8 @@ def plot_lambda_sweep(lams, advantages):
     advantages : array (L, T)
         Row k: the advantages at lams[k].
     """
-    lams = _vector(lams, "lams")
-    A = _matrix(advantages, "advantages")
-    if A.shape[0] != lams.shape[0]:
-        raise ValueError(f"advantages: expected {lams.shape[0]} rows (one per lambda), "
-                         f"got {A.shape[0]}")
+    lams = vector(lams, "lams")
+    A = matrix(advantages, "advantages", rows=lams.shape[0], per="lambda")
     t = np.arange(1, A.shape[1] + 1)
     colors = plt.get_cmap("viridis")(np.linspace(0, 0.9, lams.shape[0]))
     fig, ax = _figure(width=6.0, height=3.4)
@@ -541,8 +506,7 @@ def plot_lambda_sweep(lams, advantages):
     ax.set_xlabel("t")
     ax.set_ylabel("A_hat_t")
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    return fig
+    return tight(fig)
 
 
 def plot_bias_variance(lams, mean_mc, mean_exact, std_mc, std_exact):
@@ -556,9 +520,9 @@ def plot_bias_variance(lams, mean_mc, mean_exact, std_mc, std_exact):
     mean_exact, std_exact : array (L,)
         The closed forms, drawn as lines.
     """
-    lams = _vector(lams, "lams")
+    lams = vector(lams, "lams")
     L = lams.shape[0]
-    arrays = [_vector(a, n, L) for a, n in ((mean_mc, "mean_mc"), (mean_exact, "mean_exact"),
+    arrays = [vector(a, n, L) for a, n in ((mean_mc, "mean_mc"), (mean_exact, "mean_exact"),
                                              (std_mc, "std_mc"), (std_exact, "std_exact"))]
     fig, axes = _figure(1, 2, width=9.0, height=3.2)
     for ax, mc, exact, title in ((axes[0], arrays[0], arrays[1], "mean of A_hat_1 (bias)"),
@@ -568,8 +532,7 @@ def plot_bias_variance(lams, mean_mc, mean_exact, std_mc, std_exact):
         ax.set_xlabel("lambda")
         ax.set_title(title, fontsize=10)
         ax.legend(fontsize=8)
-    fig.tight_layout()
-    return fig
+    return tight(fig)
 
 
 def plot_whitening(before, after, mask=None):
@@ -599,8 +562,7 @@ def plot_whitening(before, after, mask=None):
         ax.set_ylabel("advantage")
         ax.set_title(title, fontsize=10)
         legend_outside(ax)
-    fig.tight_layout()
-    return fig
+    return tight(fig)
 
 
 def plot_value_loss(values, loss_unclipped, loss_clipped, *, old_value, ret, clip_range,
@@ -619,9 +581,9 @@ def plot_value_loss(values, loss_unclipped, loss_clipped, *, old_value, ret, cli
     grad_clipped : array (N,), optional
         dL/dV of the clipped loss, drawn on a second panel.
     """
-    v = _vector(values, "values")
-    lu = _vector(loss_unclipped, "loss_unclipped", v.shape[0])
-    lc = _vector(loss_clipped, "loss_clipped", v.shape[0])
+    v = vector(values, "values")
+    lu = vector(loss_unclipped, "loss_unclipped", v.shape[0])
+    lc = vector(loss_clipped, "loss_clipped", v.shape[0])
     ncols = 1 if grad_clipped is None else 2
     fig, axes = _figure(1, ncols, width=4.8 * ncols, height=3.2, squeeze=False)
     ax = axes[0][0]
@@ -638,7 +600,7 @@ def plot_value_loss(values, loss_unclipped, loss_clipped, *, old_value, ret, cli
     ax.set_ylabel("value loss")
     legend_outside(ax)
     if grad_clipped is not None:
-        g = _vector(grad_clipped, "grad_clipped", v.shape[0])
+        g = vector(grad_clipped, "grad_clipped", v.shape[0])
         ax2 = axes[0][1]
         ax2.plot(v, v - ret, color="tab:grey", ls="--", lw=1, label="V - R (unclipped)")
         ax2.plot(v, g, color="tab:blue", lw=2, label="dL/dV (clipped)")
@@ -646,8 +608,7 @@ def plot_value_loss(values, loss_unclipped, loss_clipped, *, old_value, ret, cli
         ax2.set_xlabel("V")
         ax2.set_ylabel("dL/dV")
         legend_outside(ax2)
-    fig.tight_layout()
-    return fig
+    return tight(fig)
 
 
 def plot_token_weights(lengths, per_token, per_sequence):
@@ -662,14 +623,14 @@ def plot_token_weights(lengths, per_token, per_sequence):
     per_sequence : dict of str -> array (B,)
         Mode -> total weight of row i, n_i times its token weight.
     """
-    n = _vector(lengths, "lengths")
+    n = vector(lengths, "lengths")
     if set(per_token) != set(per_sequence):
         raise ValueError("per_sequence: must have the same modes as per_token")
     fig, axes = _figure(1, 2, width=9.6, height=3.4)
     order = np.argsort(n)
     for mode in per_token:
-        wt = _vector(per_token[mode], f"per_token[{mode!r}]", n.shape[0])
-        ws = _vector(per_sequence[mode], f"per_sequence[{mode!r}]", n.shape[0])
+        wt = vector(per_token[mode], f"per_token[{mode!r}]", n.shape[0])
+        ws = vector(per_sequence[mode], f"per_sequence[{mode!r}]", n.shape[0])
         line, = axes[0].plot(n[order], wt[order], marker="o", ms=4, label=mode)
         axes[1].plot(n[order], ws[order], marker="o", ms=4, color=line.get_color(), label=mode)
     axes[0].set_title("weight of one token", fontsize=10)
@@ -679,6 +640,5 @@ def plot_token_weights(lengths, per_token, per_sequence):
         ax.set_xscale("log", base=2)
         ax.set_yscale("log", base=2)
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    return fig
+    return tight(fig)
 

@@ -19,21 +19,10 @@ plot_training_curves   score and KL to the reference of several runs
 from __future__ import annotations
 
 import numpy as np
-from matplotlib.figure import Figure
 
-from .style import MIN_DPI
+from .style import figure, vector
 
 __all__ = ["plot_length_bias", "plot_std_scaling", "plot_training_curves"]
-
-
-
-def _vector(x, name, length=None):
-    arr = np.asarray(x, dtype=np.float64)
-    if arr.ndim != 1 or arr.shape[0] == 0:
-        raise ValueError(f"{name}: expected a non-empty 1-d array, got shape {arr.shape}")
-    if length is not None and arr.shape[0] != length:
-        raise ValueError(f"{name}: expected length {length}, got length {arr.shape[0]}")
-    return arr
 
 
 def plot_std_scaling(fraction_solved, multiplier, centred, scaled, *, group_size=None):
@@ -52,12 +41,11 @@ def plot_std_scaling(fraction_solved, multiplier, centred, scaled, *, group_size
     group_size : int, optional
         G, for the titles.
     """
-    p = _vector(fraction_solved, "fraction_solved")
+    p = vector(fraction_solved, "fraction_solved", nonempty=True)
     K = p.shape[0]
-    mult = _vector(multiplier, "multiplier", K)
-    a0, a1 = _vector(centred, "centred", K), _vector(scaled, "scaled", K)
-    fig = Figure(figsize=(10, 3.6), dpi=MIN_DPI, layout="constrained")
-    left, right = fig.subplots(1, 2)
+    mult = vector(multiplier, "multiplier", K)
+    a0, a1 = vector(centred, "centred", K), vector(scaled, "scaled", K)
+    fig, (left, right) = figure(1, 2, width=10, height=3.6)
     g = f" (G = {group_size})" if group_size else ""
     left.plot(p, mult, marker="o", color="C3", label="1 / (std_g + eps)")
     left.axhline(1.0, color="k", lw=0.8, ls=":", label="no scaling (Dr. GRPO)")
@@ -86,14 +74,13 @@ def plot_length_bias(lengths, advantages, per_token):
         Mode -> weight w_i of one token of response i in the loss
         (``token-mean``: 1 / N; ``seq-mean-token-mean``: 1 / (B n_i)).
     """
-    n = _vector(lengths, "lengths")
+    n = vector(lengths, "lengths", nonempty=True)
     B = n.shape[0]
-    A = _vector(advantages, "advantages", B)
+    A = vector(advantages, "advantages", B)
     if not per_token:
         raise ValueError("per_token: no mode to draw")
-    modes = {str(k): _vector(v, f"per_token[{k!r}]", B) for k, v in per_token.items()}
-    fig = Figure(figsize=(9, 3.6), dpi=MIN_DPI, layout="constrained")
-    ax = fig.subplots()
+    modes = {str(k): vector(v, f"per_token[{k!r}]", B) for k, v in per_token.items()}
+    fig, ax = figure(width=9, height=3.6)
     x = np.arange(B)
     width = 0.8 / len(modes)
     for j, (mode, w) in enumerate(modes.items()):
@@ -124,8 +111,8 @@ def plot_training_curves(runs, *, optimum=1.0, columns=("score", "kl_ref")):
     columns = tuple(columns)
     if not columns:
         raise ValueError("columns: nothing to draw")
-    fig = Figure(figsize=(5 * len(columns), 3.6), dpi=MIN_DPI, layout="constrained")
-    axes = np.atleast_1d(fig.subplots(1, len(columns)))
+    fig, axes = figure(1, len(columns), width=5 * len(columns), height=3.6)
+    axes = np.atleast_1d(axes)
     for label, history in runs.items():
         if not history:
             raise ValueError(f"runs[{label!r}]: no iteration")

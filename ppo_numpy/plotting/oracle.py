@@ -17,7 +17,7 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import numpy as np
 
-from .style import MIN_DPI
+from .style import MIN_DPI, tight
 
 __all__ = ["plot_comparison"]
 
@@ -91,5 +91,4 @@ def plot_comparison(report, *, title=None):
     verdict = (f"{n_fail} of {len(rows)} comparisons failed" if n_fail
                else f"all {len(rows)} comparisons passed")
     ax.set_title(title or f"log10(error / allowed): {verdict}", fontsize=9)
-    fig.tight_layout()
-    return fig
+    return tight(fig)

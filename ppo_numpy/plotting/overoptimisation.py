@@ -13,7 +13,7 @@ from matplotlib.lines import Line2D
 
 from .._validation import check_int
 from ..reward.overoptimisation import rows_by_beta
-from .style import MIN_DPI, legend_outside, saved
+from .style import figure, legend_outside, saved
 
 
 def _moving_average(x, k):
@@ -46,8 +46,7 @@ def plot_overoptimisation(rows, *, smooth=10, title=None, path=None) -> Figure:
     runs = rows_by_beta(rows)
     if not runs:
         raise ValueError("rows: nothing to plot")
-    fig = Figure(figsize=(13.5, 4.6), dpi=MIN_DPI, layout="constrained")
-    ax = fig.subplots(1, 3)
+    fig, ax = figure(1, 3, width=13.5, height=4.6)
     for i, (beta, c) in enumerate(sorted(runs.items())):
         color = f"C{i}"
         it = _moving_average(c["iteration"], smooth)
@@ -91,8 +90,7 @@ def plot_reward_model_fit(history, *, path=None) -> Figure:
     if not history:
         raise ValueError("history: nothing to plot")
     step = [h["step"] for h in history]
-    fig = Figure(figsize=(11, 4.8), dpi=MIN_DPI, layout="constrained")
-    ax = fig.subplots(1, 2)
+    fig, ax = figure(1, 2, width=11, height=4.8)
     ax[0].plot(step, [h["bt_loss"] for h in history], label="training pairs")
     if "heldout_bt_loss" in history[0]:
         held = [h["heldout_bt_loss"] for h in history]

@@ -23,9 +23,9 @@ import numpy as np
 from matplotlib.cm import ScalarMappable
 from matplotlib.colors import ListedColormap, Normalize
 
-from .._validation import check_int
+from .._validation import as_mask, check_int
 from .concepts import masked_pair
-from .style import MIN_DPI, legend_outside
+from .style import MIN_DPI, legend_outside, tight
 
 __all__ = [
     "plot_forward_pass",
@@ -164,9 +164,7 @@ def plot_gradients(grads, *, title=None, ncols=4):
     """
     grads = _check_named(grads, "grads")
     data = {name: _as_2d(g, f"grads[{name!r}]") for name, g in grads.items()}
-    if not isinstance(ncols, int) or ncols < 1:
-        raise ValueError(f"ncols: must be a positive int, got {ncols!r}")
-    ncols = min(ncols, len(data))
+    ncols = min(check_int(ncols, "ncols"), len(data))
     nrows = -(-len(data) // ncols)
     fig, axes = plt.subplots(nrows, ncols, figsize=(3.1 * ncols, 2.5 * nrows), dpi=MIN_DPI,
                              squeeze=False, layout="constrained")
@@ -212,8 +210,7 @@ def plot_gradcheck(report, *, rtol=1e-6):
     ax.set_ylabel("relative error")
     ax.set_title("analytic vs centred finite differences", fontsize=10)
     ax.legend(fontsize=8, loc="upper right")
-    fig.tight_layout()
-    return fig
+    return tight(fig)
 
 
 def plot_minibatch(quantities, mask, *, title=None, ncols=3, annotate=None):
@@ -238,9 +235,7 @@ def plot_minibatch(quantities, mask, *, title=None, ncols=3, annotate=None):
     m = np.asarray(mask)
     if m.ndim != 2:
         raise ValueError(f"mask: expected shape (B, T), got {m.shape}")
-    if not np.all((m == 0) | (m == 1)):
-        raise ValueError("mask: must contain only 0 and 1")
-    valid = m == 1
+    valid = as_mask(m, m, "mask")
     data = {}
     for name, x in quantities.items():
         arr = np.asarray(x, dtype=np.float64)
@@ -300,5 +295,4 @@ def plot_ratio_after_step(rho, advantages, mask=None, *, epsilon=0.2):
     ax.set_xlabel("A_hat (whitened)")
     ax.set_ylabel("rho after the update")
     legend_outside(ax, ncols=1)
-    fig.tight_layout()
-    return fig
+    return tight(fig)

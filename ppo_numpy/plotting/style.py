@@ -4,9 +4,16 @@
 each figure against these numbers: its resolution, its width (a notebook shows
 a wider image scaled down, and its text with it), the size of every piece of
 text, and that no legend sits on the data (lines, bands) of its panel.
+
+It also holds what the modules share to get there: the figure set-up
+(:func:`figure`) and finish (:func:`tight`, :func:`saved`), the legend under a
+panel (:func:`legend_outside`), and the checks of the arrays a figure draws
+(:func:`vector`, :func:`matrix`), which raise a ValueError naming the argument.
 """
 
 from __future__ import annotations
+
+import numpy as np
 
 #: dots per inch of every figure (notebooks show them at this resolution)
 MIN_DPI = 90
@@ -34,3 +41,43 @@ def saved(fig, path):
     if path is not None:
         fig.savefig(path, dpi=MIN_DPI)
     return fig
+
+
+def figure(nrows=1, ncols=1, *, width, height, **kwargs):
+    """A ``Figure`` of ``width`` x ``height`` inches at ``MIN_DPI`` in constrained layout
+    (no pyplot), and its ``nrows`` x ``ncols`` panels (``kwargs`` go to ``fig.subplots``)."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), dpi=MIN_DPI, layout="constrained")
+    return fig, fig.subplots(nrows, ncols, **kwargs)
+
+
+def tight(fig):
+    """``fig``, after ``fig.tight_layout()`` has spaced its panels so no text overlaps."""
+    fig.tight_layout()
+    return fig
+
+
+def vector(x, name, length=None, *, nonempty=False):
+    """``x`` as a float64 1-d array (of ``length`` entries if given, at least one if
+    ``nonempty``)."""
+    arr = np.asarray(x, dtype=np.float64)
+    if arr.ndim != 1 or (nonempty and arr.shape[0] == 0):
+        raise ValueError(f"{name}: expected a {'non-empty ' if nonempty else ''}1-d array, "
+                         f"got shape {arr.shape}")
+    if length is not None and arr.shape[0] != length:
+        raise ValueError(f"{name}: expected length {length}, got length {arr.shape[0]}")
+    return arr
+
+
+def matrix(x, name, shape=None, *, rows=None, per=None):
+    """``x`` as a float64 2-d array (of ``shape`` if given; of ``rows`` rows, one per
+    ``per``, if given)."""
+    arr = np.asarray(x, dtype=np.float64)
+    if arr.ndim != 2:
+        raise ValueError(f"{name}: expected a 2-d array, got shape {arr.shape}")
+    if shape is not None and arr.shape != shape:
+        raise ValueError(f"{name}: expected shape {shape}, got shape {arr.shape}")
+    if rows is not None and arr.shape[0] != rows:
+        raise ValueError(f"{name}: expected {rows} rows (one per {per}), got {arr.shape[0]}")
+    return arr

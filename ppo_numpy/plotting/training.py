@@ -11,7 +11,7 @@ from matplotlib.figure import Figure
 
 from .._validation import check_int
 from ..training.metrics import COLUMNS, critic_summary, history_to_columns
-from .style import MIN_DPI, legend_outside, saved
+from .style import figure, legend_outside, saved
 
 
 def _columns(metrics):
@@ -63,8 +63,8 @@ def plot_training(metrics, *, optimum=1.0, random_score=None, title=None, path=N
     critic = critic_summary(c | {"score_frac": c["score"] / optimum})
     n_learn = critic["learning_end"]
     reached = bool(np.any(c["score"] >= 0.9 * optimum))
-    fig = Figure(figsize=(13, 14), dpi=MIN_DPI, layout="constrained")
-    ax = fig.subplots(4, 3).ravel()
+    fig, ax = figure(4, 3, width=13, height=14)
+    ax = ax.ravel()
 
     ax[0].plot(it, c["score"], label="mean score")
     ax[0].axhline(optimum, color="k", lw=0.8, label="optimum")
@@ -170,8 +170,7 @@ def plot_beta_sweep(results, *, optimum=1.0, last=10, path=None) -> Figure:
         raise ValueError("results: no run to plot")
     # x[-0:] is all of x: last = 0 would average every iteration under a "last 0" label
     last = check_int(last, "last")
-    fig = Figure(figsize=(13.5, 4.6), dpi=MIN_DPI, layout="constrained")
-    ax = fig.subplots(1, 3)
+    fig, ax = figure(1, 3, width=13.5, height=4.6)
     final = []
     for beta, metrics in sorted(results.items()):
         c = _columns(metrics)
@@ -251,8 +250,8 @@ def plot_runs(runs, *, columns=RUN_COLUMNS, ncols=3, path=None) -> Figure:
     data = {str(label): _columns(metrics) for label, metrics in runs.items()}
     ncols = max(1, min(int(ncols), len(columns)))
     nrows = -(-len(columns) // ncols)
-    fig = Figure(figsize=(4.3 * ncols, 3.0 * nrows + 0.5), dpi=MIN_DPI, layout="constrained")
-    axes = np.atleast_1d(fig.subplots(nrows, ncols)).ravel()
+    fig, axes = figure(nrows, ncols, width=4.3 * ncols, height=3.0 * nrows + 0.5)
+    axes = np.atleast_1d(axes).ravel()
     for ax, name in zip(axes, columns):
         for label, c in data.items():
             ax.plot(c["iteration"], c[name], label=label)

@@ -20,12 +20,10 @@ plot_accuracy_by_sum   which sums a model gets right: accuracy by the
 from __future__ import annotations
 
 import numpy as np
-from matplotlib.figure import Figure
 
-from .style import MIN_DPI
+from .style import figure
 
 __all__ = ["plot_accuracy_by_sum", "plot_attention"]
-
 
 
 def plot_attention(attn, tokens, *, title=None, layer_labels=None):
@@ -61,9 +59,8 @@ def plot_attention(attn, tokens, *, title=None, layer_labels=None):
     if len(labels) != n_layers:
         raise ValueError(f"layer_labels: expected {n_layers}, got {len(labels)}")
     side = min(3.0, 12.0 / H)
-    fig = Figure(figsize=(side * H + 1.2, side * n_layers + (0.5 if title else 0.2)),
-                 dpi=MIN_DPI, layout="constrained")
-    axes = np.asarray(fig.subplots(n_layers, H, squeeze=False))
+    fig, axes = figure(n_layers, H, width=side * H + 1.2,
+                       height=side * n_layers + (0.5 if title else 0.2), squeeze=False)
     image = None
     for layer in range(n_layers):
         for head in range(H):
@@ -124,9 +121,7 @@ def plot_accuracy_by_sum(a, b, correct, carry, *, digits=2):
     count = np.zeros((10, 10))
     np.add.at(count, (ub, ua), 1.0)
     n_panels = len(models) + 1
-    fig = Figure(figsize=(min(13.0, 3.6 * n_panels + 0.8), 3.6), dpi=MIN_DPI,
-                 layout="constrained")
-    axes = fig.subplots(1, n_panels)
+    fig, axes = figure(1, n_panels, width=min(13.0, 3.6 * n_panels + 0.8), height=3.6)
     image = None
     for ax, (label, ok) in zip(axes, models.items()):
         hits = np.zeros((10, 10))
