@@ -33,7 +33,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from .._validation import as_mask, check_int
-from .style import MIN_DPI, legend_outside, matrix, tight, vector
+from .style import legend_outside, matrix, subplots, tight, vector
 
 __all__ = [
     "format_table",
@@ -69,10 +69,6 @@ def masked_pair(x, y, mask, x_name, y_name):
     if not m.any():
         raise ValueError("mask: no response token to draw")
     return x, y, m
-
-
-def _figure(nrows=1, ncols=1, *, width=6.4, height=3.2, **kwargs):
-    return plt.subplots(nrows, ncols, figsize=(width, height), dpi=MIN_DPI, **kwargs)
 
 
 def format_table(columns, *, digits=6, index=None):
@@ -162,7 +158,7 @@ def plot_token_timeline(rows, mask, *, prompt_len=0, tokens=None, title=None, la
     eos = int(np.flatnonzero(m)[-1]) if m.any() else None
     cmap = plt.get_cmap("RdBu_r")
     image = np.zeros((len(data), L, 4))
-    fig, ax = _figure(width=max(6.0, 0.75 * L + 1.5), height=0.45 * len(data) + 1.6)
+    fig, ax = subplots(width=max(6.0, 0.75 * L + 1.5), height=0.45 * len(data) + 1.6)
     for i, values in enumerate(data.values()):
         scale = float(np.max(np.abs(values[m]))) if m.any() else 0.0
         scale = scale if scale > 0 else 1.0
@@ -217,7 +213,7 @@ def plot_importance_sampling(n, running_naive, running_is, *, target, naive_targ
     n = vector(n, "n")
     a = vector(running_naive, "running_naive", n.shape[0])
     b = vector(running_is, "running_is", n.shape[0])
-    fig, ax = _figure(height=3.8)
+    fig, ax = subplots(height=3.8)
     ax.plot(n, a, color="tab:grey", label="mean of f  (samples from pi_old)")
     ax.plot(n, b, color="tab:blue", label="mean of rho f  (importance weighted)")
     ax.axhline(target, color="tab:blue", ls="--", lw=1, label=f"E_pi[f] = {target:.4g}")
@@ -247,7 +243,7 @@ def plot_ratio_vs_log_ratio(log_ratio, rho, *, epsilon=0.2):
     d = vector(log_ratio, "log_ratio")
     rho = vector(rho, "rho", d.shape[0])
     lo, hi = 1 - epsilon, 1 + epsilon
-    fig, ax = _figure(width=5.6, height=3.4)
+    fig, ax = subplots(width=5.6, height=3.4)
     ax.plot(d, rho, color="tab:blue", label="rho = exp(logp - logp_old)")
     ax.plot(d, 1 + d, color="tab:grey", ls="--", lw=1, label="1 + (logp - logp_old)")
     ax.axhspan(lo, hi, color="tab:green", alpha=0.15, label=f"[1 - eps, 1 + eps], eps = {epsilon}")
@@ -284,7 +280,7 @@ def plot_clipped_objective(rho, term_pos, term_neg, *, epsilon, adv_pos=1.0, adv
     if not adv_pos > 0 or not adv_neg < 0:
         raise ValueError(f"adv_pos must be > 0 and adv_neg < 0, got {adv_pos}, {adv_neg}")
     lo, hi = 1 - epsilon, 1 + epsilon
-    fig, axes = _figure(1, 2, width=9.6, height=3.6)
+    fig, axes = subplots(1, 2, width=9.6, height=3.6)
     panels = [
         (axes[0], adv_pos, term_pos,
          [(rho[0], lo, "rho A\nnot clipped\ngrad A"), (lo, hi, "rho A\ngrad A"),
@@ -326,7 +322,7 @@ def plot_epochs_on_one_batch(rho_clipped, rho_unclipped, *, epsilon, advantages)
     ru = matrix(rho_unclipped, "rho_unclipped", rc.shape)
     adv = vector(advantages, "advantages", rc.shape[1])
     epochs = np.arange(rc.shape[0])
-    fig, axes = _figure(1, 2, width=9.6, height=3.4, sharey=True)
+    fig, axes = subplots(1, 2, width=9.6, height=3.4, sharey=True)
     panels = ((axes[0], ru, "no clipping"), (axes[1], rc, f"clipping, eps = {epsilon}"))
     for ax, rho, title in panels:
         ax.axhspan(1 - epsilon, 1 + epsilon, color="tab:green", alpha=0.12)
@@ -357,7 +353,7 @@ def plot_kl_estimator_samples(samples, *, true_kl, bins=60):
     lo = min(min(float(x.min()) for x in data.values()), true_kl)
     hi = max(max(float(x.max()) for x in data.values()), true_kl)
     edges = np.linspace(lo, hi if hi > lo else lo + 1.0, check_int(bins, "bins") + 1)
-    fig, axes = _figure(1, len(data), width=3.4 * len(data), height=3.6, squeeze=False,
+    fig, axes = subplots(1, len(data), width=3.4 * len(data), height=3.6, squeeze=False,
                         sharex=True)
     for ax, (name, x) in zip(axes[0], data.items()):
         ax.hist(x, bins=edges, color="tab:blue", alpha=0.7)
@@ -386,7 +382,7 @@ def plot_kl_value_and_gradient(log_ratio, values, grads):
     d = vector(log_ratio, "log_ratio")
     if set(values) != set(grads):
         raise ValueError(f"grads: keys {sorted(grads)} differ from values keys {sorted(values)}")
-    fig, axes = _figure(1, 2, width=9.6, height=3.4)
+    fig, axes = subplots(1, 2, width=9.6, height=3.4)
     for name in values:
         line, = axes[0].plot(d, vector(values[name], f"values[{name!r}]", d.shape[0]),
                              label=name)
@@ -419,7 +415,7 @@ def plot_td_errors(rewards, values, next_values, delta, *, gamma):
     d = vector(delta, "delta", T)
     t = np.arange(1, T + 1)
     w = 0.2
-    fig, ax = _figure(width=max(5.0, 1.1 * T + 2), height=3.2)
+    fig, ax = subplots(width=max(5.0, 1.1 * T + 2), height=3.2)
     ax.bar(t - 1.5 * w, r, w, label="r~_t")
     ax.bar(t - 0.5 * w, gamma * vn, w, label="gamma V(s_t+1)")
     ax.bar(t + 0.5 * w, -v, w, label="- V(s_t)")
@@ -445,7 +441,7 @@ def plot_gamma_sweep(gammas, deltas):
     """
     g = vector(gammas, "gammas")
     D = matrix(deltas, "deltas", rows=g.shape[0], per="gamma")
-    fig, ax = _figure(width=5.6, height=3.2)
+    fig, ax = subplots(width=5.6, height=3.2)
     for t in range(D.shape[1]):
         ax.plot(g, D[:, t], marker="o", ms=3, label=f"delta_{t + 1}")
     ax.axhline(0, color="black", lw=0.5)
@@ -469,7 +465,7 @@ def plot_gae_weights(weights, *, gamma, lam):
     T = W.shape[0]
     if W.shape[1] != T:
         raise ValueError(f"weights: expected a square (T, T) array, got shape {W.shape}")
-    fig, ax = _figure(width=min(2.0 + 0.45 * T, 8.0), height=min(1.6 + 0.4 * T, 7.0))
+    fig, ax = subplots(width=min(2.0 + 0.45 * T, 8.0), height=min(1.6 + 0.4 * T, 7.0))
     im = ax.imshow(W, cmap="viridis", vmin=0, vmax=1)
     if T <= 12:
         for i in range(T):
@@ -499,7 +495,7 @@ def plot_lambda_sweep(lams, advantages):
     A = matrix(advantages, "advantages", rows=lams.shape[0], per="lambda")
     t = np.arange(1, A.shape[1] + 1)
     colors = plt.get_cmap("viridis")(np.linspace(0, 0.9, lams.shape[0]))
-    fig, ax = _figure(width=6.0, height=3.4)
+    fig, ax = subplots(width=6.0, height=3.4)
     for k, lam in enumerate(lams):
         ax.plot(t, A[k], marker="o", ms=3, color=colors[k], label=f"lam = {lam:g}")
     ax.axhline(0, color="black", lw=0.5)
@@ -524,7 +520,7 @@ def plot_bias_variance(lams, mean_mc, mean_exact, std_mc, std_exact):
     L = lams.shape[0]
     arrays = [vector(a, n, L) for a, n in ((mean_mc, "mean_mc"), (mean_exact, "mean_exact"),
                                              (std_mc, "std_mc"), (std_exact, "std_exact"))]
-    fig, axes = _figure(1, 2, width=9.0, height=3.2)
+    fig, axes = subplots(1, 2, width=9.0, height=3.2)
     for ax, mc, exact, title in ((axes[0], arrays[0], arrays[1], "mean of A_hat_1 (bias)"),
                                  (axes[1], arrays[2], arrays[3], "std of A_hat_1")):
         ax.plot(lams, exact, color="black", lw=1, label="closed form")
@@ -546,7 +542,7 @@ def plot_whitening(before, after, mask=None):
         Only positions with mask 1 are drawn.
     """
     b, a, m = masked_pair(before, after, mask, "before", "after")
-    fig, axes = _figure(1, 2, width=9.0, height=3.0)
+    fig, axes = subplots(1, 2, width=9.0, height=3.0)
     for ax, x, title in ((axes[0], b, "before"), (axes[1], a, "after whitening")):
         x2 = x.reshape(-1, x.shape[-1]) if x.ndim > 1 else x[None]
         m2 = m.reshape(x2.shape)
@@ -585,7 +581,7 @@ def plot_value_loss(values, loss_unclipped, loss_clipped, *, old_value, ret, cli
     lu = vector(loss_unclipped, "loss_unclipped", v.shape[0])
     lc = vector(loss_clipped, "loss_clipped", v.shape[0])
     ncols = 1 if grad_clipped is None else 2
-    fig, axes = _figure(1, ncols, width=4.8 * ncols, height=3.2, squeeze=False)
+    fig, axes = subplots(1, ncols, width=4.8 * ncols, height=3.2, squeeze=False)
     ax = axes[0][0]
     ax.plot(v, lu, color="tab:grey", ls="--", lw=1, label="1/2 (V - R)^2")
     ax.plot(v, lc, color="tab:blue", lw=2, label="clipped: 1/2 max(...)")
@@ -626,7 +622,7 @@ def plot_token_weights(lengths, per_token, per_sequence):
     n = vector(lengths, "lengths")
     if set(per_token) != set(per_sequence):
         raise ValueError("per_sequence: must have the same modes as per_token")
-    fig, axes = _figure(1, 2, width=9.6, height=3.4)
+    fig, axes = subplots(1, 2, width=9.6, height=3.4)
     order = np.argsort(n)
     for mode in per_token:
         wt = vector(per_token[mode], f"per_token[{mode!r}]", n.shape[0])

@@ -17,7 +17,7 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import numpy as np
 
-from .style import MIN_DPI, tight
+from .style import subplots, tight
 
 __all__ = ["plot_comparison"]
 
@@ -65,8 +65,7 @@ def plot_comparison(report, *, title=None):
         raise ValueError("report: nothing was compared")
     outputs = outputs or ["(none)"]
     image = np.ones((len(cases), len(outputs), 4))
-    fig, ax = plt.subplots(figsize=(1.6 + 1.25 * len(outputs), 0.6 + 0.28 * len(cases)),
-                           dpi=MIN_DPI)
+    fig, ax = subplots(width=1.6 + 1.25 * len(outputs), height=0.6 + 0.28 * len(cases))
     greens, reds = plt.get_cmap("Greens"), plt.get_cmap("Reds")
     lo, hi = LOG_RANGE
     for i, case in enumerate(cases):

@@ -53,10 +53,9 @@ def plot_overoptimisation(rows, *, smooth=10, title=None, path=None) -> Figure:
         gold = _moving_average(c["gold_score"], smooth)
         proxy = _moving_average(c["proxy_score"], smooth)
         sqrt_kl = _moving_average(c["sqrt_kl"], smooth)
-        ax[0].plot(it, gold, color=color, label=f"beta = {beta:g}: gold")
-        ax[0].plot(it, proxy, color=color, ls="--", label=f"beta = {beta:g}: proxy")
-        ax[1].plot(sqrt_kl, gold, color=color, label=f"beta = {beta:g}: gold")
-        ax[1].plot(sqrt_kl, proxy, color=color, ls="--", label=f"beta = {beta:g}: proxy")
+        for a, x in ((ax[0], it), (ax[1], sqrt_kl)):
+            a.plot(x, gold, color=color, label=f"beta = {beta:g}: gold")
+            a.plot(x, proxy, color=color, ls="--", label=f"beta = {beta:g}: proxy")
         ax[2].plot(it, _moving_average(c["kl_ref"], smooth), color=color,
                    label=f"beta = {beta:g}")
     ax[0].set_xlabel("PPO iteration")

@@ -25,7 +25,7 @@ from matplotlib.colors import ListedColormap, Normalize
 
 from .._validation import as_mask, check_int
 from .concepts import masked_pair
-from .style import MIN_DPI, legend_outside, tight
+from .style import legend_outside, subplots, tight
 
 __all__ = [
     "plot_forward_pass",
@@ -121,11 +121,9 @@ def plot_forward_pass(steps, *, tokens=None, title=None):
     if tokens is not None and len(tokens) != L:
         raise ValueError(f"tokens: expected {L} labels, got {len(tokens)}")
     widths = [max(a.shape[1], 4) for a in data.values()]
-    fig, axes = plt.subplots(1, len(data), figsize=(min(1.5 + 0.34 * sum(widths)
-                                                        + 0.5 * len(data), 13),
-                                                    0.3 * L + 1.9),
-                             dpi=MIN_DPI, squeeze=False, gridspec_kw={"width_ratios": widths},
-                             layout="constrained")
+    fig, axes = subplots(1, len(data), width=min(1.5 + 0.34 * sum(widths) + 0.5 * len(data), 13),
+                         height=0.3 * L + 1.9, squeeze=False,
+                         gridspec_kw={"width_ratios": widths}, layout="constrained")
     for k, (ax, (name, a)) in enumerate(zip(axes[0], data.items())):
         size = f"{a.shape[0]} x {a.shape[1]}, max |.| {np.max(np.abs(a)):.2g}"
         scale = _heatmap(ax, a, title=f"{name}\n{size}", ylabels=tokens if k == 0 else None)
@@ -166,8 +164,8 @@ def plot_gradients(grads, *, title=None, ncols=4):
     data = {name: _as_2d(g, f"grads[{name!r}]") for name, g in grads.items()}
     ncols = min(check_int(ncols, "ncols"), len(data))
     nrows = -(-len(data) // ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(3.1 * ncols, 2.5 * nrows), dpi=MIN_DPI,
-                             squeeze=False, layout="constrained")
+    fig, axes = subplots(nrows, ncols, width=3.1 * ncols, height=2.5 * nrows,
+                         squeeze=False, layout="constrained")
     for ax, (name, g) in zip(axes.ravel(), data.items()):
         # a scalar or a short vector also prints its values: a colour alone is hard to read
         scale = _heatmap(ax, g, annotate=g.size <= 3,
@@ -198,7 +196,7 @@ def plot_gradcheck(report, *, rtol=1e-6):
     rel = np.array([report[n].rel_error for n in names], dtype=np.float64)
     height = np.where(rel > 0, rel, EXACT_FLOOR)
     colours = ["tab:green" if report[n].close else "tab:red" for n in names]
-    fig, ax = plt.subplots(figsize=(max(4.0, 0.7 * len(names) + 1.5), 3.0), dpi=MIN_DPI)
+    fig, ax = subplots(width=max(4.0, 0.7 * len(names) + 1.5), height=3.0)
     ax.bar(range(len(names)), height, color=colours)
     for k, (r, n) in enumerate(zip(rel, names)):
         ax.text(k, height[k] * 1.6, "exact" if report[n].exact or r == 0 else f"{r:.0e}",
@@ -250,10 +248,9 @@ def plot_minibatch(quantities, mask, *, title=None, ncols=3, annotate=None):
     ncols = min(check_int(ncols, "ncols"), len(data))
     nrows = -(-len(data) // ncols)
     # cells wide enough for an 8-point number such as -0.0139
-    size = (min(0.6 * T * ncols + 1.2 + (0 if annotate else 0.6 * ncols), 13.5),
-            (0.36 * B + 0.9) * nrows)
-    fig, axes = plt.subplots(nrows, ncols, figsize=size, dpi=MIN_DPI, squeeze=False,
-                             layout="constrained")
+    width = min(0.6 * T * ncols + 1.2 + (0 if annotate else 0.6 * ncols), 13.5)
+    fig, axes = subplots(nrows, ncols, width=width, height=(0.36 * B + 0.9) * nrows,
+                         squeeze=False, layout="constrained")
     for k, (ax, (name, a)) in enumerate(zip(axes.ravel(), data.items())):
         scale = _heatmap(ax, a, title=name, valid=valid, annotate=annotate,
                          ylabels=[f"i={i + 1}" for i in range(B)] if k % ncols == 0 else None)
@@ -283,7 +280,7 @@ def plot_ratio_after_step(rho, advantages, mask=None, *, epsilon=0.2):
     r, a, m = masked_pair(rho, advantages, mask, "rho", "advantages")
     r, a = r[m], a[m]
     agree = (a != 0) & (np.sign(r - 1.0) == np.sign(a))
-    fig, ax = plt.subplots(figsize=(5.2, 4.2), dpi=MIN_DPI)
+    fig, ax = subplots(width=5.2, height=4.2)
     ax.axhspan(1 - epsilon, 1 + epsilon, color="tab:green", alpha=0.12,
                label=f"[1 - eps, 1 + eps], eps = {epsilon:g}")
     ax.axhline(1.0, color="black", lw=0.6)

@@ -6,9 +6,10 @@ a wider image scaled down, and its text with it), the size of every piece of
 text, and that no legend sits on the data (lines, bands) of its panel.
 
 It also holds what the modules share to get there: the figure set-up
-(:func:`figure`) and finish (:func:`tight`, :func:`saved`), the legend under a
-panel (:func:`legend_outside`), and the checks of the arrays a figure draws
-(:func:`vector`, :func:`matrix`), which raise a ValueError naming the argument.
+(:func:`figure`, or :func:`subplots` for a figure that pyplot keeps) and finish
+(:func:`tight`, :func:`saved`), the legend under a panel (:func:`legend_outside`),
+and the checks of the arrays a figure draws (:func:`vector`, :func:`matrix`), which
+raise a ValueError naming the argument.
 """
 
 from __future__ import annotations
@@ -50,6 +51,14 @@ def figure(nrows=1, ncols=1, *, width, height, **kwargs):
 
     fig = Figure(figsize=(width, height), dpi=MIN_DPI, layout="constrained")
     return fig, fig.subplots(nrows, ncols, **kwargs)
+
+
+def subplots(nrows=1, ncols=1, *, width=6.4, height=3.2, **kwargs):
+    """``plt.subplots`` of a ``width`` x ``height`` inch figure at ``MIN_DPI``: the figure
+    (pyplot keeps it, so a notebook shows it) and its panels."""
+    import matplotlib.pyplot as plt
+
+    return plt.subplots(nrows, ncols, figsize=(width, height), dpi=MIN_DPI, **kwargs)
 
 
 def tight(fig):

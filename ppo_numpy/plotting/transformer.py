@@ -117,15 +117,14 @@ def plot_accuracy_by_sum(a, b, correct, carry, *, digits=2):
         if ok.shape != (N,):
             raise ValueError(f"correct[{label!r}]: expected shape ({N},), got {ok.shape}")
         models[str(label)] = ok
-    ua, ub = a % 10, b % 10
-    count = np.zeros((10, 10))
-    np.add.at(count, (ub, ua), 1.0)
+    # cell (b_1, a_1) of each sum in a row-major 10 x 10 grid
+    cell = 10 * (b % 10) + a % 10
+    count = np.bincount(cell, minlength=100).reshape(10, 10)
     n_panels = len(models) + 1
     fig, axes = figure(1, n_panels, width=min(13.0, 3.6 * n_panels + 0.8), height=3.6)
     image = None
     for ax, (label, ok) in zip(axes, models.items()):
-        hits = np.zeros((10, 10))
-        np.add.at(hits, (ub, ua), ok.astype(float))
+        hits = np.bincount(cell, weights=ok, minlength=100).reshape(10, 10)
         with np.errstate(invalid="ignore", divide="ignore"):
             grid = np.where(count > 0, hits / count, np.nan)  # rows b_1, columns a_1
         image = ax.imshow(grid, origin="lower", vmin=0.0, vmax=1.0, cmap="RdYlGn")
