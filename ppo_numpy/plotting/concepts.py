@@ -32,7 +32,7 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import numpy as np
 
-from .._validation import as_mask, check_int
+from .._validation import as_mask, check_int, check_same_shape
 from .style import legend_outside, matrix, subplots, tight, vector
 
 __all__ = [
@@ -63,8 +63,7 @@ def masked_pair(x, y, mask, x_name, y_name):
     (ValueError if there is none)."""
     x = np.asarray(x, dtype=np.float64)
     y = np.asarray(y, dtype=np.float64)
-    if y.shape != x.shape:
-        raise ValueError(f"{y_name}: shape {y.shape} does not match {x_name} shape {x.shape}")
+    check_same_shape(x, x_name, y, y_name)
     m = as_mask(mask, x, x_name)
     if not m.any():
         raise ValueError("mask: no response token to draw")

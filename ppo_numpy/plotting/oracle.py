@@ -58,8 +58,7 @@ def plot_comparison(report, *, title=None):
     rows = getattr(report, "rows", None)
     if rows is None or not hasattr(report, "rejected"):
         raise ValueError("report: expected a ComparisonReport (rows and rejected)")
-    cases = list(dict.fromkeys(r.case for r in rows)) + [c for c in report.rejected
-                                                         if c not in {r.case for r in rows}]
+    cases = list(dict.fromkeys([*(r.case for r in rows), *report.rejected]))
     outputs = list(dict.fromkeys(r.output for r in rows))
     if not cases or (not outputs and not report.rejected):
         raise ValueError("report: nothing was compared")

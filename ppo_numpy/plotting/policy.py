@@ -23,7 +23,7 @@ import numpy as np
 from matplotlib.cm import ScalarMappable
 from matplotlib.colors import ListedColormap, Normalize
 
-from .._validation import as_mask, check_int
+from .._validation import as_mask, check_int, check_same_shape
 from .concepts import masked_pair
 from .style import legend_outside, subplots, tight
 
@@ -237,9 +237,7 @@ def plot_minibatch(quantities, mask, *, title=None, ncols=3, annotate=None):
     data = {}
     for name, x in quantities.items():
         arr = np.asarray(x, dtype=np.float64)
-        if arr.shape != m.shape:
-            raise ValueError(f"quantities[{name!r}]: shape {arr.shape} does not match mask "
-                             f"{m.shape}")
+        check_same_shape(m, "mask", arr, f"quantities[{name!r}]")
         if not np.all(np.isfinite(arr[valid])):
             raise ValueError(f"quantities[{name!r}]: NaN or inf at a response token")
         data[name] = np.where(valid, arr, 0.0)
