@@ -101,9 +101,8 @@ def format_table(columns, *, digits=6, index=None):
     if len(set(lengths.values())) != 1:
         raise ValueError(f"columns: all columns must have the same length, got {lengths}")
     n = next(iter(lengths.values()))
-    cols = dict(columns)
     if index is not None:
-        cols = {index: list(range(1, n + 1)), **cols}
+        columns = {index: list(range(1, n + 1)), **columns}
 
     def cell(v):
         if isinstance(v, str):
@@ -114,7 +113,7 @@ def format_table(columns, *, digits=6, index=None):
             return str(v)
         return f"{float(v):.{digits}g}"
 
-    text = {name: [cell(v) for v in values] for name, values in cols.items()}
+    text = {name: [cell(v) for v in values] for name, values in columns.items()}
     widths = {name: max(len(name), *(len(s) for s in vals)) for name, vals in text.items()}
     lines = ["  ".join(name.rjust(widths[name]) for name in text)]
     for i in range(n):

@@ -61,7 +61,6 @@ def plot_attention(attn, tokens, *, title=None, layer_labels=None):
     side = min(3.0, 12.0 / H)
     fig, axes = figure(n_layers, H, width=side * H + 1.2,
                        height=side * n_layers + (0.5 if title else 0.2), squeeze=False)
-    image = None
     for layer in range(n_layers):
         for head in range(H):
             ax = axes[layer, head]
@@ -122,7 +121,6 @@ def plot_accuracy_by_sum(a, b, correct, carry, *, digits=2):
     count = np.bincount(cell, minlength=100).reshape(10, 10)
     n_panels = len(models) + 1
     fig, axes = figure(1, n_panels, width=min(13.0, 3.6 * n_panels + 0.8), height=3.6)
-    image = None
     for ax, (label, ok) in zip(axes, models.items()):
         hits = np.bincount(cell, weights=ok, minlength=100).reshape(10, 10)
         with np.errstate(invalid="ignore", divide="ignore"):
