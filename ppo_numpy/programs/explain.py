@@ -112,12 +112,6 @@ def parse_mask(text: str, option: str = "--mask") -> list:
     return out
 
 
-def check_length(values: list, option: str, ref: list, ref_option: str) -> None:
-    if len(values) != len(ref):
-        raise OptionError(option, f"expected {len(ref)} numbers to match {ref_option}, "
-                                  f"got {len(values)}")
-
-
 class _Parser(argparse.ArgumentParser):
     """An ArgumentParser that records which options take a value."""
 
@@ -304,8 +298,9 @@ def _tables(args) -> list:
         if text is None:
             return None
         values = parse_list(text, option, ex) if parse is None else parse(text, option)
-        if ref is not None:
-            check_length(values, option, ref, ref_option)
+        if ref is not None and len(values) != len(ref):
+            raise OptionError(option, f"expected {len(ref)} numbers to match {ref_option}, "
+                                      f"got {len(values)}")
         return values
 
     def mask(ref, ref_option):
