@@ -168,11 +168,11 @@ def _exact(arr: np.ndarray) -> bool:
     return arr.dtype == object
 
 
-def _token_rows(m, n_columns: int, cells) -> tuple:
-    """One row per position: ``(t, *cells(i))`` at a response token (t = i + 1), ``t (pad)``
-    and ``-`` in every other column at padding."""
-    return tuple((i + 1, *cells(i)) if m[i] else (f"{i + 1} (pad)",) + (PAD,) * (n_columns - 1)
-                 for i in range(len(m)))
+def _token_rows(m, n_columns: int, cells, pad=lambda i: ()) -> tuple:
+    """One row per position: ``(t, *cells(i))`` at a response token (t = i + 1); at padding
+    ``t (pad)``, the inputs ``pad(i)`` (none by default) and ``-`` in every other column."""
+    heads = ((i + 1, *cells(i)) if m[i] else (f"{i + 1} (pad)", *pad(i)) for i in range(len(m)))
+    return tuple(head + (PAD,) * (n_columns - len(head)) for head in heads)
 
 
 def gae_table(rewards, values, gamma=1.0, lam=0.95, mask=None) -> Table:
@@ -221,13 +221,10 @@ def gae_table(rewards, values, gamma=1.0, lam=0.95, mask=None) -> Table:
     carry = gl * next_valid_values(A, m)
     columns = ("t", "r~_t", "V(s_t)", "V(s_{t+1})", "delta_t", "(gamma lambda) * A_hat_{t+1}",
                "A_hat_t", "R_t = A_hat_t + V(s_t)")
-    rows = []
-    for i in reversed(range(v.shape[0])):
-        if m[i]:
-            rows.append((i + 1, _cell(r_in[i]), _cell(v_in[i]), _cell(v_next[i]),
-                         _cell(delta[i]), _cell(carry[i]), _cell(A[i]), _cell(R[i])))
-        else:
-            rows.append((f"{i + 1} (pad)", _cell(r_in[i]), _cell(v_in[i])) + (PAD,) * 5)
+    # backwards in t; padding rows show their inputs
+    rows = _token_rows(m, len(columns), lambda i: (
+        _cell(r_in[i]), _cell(v_in[i]), _cell(v_next[i]), _cell(delta[i]), _cell(carry[i]),
+        _cell(A[i]), _cell(R[i])), pad=lambda i: (_cell(r_in[i]), _cell(v_in[i])))[::-1]
     fmt = format_number
     title = (f"TD errors and GAE, backwards in t: `gamma = {fmt(gamma_s)}`, "
              f"`lambda = {fmt(lam_s)}`, `gamma lambda = {fmt(gl)}`")
@@ -242,7 +239,7 @@ def gae_table(rewards, values, gamma=1.0, lam=0.95, mask=None) -> Table:
         notes.append("Padding rows (mask 0) are skipped: the next state of a response token is "
                      "the next response token, and the core returns 0 at padding.")
     notes += _number_notes(exact, any_float=False)
-    return Table(title, columns, tuple(rows), tuple(notes), exact)
+    return Table(title, columns, rows, tuple(notes), exact)
 
 
 def _number_notes(exact: bool, any_float: bool, what: str = "") -> list:
@@ -305,10 +302,8 @@ def clip_table(rho, advantages, epsilon=0.2, *, epsilon_high=None, dual_clip=Non
     c = None if c is None else scalar_for(c, rho_a)
     # the one case analysis of the surrogate, its statistics and its gradient
     cases = ClipCases(rho_a, A, lo, hi, c)
-    term_min, term = cases.term_min, cases.term
     # clip(rho_t, 1 - eps, 1 + eps_high)
     rho_clip = np.minimum(np.maximum(rho_a, lo), hi)
-    unclipped, clipped = cases.unclipped, cases.clipped
     branch = [CASE_NAMES[k] + (", at the kink" if k == UNCLIPPED and kink else "")
               for k, kink in zip(cases.case, cases.at_kink)]
     grad_name = "d min / d rho_t" if c is None else "d term_t / d rho_t"
@@ -319,9 +314,10 @@ def clip_table(rho, advantages, epsilon=0.2, *, epsilon_high=None, dual_clip=Non
     columns += ["active", grad_name]
 
     def cells(i):
-        dual = () if c is None else (_cell(c * A[i]), _cell(term[i]))
-        return (_cell(rho_a[i]), _cell(A[i]), _cell(rho_clip[i]), _cell(unclipped[i]),
-                _cell(clipped[i]), _cell(term_min[i]), *dual, branch[i], _cell(cases.drho[i]))
+        dual = () if c is None else (_cell(c * A[i]), _cell(cases.term[i]))
+        return (_cell(rho_a[i]), _cell(A[i]), _cell(rho_clip[i]), _cell(cases.unclipped[i]),
+                _cell(cases.clipped[i]), _cell(cases.term_min[i]), *dual, branch[i],
+                _cell(cases.drho[i]))
 
     rows = _token_rows(m, len(columns), cells)
     fmt = format_number
@@ -563,15 +559,12 @@ def grpo_table(scores, groups, *, scale="group", eps=1e-6, ddof=1) -> Table:
     # exactly 0 in a group of equal scores (the float mean may miss them by a rounding)
     dev = np.where(_flat_groups(s, inverse, len(counts)), s * 0, s - mean)
     columns = ["i", "group", "s_i", "mean_g(i)", "s_i - mean_g(i)"]
+    notes = [_I_NOTE, _MEAN_NOTE]
     if scale == "none":
-        columns.append("A_i")
-        rows = [(i + 1, int(ids[inverse[i]]), _cell(s[i]), _cell(mean[i]), _cell(dev[i]),
-                 _cell(A[i])) for i in range(s.shape[0])]
         title = "GRPO advantages, scale none (Dr. GRPO): `A_i = s_i - mean_g(i)`"
-        notes = [_I_NOTE, _MEAN_NOTE]
-        notes += _number_notes(exact, any_float=False)
-        return Table(title, tuple(columns), tuple(rows), tuple(notes), exact)
-    if scale == "group":
+        # the deviation is A_i: no scaling steps
+        steps = [()] * s.shape[0]
+    elif scale == "group":
         # variance_g = sum_{j in g} (s_j - mean_g)^2 / (n_g - ddof)
         var = (_group_sums(dev * dev, inverse, len(counts)) / (n - ddof))[inverse]
         title = (f"GRPO advantages, scale group: `A_i = (s_i - mean_g(i)) / (std_g(i) + eps)`, "
@@ -586,21 +579,21 @@ def grpo_table(scores, groups, *, scale="group", eps=1e-6, ddof=1) -> Table:
                  f"`eps = {format_number(float(eps))}`, ddof {ddof}")
         what = (f"`variance` and `std` are those of all {B} scores around the batch mean "
                 f"{format_number(_cell(s.sum() / B))}, the same on every row")
-    std = np.sqrt(var.astype(np.float64))
-    columns += ["variance", "std", "std + eps", "A_i"]
-    rows = [(i + 1, int(ids[inverse[i]]), _cell(s[i]), _cell(mean[i]), _cell(dev[i]),
-             _cell(var[i]), float(std[i]), float(std[i] + eps), float(A[i]))
-            for i in range(s.shape[0])]
-    notes = [
-        _I_NOTE,
-        _MEAN_NOTE,
-        f"{what}, with divisor n - ddof; `std = sqrt(variance)`.",
-        "`A_i = (s_i - mean_g(i)) / (std + eps)`: eps is added to the std, outside the square "
-        "root; a group of equal scores has deviation 0 and A = 0.",
-    ]
-    notes += _number_notes(exact, any_float=True,
+    if scale != "none":
+        std = np.sqrt(var.astype(np.float64))
+        columns += ["variance", "std", "std + eps"]
+        steps = [(_cell(v), float(sd), float(sd + eps)) for v, sd in zip(var, std)]
+        notes += [
+            f"{what}, with divisor n - ddof; `std = sqrt(variance)`.",
+            "`A_i = (s_i - mean_g(i)) / (std + eps)`: eps is added to the std, outside the "
+            "square root; a group of equal scores has deviation 0 and A = 0.",
+        ]
+    columns.append("A_i")
+    rows = tuple((i + 1, int(ids[inverse[i]]), _cell(s[i]), _cell(mean[i]), _cell(dev[i]),
+                  *steps[i], _cell(A[i])) for i in range(s.shape[0]))
+    notes += _number_notes(exact, any_float=scale != "none",
                            what="`std`, `std + eps` and `A_i` (a square root)")
-    return Table(title, tuple(columns), tuple(rows), tuple(notes), exact)
+    return Table(title, tuple(columns), rows, tuple(notes), exact)
 
 
 def rloo_table(scores, groups) -> Table:

@@ -83,11 +83,16 @@ def parse_number(text: str, option: str, exact: bool, where: str = ""):
     return value if exact else float(value)
 
 
+def _entries(text: str, option: str, what: str) -> list:
+    """The comma-separated entries of ``text``; OptionError naming ``option`` if it is blank."""
+    if not text.strip():
+        raise OptionError(option, f"expected a comma-separated list of {what}, got nothing")
+    return text.split(",")
+
+
 def parse_list(text: str, option: str, exact: bool) -> list:
     """A comma-separated list of numbers (see :func:`parse_number`)."""
-    if not text.strip():
-        raise OptionError(option, "expected a comma-separated list of numbers, got nothing")
-    parts = text.split(",")
+    parts = _entries(text, option, "numbers")
     out = []
     for k, part in enumerate(parts, start=1):
         where = f" (entry {k} of {len(parts)})" if len(parts) > 1 else ""
@@ -99,20 +104,12 @@ def parse_list(text: str, option: str, exact: bool) -> list:
 
 def parse_mask(text: str, option: str = "--mask") -> list:
     """A comma-separated list of 0 and 1."""
-    if not text.strip():
-        raise OptionError(option, "expected a comma-separated list of 0 and 1, got nothing")
     out = []
-    for k, part in enumerate(text.split(","), start=1):
+    for k, part in enumerate(_entries(text, option, "0 and 1"), start=1):
         if part.strip() not in ("0", "1"):
             raise OptionError(option, f"entries must be 0 or 1, got {part.strip()!r} (entry {k})")
         out.append(int(part))
     return out
-
-
-def check_length(values: list, option: str, ref: list, ref_option: str) -> None:
-    if len(values) != len(ref):
-        raise OptionError(option, f"expected {len(ref)} numbers to match {ref_option}, "
-                                  f"got {len(values)}")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -178,7 +175,10 @@ def build_parser():
     c.add_value("--logp-old", metavar=LIST, help="log pi_theta_old of the tokens (required "
                                                  "with --logp)")
     c.add_value("--advantages", required=True, metavar=LIST, help="A_hat_t")
-    _add_clip_options(c)
+    c.add_value("--eps", "--epsilon", dest="eps", default="0.2",
+                help="clip width: the range is [1 - eps, 1 + eps] (default 0.2)")
+    c.add_value("--eps-high", help="upper clip width (default: eps)")
+    c.add_value("--dual-clip", help="dual clip bound c > 1 for A < 0 (default: off)")
 
     r = subs["rewards"]
     r.add_value("--logp", required=True, metavar=LIST, help="log pi_theta of the sampled tokens")
@@ -227,24 +227,14 @@ _NUMBERS_HELP = ("Numbers: 1, 0.95 or 19/20; lists comma-separated, one number p
                  "Negative lists: --logp -1,-2 or --logp=-1,-2.")
 
 
-def _add_clip_options(p):
-    p.add_value("--eps", "--epsilon", dest="eps", default="0.2",
-                help="clip width: the range is [1 - eps, 1 + eps] (default 0.2)")
-    p.add_value("--eps-high", help="upper clip width (default: eps)")
-    p.add_value("--dual-clip", help="dual clip bound c > 1 for A < 0 (default: off)")
-
-
 def _join_negative_values(argv: list, value_options: set) -> list:
     """``--logp -1,-2`` -> ``--logp=-1,-2``: argparse would read ``-1,-2`` as an option."""
-    out, i = [], 0
-    while i < len(argv):
-        tok = argv[i]
-        if tok in value_options and i + 1 < len(argv) and re.match(r"-[\d.]", argv[i + 1]):
-            out.append(f"{tok}={argv[i + 1]}")
-            i += 2
+    out = []
+    for tok in argv:
+        if out and out[-1] in value_options and re.match(r"-[\d.]", tok):
+            out[-1] = f"{out[-1]}={tok}"
         else:
             out.append(tok)
-            i += 1
     return out
 
 
@@ -254,10 +244,7 @@ def parse_groups(text: str, option: str = "--groups") -> list:
     >>> parse_groups("0,0,1,1")
     [0, 0, 1, 1]
     """
-    if not text.strip():
-        raise OptionError(option, "expected a comma-separated list of integer prompt ids, "
-                                  "got nothing")
-    parts = text.split(",")
+    parts = _entries(text, option, "integer prompt ids")
     out = []
     for k, part in enumerate(parts, start=1):
         try:
@@ -292,10 +279,11 @@ def padding_warnings(rewards: list, mask) -> list:
             for t, (r, m) in enumerate(zip(rewards, mask), start=1) if not m and r != 0]
 
 
-def _tables(args, warnings: list) -> list:
+def _tables(args) -> list:
     """Parse the numbers of ``args`` and build the tables; OptionError on bad values.
 
-    Warnings about the input (see :func:`padding_warnings`) are appended to ``warnings``.
+    Warnings about the input (see :func:`padding_warnings`) go to stderr once the tables
+    are built.
     """
     ex = args.exact
 
@@ -303,26 +291,24 @@ def _tables(args, warnings: list) -> list:
         text = getattr(args, option.lstrip("-").replace("-", "_"))
         return None if text is None else parse_number(text, option, ex)
 
-    def lst(option, ref=None, ref_option=None):
+    def lst(option, ref=None, ref_option=None, parse=None):
+        """The list given for ``option`` (numbers, or ``parse(text, option)``), its length
+        checked against ``ref``; None if the option was not given."""
         text = getattr(args, option.lstrip("-").replace("-", "_"))
         if text is None:
             return None
-        values = parse_list(text, option, ex)
-        if ref is not None:
-            check_length(values, option, ref, ref_option)
+        values = parse_list(text, option, ex) if parse is None else parse(text, option)
+        if ref is not None and len(values) != len(ref):
+            raise OptionError(option, f"expected {len(ref)} numbers to match {ref_option}, "
+                                      f"got {len(values)}")
         return values
 
     def mask(ref, ref_option):
-        if args.mask is None:
-            return None
-        m = parse_mask(args.mask)
-        check_length(m, "--mask", ref, ref_option)
-        return m
+        return lst("--mask", ref, ref_option, parse_mask)
 
     if args.quantity in GROUP_QUANTITIES:
         scores = lst("--scores")
-        groups = parse_groups(args.groups)
-        check_length(groups, "--groups", scores, "--scores")
+        groups = lst("--groups", scores, "--scores", parse_groups)
         check_groups_of_two(groups)
         if args.quantity == "rloo":
             return [rloo_table(scores, groups)]
@@ -333,8 +319,10 @@ def _tables(args, warnings: list) -> list:
         rewards = lst("--rewards")
         values = lst("--values", rewards, "--rewards")
         m = mask(rewards, "--rewards")
-        warnings.extend(padding_warnings(rewards, m))
-        return [gae_table(rewards, values, num("--gamma"), num("--lam"), m)]
+        table = gae_table(rewards, values, num("--gamma"), num("--lam"), m)
+        for line in padding_warnings(rewards, m):
+            print(line, file=sys.stderr)
+        return [table]
     if args.quantity == "clip":
         clip_options = {"epsilon_high": num("--eps-high"), "dual_clip": num("--dual-clip")}
         # the parser has made sure that exactly one of --rho and --logp is given
@@ -382,15 +370,12 @@ def render_command(argv) -> str:
     value_options = set().union(*(p.value_options for p in subs.values()))
     args = parser.parse_args(_join_negative_values(list(argv), value_options))
     sub = subs[args.quantity]
-    warnings = []
     try:
-        tables = _tables(args, warnings)
+        tables = _tables(args)
     except OptionError as err:
         sub.error(str(err))
     except (ValueError, TypeError) as err:
         sub.error(_core_error_message(err, args.quantity))
-    for line in warnings:
-        print(line, file=sys.stderr)
     return render(tables, args.format)
 
 

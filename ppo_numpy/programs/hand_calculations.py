@@ -63,10 +63,8 @@ def _command(argv) -> str:
 def _example(argv, *, text: bool = False) -> str:
     """The command in a code block, then its output (Markdown tables, or plain text)."""
     if text:
-        out = render_command(argv)
-        return f"```\n$ {_command(argv)}\n\n{out}\n```"
-    out = render_command(list(argv) + ["--format", "markdown"])
-    return f"```\n$ {_command(argv)}\n```\n\n{out}"
+        return f"```\n$ {_command(argv)}\n\n{render_command(argv)}\n```"
+    return f"```\n$ {_command(argv)}\n```\n\n{render_command([*argv, '--format', 'markdown'])}"
 
 
 def _python_example(source: str) -> str:

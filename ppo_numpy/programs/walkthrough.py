@@ -26,7 +26,7 @@ from .. import (
     value_loss,
     whiten,
 )
-from ..explain.tables import format_number
+from ..explain.tables import format_number as _num  # 10 significant digits, -0 as 0
 
 # The running example: one response of T = 3 tokens.
 LOGP_OLD = (-1.0, -2.0, -0.5)   # log pi_old of the sampled tokens (the rollout policy)
@@ -39,10 +39,6 @@ VALUE_STEP = 0.1                # the value head after one update: V = V_old + 0
 EXPLAIN = ("python -m ppo_numpy explain ppo --score 1 --logp-old -1,-2,-0.5 "
            "--logp-ref -1.5,-1.8,-0.6 --values 0.5,0.6,0.7 --beta 0.1 --gamma 1 --lam 0.95 "
            "--rho 1.1,1.5,0.7 --eps 0.2 --exact")
-
-
-# a number as the explain tables print a float: 10 significant digits, -0 as 0
-_num = format_number
 
 
 def _fmt(x) -> str:
