@@ -35,6 +35,11 @@ def wgrad(x, dy):
     return (x.transpose(0, 2, 1) @ dy).sum(axis=0)  # (M, N)
 
 
+def linear_backward(x, W, dy):
+    """dW (M, N), db (N,) and dx (B, L, M) of y = x W + b for x (B, L, M), from dy (B, L, N)."""
+    return wgrad(x, dy), dy.sum(axis=(0, 1)), dy @ W.T
+
+
 def check_names(name, given, expected, note="") -> None:
     """ValueError naming ``name`` unless ``given`` has exactly the keys of ``expected``."""
     missing = sorted(set(expected) - set(given))
