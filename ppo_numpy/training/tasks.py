@@ -43,7 +43,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from .._validation import check_int
+from .._validation import as_mask, check_int
 from ..policy.base import check_rng
 from ..policy.vocab import BOS, EOS, FIRST_CONTENT, PAD, SPECIAL_NAMES, Vocab
 
@@ -73,14 +73,9 @@ def response_lengths(responses, mask):
     ([1, 3, 0], [True, False, True])
     """
     y = np.asarray(responses)
-    m = np.asarray(mask)
     if y.ndim != 2 or y.dtype.kind not in "iu":
         raise ValueError(f"responses: expected an int array (B, T), got {y.dtype} {y.shape}")
-    if m.shape != y.shape:
-        raise ValueError(f"mask: shape {m.shape} does not match responses shape {y.shape}")
-    if not np.all((m == 0) | (m == 1)):
-        raise ValueError("mask: must contain only 0 and 1")
-    m = m.astype(bool)
+    m = as_mask(mask, y, "responses")
     length = m.sum(axis=1)
     # right padding: the mask is 1 exactly on the first `length` positions
     if not np.array_equal(m, np.arange(y.shape[1])[None, :] < length[:, None]):
