@@ -251,8 +251,7 @@ def _assemble(content, n, T):
     y[:, :width] = content[:, :width]
     y = np.where(pos < n[:, None], y, 0)
     y = np.where(pos == n[:, None], EOS, y)
-    length = np.minimum(n + 1, T)
-    mask = (pos < length[:, None]).astype(np.float64)
+    mask = (pos <= n[:, None]).astype(np.float64)
     return y, mask
 
 
