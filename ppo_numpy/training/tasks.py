@@ -522,12 +522,10 @@ class AddTask(Task):
         total = np.asarray(total, dtype=np.int64)
         T = self.max_new_tokens
         width = self.digits + 1
-        digits = _digits_of(total, width)  # (B, n + 1), leading zeros included
         n = np.array([len(str(int(s))) for s in total])  # digits without leading zeros
-        # shift left by the number of leading zeros
-        shift = width - n
-        idx = np.arange(width)[None, :] + shift[:, None]
-        content = DIGIT0 + np.take_along_axis(digits, np.minimum(idx, width - 1), axis=1)
+        # shifted left past its leading zeros: total 10^(width - n) has width digits, its own
+        # n first (then zeros, which _assemble replaces by EOS and PAD)
+        content = DIGIT0 + _digits_of(total * 10 ** (width - n), width)  # (B, n + 1)
         return _assemble(np.pad(content, ((0, 0), (0, T - width))), n, T)
 
     def _score(self, content, y, n, stopped):
