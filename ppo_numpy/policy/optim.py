@@ -44,51 +44,26 @@ def _check_params(params):
     return params
 
 
-class _Optimiser:
-    """What Adam and SGD share: the checked ``params`` and ``lr``, the step count ``t``, one
-    dict of arrays like ``params`` per name in ``SLOTS`` (zeros at first), and the state dict
-    of those arrays and of the scalar attributes ``SCALARS``."""
-
-    SLOTS: tuple = ()
-    SCALARS: tuple = ()
-
-    def __init__(self, params, lr):
-        self.params = _check_params(params)
-        self.lr = check_scalar(lr, "lr", low=0, low_open=True, allow_exact=False)
-        self.t = 0
-        for s in self.SLOTS:
-            setattr(self, s, {n: np.zeros_like(p) for n, p in params.items()})
-
-    def state_dict(self) -> dict:
-        """Flat dict of arrays: ``<slot>/<name>`` for every slot and parameter, then the
-        scalars (copies)."""
-        state = {f"{s}/{n}": a.copy() for s in self.SLOTS for n, a in getattr(self, s).items()}
-        state.update({k: np.array(getattr(self, k)) for k in self.SCALARS})
-        return state
-
-    def load_state_dict(self, state) -> None:
-        """Restore a :meth:`state_dict` (hyperparameters included); names and shapes checked."""
-        want = {f"{s}/{n}": p.shape for s in self.SLOTS for n, p in self.params.items()}
-        want.update({k: () for k in self.SCALARS})
-        check_names("state", state, want)
-        for k, shape in want.items():
-            if np.shape(state[k]) != shape:
-                raise ValueError(f"state[{k!r}]: shape {np.shape(state[k])}, expected {shape}")
-        for s in self.SLOTS:
-            for n in self.params:
-                getattr(self, s)[n] = np.array(state[f"{s}/{n}"], dtype=np.float64)
-        for k in self.SCALARS:
-            setattr(self, k, int(state[k]) if k == "t" else float(state[k]))
+def _load_state(self, state, slots, scalars):
+    """Check names and shapes of ``state`` against this optimiser, then copy it in."""
+    want = {f"{s}/{n}": p.shape for s in slots for n, p in self.params.items()}
+    want.update({k: () for k in scalars})
+    check_names("state", state, want)
+    for k, shape in want.items():
+        if np.shape(state[k]) != shape:
+            raise ValueError(f"state[{k!r}]: shape {np.shape(state[k])}, expected {shape}")
+    for s in slots:
+        for n in self.params:
+            getattr(self, s)[n] = np.array(state[f"{s}/{n}"], dtype=np.float64)
+    for k in scalars:
+        setattr(self, k, int(state[k]) if k == "t" else float(state[k]))
 
 
-class Adam(_Optimiser):
+class Adam:
     """Adam on ``params`` (updated in place).
 
     Examples
     --------
-    Its :meth:`state_dict` holds ``m/<name>``, ``v/<name>``, ``t``, ``lr``, ``beta1``,
-    ``beta2`` and ``eps``.
-
     The first step moves each coordinate by ``lr * g / (|g| + eps)``, about lr:
 
     >>> p = {"x": np.array([1.0, -2.0])}
@@ -98,11 +73,9 @@ class Adam(_Optimiser):
     [0.9, -1.9]
     """
 
-    SLOTS = ("m", "v")
-    SCALARS = ("t", "lr", "beta1", "beta2", "eps")
-
     def __init__(self, params, lr, betas=(0.9, 0.999), eps=1e-8):
-        super().__init__(params, lr)
+        self.params = _check_params(params)
+        self.lr = check_scalar(lr, "lr", low=0, low_open=True, allow_exact=False)
         if len(betas) != 2:
             raise ValueError(f"betas: expected (beta1, beta2), got {betas!r}")
         self.beta1 = check_scalar(betas[0], "betas[0]", low=0, high=1, allow_exact=False)
@@ -110,6 +83,9 @@ class Adam(_Optimiser):
         if self.beta1 == 1 or self.beta2 == 1:
             raise ValueError("betas: each must be < 1")
         self.eps = check_scalar(eps, "eps", low=0, allow_exact=False)
+        self.t = 0
+        self.m = {n: np.zeros_like(p) for n, p in params.items()}
+        self.v = {n: np.zeros_like(p) for n, p in params.items()}
 
     def step(self, grads, *, check=True) -> None:
         """One update. ``check=False``: ``grads`` are trusted (the training loop's own, made by
@@ -126,11 +102,22 @@ class Adam(_Optimiser):
             # theta_t = theta_{t-1} - lr m^ / (sqrt(v^) + eps)
             p -= self.lr * m_hat / (np.sqrt(v_hat) + self.eps)
 
+    def state_dict(self) -> dict:
+        """Flat dict of arrays: ``m/<name>``, ``v/<name>``, ``t``, ``lr``, ``beta1``, ``beta2``,
+        ``eps`` (copies)."""
+        state = {f"m/{n}": a.copy() for n, a in self.m.items()}
+        state.update({f"v/{n}": a.copy() for n, a in self.v.items()})
+        state.update(t=np.array(self.t), lr=np.array(self.lr), beta1=np.array(self.beta1),
+                     beta2=np.array(self.beta2), eps=np.array(self.eps))
+        return state
 
-class SGD(_Optimiser):
+    def load_state_dict(self, state) -> None:
+        """Restore a :meth:`state_dict` (hyperparameters included); names and shapes checked."""
+        _load_state(self, state, ("m", "v"), ("t", "lr", "beta1", "beta2", "eps"))
+
+
+class SGD:
     """Stochastic gradient descent with optional momentum on ``params`` (updated in place).
-
-    Its :meth:`state_dict` holds ``buf/<name>``, ``t``, ``lr`` and ``momentum``.
 
     Examples
     --------
@@ -142,14 +129,14 @@ class SGD(_Optimiser):
     0.5
     """
 
-    SLOTS = ("buf",)
-    SCALARS = ("t", "lr", "momentum")
-
     def __init__(self, params, lr, momentum=0.0):
-        super().__init__(params, lr)
+        self.params = _check_params(params)
+        self.lr = check_scalar(lr, "lr", low=0, low_open=True, allow_exact=False)
         self.momentum = check_scalar(momentum, "momentum", low=0, allow_exact=False)
         if self.momentum >= 1:
             raise ValueError(f"momentum: must be < 1, got {momentum}")
+        self.t = 0
+        self.buf = {n: np.zeros_like(p) for n, p in params.items()}
 
     def step(self, grads, *, check=True) -> None:
         """One update; ``check=False`` as in :meth:`Adam.step`."""
@@ -159,6 +146,16 @@ class SGD(_Optimiser):
             # b_t = mu b_{t-1} + g;  theta_t = theta_{t-1} - lr b_t
             self.buf[name] = self.momentum * self.buf[name] + g_all[name]
             p -= self.lr * self.buf[name]
+
+    def state_dict(self) -> dict:
+        """Flat dict of arrays: ``buf/<name>``, ``t``, ``lr``, ``momentum`` (copies)."""
+        state = {f"buf/{n}": a.copy() for n, a in self.buf.items()}
+        state.update(t=np.array(self.t), lr=np.array(self.lr), momentum=np.array(self.momentum))
+        return state
+
+    def load_state_dict(self, state) -> None:
+        """Restore a :meth:`state_dict` (hyperparameters included); names and shapes checked."""
+        _load_state(self, state, ("buf",), ("t", "lr", "momentum"))
 
 
 def global_norm(grads) -> float:
