@@ -35,6 +35,19 @@ def wgrad(x, dy):
     return (x.transpose(0, 2, 1) @ dy).sum(axis=0)  # (M, N)
 
 
+def linear_backward(x, W, dy):
+    """dW (M, N), db (N,) and dx (B, L, M) of y = x W + b for x (B, L, M), from dy (B, L, N)."""
+    return wgrad(x, dy), dy.sum(axis=(0, 1)), dy @ W.T
+
+
+def check_names(name, given, expected, note="") -> None:
+    """ValueError naming ``name`` unless ``given`` has exactly the keys of ``expected``."""
+    missing = sorted(set(expected) - set(given))
+    unexpected = sorted(set(given) - set(expected))
+    if missing or unexpected:
+        raise ValueError(f"{name}: missing {missing}, unexpected {unexpected}{note}")
+
+
 class Parameterised:
     """A model whose parameters are ``self.params``, a dict of float64 arrays."""
 
@@ -44,11 +57,7 @@ class Parameterised:
         own = self.params
         if params is None:
             return own
-        missing = sorted(set(own) - set(params))
-        unexpected = sorted(set(params) - set(own))
-        if missing or unexpected:
-            raise ValueError(f"params: missing {missing}, unexpected {unexpected} "
-                             f"(expected exactly {sorted(own)})")
+        check_names("params", params, own, f" (expected exactly {sorted(own)})")
         for name, ref in own.items():
             if np.shape(params[name]) != ref.shape:
                 raise ValueError(f"params[{name!r}]: shape {np.shape(params[name])} does not "

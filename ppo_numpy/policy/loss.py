@@ -27,7 +27,7 @@ from ..loss_options import PolicyLossOptions, resolve
 from ..objective import policy_loss_kernel
 from ..rollout import Rollout
 from ..value_loss import ValueLoss, check_value_clip
-from .sampling import _check_prompts, evaluate_kernel
+from .sampling import _check_prompts, check_temperature, evaluate_kernel
 
 BATCH_FIELDS = ("prompts", "responses", "mask", "logp_old", "old_values", "advantages",
                 "returns")
@@ -169,8 +169,7 @@ def ppo_loss_and_grads(model, batch, *, epsilon=0.2, agg="token-mean", c_v=0.5, 
     c_H = check_scalar(c_H, "c_H", low=0, allow_exact=False)
     kl_coef = check_scalar(kl_coef, "kl_coef", low=0, allow_exact=False)
     value_clip = check_value_clip(value_clip)
-    temperature = check_scalar(temperature, "temperature", low=0, low_open=True,
-                               allow_exact=False)
+    temperature = check_temperature(temperature)
     if kl_coef > 0:
         _check_estimator(kl_estimator)
     rollout = as_rollout(batch, model, kl=kl_coef > 0 or opts.kl_coef > 0)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._validation import check_int
-from .base import ToyPolicy, check_rng, wgrad
+from .base import ToyPolicy, check_rng, linear_backward
 
 
 class MLPPolicy(ToyPolicy):
@@ -135,9 +135,8 @@ class MLPPolicy(ToyPolicy):
         head_grads, dh = self.heads_backward(h, p, dlogits, dvalues)  # dh (B, L, H)
         # h = tanh(hpre): dhpre = (1 - h^2) dh
         dhpre = (1.0 - h**2) * dh  # (B, L, H)
-        dW1 = wgrad(x, dhpre)  # (C*D, H)
-        db1 = dhpre.sum(axis=(0, 1))  # (H,)
-        dx = dhpre @ p["W1"].T  # (B, L, C*D)
+        # hpre = x W1 + b1
+        dW1, db1, dx = linear_backward(x, p["W1"], dhpre)  # dx (B, L, C*D)
         dwindow = dx.reshape(B, L, C, D)  # (B, L, C, D)
         # slot s of position j came from emb_pad[j + s]
         demb_pad = np.zeros((B, C - 1 + L, D))

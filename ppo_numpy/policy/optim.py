@@ -19,13 +19,11 @@ from __future__ import annotations
 import numpy as np
 
 from .._validation import check_scalar
+from .base import check_names
 
 
 def _check_grads(params, grads):
-    missing = sorted(set(params) - set(grads))
-    unexpected = sorted(set(grads) - set(params))
-    if missing or unexpected:
-        raise ValueError(f"grads: missing {missing}, unexpected {unexpected}")
+    check_names("grads", grads, params)
     out = {}
     for name, p in params.items():
         g = np.asarray(grads[name], dtype=np.float64)
@@ -50,10 +48,7 @@ def _load_state(self, state, slots, scalars):
     """Check names and shapes of ``state`` against this optimiser, then copy it in."""
     want = {f"{s}/{n}": p.shape for s in slots for n, p in self.params.items()}
     want.update({k: () for k in scalars})
-    missing = sorted(set(want) - set(state))
-    unexpected = sorted(set(state) - set(want))
-    if missing or unexpected:
-        raise ValueError(f"state: missing {missing}, unexpected {unexpected}")
+    check_names("state", state, want)
     for k, shape in want.items():
         if np.shape(state[k]) != shape:
             raise ValueError(f"state[{k!r}]: shape {np.shape(state[k])}, expected {shape}")

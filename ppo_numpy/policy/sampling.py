@@ -64,6 +64,11 @@ def _check_prompts(model, prompts):
     return x
 
 
+def check_temperature(temperature) -> float:
+    """``temperature`` as a float after checking it is finite and > 0."""
+    return check_scalar(temperature, "temperature", low=0, low_open=True, allow_exact=False)
+
+
 def _response_scores(model, prompts, responses, temperature, params=None):
     """z (B, T, K), log softmax(z), values (B, T) and the model cache for y given x."""
     P, T = prompts.shape[1], responses.shape[1]
@@ -119,8 +124,7 @@ def sample(model, prompts, rng, max_new_tokens, temperature=1.0):
     check_rng(rng)
     x = _check_prompts(model, prompts)
     max_new_tokens = check_int(max_new_tokens, "max_new_tokens")
-    temperature = check_scalar(temperature, "temperature", low=0, low_open=True,
-                               allow_exact=False)
+    temperature = check_temperature(temperature)
     B, T, K = x.shape[0], max_new_tokens, model.vocab_size
     responses = np.full((B, T), PAD, dtype=np.int64)
     mask = np.zeros((B, T), dtype=bool)
@@ -185,8 +189,7 @@ def evaluate(model, prompts, responses, mask, temperature=1.0, *, params=None):
     if y.shape[1] < 1:
         raise ValueError("responses: need at least one column")
     m = as_mask(mask, y, "responses")
-    temperature = check_scalar(temperature, "temperature", low=0, low_open=True,
-                               allow_exact=False)
+    temperature = check_temperature(temperature)
     return evaluate_kernel(model, x, y, m, temperature, params)
 
 

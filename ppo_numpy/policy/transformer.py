@@ -35,7 +35,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._validation import check_int
-from .base import ToyPolicy, check_rng, wgrad
+from .base import ToyPolicy, check_rng, linear_backward
 
 LN_EPS = 1e-5
 _GELU_C = np.sqrt(2.0 / np.pi)
@@ -262,22 +262,17 @@ class TransformerPolicy(ToyPolicy):
             w = {name: p[f"h{layer}.{name}"] for name in BLOCK_PARAMS}
             g = {}  # g[name] is d(h<layer>.name), e.g. g["W_o"] = dW_o of this block
             # x'' = x' + f W_proj + b_proj: the residual passes dx to x' unchanged
-            g["W_proj"] = wgrad(c["f"], dx)  # (F, D)
-            g["b_proj"] = dx.sum(axis=(0, 1))  # (D,)
-            df = dx @ w["W_proj"].T  # (B, L, F)
+            g["W_proj"], g["b_proj"], df = linear_backward(c["f"], w["W_proj"], dx)  # df (B, L, F)
             # f = GELU(u)
             du = gelu_backward(df, c["u"], c["tanh"])  # (B, L, F)
             # u = a2 W_fc + b_fc
-            g["W_fc"] = wgrad(c["a2"], du)  # (D, F)
-            g["b_fc"] = du.sum(axis=(0, 1))  # (F,)
-            da2 = du @ w["W_fc"].T  # (B, L, D)
+            g["W_fc"], g["b_fc"], da2 = linear_backward(c["a2"], w["W_fc"], du)  # da2 (B, L, D)
             # a2 = LN(x'; g2, b2)
             dx1_ln, g["ln2_g"], g["ln2_b"] = layer_norm_backward(da2, c["ln2"])  # (B, L, D)
             dx1 = dx + dx1_ln  # (B, L, D)
             # x' = x + O W_o + b_o
-            g["W_o"] = wgrad(c["O"], dx1)  # (D, D)
-            g["b_o"] = dx1.sum(axis=(0, 1))  # (D,)
-            dO = self._split_heads(dx1 @ w["W_o"].T)  # (B, H, L, d): merge's inverse
+            g["W_o"], g["b_o"], dO = linear_backward(c["O"], w["W_o"], dx1)  # dO (B, L, D)
+            dO = self._split_heads(dO)  # (B, H, L, d): merge's inverse
             # O = P v
             dP = dO @ c["v"].transpose(0, 1, 3, 2)  # (B, H, L, L)
             dv = c["P"].transpose(0, 1, 3, 2) @ dO  # (B, H, L, d)
@@ -289,9 +284,7 @@ class TransformerPolicy(ToyPolicy):
             dqkv = np.concatenate([self._merge_heads(t) for t in (dq, dk, dv)],
                                   axis=-1)  # (B, L, 3D)
             # qkv = a W_qkv + b_qkv
-            g["W_qkv"] = wgrad(c["a"], dqkv)  # (D, 3D)
-            g["b_qkv"] = dqkv.sum(axis=(0, 1))  # (3D,)
-            da = dqkv @ w["W_qkv"].T  # (B, L, D)
+            g["W_qkv"], g["b_qkv"], da = linear_backward(c["a"], w["W_qkv"], dqkv)  # da (B, L, D)
             # a = LN(x; g1, b1)
             dx_ln, g["ln1_g"], g["ln1_b"] = layer_norm_backward(da, c["ln1"])  # (B, L, D)
             dx = dx1 + dx_ln  # (B, L, D)

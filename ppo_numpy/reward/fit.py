@@ -115,18 +115,14 @@ def fit_reward_model(model, pairs, *, steps=300, lr=0.02, weight_decay=1e-3, hel
     check_int(log_every, "log_every")
     opt = Adam(model.params, lr=lr)
     history = []
-
-    def log(step, loss, stats):
-        row = {"step": step, "loss": loss, **stats}
-        if heldout is not None:
-            held = evaluate_reward_model(model, heldout)
-            row.update({f"heldout_{k}": v for k, v in held.items()})
-        history.append(row)
-
     for step in range(steps + 1):
         loss, grads, stats = reward_loss_and_grads(model, pairs, weight_decay=weight_decay)
         if step % log_every == 0 or step == steps:
-            log(step, loss, stats)
+            row = {"step": step, "loss": loss, **stats}
+            if heldout is not None:
+                held = evaluate_reward_model(model, heldout)
+                row.update({f"heldout_{k}": v for k, v in held.items()})
+            history.append(row)
         if step < steps:
             opt.step(grads)
     return history

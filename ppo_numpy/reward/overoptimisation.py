@@ -41,7 +41,7 @@ import numpy as np
 from .._validation import check_int, check_scalar
 from ..training.config import PPOConfig
 from ..training.loop import make_kl_controller, new_run, ppo_iteration
-from ..training.metrics import format_value
+from ..training.metrics import format_value, read_rows
 from ..training.tasks import TASKS, make_task
 from . import RewardModel, evaluate_reward_model, fit_reward_model, make_preference_pairs
 
@@ -82,9 +82,6 @@ class OveroptimisationConfig:
         check_scalar(self.random_frac, "random_frac", low=0, high=1, allow_exact=False)
         check_scalar(self.rm_lr, "rm_lr", low=0, low_open=True, allow_exact=False)
         check_scalar(self.weight_decay, "weight_decay", low=0, allow_exact=False)
-        if self.task not in TASKS:
-            raise ValueError(f"task: unknown value {self.task!r}; valid ones are "
-                             f"{', '.join(TASKS)}")
         betas = tuple(self.betas)
         if not betas or any(isinstance(b, bool) or not isinstance(b, (int, float))
                             or not math.isfinite(b) or b < 0 for b in betas):
@@ -92,7 +89,7 @@ class OveroptimisationConfig:
         if len(set(betas)) != len(betas):
             raise ValueError(f"betas: repeated value in {self.betas!r}")
         object.__setattr__(self, "betas", tuple(float(b) for b in betas))
-        # the remaining checks are PPOConfig's
+        # the remaining checks (task, seed, warmup_steps) are PPOConfig's
         self.ppo_config()
 
     def ppo_config(self, beta: float | None = None) -> PPOConfig:
@@ -247,13 +244,10 @@ def write_csv(rows, path) -> None:
 
 
 def read_csv(path) -> list[dict]:
-    """The rows of an overoptimisation.csv (header checked)."""
-    with open(path, newline="") as f:
-        data = list(csv.reader(f))
-    if not data or tuple(data[0]) != tuple(COLUMNS):
-        raise ValueError(f"{path}: not an overoptimisation.csv (header differs)")
+    """The rows of an overoptimisation.csv (header checked: a
+    :class:`~ppo_numpy._npz.BadFileError`, a ValueError, if it differs)."""
     return [{c: int(v) if c == "iteration" else float(v) for c, v in zip(COLUMNS, r)}
-            for r in data[1:]]
+            for r in read_rows(path, COLUMNS, "an overoptimisation.csv")]
 
 
 def summary_table(result: OveroptimisationResult, last: int = 10) -> str:

@@ -196,7 +196,7 @@ def check_config(c: PPOConfig) -> None:
     for name in ("gamma", "lam"):
         if not 0 <= getattr(c, name) <= 1:
             raise ValueError(f"{name}: must be in [0, 1], got {getattr(c, name)}")
-    for name in ("value_clip", "max_grad_norm"):
+    for name in ("value_clip", "max_grad_norm", "group_size"):
         if getattr(c, name) is not None and getattr(c, name) <= 0:
             raise ValueError(f"{name}: must be > 0 or None, got {getattr(c, name)}")
     if c.d_model % c.n_heads:
@@ -206,8 +206,6 @@ def check_config(c: PPOConfig) -> None:
                          f"got {c.minibatches}")
     if c.whiten_advantages and c.batch_size < 2:
         raise ValueError("batch_size: whitening the advantages needs at least 2 responses")
-    if c.group_size is not None and c.group_size <= 0:
-        raise ValueError(f"group_size: must be > 0 or None, got {c.group_size}")
     G = responses_per_prompt(c)
     if c.batch_size % G:
         raise ValueError(f"group_size: must divide batch_size={c.batch_size} (B = prompts x "

@@ -174,10 +174,8 @@ def ppo_iteration(state: RunState) -> dict:
             if c.max_grad_norm is not None:
                 grads = scale_to_norm(grads, c.max_grad_norm, grad_norm)
             state.optimizer.step(grads, check=False)
-            sums["clipfrac"] += stats["clipfrac_active"]
-            sums["grad_norm"] += float(grad_norm)
-            for name in ("approx_kl_k1", "approx_kl_k3", "entropy", "policy_loss",
-                         "value_loss"):
+            stats.update(clipfrac=stats["clipfrac_active"], grad_norm=float(grad_norm))
+            for name in sums:
                 sums[name] += stats[name]
 
     # 5. KL controller update

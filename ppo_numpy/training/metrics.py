@@ -168,11 +168,13 @@ class MetricsWriter:
         self._file.close()
 
 
-def read_rows(path) -> list[list[str]]:
-    """The data rows of a metrics.csv, as strings (header checked).
+def read_rows(path, columns=COLUMNS, kind="a metrics.csv of this version") -> list[list[str]]:
+    """The data rows of a metrics.csv (or of another CSV whose header is ``columns``), as
+    strings (header checked).
 
     A file that cannot be decoded or parsed, or whose header differs, is a
-    :class:`~ppo_numpy._npz.BadFileError` (a ValueError) naming it.
+    :class:`~ppo_numpy._npz.BadFileError` (a ValueError) naming it (and saying it is not
+    ``kind``).
     """
     try:
         with open(path, newline="", encoding="utf-8") as f:
@@ -181,8 +183,8 @@ def read_rows(path) -> list[list[str]]:
         raise
     except (OSError, UnicodeDecodeError, csv.Error) as err:
         raise BadFileError(path, f"not a readable CSV file ({err})") from None
-    if not rows or tuple(rows[0]) != tuple(COLUMNS):
-        raise BadFileError(path, "not a metrics.csv of this version (header differs)")
+    if not rows or tuple(rows[0]) != tuple(columns):
+        raise BadFileError(path, f"not {kind} (header differs)")
     return rows[1:]
 
 

@@ -69,7 +69,6 @@ def prepare_out_dir(out_dir, force: bool) -> Path:
 
 def save_state(state: RunState, path) -> None:
     """Write ``state`` to ``path`` (.npz; atomically, by ``save_checkpoint``)."""
-    path = Path(path)
     extra = {f"ref.{k}": v for k, v in state.reference.params.items()}
     extra.update(
         config=np.array(state.config.to_json()),
@@ -263,9 +262,8 @@ def resume(out_dir, overrides=None, callback=None, *, plot=True) -> list[dict]:
     """
     out = Path(out_dir)
     state = load_state(out / "checkpoint.npz")
-    overrides = dict(overrides or {})
     try:
-        asked = state.config.replace(**overrides)
+        asked = state.config.replace(**(overrides or {}))
     except (TypeError, ValueError) as err:
         raise RunError(str(err)) from None
     diff = state.config.differences(asked)

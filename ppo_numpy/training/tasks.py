@@ -43,7 +43,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from .._validation import check_int
+from .._validation import as_mask, check_int
 from ..policy.base import check_rng
 from ..policy.vocab import BOS, EOS, FIRST_CONTENT, PAD, SPECIAL_NAMES, Vocab
 
@@ -73,14 +73,9 @@ def response_lengths(responses, mask):
     ([1, 3, 0], [True, False, True])
     """
     y = np.asarray(responses)
-    m = np.asarray(mask)
     if y.ndim != 2 or y.dtype.kind not in "iu":
         raise ValueError(f"responses: expected an int array (B, T), got {y.dtype} {y.shape}")
-    if m.shape != y.shape:
-        raise ValueError(f"mask: shape {m.shape} does not match responses shape {y.shape}")
-    if not np.all((m == 0) | (m == 1)):
-        raise ValueError("mask: must contain only 0 and 1")
-    m = m.astype(bool)
+    m = as_mask(mask, y, "responses")
     length = m.sum(axis=1)
     # right padding: the mask is 1 exactly on the first `length` positions
     if not np.array_equal(m, np.arange(y.shape[1])[None, :] < length[:, None]):
@@ -101,7 +96,8 @@ def _prefix(y, n):
 class Task:
     """A prompt -> response task with a rule-based score (see the module docstring).
 
-    Subclasses define ``_score``, ``_prior`` and ``random_score``.
+    Subclasses define ``_score`` and ``random_score``, and ``_prior`` unless the default
+    prior suits them: uniform random content tokens, stopping after a uniform 1 .. T - 1.
 
     Attributes
     ----------
@@ -232,13 +228,18 @@ class Task:
         N = self.n_content
         return Fraction(N, N + 1), Fraction(1, N + 1)
 
-    def _matching_random_score(self):
-        """Random score of the tasks scoring (matches + [EOS at P]) / (P + 1)."""
-        P = self.prompt_tokens
+    def _per_slot_random_score(self):
+        """Random score of the tasks paying 1 / T for each of the T slots whose right token
+        comes before any EOS (target; reverse and sort, whose (P + 1)-th slot wants EOS)."""
+        T = self.max_new_tokens
         q, p = self._q()
-        # a match at position i needs i non-EOS tokens before it, then the right token
-        total = sum(q**i * p for i in range(P)) + q**P * p
-        return total / (P + 1)
+        # slot t holds the right token when the t tokens before it are not EOS and it is right
+        return sum(q**t * p for t in range(T)) / T
+
+    def _prior(self, content, rng):
+        B, T = content.shape[0], self.max_new_tokens
+        n = rng.integers(1, T, size=B)
+        return rng.integers(FIRST_CONTENT, self.vocab_size, size=(B, T)), n
 
 
 def _assemble(content, n, T):
@@ -250,8 +251,7 @@ def _assemble(content, n, T):
     y[:, :width] = content[:, :width]
     y = np.where(pos < n[:, None], y, 0)
     y = np.where(pos == n[:, None], EOS, y)
-    length = np.minimum(n + 1, T)
-    mask = (pos < length[:, None]).astype(np.float64)
+    mask = (pos <= n[:, None]).astype(np.float64)
     return y, mask
 
 
@@ -276,16 +276,8 @@ class TargetTask(Task):
         hits = _prefix(y, n) == content[:, :1]
         return hits.sum(axis=1) / self.max_new_tokens
 
-    def _prior(self, content, rng):
-        B, T = content.shape[0], self.max_new_tokens
-        n = rng.integers(1, T, size=B)
-        return rng.integers(FIRST_CONTENT, self.vocab_size, size=(B, T)), n
-
     def random_score(self):
-        T = self.max_new_tokens
-        q, p = self._q()
-        # slot t holds c when the t tokens before it are not EOS and it is c
-        return sum(q**t * p for t in range(T)) / T
+        return self._per_slot_random_score()
 
 
 class LengthTask(Task):
@@ -308,11 +300,6 @@ class LengthTask(Task):
         off = np.abs(n - L)
         s = np.where(off == 0, 1.0, np.where(off == 1, 0.5, 0.0))
         return np.where(stopped, s, 0.0)
-
-    def _prior(self, content, rng):
-        B, T = content.shape[0], self.max_new_tokens
-        n = rng.integers(1, self.n_content + 1, size=B)
-        return rng.integers(FIRST_CONTENT, self.vocab_size, size=(B, T)), n
 
     def random_score(self):
         N = self.n_content
@@ -351,7 +338,7 @@ class _MatchTask(Task):
         return np.where(copy, content, noise), np.full(B, P)
 
     def random_score(self):
-        return self._matching_random_score()
+        return self._per_slot_random_score()
 
 
 class ReverseTask(_MatchTask):
@@ -415,22 +402,15 @@ PLUS = FIRST_CONTENT + 10
 EQUALS = FIRST_CONTENT + 11
 
 
-class _AddVocab(Vocab):
-    """``<pad> <bos> <eos> 0 1 .. 9 + =``."""
-
-    def __init__(self):
-        super().__init__(FIRST_CONTENT + 12)
-        self.names = SPECIAL_NAMES + tuple("0123456789") + ("+", "=")
+#: the vocabulary of :class:`AddTask`, ``<pad> <bos> <eos> 0 1 .. 9 + =``:
+#: ``ADD_VOCAB.decode([1, 3, 10, 13]) == '<bos> 0 7 +'``
+ADD_VOCAB = Vocab(FIRST_CONTENT + 12)
+ADD_VOCAB.names = SPECIAL_NAMES + tuple("0123456789") + ("+", "=")
 
 
-#: the vocabulary of :class:`AddTask`: ``ADD_VOCAB.decode([1, 3, 10, 13]) == '<bos> 0 7 +'``
-ADD_VOCAB = _AddVocab()
-
-
-def _digits_of(n, width=None):
+def _digits_of(n, width):
     """Decimal digits of each entry of ``n`` (most significant first), (B, width) int."""
     n = np.asarray(n, dtype=np.int64)
-    width = int(max(1, len(str(int(n.max()))))) if width is None else width
     powers = 10 ** np.arange(width - 1, -1, -1)
     return (n[:, None] // powers[None, :]) % 10
 
@@ -524,8 +504,7 @@ class AddTask(Task):
         return a, b
 
     def _pairs_prompts(self, pairs):
-        top = 10**self.digits
-        return self.prompts_for(pairs // top, pairs % top)
+        return self.prompts_for(*np.divmod(pairs, 10**self.digits))
 
     def sample_prompts(self, rng, n):
         """``n`` prompts of sums drawn uniformly from the training pairs; int64 (n, 2n + 3)."""
@@ -543,25 +522,19 @@ class AddTask(Task):
         total = np.asarray(total, dtype=np.int64)
         T = self.max_new_tokens
         width = self.digits + 1
-        digits = _digits_of(total, width)  # (B, n + 1), leading zeros included
         n = np.array([len(str(int(s))) for s in total])  # digits without leading zeros
-        # shift left by the number of leading zeros
-        shift = width - n
-        idx = np.arange(width)[None, :] + shift[:, None]
-        content = DIGIT0 + np.take_along_axis(digits, np.minimum(idx, width - 1), axis=1)
+        # shifted left past its leading zeros: total 10^(width - n) has width digits, its own
+        # n first (then zeros, which _assemble replaces by EOS and PAD)
+        content = DIGIT0 + _digits_of(total * 10 ** (width - n), width)  # (B, n + 1)
         return _assemble(np.pad(content, ((0, 0), (0, T - width))), n, T)
 
     def _score(self, content, y, n, stopped):
         x = np.concatenate([np.full((content.shape[0], 1), BOS), content], axis=1)
         a, b = self.operands(x)
         want, want_mask = self.answer_tokens(a + b)
-        T = y.shape[1]
-        got = np.zeros((y.shape[0], self.max_new_tokens), dtype=np.int64)
-        got[:, :T] = _prefix(y, n)
+        want_n = want_mask.sum(axis=1).astype(np.int64) - 1  # digits before EOS
         # compare the tokens before EOS and the place of EOS; what follows EOS is ignored
-        want_n = want_mask.sum(axis=1).astype(np.int64) - 1
-        keep = np.arange(self.max_new_tokens)[None, :] < want_n[:, None]
-        same = np.all(np.where(keep, got == want, True), axis=1)
+        same = np.all(_prefix(y, n) == _prefix(want[:, : y.shape[1]], want_n), axis=1)
         return (stopped & (n == want_n) & same).astype(np.float64)
 
     def forgot_carry(self, a, b):
@@ -576,9 +549,6 @@ class AddTask(Task):
         cols[:, 1:] %= 10
         return (cols * 10 ** np.arange(n - 1, -1, -1)).sum(axis=1)
 
-    def _prior(self, content, rng):
-        raise NotImplementedError  # sample_prior is overridden
-
     def sample_prior(self, prompts, rng):
         """The forgetful pupil's responses (class docstring): (responses, mask)."""
         check_rng(rng)
@@ -589,19 +559,17 @@ class AddTask(Task):
     def random_score(self):
         """P(exact match) for the random policy: (1 / 13)^(digits of a + b, plus EOS),
         averaged over the training pairs."""
-        top = 10**self.digits
-        totals = self.train_pairs // top + self.train_pairs % top
-        lengths = np.char.str_len(totals.astype(str))
+        a, b = np.divmod(self.train_pairs, 10**self.digits)
+        lengths = np.char.str_len((a + b).astype(str))
         counts = np.bincount(lengths)
         p = Fraction(1, self.n_content + 1)
-        return sum(int(c) * p ** (k + 1) for k, c in enumerate(counts) if c) / len(totals)
+        return sum(int(c) * p ** (k + 1) for k, c in enumerate(counts) if c) / len(a)
 
     def prior_score(self):
         """Exact expected score of the prior on the training pairs: the share of sums without
         a carry, plus (1 - forget_prob) times the share with one (forget_prob as a Fraction
         of its decimal text)."""
-        top = 10**self.digits
-        a, b = self.train_pairs // top, self.train_pairs % top
+        a, b = np.divmod(self.train_pairs, 10**self.digits)
         carry = int(np.sum(self.forgot_carry(a, b) != a + b))
         n = len(self.train_pairs)
         keep = 1 - Fraction(str(self.forget_prob))
