@@ -78,13 +78,13 @@ def _lm_human_preferences(x: Rollout, p: dict) -> dict:
         raise ValueError(f"{name}: mask row {row} has padding; lm-human-preferences has no "
                          "mask (every one of the T sampled tokens counts), so the mask must "
                          "be all ones")
-    kl = kl_estimate(x.logp_old, x.logp_ref, "k1")
-    rewards = kl_shaped_rewards(x.scores, x.logp_old, x.logp_ref, p["beta"])
+    m = x.mask  # every column (checked above)
+    kl = kl_estimate(x.logp_old, x.logp_ref, "k1", m)
+    rewards = kl_shaped_rewards(x.scores, x.logp_old, x.logp_ref, p["beta"], m)
     if p["whiten_rewards"]:
-        rewards = whiten(rewards, shift_mean=False, ddof=0)
-    raw_advantages, returns = gae(rewards, x.old_values, p["gamma"], p["lam"])
-    advantages = whiten(raw_advantages, ddof=0)
-    m = x.mask
+        rewards = whiten(rewards, m, shift_mean=False, ddof=0)
+    raw_advantages, returns = gae(rewards, x.old_values, p["gamma"], p["lam"], m)
+    advantages = whiten(raw_advantages, m, ddof=0)
     policy_loss, st, dlogp, vloss, dvalues = losses(x, advantages, returns, p, mask=m)
     stats = lmhp_stats(x, returns, m, p, st, policy_loss, vloss, kl, ddof=0)
     stats["objective/score"] = mean_rows(x.scores)

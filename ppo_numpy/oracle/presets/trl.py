@@ -16,7 +16,6 @@ from ._common import (
     gae,
     gae_over,
     kl_estimate,
-    kl_loss,
     losses,
     masked_mean,
     mean_rows,
@@ -88,11 +87,9 @@ def _trl(x: Rollout, p: dict) -> dict:
         rewards = whiten(rewards, m_p1, shift_mean=False)
     raw_advantages, returns = gae(rewards, x.old_values, p["gamma"], p["lam"], m_p1)
     advantages = whiten_advantages(raw_advantages, m, p)
-    policy_loss, st, dlogp, vloss, dvalues = losses(x, advantages, returns, p, mask=m,
-                                                    value_mask=m_p1)
-    if in_loss:
-        value, grad = kl_loss(x, m, p["beta"], est, p["kl_clamp"])
-        policy_loss, dlogp = policy_loss + value, dlogp + grad
+    policy_loss, st, dlogp, vloss, dvalues = losses(
+        x, advantages, returns, p, mask=m, value_mask=m_p1,
+        kl=(p["beta"], est, p["kl_clamp"]) if in_loss else None)
     B, T = m.shape
     rho = probability_ratio(x.logp, x.logp_old, m)
     kl_per_row = aggregate(kl, m, "seq-mean-token-sum")

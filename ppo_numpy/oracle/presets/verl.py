@@ -13,7 +13,6 @@ from ._common import (
     float32_roundings,
     gae_over,
     kl_estimate,
-    kl_loss,
     losses,
     masked_mean,
     masked_var,
@@ -89,13 +88,11 @@ def _verl(x: Rollout, p: dict) -> dict:
                                        p["gae_holes"])
     advantages = whiten_advantages(raw_advantages, m, p)
     agg = p["loss_agg_mode"]
-    policy_loss, st, dlogp, vloss, dvalues = losses(x, advantages, returns, p, agg, mask=m,
-                                                    value_agg=agg)
-    if p["use_kl_loss"]:
-        # why: verl core_algos.py kl_penalty "low_var_kl" (k3 clamped to [-10, 10]) of the
-        # current policy against the reference, agg_loss'd and times kl_loss_coef
-        value, grad = kl_loss(x, m, p["beta"], "k3", 10.0, agg)
-        policy_loss, dlogp = policy_loss + value, dlogp + grad
+    # why: with use_kl_loss, verl core_algos.py kl_penalty "low_var_kl" (k3 clamped to
+    # [-10, 10]) of the current policy against the reference, agg_loss'd, times kl_loss_coef
+    policy_loss, st, dlogp, vloss, dvalues = losses(
+        x, advantages, returns, p, agg, mask=m, value_agg=agg,
+        kl=(p["beta"], "k3", 10.0) if p["use_kl_loss"] else None)
     stats = {
         "actor/pg_loss": policy_loss,
         "actor/pg_clipfrac": st["clipfrac_active"],
