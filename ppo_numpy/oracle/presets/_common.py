@@ -138,24 +138,15 @@ def read_case(case: dict, names=INPUT_NAMES) -> Rollout:
     if missing:
         raise ValueError(f"case: missing input(s) {', '.join(missing)}; a case needs "
                          f"{', '.join(names)}")
-    arrays = {n: case[n] if n == "groups" else as_array(case[n], n, exact=False)
-              for n in names if n != "mask"}
-    logp = arrays["logp"]
+    logp = as_array(case["logp"], "logp", exact=False)
     if logp.ndim != 2:
         raise ValueError(f"logp: presets take a (B, T) batch, got shape {logp.shape}")
-    for n in ("logp_old", "logp_ref", "values", "old_values"):
-        if n in arrays and arrays[n].shape != logp.shape:
-            raise ValueError(f"{n}: shape {arrays[n].shape} does not match logp shape "
-                             f"{logp.shape}")
-    for n in ("scores", "baseline_scores"):
-        if n in arrays and arrays[n].shape != logp.shape[:1]:
-            raise ValueError(f"{n}: expected shape {logp.shape[:1]} (one score per "
-                             f"response), got shape {arrays[n].shape}")
     m = as_mask(case["mask"], logp, "logp")
     empty = ~m.any(axis=-1)
     if np.any(empty):
         raise ValueError(f"mask: row {int(np.argmax(empty))} has no response token")
-    return Rollout.keeping_padding(mask=m, **arrays)
+    # the Rollout checks each array's type, shape and finiteness where the mask is 1
+    return Rollout.keeping_padding(mask=m, **{n: case[n] for n in names if n != "mask"})
 
 
 def check_params(p: dict) -> dict:
