@@ -162,12 +162,6 @@ def cast_case(case: dict, dtype) -> dict:
     return out
 
 
-def as_float64_case(case: dict) -> dict:
-    out = dict(case)
-    out["inputs"] = {n: np.array(v, dtype=np.float64) for n, v in case["inputs"].items()}
-    return out
-
-
 def probe_cases(case: dict, dtype, n: int, *, seed: int = 0) -> list:
     """``n`` float64 copies of ``case`` with each valid input moved by ``+-4 u max(|x|, 1)``."""
     u = TOLERANCES[check_dtype(dtype)].unit_roundoff
@@ -485,7 +479,9 @@ def compare(candidate, reference, cases=None, dtype="float64", *, outputs=None,
         Usually a preset of :mod:`ppo_numpy.oracle.presets`. It receives the
         same rounded inputs in float64.
     cases : list of case dicts, optional
-        Default: :func:`ppo_numpy.oracle.cases.generate_cases` with seed 0.
+        Default: the reference's cases with seed 0
+        (:func:`~ppo_numpy.oracle.group_cases.cases_for`: the group cases for a critic-free
+        preset, else :func:`ppo_numpy.oracle.cases.generate_cases`).
     dtype : {"float64", "float32", "bfloat16"}
         The precision the candidate computes in; chooses the input rounding
         and the tolerance.
@@ -505,7 +501,6 @@ def compare(candidate, reference, cases=None, dtype="float64", *, outputs=None,
     -------
     ComparisonReport; ``report.passed`` and ``print(report)``.
     """
-    from .cases import generate_cases
     from .group_cases import cases_for
     from .presets import as_preset
 
@@ -516,13 +511,12 @@ def compare(candidate, reference, cases=None, dtype="float64", *, outputs=None,
     if outputs is not None:
         outputs = _output_names(outputs)
     if cases is None:
-        cases = cases_for(reference, 0) if hasattr(reference, "input_names") else \
-            generate_cases(0)
+        cases = cases_for(reference, 0)
     tol = tolerance or tolerance_for(reference, dtype)
     report = ComparisonReport(dtype, tol, title=f"{_label(candidate)} vs {_label(reference)}")
     for case in cases:
         cast = cast_case(case, dtype)
-        ref_case = as_float64_case(cast)
+        ref_case = cast_case(cast, "float64")
         try:
             expected = reference(ref_case)
         except ValueError as err:

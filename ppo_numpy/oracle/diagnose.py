@@ -32,7 +32,6 @@ import numpy as np
 from .compare import (
     ComparisonReport,
     _as_output,
-    as_float64_case,
     cast_case,
     check_dtype,
     compare,
@@ -232,7 +231,7 @@ def diagnose(candidate, preset, cases=None, dtype="float64", *, outputs=None, to
             actual = candidate(cast)
         except Exception as err:  # reported by compare, as a failure of the case
             actual = err
-        runs.append((as_float64_case(cast), actual))
+        runs.append((cast_case(cast, "float64"), actual))
     report = _compare_runs(candidate, runs, preset, dtype, outputs, tol, probes)
 
     diagnosis = Diagnosis(preset.name, report)
