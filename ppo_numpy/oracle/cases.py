@@ -179,20 +179,12 @@ def random_params(rng: np.random.Generator) -> dict:
             "lam": round(float(rng.uniform(0.8, 1.0)), 3)}
 
 
-def _length_1(rng):
-    mask = mask_from_lengths([1, 1, 1, 1], 5)
-    return "every response is one token long", sample_inputs(rng, mask), {}
-
-
-def _left_padding(rng):
-    mask = mask_from_lengths([8, 5, 3, 1], 8, padding="left")
-    return ("left padding: responses end at the last column, the score goes there",
-            sample_inputs(rng, mask), {})
-
-
-def _right_padding(rng):
-    mask = mask_from_lengths([8, 5, 3, 1], 8, padding="right")
-    return "right padding: responses start at column 0", sample_inputs(rng, mask), {}
+def _layout(description: str, mask, params=None):
+    """The builder of an edge case that is a layout of the mask (and parameters): the inputs
+    of :func:`sample_inputs` on ``mask``."""
+    def build(rng):
+        return description, sample_inputs(rng, mask), dict(params or {})
+    return build
 
 
 #: the mask of ``multi-turn-holes`` and ``holes-discounted``: every row starts with a
@@ -200,14 +192,6 @@ def _right_padding(rng):
 HOLES_MASK = np.array([[1, 1, 1, 0, 0, 1, 1, 0, 1, 1, 1, 0],
                        [1, 1, 0, 0, 0, 1, 1, 0, 1, 1, 1, 1],
                        [1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 0, 0]], dtype=np.float64)
-
-
-def _multi_turn_holes(rng):
-    # every row starts with a response token, as a rollout's response part does: only the
-    # holes differ from right padding (verl, whose GAE skips holes, takes the case)
-    mask = HOLES_MASK.copy()
-    return ("masks with holes (multi-turn): V(s_{t+1}) is the value at the next "
-            "response token", sample_inputs(rng, mask), {})
 
 
 def _garbage_in_padding(rng):
@@ -263,23 +247,25 @@ def _extreme_kl(rng):
             "clamp the KL estimate differ here", inputs, {})
 
 
-def _all_equal_rewards(rng):
-    mask = np.ones((4, 5))
-    inputs = sample_inputs(rng, mask)
-    zero = np.zeros_like(mask)
+def _without_kl_and_values(inputs, scores):
+    """``inputs`` with logp_old = logp_ref = logp (ratio 1, no KL), zero values and
+    ``scores``."""
+    zero = np.zeros_like(inputs["mask"])
     inputs.update(logp_old=inputs["logp"].copy(), logp_ref=inputs["logp"].copy(),
-                  values=zero.copy(), old_values=zero.copy(), scores=np.ones(4))
+                  values=zero.copy(), old_values=zero.copy(), scores=scores)
+    return inputs
+
+
+def _all_equal_rewards(rng):
+    inputs = _without_kl_and_values(sample_inputs(rng, np.ones((4, 5))), np.ones(4))
     return ("every score 1, no KL (logp = logp_old = logp_ref), zero values, gamma = lam = 1: "
             "every advantage is exactly 1, so its variance is 0", inputs,
             {"gamma": 1.0, "lam": 1.0})
 
 
 def _gamma_lam(gamma, lam):
-    def build(rng):
-        mask = np.ones((3, 6))
-        return (f"gamma = {gamma:g}, lam = {lam:g}", sample_inputs(rng, mask),
-                {"gamma": gamma, "lam": lam})
-    return build
+    return _layout(f"gamma = {gamma:g}, lam = {lam:g}", np.ones((3, 6)),
+                   {"gamma": gamma, "lam": lam})
 
 
 def _dual_clip(rng):
@@ -305,12 +291,8 @@ def _tiny_advantage_variance(rng):
     # its row's score, so their variance (~1e-8) is of the order of the whitening's eps:
     # eps's value, and whether it is added to the variance or floors it, change the
     # whitened advantages by O(1)
-    mask = mask_from_lengths([5, 5, 4, 3], 5)
-    inputs = sample_inputs(rng, mask)
-    zero = np.zeros_like(mask)
-    inputs.update(logp_old=inputs["logp"].copy(), logp_ref=inputs["logp"].copy(),
-                  values=zero.copy(), old_values=zero.copy(),
-                  scores=rng.normal(0.0, 1e-4, size=mask.shape[0]))
+    inputs = sample_inputs(rng, mask_from_lengths([5, 5, 4, 3], 5))
+    inputs = _without_kl_and_values(inputs, rng.normal(0.0, 1e-4, size=4))
     return ("scores of size 1e-4, no KL, zero values, gamma = lam = 1: the advantages' "
             "variance (~1e-8) is of the order of the whitening's eps", inputs,
             {"gamma": 1.0, "lam": 1.0})
@@ -374,25 +356,16 @@ def _one_sided_log_ratios(rng):
             inputs, {})
 
 
-def _holes_discounted(rng):
-    # the layout of multi-turn-holes with gamma 0.9 and lam 0.8: with gamma = lam = 1 a
-    # hole run through as a zero state changes nothing (A_t = sum of later rewards - V_t)
-    mask = HOLES_MASK.copy()
-    return ("masks with holes, gamma 0.9, lam 0.8: skipping a hole and running through it "
-            "as a state of value 0 differ", sample_inputs(rng, mask), {"gamma": 0.9, "lam": 0.8})
-
-
-def _one_valid_token(rng):
-    mask = np.array([[0.0, 0.0, 1.0, 0.0, 0.0, 0.0]])
-    return ("a single response token in the whole batch (whitening needs two)",
-            sample_inputs(rng, mask), {})
-
-
 EDGE_CASES = {
-    "length-1": _length_1,
-    "left-padding": _left_padding,
-    "right-padding": _right_padding,
-    "multi-turn-holes": _multi_turn_holes,
+    "length-1": _layout("every response is one token long", mask_from_lengths([1, 1, 1, 1], 5)),
+    "left-padding": _layout("left padding: responses end at the last column, the score goes "
+                            "there", mask_from_lengths([8, 5, 3, 1], 8, padding="left")),
+    "right-padding": _layout("right padding: responses start at column 0",
+                             mask_from_lengths([8, 5, 3, 1], 8)),
+    # every row starts with a response token, as a rollout's response part does: only the
+    # holes differ from right padding (verl, whose GAE skips holes, takes the case)
+    "multi-turn-holes": _layout("masks with holes (multi-turn): V(s_{t+1}) is the value at "
+                                "the next response token", HOLES_MASK),
     "garbage-in-padding": _garbage_in_padding,
     "extreme-log-ratios": _extreme_log_ratios,
     "extreme-kl": _extreme_kl,
@@ -401,12 +374,17 @@ EDGE_CASES = {
     "gamma0-lam1": _gamma_lam(0.0, 1.0),
     "gamma1-lam0": _gamma_lam(1.0, 0.0),
     "gamma1-lam1": _gamma_lam(1.0, 1.0),
-    "one-valid-token": _one_valid_token,
+    "one-valid-token": _layout("a single response token in the whole batch (whitening needs "
+                               "two)", np.array([[0.0, 0.0, 1.0, 0.0, 0.0, 0.0]])),
     "dual-clip": _dual_clip,
     "tiny-advantage-variance": _tiny_advantage_variance,
     "values-on-clip-bounds": _values_on_clip_bounds,
     "one-sided-log-ratios": _one_sided_log_ratios,
-    "holes-discounted": _holes_discounted,
+    # the layout of multi-turn-holes with gamma 0.9 and lam 0.8: with gamma = lam = 1 a
+    # hole run through as a zero state changes nothing (A_t = sum of later rewards - V_t)
+    "holes-discounted": _layout("masks with holes, gamma 0.9, lam 0.8: skipping a hole and "
+                                "running through it as a state of value 0 differ", HOLES_MASK,
+                                {"gamma": 0.9, "lam": 0.8}),
 }
 """The named edge cases' builders, ``builder(rng) -> (description, inputs, params)``."""
 
