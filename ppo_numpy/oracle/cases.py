@@ -208,8 +208,7 @@ def _garbage_in_padding(rng):
 
 
 def _extreme_log_ratios(rng):
-    mask = np.ones((3, 6))
-    inputs = sample_inputs(rng, mask)
+    inputs = sample_inputs(rng, np.ones((3, 6)))
     # logp - logp_old per row: the first four columns; log-probs stay <= 0
     shifts = np.array([[50.0, -50.0, 20.0, -20.0],
                        [-50.0, 50.0, -5.0, 5.0],
@@ -227,8 +226,7 @@ def _extreme_log_ratios(rng):
 
 
 def _extreme_kl(rng):
-    mask = np.ones((3, 5))
-    inputs = sample_inputs(rng, mask)
+    inputs = sample_inputs(rng, np.ones((3, 5)))
     # log-ratio to the reference per row, first three columns
     shifts = np.array([[50.0, -50.0, 20.0],
                        [-50.0, 50.0, -20.0],
@@ -315,8 +313,7 @@ def _values_on_clip_bounds(rng):
     # gamma = 1, lam = 0 and no KL, R_t = V_old,t+1, so V_old walks by the column's d plus
     # a step of 1e-3 (|R - V| ~ 1e-3) and the two forms count different tokens as clipped
     B, T = 6, 12
-    mask = np.ones((B, T))
-    inputs = sample_inputs(rng, mask)
+    inputs = sample_inputs(rng, np.ones((B, T)))
     old = np.empty((B, T))
     values = np.empty((B, T))
     old[:, 0] = rng.uniform(-0.3, 0.3, size=B)
@@ -340,8 +337,7 @@ def _one_sided_log_ratios(rng):
     # and OpenRLHF, and not balanced by a -25 (as in extreme-log-ratios), so the clamp
     # changes the mean log-ratio the frameworks log even where the dual clip hides it
     # from the loss
-    mask = np.ones((3, 6))
-    inputs = sample_inputs(rng, mask)
+    inputs = sample_inputs(rng, np.ones((3, 6)))
     logp = inputs["logp"].copy()
     logp_old = inputs["logp_old"].copy()
     for t in (0, 3):
