@@ -247,7 +247,8 @@ class ComparisonReport:
         out = {}
         for r in self.rows:
             a, b = out.get(r.output, (0.0, 0.0))
-            out[r.output] = (_nanmax(a, r.max_abs_err), _nanmax(b, r.max_rel_err))
+            # (fmax: the larger, NaN only where both are NaN)
+            out[r.output] = (float(np.fmax(a, r.max_abs_err)), float(np.fmax(b, r.max_rel_err)))
         return out
 
     def worst(self, output: str) -> OutputComparison:
@@ -288,10 +289,6 @@ class ComparisonReport:
         else:
             lines.append(f"passed: {len(self.rows)} output comparisons")
         return "\n".join(lines)
-
-
-def _nanmax(a, b):
-    return a if np.isnan(b) else b if np.isnan(a) else max(a, b)
 
 
 def _badness(row: OutputComparison) -> float:

@@ -235,7 +235,7 @@ def diagnose(candidate, preset, cases=None, dtype="float64", *, outputs=None, to
     report = _compare_runs(candidate, runs, preset, dtype, outputs, tol, probes)
 
     diagnosis = Diagnosis(preset.name, report)
-    by_output = {}
+    by_output = diagnosis.outputs
     for row in report.rows:
         if row.output == "(candidate)":
             continue
@@ -243,7 +243,6 @@ def diagnose(candidate, preset, cases=None, dtype="float64", *, outputs=None, to
         d.n_cases += 1
         if not row.passed:
             d.failed_cases.append(row.case)
-    diagnosis.outputs = by_output
     usable = [(ref, actual) for ref, actual in runs if isinstance(actual, dict)]
     baseline = {ref["name"]: _run(preset, ref, {}) for ref, _ in usable}
     # an output that passes only within its kinks' ranges (probes) but differs from the

@@ -78,11 +78,10 @@ def _verl_grpo(x: Rollout, p: dict) -> dict:
     if not np.all(m[:, 0]):
         raise ValueError(f"{name}: mask row {int(np.argmin(m[:, 0]))} does not start at "
                          "column 0; verl places the score at (number of response tokens) - 1")
-    scores_tok = at_last_token(x.scores, m)
-    rewards = scores_tok
+    rewards = at_last_token(x.scores, m)
     if p["use_kl_in_reward"]:
         est, clamp = KL_TYPES[p["kl_penalty"]]
-        rewards = scores_tok - p["kl_coef"] * kl_estimate(x.logp_old, x.logp_ref, est, m, clamp)
+        rewards = rewards - p["kl_coef"] * kl_estimate(x.logp_old, x.logp_ref, est, m, clamp)
     s = rewards.sum(axis=-1)  # rewards are 0 at padding (at_last_token, kl_estimate)
     est = p["adv_estimator"]
     if est == "grpo":
