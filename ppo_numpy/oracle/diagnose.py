@@ -190,7 +190,8 @@ def diagnose(candidate, preset, cases=None, dtype="float64", *, outputs=None, to
     Parameters
     ----------
     candidate : callable ``case -> dict``
-        As for :func:`~ppo_numpy.oracle.compare.compare`; it is run once per case.
+        As for :func:`~ppo_numpy.oracle.compare.compare`; it is run once per case (on the
+        cases the preset accepts, as in the comparison).
     preset : Preset or str
         The preset to compare with; its switches are those registered in
         :mod:`ppo_numpy.oracle.switches`.
@@ -223,16 +224,17 @@ def diagnose(candidate, preset, cases=None, dtype="float64", *, outputs=None, to
                          f"{next(n for n in names if names.count(n) > 1)!r}")
     tol = tolerance or tolerance_for(preset, dtype)
 
-    # the candidate once per case; the comparison replays its outputs
-    runs = []
-    for case in cases:
-        cast = cast_case(case, dtype)
-        try:
-            actual = candidate(cast)
-        except Exception as err:  # reported by compare, as a failure of the case
-            actual = err
-        runs.append((cast_case(cast, "float64"), actual))
-    report = _compare_runs(candidate, runs, preset, dtype, outputs, tol, probes)
+    # the candidate runs once per case, in the comparison, which records its outputs (an
+    # exception is reported there, as a failure of the case)
+    recorded = {}
+
+    def recording(case):
+        recorded[case["name"]] = candidate(case)
+        return recorded[case["name"]]
+
+    recording.__name__ = getattr(candidate, "__name__", type(candidate).__name__)
+    report = compare(recording, preset, cases, dtype, outputs=outputs, tolerance=tol,
+                     probes=probes)
 
     diagnosis = Diagnosis(preset.name, report)
     by_output = diagnosis.outputs
@@ -243,7 +245,9 @@ def diagnose(candidate, preset, cases=None, dtype="float64", *, outputs=None, to
         d.n_cases += 1
         if not row.passed:
             d.failed_cases.append(row.case)
-    usable = [(ref, actual) for ref, actual in runs if isinstance(actual, dict)]
+    refs = [cast_case(cast_case(case, dtype), "float64") for case in cases]
+    usable = [(ref, recorded[ref["name"]]) for ref in refs
+              if isinstance(recorded.get(ref["name"]), dict)]
     baseline = {ref["name"]: _run(preset, ref, {}) for ref, _ in usable}
     # an output that passes only within its kinks' ranges (probes) but differs from the
     # preset without them: a convention decided at a tie (e.g. the value clip's form)
@@ -338,20 +342,3 @@ def diagnose(candidate, preset, cases=None, dtype="float64", *, outputs=None, to
             if not d.first_difference:
                 d.first_difference = f"case {d.failed_cases[0]}"
     return diagnosis
-
-
-def _compare_runs(candidate, runs, preset, dtype, outputs, tol, probes):
-    """:func:`compare` on the candidate's recorded outputs (the candidate is not re-run)."""
-    recorded = {ref["name"]: actual for ref, actual in runs}
-
-    def replay(case):
-        actual = recorded[case["name"]]
-        if isinstance(actual, Exception):
-            raise actual
-        return actual
-
-    replay.__name__ = getattr(candidate, "__name__", type(candidate).__name__)
-    # compare casts each case to dtype again: the recorded cases are already cast, and
-    # casting twice is the identity
-    return compare(replay, preset, [ref for ref, _ in runs], dtype, outputs=outputs,
-                   tolerance=tol, probes=probes)
