@@ -299,16 +299,6 @@ def whiten(x, m, shift_mean=True, *, ddof=1, eps=1e-8, eps_mode="add"):
     return whiten_kernel(where_valid(m, x), m, shift_mean, ddof, eps, eps_mode)
 
 
-def value_clipfrac(x: Rollout, returns, m, p: dict) -> float:
-    """Token mean of "the clipped value error is strictly larger" (TRL/verl ``vf_clipfrac``),
-    with the preset's ``value_clip`` and ``value_clip_form``."""
-    if p["value_clip"] is None:
-        return 0.0
-    vl = ValueLoss(where_valid(m, x.values), where_valid(m, x.old_values),
-                   where_valid(m, returns), p["value_clip"], p["value_clip_form"])
-    return masked_mean(vl.clipped_wins.astype(np.float64), m)
-
-
 def loss_options(p: dict, agg: str = "token-mean", kl=None) -> PolicyLossOptions:
     """The policy-loss options of a preset's parameters: ``epsilon`` and, where the framework
     has them, ``epsilon_high``, ``dual_clip``, ``log_ratio_clamp``; with ``kl = (coef,
@@ -325,7 +315,11 @@ def losses(x: Rollout, advantages, returns, p: dict, agg: str = "token-mean", *,
            value_mask=None, value_agg="token-mean", kl=None):
     """Policy loss (the :func:`loss_options` of ``p`` and ``kl``, aggregated by ``agg`` over
     ``mask``), its stats and gradient; value loss (``p["value_clip"]``, ``p["value_clip_form"]``,
-    aggregated by ``value_agg`` over ``value_mask``, default ``mask``) and its gradient."""
+    aggregated by ``value_agg`` over ``value_mask``, default ``mask``) and its gradient.
+
+    The stats are the policy loss's and ``"value_clipfrac"``: the token mean over the value
+    mask of "the clipped value error is strictly larger" (TRL/verl ``vf_clipfrac``; 0 without
+    a value clip)."""
     pl = policy_loss_kernel(where_valid(mask, x.logp), where_valid(mask, x.logp_old),
                             where_valid(mask, advantages), mask, loss_options(p, agg, kl),
                             where_valid(mask, x.logp_ref))
@@ -337,9 +331,10 @@ def losses(x: Rollout, advantages, returns, p: dict, agg: str = "token-mean", *,
     # the inputs are 0 outside vm, and so are the loss and its weights there
     vloss = float(aggregate_kernel(vl.loss, vm, value_agg, norm))
     dvalues = aggregation_weights(vm, value_agg, norm) * vl.dv + 0.0
+    stats = {**pl.stats(), "value_clipfrac": masked_mean(vl.clipped_wins.astype(np.float64), vm)}
     # why: with kl, a loss of -0.0 is 0.0 even for coef 0 (the kernel then adds no KL term)
     policy_loss = pl.loss + 0.0 if kl else pl.loss
-    return policy_loss, pl.stats(), pl.dlogp, vloss, dvalues
+    return policy_loss, stats, pl.dlogp, vloss, dvalues
 
 
 def result(rewards, advantages, returns, policy_loss, value_loss_, dlogp, dvalues,

@@ -19,7 +19,6 @@ from ._common import (
     masked_var,
     mean_rows,
     result,
-    value_clipfrac,
     whiten,
 )
 
@@ -39,7 +38,7 @@ def lmhp_stats(x, returns, m, p, st, policy_loss, vloss, kl, ddof):
         "ppo/returns/var": returns_var,
         "ppo/val/vpred": masked_mean(x.values, m),
         "ppo/val/error": error,
-        "ppo/val/clipfrac": value_clipfrac(x, returns, m, p),
+        "ppo/val/clipfrac": st["value_clipfrac"],
         "ppo/val/mean": masked_mean(x.old_values, m),
         "ppo/val/var": masked_var(x.old_values, m, ddof),
         "ppo/val/var_explained": 1.0 - divide(error, returns_var),

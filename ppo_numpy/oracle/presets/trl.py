@@ -25,7 +25,6 @@ from ._common import (
     result,
     shaped_rewards,
     slot_after,
-    value_clipfrac,
     whiten,
     whiten_advantages,
 )
@@ -90,10 +89,9 @@ def _trl(x: Rollout, p: dict) -> dict:
     policy_loss, st, dlogp, vloss, dvalues = losses(
         x, advantages, returns, p, mask=m, value_mask=m_p1,
         kl=(p["beta"], est, p["kl_clamp"]) if in_loss else None)
-    B, T = m.shape
     rho = probability_ratio(x.logp, x.logp_old, m)
     kl_per_row = aggregate(kl, m, "seq-mean-token-sum")
-    n_padding = T - m.sum(axis=-1)
+    n_padding = m.shape[-1] - m.sum(axis=-1)
     stats = {
         "objective/kl": kl_per_row,
         "objective/entropy": aggregate(-x.logp_old, m, "seq-mean-token-sum")
@@ -106,7 +104,7 @@ def _trl(x: Rollout, p: dict) -> dict:
         "policy/clipfrac_avg": st["clipfrac_active"],
         "loss/policy_avg": policy_loss,
         "loss/value_avg": vloss,
-        "val/clipfrac_avg": value_clipfrac(x, returns, m_p1, p),
+        "val/clipfrac_avg": st["value_clipfrac"],
         "val/ratio": 1.0 + aggregate(rho - 1.0, m, "seq-mean-token-sum-norm"),
     }
     return result(rewards, advantages, returns, policy_loss, vloss, dlogp, dvalues, stats)

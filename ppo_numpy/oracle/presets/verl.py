@@ -19,7 +19,6 @@ from ._common import (
     mean_rows,
     result,
     shaped_rewards,
-    value_clipfrac,
     whiten_advantages,
 )
 
@@ -99,7 +98,7 @@ def _verl(x: Rollout, p: dict) -> dict:
         "actor/ppo_kl": st["approx_kl_k1"],
         "actor/pg_clipfrac_lower": st["dual_clipfrac"],
         "critic/vf_loss": vloss,
-        "critic/vf_clipfrac": value_clipfrac(x, returns, m, p),
+        "critic/vf_clipfrac": st["value_clipfrac"],
         "critic/vpred_mean": masked_mean(x.values, m),
         "critic/score/mean": mean_rows(x.scores),
         "critic/rewards/mean": aggregate(rewards, m, "seq-mean-token-sum"),
