@@ -224,13 +224,16 @@ def diagnose(candidate, preset, cases=None, dtype="float64", *, outputs=None, to
                          f"{next(n for n in names if names.count(n) > 1)!r}")
     tol = tolerance or tolerance_for(preset, dtype)
 
-    # the candidate runs once per case, in the comparison, which records its outputs (an
-    # exception is reported there, as a failure of the case)
-    recorded = {}
+    # the candidate runs once per case, in the comparison (which reports an exception as a
+    # failure of the case) and on the cases the preset accepts: those it returns outputs
+    # for are kept, in float64, with its outputs
+    usable = []
 
     def recording(case):
-        recorded[case["name"]] = candidate(case)
-        return recorded[case["name"]]
+        actual = candidate(case)
+        if isinstance(actual, dict):
+            usable.append((cast_case(case, "float64"), actual))
+        return actual
 
     recording.__name__ = getattr(candidate, "__name__", type(candidate).__name__)
     report = compare(recording, preset, cases, dtype, outputs=outputs, tolerance=tol,
@@ -245,10 +248,7 @@ def diagnose(candidate, preset, cases=None, dtype="float64", *, outputs=None, to
         d.n_cases += 1
         if not row.passed:
             d.failed_cases.append(row.case)
-    refs = [cast_case(cast_case(case, dtype), "float64") for case in cases]
-    usable = [(ref, recorded[ref["name"]]) for ref in refs
-              if isinstance(recorded.get(ref["name"]), dict)]
-    baseline = {ref["name"]: _run(preset, ref, {}) for ref, _ in usable}
+    baseline = {ref["name"]: preset(ref) for ref, _ in usable}
     # an output that passes only within its kinks' ranges (probes) but differs from the
     # preset without them: a convention decided at a tie (e.g. the value clip's form)
     for d in by_output.values():
@@ -256,7 +256,7 @@ def diagnose(candidate, preset, cases=None, dtype="float64", *, outputs=None, to
             continue
         for ref, actual in usable:
             expected = baseline[ref["name"]]
-            if expected is None or d.output not in actual or d.output not in expected:
+            if d.output not in actual or d.output not in expected:
                 continue
             if not _matches(d.output, actual[d.output], expected[d.output], ref, tol).passed:
                 d.failed_cases.append(ref["name"])
@@ -269,8 +269,6 @@ def diagnose(candidate, preset, cases=None, dtype="float64", *, outputs=None, to
         """Per failing output: (cases matched, cases compared, max abs, max rel, all ok)."""
         out = {d.output: [0, 0, 0.0, 0.0, True] for d in failing}
         for ref, actual in usable:
-            if baseline[ref["name"]] is None:
-                continue
             expected = _run(preset, ref, overrides)
             for d in failing:
                 s = out[d.output]
@@ -333,12 +331,11 @@ def diagnose(candidate, preset, cases=None, dtype="float64", *, outputs=None, to
                                            e.max_rel_err))
         if not d.explanations:
             for ref, actual in usable:
-                if ref["name"] in d.failed_cases and d.output in actual:
-                    expected = baseline[ref["name"]]
-                    if expected is not None and d.output in expected:
-                        d.first_difference = _first_difference(
-                            d.output, actual[d.output], expected[d.output], ref, tol)
-                        break
+                expected = baseline[ref["name"]]
+                if ref["name"] in d.failed_cases and d.output in actual and d.output in expected:
+                    d.first_difference = _first_difference(
+                        d.output, actual[d.output], expected[d.output], ref, tol)
+                    break
             if not d.first_difference:
                 d.first_difference = f"case {d.failed_cases[0]}"
     return diagnosis
