@@ -199,10 +199,9 @@ def _garbage_in_padding(rng):
     inputs = sample_inputs(rng, mask)
     pad = mask == 0
     garbage = np.resize(np.array(GARBAGE), int(pad.sum()))
+    # (the arrays of sample_inputs are new ones: they are changed in place, here and below)
     for k, name in enumerate(("logp", "logp_old", "logp_ref", "values", "old_values")):
-        filled = inputs[name].copy()
-        filled[pad] = np.roll(garbage, k)
-        inputs[name] = filled
+        inputs[name][pad] = np.roll(garbage, k)
     return ("NaN, +-inf and +-1e30 at every padding position of every (B, T) input",
             inputs, {})
 
@@ -213,14 +212,12 @@ def _extreme_log_ratios(rng):
     shifts = np.array([[50.0, -50.0, 20.0, -20.0],
                        [-50.0, 50.0, -5.0, 5.0],
                        [50.0, 0.0, -50.0, 0.0]])
-    logp_old = inputs["logp_old"].copy()
-    logp = inputs["logp"].copy()
+    logp, logp_old, logp_ref = inputs["logp"], inputs["logp_old"], inputs["logp_ref"]
     up = shifts > 0
     logp[:, :4] = np.where(up, -0.05, logp_old[:, :4] - np.abs(shifts))
     logp_old[:, :4] = np.where(up, -0.05 - shifts, logp_old[:, :4])
-    logp_ref = inputs["logp_ref"].copy()
     logp_ref[:, :4] = logp_old[:, :4] + rng.normal(0.0, 0.3, size=(3, 4))
-    inputs.update(logp=logp, logp_old=logp_old, logp_ref=np.minimum(logp_ref, -1e-4))
+    inputs["logp_ref"] = np.minimum(logp_ref, -1e-4)
     return ("logp - logp_old = +-50, +-20, +-5 (rho up to e^50 ~ 5e21); presets that clamp "
             "the log-ratio differ here", inputs, {})
 
@@ -238,9 +235,7 @@ def _extreme_kl(rng):
     new_old = np.where(shifts < 0, logp_ref + shifts - np.maximum(log_rho, 0.0), logp_old)
     new_logp = np.where(shifts < 0, new_old + log_rho, logp)
     for name, block in (("logp", new_logp), ("logp_old", new_old), ("logp_ref", new_ref)):
-        full = inputs[name].copy()
-        full[:, :3] = block
-        inputs[name] = full
+        inputs[name][:, :3] = block
     return ("log-ratios to the reference of +-50 and +-20 (k3 = e^50 there); presets that "
             "clamp the KL estimate differ here", inputs, {})
 
@@ -338,15 +333,10 @@ def _one_sided_log_ratios(rng):
     # changes the mean log-ratio the frameworks log even where the dual clip hides it
     # from the loss
     inputs = sample_inputs(rng, np.ones((3, 6)))
-    logp = inputs["logp"].copy()
-    logp_old = inputs["logp_old"].copy()
-    for t in (0, 3):
-        logp[:, t] = -0.05
-        logp_old[:, t] = -25.05
-    logp_ref = inputs["logp_ref"].copy()
-    logp_ref[:, (0, 3)] = np.minimum(logp_old[:, (0, 3)] + rng.normal(0.0, 0.3, (3, 2)),
-                                     -1e-4)
-    inputs.update(logp=logp, logp_old=logp_old, logp_ref=logp_ref)
+    inputs["logp"][:, (0, 3)] = -0.05
+    inputs["logp_old"][:, (0, 3)] = -25.05
+    inputs["logp_ref"][:, (0, 3)] = np.minimum(
+        inputs["logp_old"][:, (0, 3)] + rng.normal(0.0, 0.3, (3, 2)), -1e-4)
     return ("logp - logp_old = +25 on two columns of every row (rho = e^25), not balanced "
             "by negative ones: a log-ratio clamp at 20 shows in the logged mean log-ratio",
             inputs, {})
