@@ -172,13 +172,12 @@ def probe_cases(case: dict, dtype, n: int, *, seed: int = 0) -> list:
         inputs = {}
         for name, x in case["inputs"].items():
             x = np.array(x, dtype=np.float64)
-            if name == "mask":
-                inputs[name] = x
-                continue
-            sign = rng.choice([-1.0, 1.0], size=x.shape)
-            with np.errstate(invalid="ignore", over="ignore"):
-                moved = x + sign * PROBE_SCALE * u * np.maximum(np.abs(x), 1.0)
-            inputs[name] = np.where(compared(x.shape, mask), moved, x)
+            if name != "mask":
+                sign = rng.choice([-1.0, 1.0], size=x.shape)
+                with np.errstate(invalid="ignore", over="ignore"):
+                    moved = x + sign * PROBE_SCALE * u * np.maximum(np.abs(x), 1.0)
+                x = np.where(compared(x.shape, mask), moved, x)
+            inputs[name] = x
         probes.append({**case, "inputs": inputs})
     return probes
 
