@@ -269,8 +269,7 @@ def _dual_clip(rng):
     mask = mask_from_lengths([6, 5, 6, 4], 6)
     inputs = sample_inputs(rng, mask)
     valid = mask == 1
-    logp = inputs["logp"]
-    logp_old = np.where(valid, logp - rng.uniform(1.2, 2.0, size=mask.shape), 0.0)
+    logp_old = np.where(valid, inputs["logp"] - rng.uniform(1.2, 2.0, size=mask.shape), 0.0)
     logp_ref = np.where(valid, np.minimum(logp_old + rng.normal(0.0, 0.3, size=mask.shape),
                                           -1e-4), 0.0)
     inputs.update(logp_old=logp_old, logp_ref=logp_ref,

@@ -156,10 +156,8 @@ def round_to_dtype(x, dtype) -> np.ndarray:
 
 def cast_case(case: dict, dtype) -> dict:
     """A copy of ``case`` whose inputs are rounded to ``dtype`` (see :func:`round_to_dtype`)."""
-    out = dict(case)
-    out["inputs"] = {n: round_to_dtype(v, dtype) for n, v in case["inputs"].items()}
-    out["params"] = dict(case.get("params", {}))
-    return out
+    return {**case, "inputs": {n: round_to_dtype(v, dtype) for n, v in case["inputs"].items()},
+            "params": dict(case.get("params", {}))}
 
 
 def probe_cases(case: dict, dtype, n: int, *, seed: int = 0) -> list:
