@@ -96,22 +96,19 @@ def _verl_grpo(x: Rollout, p: dict) -> dict:
         A = reinforce_plus_plus_baseline_advantages(s, x.groups, m, singleton="raw")
     else:
         A = remax_advantages(rewards, x.baseline_scores, m)
-    agg, mode = p["loss_agg_mode"], p["loss_mode"]
-    eps, eps_high = p["clip_ratio_low"], p["clip_ratio_high"]
+    agg = p["loss_agg_mode"]
     kl = {}
     if p["use_kl_loss"]:
         kl_est, kl_clamp = KL_TYPES[p["kl_loss_type"]]
         kl = dict(kl_coef=p["kl_loss_coef"], kl_estimator=kl_est, kl_clamp=kl_clamp,
                   kl_agg=agg)
-    if mode == "vanilla":
-        opts = PolicyLossOptions(epsilon=eps, epsilon_high=eps_high, dual_clip=p["clip_ratio_c"],
-                                 log_ratio_clamp=20.0, agg=agg, **kl)
-    elif mode == "gspo":
-        opts = PolicyLossOptions(epsilon=eps, epsilon_high=eps_high, importance_level="sequence",
-                                 log_ratio_max=10.0, agg="seq-mean-token-mean", **kl)
-    else:
-        opts = PolicyLossOptions(epsilon=eps, epsilon_high=eps_high, loss_type="cispo",
-                                 log_ratio_clamp=20.0, agg=agg, **kl)
+    # the options of each loss_mode besides the clip bounds and the KL term
+    mode = {"vanilla": dict(dual_clip=p["clip_ratio_c"], log_ratio_clamp=20.0, agg=agg),
+            "gspo": dict(importance_level="sequence", log_ratio_max=10.0,
+                         agg="seq-mean-token-mean"),
+            "cispo": dict(loss_type="cispo", log_ratio_clamp=20.0, agg=agg)}[p["loss_mode"]]
+    opts = PolicyLossOptions(epsilon=p["clip_ratio_low"], epsilon_high=p["clip_ratio_high"],
+                             **mode, **kl)
     pl = policy_loss_kernel(xm.logp, xm.logp_old, A, m, opts, xm.logp_ref)
     st = pl.stats()
     stats = {
