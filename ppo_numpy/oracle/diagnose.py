@@ -33,7 +33,6 @@ from .compare import (
     ComparisonReport,
     _as_output,
     cast_case,
-    check_dtype,
     compare,
     compare_output,
     compared,
@@ -209,7 +208,6 @@ def diagnose(candidate, preset, cases=None, dtype="float64", *, outputs=None, to
     from .group_cases import cases_for
     from .presets import as_preset
 
-    dtype = check_dtype(dtype)
     preset = as_preset(preset)
     if not hasattr(preset, "parameters"):
         raise TypeError(f"preset: expected a Preset or a preset name, got "
@@ -221,7 +219,7 @@ def diagnose(candidate, preset, cases=None, dtype="float64", *, outputs=None, to
     if len(set(names)) != len(names):
         raise ValueError("cases: the diagnosis needs one name per case; two cases share "
                          f"{next(n for n in names if names.count(n) > 1)!r}")
-    tol = tolerance or tolerance_for(preset, dtype)
+    tol = tolerance or tolerance_for(preset, dtype)  # (it and compare check dtype)
 
     # the candidate runs once per case, in the comparison (which reports an exception as a
     # failure of the case) and on the cases the preset accepts: those it returns outputs
