@@ -339,8 +339,7 @@ def compare_output(name: str, actual, expected, *, alternatives=(), mask=None, i
     if a.shape != e.shape:
         row.note = f"shape {a.shape} does not match the expected shape {e.shape}"
         return row
-    alts = [_as_output(x) for x in alternatives]
-    alts = [x for x in alts if x.shape == e.shape]
+    alts = [x for x in map(_as_output, alternatives) if x.shape == e.shape]
     valid = compared(e.shape, mask)
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         same = (e == a) | (np.isnan(e) & np.isnan(a))

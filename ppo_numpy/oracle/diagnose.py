@@ -25,6 +25,7 @@ explained for its other outputs only.
 from __future__ import annotations
 
 import itertools
+from collections import Counter
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -106,16 +107,15 @@ class Diagnosis:
             key = tuple(e.settings for e in d.explanations[:1])
             groups.setdefault(key, []).append(d)
         for ds in groups.values():
-            names = ", ".join(d.output for d in ds)
-            best = ds[0].explanations
-            if not best:
+            if not ds[0].explanations:
                 for d in ds:
                     how = "differs at kinks" if d.kink_only else "fails"
                     lines.append(f"{d.output}: {how} on {len(d.failed_cases)} of {d.n_cases} "
                                  f"cases; no known convention explains this; first "
                                  f"difference: {d.first_difference}")
                 continue
-            e = best[0]
+            e = ds[0].explanations[0]  # (the best: the same for every output of the group)
+            names = ", ".join(d.output for d in ds)
             verb = "matches" if len(ds) == 1 else "match"
             lines.append(f"{names} {verb} the {self.preset} preset with {e.label} on every "
                          f"case (max rel err {e.max_rel_err:.1g}):")
@@ -302,9 +302,8 @@ def diagnose(candidate, preset, cases=None, dtype="float64", *, outputs=None, to
     plausible = []
     for param, value in singles:
         result = attempt({param: value}, failing)
-        gained = 0
-        for d in failing:
-            gained = max(gained, result[d.output][0] - (d.n_cases - len(d.failed_cases)))
+        # the most cases on which it makes a failing output match that the preset did not
+        gained = max(result[d.output][0] - (d.n_cases - len(d.failed_cases)) for d in failing)
         if gained > 0:
             plausible.append((gained, param, value))
 
@@ -319,10 +318,7 @@ def diagnose(candidate, preset, cases=None, dtype="float64", *, outputs=None, to
 
     # best first: fewer switches, then the setting that explains the most outputs (one
     # cause for many symptoms), then the smaller error
-    shared = {}
-    for d in failing:
-        for e in d.explanations:
-            shared[e.settings] = shared.get(e.settings, 0) + 1
+    shared = Counter(e.settings for d in failing for e in d.explanations)
     for d in failing:
         d.explanations.sort(key=lambda e: (len(e.settings), -shared[e.settings],
                                            e.max_rel_err))

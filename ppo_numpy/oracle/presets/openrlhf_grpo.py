@@ -70,14 +70,12 @@ def _openrlhf_grpo(x: Rollout, p: dict) -> dict:
         r = grpo_advantages(x.scores, x.groups, scale="none", singleton="zero")
     else:
         r = x.scores
-    low, high = _score_bounds(p["reward_clip_range"])
-    r = np.clip(r, low, high)
+    r = np.clip(r, *_score_bounds(p["reward_clip_range"]))
     rollout_kl = kl_estimate(x.logp_old, x.logp_ref, p["kl_estimator"], m, 10.0)
     rewards = at_last_token(r, m)
     if not p["use_kl_loss"] and p["init_kl_coef"] > 0:
         rewards = rewards - p["init_kl_coef"] * rollout_kl
-    gamma = p["gamma"] if est == "reinforce" else 1.0
-    A = returns_to_go(rewards, m, gamma)
+    A = returns_to_go(rewards, m, p["gamma"] if est == "reinforce" else 1.0)
     if est in ("reinforce", "reinforce_baseline"):
         A = whiten(A, m, ddof=0, eps=1e-8, eps_mode="floor")
     gspo = p["policy_loss_type"] == "gspo"

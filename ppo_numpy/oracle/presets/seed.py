@@ -49,12 +49,8 @@ def _seed(x: Rollout, p: dict) -> dict:
         kl=(p["beta"], est, p["kl_clamp"]) if in_loss else None)
     stats = {
         "objective": -policy_loss,
-        "clipfrac_active": st["clipfrac_active"],
-        "clipfrac_outside": st["clipfrac_outside"],
-        "approx_kl_k1": st["approx_kl_k1"],
-        "approx_kl_k2": st["approx_kl_k2"],
-        "approx_kl_k3": st["approx_kl_k3"],
-        "ratio_mean": st["ratio_mean"],
+        **{k: st[k] for k in ("clipfrac_active", "clipfrac_outside", "approx_kl_k1",
+                              "approx_kl_k2", "approx_kl_k3", "ratio_mean")},
         "kl_per_sequence": aggregate(kl, m, "seq-mean-token-sum"),
         "score_mean": mean_rows(x.scores),
     }
