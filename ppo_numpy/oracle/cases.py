@@ -167,10 +167,9 @@ def random_case(rng: np.random.Generator, *, name: str = "random", params=None,
     B = int(rng.integers(2, 7))
     T = int(rng.integers(3, 17))
     lengths = rng.integers(1, T + 1, size=B) if padded else np.full(B, T)
-    mask = mask_from_lengths(lengths, T)
     layout = f"right padding, row lengths {lengths.tolist()}" if padded else "no padding"
-    return make_case(name, f"random batch B={B}, T={T}, {layout}", sample_inputs(rng, mask),
-                     params)
+    return make_case(name, f"random batch B={B}, T={T}, {layout}",
+                     sample_inputs(rng, mask_from_lengths(lengths, T)), params)
 
 
 def random_params(rng: np.random.Generator) -> dict:

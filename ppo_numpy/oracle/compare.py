@@ -111,8 +111,7 @@ def tolerance_for(reference, dtype) -> Tolerance:
     own = getattr(reference, "tolerances", None) or {}
     if dtype not in own:
         return base
-    rtol, atol = own[dtype]
-    return Tolerance(rtol=rtol, atol=atol, unit_roundoff=base.unit_roundoff)
+    return Tolerance(*own[dtype], unit_roundoff=base.unit_roundoff)  # own[dtype]: (rtol, atol)
 
 
 def check_dtype(dtype) -> str:
@@ -143,8 +142,7 @@ def to_bfloat16(x) -> np.ndarray:
     bits = f.view(np.uint32).astype(np.uint64)
     # round half to even on the 16 bits that are dropped
     bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
-    out = bits.astype(np.uint32).view(np.float32)
-    return np.where(np.isnan(f), np.float32(np.nan), out)
+    return np.where(np.isnan(f), np.float32(np.nan), bits.astype(np.uint32).view(np.float32))
 
 
 def round_to_dtype(x, dtype) -> np.ndarray:

@@ -297,15 +297,15 @@ def diagnose(candidate, preset, cases=None, dtype="float64", *, outputs=None, to
                                                   sentences))
         return result
 
-    singles = [(param, value) for param, (alts, _) in switches_for(preset).items()
-               for value in alts]
     plausible = []
-    for param, value in singles:
-        result = attempt({param: value}, failing)
-        # the most cases on which it makes a failing output match that the preset did not
-        gained = max(result[d.output][0] - (d.n_cases - len(d.failed_cases)) for d in failing)
-        if gained > 0:
-            plausible.append((gained, param, value))
+    for param, (alts, _) in switches_for(preset).items():
+        for value in alts:
+            result = attempt({param: value}, failing)
+            # the most cases on which it makes a failing output match that the preset did not
+            gained = max(result[d.output][0] - (d.n_cases - len(d.failed_cases))
+                         for d in failing)
+            if gained > 0:
+                plausible.append((gained, param, value))
 
     unexplained = [d for d in failing if not d.explanations]
     if pairs and unexplained:

@@ -265,8 +265,7 @@ def clip_scores(scores, score_clip):
     for ``None``."""
     if score_clip is None:
         return scores
-    low, high = _score_bounds(score_clip)
-    return np.clip(scores, low, high)
+    return np.clip(scores, *_score_bounds(score_clip))
 
 
 def gae_over(rewards, values, gamma, lam, m, holes):
@@ -281,12 +280,11 @@ def gae_over(rewards, values, gamma, lam, m, holes):
 
 def whiten_advantages(a, m, p):
     """Whiten advantages with the preset's switches ``whiten_ddof``, ``whiten_eps``,
-    ``whiten_eps_mode``, ``whiten_mask`` and ``shift_mean`` where it has them (ddof 1, eps
-    1e-8 added, over ``m``, mean shifted otherwise); 0 outside ``m``."""
-    over = m if p.get("whiten_mask", "mask") == "mask" else np.ones_like(m)
-    out = whiten(a, over, p.get("shift_mean", True), ddof=p.get("whiten_ddof", 1),
-                 eps=p.get("whiten_eps", 1e-8), eps_mode=p.get("whiten_eps_mode", "add"))
-    return where_valid(m, out)
+    ``whiten_eps_mode``, ``whiten_mask`` and ``shift_mean`` (every preset that whitens its
+    advantages has the five); 0 outside ``m``."""
+    over = m if p["whiten_mask"] == "mask" else np.ones_like(m)
+    return where_valid(m, whiten(a, over, p["shift_mean"], ddof=p["whiten_ddof"],
+                                 eps=p["whiten_eps"], eps_mode=p["whiten_eps_mode"]))
 
 
 def gae(rewards, values, gamma, lam, m):
@@ -352,8 +350,7 @@ def result(rewards, advantages, returns, policy_loss, value_loss_, dlogp, dvalue
 
 def require_prefix(name: str, m: np.ndarray, why: str) -> None:
     """Raise unless every row is ones from column 0, then zeros (right padding, no holes)."""
-    n = m.sum(axis=-1)
-    prefix = np.arange(m.shape[-1])[None, :] < n[:, None]
+    prefix = np.arange(m.shape[-1])[None, :] < m.sum(axis=-1)[:, None]
     bad = np.any(m != prefix, axis=-1)
     if np.any(bad):
         raise ValueError(f"{name}: mask row {int(np.argmax(bad))} is not a prefix of ones "
@@ -362,8 +359,7 @@ def require_prefix(name: str, m: np.ndarray, why: str) -> None:
 
 def slot_after(m: np.ndarray) -> np.ndarray:
     """The mask extended by one column after each row's last token (none if the row is full)."""
-    n = m.sum(axis=-1)
-    return np.arange(m.shape[-1])[None, :] < np.minimum(n + 1, m.shape[-1])[:, None]
+    return np.arange(m.shape[-1])[None, :] < np.minimum(m.sum(axis=-1) + 1, m.shape[-1])[:, None]
 
 
 def require_finite(name: str, arrays: dict, where: np.ndarray, why: str) -> None:

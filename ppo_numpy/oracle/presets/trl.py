@@ -91,11 +91,10 @@ def _trl(x: Rollout, p: dict) -> dict:
         kl=(p["beta"], est, p["kl_clamp"]) if in_loss else None)
     rho = probability_ratio(x.logp, x.logp_old, m)
     kl_per_row = aggregate(kl, m, "seq-mean-token-sum")
-    n_padding = m.shape[-1] - m.sum(axis=-1)
     stats = {
         "objective/kl": kl_per_row,
         "objective/entropy": aggregate(-x.logp_old, m, "seq-mean-token-sum")
-        - TRL_INVALID_LOGPROB * mean_rows(n_padding),
+        - TRL_INVALID_LOGPROB * mean_rows(m.shape[-1] - m.sum(axis=-1)),  # (padding per row)
         "objective/non_score_reward": -p["beta"] * kl_per_row,
         "objective/rlhf_reward": -p["beta"] * kl_per_row + mean_rows(x.scores),
         "objective/scores": mean_rows(x.scores),

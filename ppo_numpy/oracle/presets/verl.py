@@ -79,10 +79,9 @@ def _verl(x: Rollout, p: dict) -> dict:
                          "token and the score index is a count of response tokens")
     est = p["kl_estimator"]
     check_estimator(name, est, tuple(_VERL_KL_CLAMP))
-    beta = p["beta"] if p["use_kl_in_reward"] else 0.0
     kl = kl_estimate(x.logp_old, x.logp_ref, est, m, clamp=_VERL_KL_CLAMP[est])
-    rewards = shaped_rewards(x, beta, m, est, p["score_position"],
-                             kl_clamp=_VERL_KL_CLAMP[est])
+    rewards = shaped_rewards(x, p["beta"] if p["use_kl_in_reward"] else 0.0, m, est,
+                             p["score_position"], kl_clamp=_VERL_KL_CLAMP[est])
     raw_advantages, returns = gae_over(rewards, x.old_values, p["gamma"], p["lam"], m,
                                        p["gae_holes"])
     advantages = whiten_advantages(raw_advantages, m, p)
