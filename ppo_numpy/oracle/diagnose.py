@@ -302,8 +302,7 @@ def diagnose(candidate, preset, cases=None, dtype="float64", *, outputs=None, to
         for value in alts:
             result = attempt({param: value}, failing)
             # the most cases on which it makes a failing output match that the preset did not
-            gained = max(result[d.output][0] - (d.n_cases - len(d.failed_cases))
-                         for d in failing)
+            gained = max(result[d.output][0] - (d.n_cases - len(d.failed_cases)) for d in failing)
             if gained > 0:
                 plausible.append((gained, param, value))
 
