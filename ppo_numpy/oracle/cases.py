@@ -167,10 +167,9 @@ def random_case(rng: np.random.Generator, *, name: str = "random", params=None,
     B = int(rng.integers(2, 7))
     T = int(rng.integers(3, 17))
     lengths = rng.integers(1, T + 1, size=B) if padded else np.full(B, T)
-    mask = mask_from_lengths(lengths, T)
     layout = f"right padding, row lengths {lengths.tolist()}" if padded else "no padding"
-    return make_case(name, f"random batch B={B}, T={T}, {layout}", sample_inputs(rng, mask),
-                     params)
+    return make_case(name, f"random batch B={B}, T={T}, {layout}",
+                     sample_inputs(rng, mask_from_lengths(lengths, T)), params)
 
 
 def random_params(rng: np.random.Generator) -> dict:
@@ -179,20 +178,12 @@ def random_params(rng: np.random.Generator) -> dict:
             "lam": round(float(rng.uniform(0.8, 1.0)), 3)}
 
 
-def _length_1(rng):
-    mask = mask_from_lengths([1, 1, 1, 1], 5)
-    return "every response is one token long", sample_inputs(rng, mask), {}
-
-
-def _left_padding(rng):
-    mask = mask_from_lengths([8, 5, 3, 1], 8, padding="left")
-    return ("left padding: responses end at the last column, the score goes there",
-            sample_inputs(rng, mask), {})
-
-
-def _right_padding(rng):
-    mask = mask_from_lengths([8, 5, 3, 1], 8, padding="right")
-    return "right padding: responses start at column 0", sample_inputs(rng, mask), {}
+def _layout(description: str, mask, params=None):
+    """The builder of an edge case that is a layout of the mask (and parameters): the inputs
+    of :func:`sample_inputs` on ``mask``."""
+    def build(rng):
+        return description, sample_inputs(rng, mask), dict(params or {})
+    return build
 
 
 #: the mask of ``multi-turn-holes`` and ``holes-discounted``: every row starts with a
@@ -202,49 +193,36 @@ HOLES_MASK = np.array([[1, 1, 1, 0, 0, 1, 1, 0, 1, 1, 1, 0],
                        [1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 0, 0]], dtype=np.float64)
 
 
-def _multi_turn_holes(rng):
-    # every row starts with a response token, as a rollout's response part does: only the
-    # holes differ from right padding (verl, whose GAE skips holes, takes the case)
-    mask = HOLES_MASK.copy()
-    return ("masks with holes (multi-turn): V(s_{t+1}) is the value at the next "
-            "response token", sample_inputs(rng, mask), {})
-
-
 def _garbage_in_padding(rng):
     mask = mask_from_lengths([6, 4, 2, 1], 7)
     inputs = sample_inputs(rng, mask)
     pad = mask == 0
     garbage = np.resize(np.array(GARBAGE), int(pad.sum()))
+    # (the arrays of sample_inputs are new ones: they are changed in place, here and below)
     for k, name in enumerate(("logp", "logp_old", "logp_ref", "values", "old_values")):
-        filled = inputs[name].copy()
-        filled[pad] = np.roll(garbage, k)
-        inputs[name] = filled
+        inputs[name][pad] = np.roll(garbage, k)
     return ("NaN, +-inf and +-1e30 at every padding position of every (B, T) input",
             inputs, {})
 
 
 def _extreme_log_ratios(rng):
-    mask = np.ones((3, 6))
-    inputs = sample_inputs(rng, mask)
+    inputs = sample_inputs(rng, np.ones((3, 6)))
     # logp - logp_old per row: the first four columns; log-probs stay <= 0
     shifts = np.array([[50.0, -50.0, 20.0, -20.0],
                        [-50.0, 50.0, -5.0, 5.0],
                        [50.0, 0.0, -50.0, 0.0]])
-    logp_old = inputs["logp_old"].copy()
-    logp = inputs["logp"].copy()
+    logp, logp_old, logp_ref = inputs["logp"], inputs["logp_old"], inputs["logp_ref"]
     up = shifts > 0
     logp[:, :4] = np.where(up, -0.05, logp_old[:, :4] - np.abs(shifts))
     logp_old[:, :4] = np.where(up, -0.05 - shifts, logp_old[:, :4])
-    logp_ref = inputs["logp_ref"].copy()
     logp_ref[:, :4] = logp_old[:, :4] + rng.normal(0.0, 0.3, size=(3, 4))
-    inputs.update(logp=logp, logp_old=logp_old, logp_ref=np.minimum(logp_ref, -1e-4))
+    inputs["logp_ref"] = np.minimum(logp_ref, -1e-4)
     return ("logp - logp_old = +-50, +-20, +-5 (rho up to e^50 ~ 5e21); presets that clamp "
             "the log-ratio differ here", inputs, {})
 
 
 def _extreme_kl(rng):
-    mask = np.ones((3, 5))
-    inputs = sample_inputs(rng, mask)
+    inputs = sample_inputs(rng, np.ones((3, 5)))
     # log-ratio to the reference per row, first three columns
     shifts = np.array([[50.0, -50.0, 20.0],
                        [-50.0, 50.0, -20.0],
@@ -256,30 +234,30 @@ def _extreme_kl(rng):
     new_old = np.where(shifts < 0, logp_ref + shifts - np.maximum(log_rho, 0.0), logp_old)
     new_logp = np.where(shifts < 0, new_old + log_rho, logp)
     for name, block in (("logp", new_logp), ("logp_old", new_old), ("logp_ref", new_ref)):
-        full = inputs[name].copy()
-        full[:, :3] = block
-        inputs[name] = full
+        inputs[name][:, :3] = block
     return ("log-ratios to the reference of +-50 and +-20 (k3 = e^50 there); presets that "
             "clamp the KL estimate differ here", inputs, {})
 
 
-def _all_equal_rewards(rng):
-    mask = np.ones((4, 5))
-    inputs = sample_inputs(rng, mask)
-    zero = np.zeros_like(mask)
+def _without_kl_and_values(inputs, scores):
+    """``inputs`` with logp_old = logp_ref = logp (ratio 1, no KL), zero values and
+    ``scores``."""
+    zero = np.zeros_like(inputs["mask"])
     inputs.update(logp_old=inputs["logp"].copy(), logp_ref=inputs["logp"].copy(),
-                  values=zero.copy(), old_values=zero.copy(), scores=np.ones(4))
+                  values=zero.copy(), old_values=zero.copy(), scores=scores)
+    return inputs
+
+
+def _all_equal_rewards(rng):
+    inputs = _without_kl_and_values(sample_inputs(rng, np.ones((4, 5))), np.ones(4))
     return ("every score 1, no KL (logp = logp_old = logp_ref), zero values, gamma = lam = 1: "
             "every advantage is exactly 1, so its variance is 0", inputs,
             {"gamma": 1.0, "lam": 1.0})
 
 
 def _gamma_lam(gamma, lam):
-    def build(rng):
-        mask = np.ones((3, 6))
-        return (f"gamma = {gamma:g}, lam = {lam:g}", sample_inputs(rng, mask),
-                {"gamma": gamma, "lam": lam})
-    return build
+    return _layout(f"gamma = {gamma:g}, lam = {lam:g}", np.ones((3, 6)),
+                   {"gamma": gamma, "lam": lam})
 
 
 def _dual_clip(rng):
@@ -290,8 +268,7 @@ def _dual_clip(rng):
     mask = mask_from_lengths([6, 5, 6, 4], 6)
     inputs = sample_inputs(rng, mask)
     valid = mask == 1
-    logp = inputs["logp"]
-    logp_old = np.where(valid, logp - rng.uniform(1.2, 2.0, size=mask.shape), 0.0)
+    logp_old = np.where(valid, inputs["logp"] - rng.uniform(1.2, 2.0, size=mask.shape), 0.0)
     logp_ref = np.where(valid, np.minimum(logp_old + rng.normal(0.0, 0.3, size=mask.shape),
                                           -1e-4), 0.0)
     inputs.update(logp_old=logp_old, logp_ref=logp_ref,
@@ -305,12 +282,8 @@ def _tiny_advantage_variance(rng):
     # its row's score, so their variance (~1e-8) is of the order of the whitening's eps:
     # eps's value, and whether it is added to the variance or floors it, change the
     # whitened advantages by O(1)
-    mask = mask_from_lengths([5, 5, 4, 3], 5)
-    inputs = sample_inputs(rng, mask)
-    zero = np.zeros_like(mask)
-    inputs.update(logp_old=inputs["logp"].copy(), logp_ref=inputs["logp"].copy(),
-                  values=zero.copy(), old_values=zero.copy(),
-                  scores=rng.normal(0.0, 1e-4, size=mask.shape[0]))
+    inputs = sample_inputs(rng, mask_from_lengths([5, 5, 4, 3], 5))
+    inputs = _without_kl_and_values(inputs, rng.normal(0.0, 1e-4, size=4))
     return ("scores of size 1e-4, no KL, zero values, gamma = lam = 1: the advantages' "
             "variance (~1e-8) is of the order of the whitening's eps", inputs,
             {"gamma": 1.0, "lam": 1.0})
@@ -333,8 +306,7 @@ def _values_on_clip_bounds(rng):
     # gamma = 1, lam = 0 and no KL, R_t = V_old,t+1, so V_old walks by the column's d plus
     # a step of 1e-3 (|R - V| ~ 1e-3) and the two forms count different tokens as clipped
     B, T = 6, 12
-    mask = np.ones((B, T))
-    inputs = sample_inputs(rng, mask)
+    inputs = sample_inputs(rng, np.ones((B, T)))
     old = np.empty((B, T))
     values = np.empty((B, T))
     old[:, 0] = rng.uniform(-0.3, 0.3, size=B)
@@ -358,41 +330,26 @@ def _one_sided_log_ratios(rng):
     # and OpenRLHF, and not balanced by a -25 (as in extreme-log-ratios), so the clamp
     # changes the mean log-ratio the frameworks log even where the dual clip hides it
     # from the loss
-    mask = np.ones((3, 6))
-    inputs = sample_inputs(rng, mask)
-    logp = inputs["logp"].copy()
-    logp_old = inputs["logp_old"].copy()
-    for t in (0, 3):
-        logp[:, t] = -0.05
-        logp_old[:, t] = -25.05
-    logp_ref = inputs["logp_ref"].copy()
-    logp_ref[:, (0, 3)] = np.minimum(logp_old[:, (0, 3)] + rng.normal(0.0, 0.3, (3, 2)),
-                                     -1e-4)
-    inputs.update(logp=logp, logp_old=logp_old, logp_ref=logp_ref)
+    inputs = sample_inputs(rng, np.ones((3, 6)))
+    inputs["logp"][:, (0, 3)] = -0.05
+    inputs["logp_old"][:, (0, 3)] = -25.05
+    inputs["logp_ref"][:, (0, 3)] = np.minimum(
+        inputs["logp_old"][:, (0, 3)] + rng.normal(0.0, 0.3, (3, 2)), -1e-4)
     return ("logp - logp_old = +25 on two columns of every row (rho = e^25), not balanced "
             "by negative ones: a log-ratio clamp at 20 shows in the logged mean log-ratio",
             inputs, {})
 
 
-def _holes_discounted(rng):
-    # the layout of multi-turn-holes with gamma 0.9 and lam 0.8: with gamma = lam = 1 a
-    # hole run through as a zero state changes nothing (A_t = sum of later rewards - V_t)
-    mask = HOLES_MASK.copy()
-    return ("masks with holes, gamma 0.9, lam 0.8: skipping a hole and running through it "
-            "as a state of value 0 differ", sample_inputs(rng, mask), {"gamma": 0.9, "lam": 0.8})
-
-
-def _one_valid_token(rng):
-    mask = np.array([[0.0, 0.0, 1.0, 0.0, 0.0, 0.0]])
-    return ("a single response token in the whole batch (whitening needs two)",
-            sample_inputs(rng, mask), {})
-
-
 EDGE_CASES = {
-    "length-1": _length_1,
-    "left-padding": _left_padding,
-    "right-padding": _right_padding,
-    "multi-turn-holes": _multi_turn_holes,
+    "length-1": _layout("every response is one token long", mask_from_lengths([1, 1, 1, 1], 5)),
+    "left-padding": _layout("left padding: responses end at the last column, the score goes "
+                            "there", mask_from_lengths([8, 5, 3, 1], 8, padding="left")),
+    "right-padding": _layout("right padding: responses start at column 0",
+                             mask_from_lengths([8, 5, 3, 1], 8)),
+    # every row starts with a response token, as a rollout's response part does: only the
+    # holes differ from right padding (verl, whose GAE skips holes, takes the case)
+    "multi-turn-holes": _layout("masks with holes (multi-turn): V(s_{t+1}) is the value at "
+                                "the next response token", HOLES_MASK),
     "garbage-in-padding": _garbage_in_padding,
     "extreme-log-ratios": _extreme_log_ratios,
     "extreme-kl": _extreme_kl,
@@ -401,12 +358,17 @@ EDGE_CASES = {
     "gamma0-lam1": _gamma_lam(0.0, 1.0),
     "gamma1-lam0": _gamma_lam(1.0, 0.0),
     "gamma1-lam1": _gamma_lam(1.0, 1.0),
-    "one-valid-token": _one_valid_token,
+    "one-valid-token": _layout("a single response token in the whole batch (whitening needs "
+                               "two)", np.array([[0.0, 0.0, 1.0, 0.0, 0.0, 0.0]])),
     "dual-clip": _dual_clip,
     "tiny-advantage-variance": _tiny_advantage_variance,
     "values-on-clip-bounds": _values_on_clip_bounds,
     "one-sided-log-ratios": _one_sided_log_ratios,
-    "holes-discounted": _holes_discounted,
+    # the layout of multi-turn-holes with gamma 0.9 and lam 0.8: with gamma = lam = 1 a
+    # hole run through as a zero state changes nothing (A_t = sum of later rewards - V_t)
+    "holes-discounted": _layout("masks with holes, gamma 0.9, lam 0.8: skipping a hole and "
+                                "running through it as a state of value 0 differ", HOLES_MASK,
+                                {"gamma": 0.9, "lam": 0.8}),
 }
 """The named edge cases' builders, ``builder(rng) -> (description, inputs, params)``."""
 

@@ -111,8 +111,7 @@ def tolerance_for(reference, dtype) -> Tolerance:
     own = getattr(reference, "tolerances", None) or {}
     if dtype not in own:
         return base
-    rtol, atol = own[dtype]
-    return Tolerance(rtol=rtol, atol=atol, unit_roundoff=base.unit_roundoff)
+    return Tolerance(*own[dtype], unit_roundoff=base.unit_roundoff)  # own[dtype]: (rtol, atol)
 
 
 def check_dtype(dtype) -> str:
@@ -143,8 +142,7 @@ def to_bfloat16(x) -> np.ndarray:
     bits = f.view(np.uint32).astype(np.uint64)
     # round half to even on the 16 bits that are dropped
     bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
-    out = bits.astype(np.uint32).view(np.float32)
-    return np.where(np.isnan(f), np.float32(np.nan), out)
+    return np.where(np.isnan(f), np.float32(np.nan), bits.astype(np.uint32).view(np.float32))
 
 
 def round_to_dtype(x, dtype) -> np.ndarray:
@@ -156,16 +154,8 @@ def round_to_dtype(x, dtype) -> np.ndarray:
 
 def cast_case(case: dict, dtype) -> dict:
     """A copy of ``case`` whose inputs are rounded to ``dtype`` (see :func:`round_to_dtype`)."""
-    out = dict(case)
-    out["inputs"] = {n: round_to_dtype(v, dtype) for n, v in case["inputs"].items()}
-    out["params"] = dict(case.get("params", {}))
-    return out
-
-
-def as_float64_case(case: dict) -> dict:
-    out = dict(case)
-    out["inputs"] = {n: np.array(v, dtype=np.float64) for n, v in case["inputs"].items()}
-    return out
+    return {**case, "inputs": {n: round_to_dtype(v, dtype) for n, v in case["inputs"].items()},
+            "params": dict(case.get("params", {}))}
 
 
 def probe_cases(case: dict, dtype, n: int, *, seed: int = 0) -> list:
@@ -178,13 +168,12 @@ def probe_cases(case: dict, dtype, n: int, *, seed: int = 0) -> list:
         inputs = {}
         for name, x in case["inputs"].items():
             x = np.array(x, dtype=np.float64)
-            if name == "mask":
-                inputs[name] = x
-                continue
-            sign = rng.choice([-1.0, 1.0], size=x.shape)
-            with np.errstate(invalid="ignore", over="ignore"):
-                moved = x + sign * PROBE_SCALE * u * np.maximum(np.abs(x), 1.0)
-            inputs[name] = np.where(compared(x.shape, mask), moved, x)
+            if name != "mask":
+                sign = rng.choice([-1.0, 1.0], size=x.shape)
+                with np.errstate(invalid="ignore", over="ignore"):
+                    moved = x + sign * PROBE_SCALE * u * np.maximum(np.abs(x), 1.0)
+                x = np.where(compared(x.shape, mask), moved, x)
+            inputs[name] = x
         probes.append({**case, "inputs": inputs})
     return probes
 
@@ -253,7 +242,8 @@ class ComparisonReport:
         out = {}
         for r in self.rows:
             a, b = out.get(r.output, (0.0, 0.0))
-            out[r.output] = (_nanmax(a, r.max_abs_err), _nanmax(b, r.max_rel_err))
+            # (fmax: the larger, NaN only where both are NaN)
+            out[r.output] = (float(np.fmax(a, r.max_abs_err)), float(np.fmax(b, r.max_rel_err)))
         return out
 
     def worst(self, output: str) -> OutputComparison:
@@ -294,10 +284,6 @@ class ComparisonReport:
         else:
             lines.append(f"passed: {len(self.rows)} output comparisons")
         return "\n".join(lines)
-
-
-def _nanmax(a, b):
-    return a if np.isnan(b) else b if np.isnan(a) else max(a, b)
 
 
 def _badness(row: OutputComparison) -> float:
@@ -351,8 +337,7 @@ def compare_output(name: str, actual, expected, *, alternatives=(), mask=None, i
     if a.shape != e.shape:
         row.note = f"shape {a.shape} does not match the expected shape {e.shape}"
         return row
-    alts = [_as_output(x) for x in alternatives]
-    alts = [x for x in alts if x.shape == e.shape]
+    alts = [x for x in map(_as_output, alternatives) if x.shape == e.shape]
     valid = compared(e.shape, mask)
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         same = (e == a) | (np.isnan(e) & np.isnan(a))
@@ -485,7 +470,9 @@ def compare(candidate, reference, cases=None, dtype="float64", *, outputs=None,
         Usually a preset of :mod:`ppo_numpy.oracle.presets`. It receives the
         same rounded inputs in float64.
     cases : list of case dicts, optional
-        Default: :func:`ppo_numpy.oracle.cases.generate_cases` with seed 0.
+        Default: the reference's cases with seed 0
+        (:func:`~ppo_numpy.oracle.group_cases.cases_for`: the group cases for a critic-free
+        preset, else :func:`ppo_numpy.oracle.cases.generate_cases`).
     dtype : {"float64", "float32", "bfloat16"}
         The precision the candidate computes in; chooses the input rounding
         and the tolerance.
@@ -505,7 +492,6 @@ def compare(candidate, reference, cases=None, dtype="float64", *, outputs=None,
     -------
     ComparisonReport; ``report.passed`` and ``print(report)``.
     """
-    from .cases import generate_cases
     from .group_cases import cases_for
     from .presets import as_preset
 
@@ -516,13 +502,12 @@ def compare(candidate, reference, cases=None, dtype="float64", *, outputs=None,
     if outputs is not None:
         outputs = _output_names(outputs)
     if cases is None:
-        cases = cases_for(reference, 0) if hasattr(reference, "input_names") else \
-            generate_cases(0)
+        cases = cases_for(reference, 0)
     tol = tolerance or tolerance_for(reference, dtype)
     report = ComparisonReport(dtype, tol, title=f"{_label(candidate)} vs {_label(reference)}")
     for case in cases:
         cast = cast_case(case, dtype)
-        ref_case = as_float64_case(cast)
+        ref_case = cast_case(cast, "float64")
         try:
             expected = reference(ref_case)
         except ValueError as err:

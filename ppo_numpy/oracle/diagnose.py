@@ -25,6 +25,7 @@ explained for its other outputs only.
 from __future__ import annotations
 
 import itertools
+from collections import Counter
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -32,9 +33,7 @@ import numpy as np
 from .compare import (
     ComparisonReport,
     _as_output,
-    as_float64_case,
     cast_case,
-    check_dtype,
     compare,
     compare_output,
     compared,
@@ -108,16 +107,15 @@ class Diagnosis:
             key = tuple(e.settings for e in d.explanations[:1])
             groups.setdefault(key, []).append(d)
         for ds in groups.values():
-            names = ", ".join(d.output for d in ds)
-            best = ds[0].explanations
-            if not best:
+            if not ds[0].explanations:
                 for d in ds:
                     how = "differs at kinks" if d.kink_only else "fails"
                     lines.append(f"{d.output}: {how} on {len(d.failed_cases)} of {d.n_cases} "
                                  f"cases; no known convention explains this; first "
                                  f"difference: {d.first_difference}")
                 continue
-            e = best[0]
+            e = ds[0].explanations[0]  # (the best: the same for every output of the group)
+            names = ", ".join(d.output for d in ds)
             verb = "matches" if len(ds) == 1 else "match"
             lines.append(f"{names} {verb} the {self.preset} preset with {e.label} on every "
                          f"case (max rel err {e.max_rel_err:.1g}):")
@@ -150,13 +148,12 @@ def _matches(name, actual, expected, case, tol):
 
 
 def _rel_err(actual, expected, case, tol) -> float:
-    """Largest |a - e| / |e| over the compared elements with |e| > atol.
+    """Largest |a - e| / |e| over the compared elements with |e| > atol, for an output that
+    matches (so of the expected shape).
 
     why: the relative error of an element that is 0 up to rounding (a loss of -5e-17
     against -3e-17) says nothing about the arithmetic."""
     a, e = _as_output(actual), _as_output(expected)
-    if a.shape != e.shape:
-        return float("nan")
     valid = compared(e.shape, case["inputs"]["mask"]) & np.isfinite(e) & (np.abs(e) > tol.atol)
     if not np.any(valid):
         return 0.0
@@ -191,7 +188,8 @@ def diagnose(candidate, preset, cases=None, dtype="float64", *, outputs=None, to
     Parameters
     ----------
     candidate : callable ``case -> dict``
-        As for :func:`~ppo_numpy.oracle.compare.compare`; it is run once per case.
+        As for :func:`~ppo_numpy.oracle.compare.compare`; it is run once per case (on the
+        cases the preset accepts, as in the comparison).
     preset : Preset or str
         The preset to compare with; its switches are those registered in
         :mod:`ppo_numpy.oracle.switches`.
@@ -210,7 +208,6 @@ def diagnose(candidate, preset, cases=None, dtype="float64", *, outputs=None, to
     from .group_cases import cases_for
     from .presets import as_preset
 
-    dtype = check_dtype(dtype)
     preset = as_preset(preset)
     if not hasattr(preset, "parameters"):
         raise TypeError(f"preset: expected a Preset or a preset name, got "
@@ -222,21 +219,25 @@ def diagnose(candidate, preset, cases=None, dtype="float64", *, outputs=None, to
     if len(set(names)) != len(names):
         raise ValueError("cases: the diagnosis needs one name per case; two cases share "
                          f"{next(n for n in names if names.count(n) > 1)!r}")
-    tol = tolerance or tolerance_for(preset, dtype)
+    tol = tolerance or tolerance_for(preset, dtype)  # (it and compare check dtype)
 
-    # the candidate once per case; the comparison replays its outputs
-    runs = []
-    for case in cases:
-        cast = cast_case(case, dtype)
-        try:
-            actual = candidate(cast)
-        except Exception as err:  # reported by compare, as a failure of the case
-            actual = err
-        runs.append((as_float64_case(cast), actual))
-    report = _compare_runs(candidate, runs, preset, dtype, outputs, tol, probes)
+    # the candidate runs once per case, in the comparison (which reports an exception as a
+    # failure of the case) and on the cases the preset accepts: those it returns outputs
+    # for are kept, in float64, with its outputs
+    usable = []
+
+    def recording(case):
+        actual = candidate(case)
+        if isinstance(actual, dict):
+            usable.append((cast_case(case, "float64"), actual))
+        return actual
+
+    recording.__name__ = getattr(candidate, "__name__", type(candidate).__name__)
+    report = compare(recording, preset, cases, dtype, outputs=outputs, tolerance=tol,
+                     probes=probes)
 
     diagnosis = Diagnosis(preset.name, report)
-    by_output = {}
+    by_output = diagnosis.outputs
     for row in report.rows:
         if row.output == "(candidate)":
             continue
@@ -244,9 +245,7 @@ def diagnose(candidate, preset, cases=None, dtype="float64", *, outputs=None, to
         d.n_cases += 1
         if not row.passed:
             d.failed_cases.append(row.case)
-    diagnosis.outputs = by_output
-    usable = [(ref, actual) for ref, actual in runs if isinstance(actual, dict)]
-    baseline = {ref["name"]: _run(preset, ref, {}) for ref, _ in usable}
+    baseline = {ref["name"]: preset(ref) for ref, _ in usable}
     # an output that passes only within its kinks' ranges (probes) but differs from the
     # preset without them: a convention decided at a tie (e.g. the value clip's form)
     for d in by_output.values():
@@ -254,7 +253,7 @@ def diagnose(candidate, preset, cases=None, dtype="float64", *, outputs=None, to
             continue
         for ref, actual in usable:
             expected = baseline[ref["name"]]
-            if expected is None or d.output not in actual or d.output not in expected:
+            if d.output not in actual or d.output not in expected:
                 continue
             if not _matches(d.output, actual[d.output], expected[d.output], ref, tol).passed:
                 d.failed_cases.append(ref["name"])
@@ -267,8 +266,6 @@ def diagnose(candidate, preset, cases=None, dtype="float64", *, outputs=None, to
         """Per failing output: (cases matched, cases compared, max abs, max rel, all ok)."""
         out = {d.output: [0, 0, 0.0, 0.0, True] for d in failing}
         for ref, actual in usable:
-            if baseline[ref["name"]] is None:
-                continue
             expected = _run(preset, ref, overrides)
             for d in failing:
                 s = out[d.output]
@@ -300,16 +297,14 @@ def diagnose(candidate, preset, cases=None, dtype="float64", *, outputs=None, to
                                                   sentences))
         return result
 
-    singles = [(param, value) for param, (alts, _) in switches_for(preset).items()
-               for value in alts]
     plausible = []
-    for param, value in singles:
-        result = attempt({param: value}, failing)
-        gained = 0
-        for d in failing:
-            gained = max(gained, result[d.output][0] - (d.n_cases - len(d.failed_cases)))
-        if gained > 0:
-            plausible.append((gained, param, value))
+    for param, (alts, _) in switches_for(preset).items():
+        for value in alts:
+            result = attempt({param: value}, failing)
+            # the most cases on which it makes a failing output match that the preset did not
+            gained = max(result[d.output][0] - (d.n_cases - len(d.failed_cases)) for d in failing)
+            if gained > 0:
+                plausible.append((gained, param, value))
 
     unexplained = [d for d in failing if not d.explanations]
     if pairs and unexplained:
@@ -322,38 +317,17 @@ def diagnose(candidate, preset, cases=None, dtype="float64", *, outputs=None, to
 
     # best first: fewer switches, then the setting that explains the most outputs (one
     # cause for many symptoms), then the smaller error
-    shared = {}
-    for d in failing:
-        for e in d.explanations:
-            shared[e.settings] = shared.get(e.settings, 0) + 1
+    shared = Counter(e.settings for d in failing for e in d.explanations)
     for d in failing:
         d.explanations.sort(key=lambda e: (len(e.settings), -shared[e.settings],
                                            e.max_rel_err))
         if not d.explanations:
             for ref, actual in usable:
-                if ref["name"] in d.failed_cases and d.output in actual:
-                    expected = baseline[ref["name"]]
-                    if expected is not None and d.output in expected:
-                        d.first_difference = _first_difference(
-                            d.output, actual[d.output], expected[d.output], ref, tol)
-                        break
+                expected = baseline[ref["name"]]
+                if ref["name"] in d.failed_cases and d.output in actual and d.output in expected:
+                    d.first_difference = _first_difference(
+                        d.output, actual[d.output], expected[d.output], ref, tol)
+                    break
             if not d.first_difference:
                 d.first_difference = f"case {d.failed_cases[0]}"
     return diagnosis
-
-
-def _compare_runs(candidate, runs, preset, dtype, outputs, tol, probes):
-    """:func:`compare` on the candidate's recorded outputs (the candidate is not re-run)."""
-    recorded = {ref["name"]: actual for ref, actual in runs}
-
-    def replay(case):
-        actual = recorded[case["name"]]
-        if isinstance(actual, Exception):
-            raise actual
-        return actual
-
-    replay.__name__ = getattr(candidate, "__name__", type(candidate).__name__)
-    # compare casts each case to dtype again: the recorded cases are already cast, and
-    # casting twice is the identity
-    return compare(replay, preset, [ref for ref, _ in runs], dtype, outputs=outputs,
-                   tolerance=tol, probes=probes)

@@ -116,12 +116,10 @@ def export(directory, preset, cases=None, *, seed: int = 0) -> Path:
     (root / "cases").mkdir(parents=True, exist_ok=True)
     entries = []
     per_token = set()
-    seen = set()
     for case in cases:
         name = _safe_name(case["name"])
-        if name in seen:
+        if any(other["name"] == name for other in entries):
             raise ValueError(f"cases: two cases are named {name!r}")
-        seen.add(name)
         inputs = {n: np.asarray(case["inputs"][n], dtype=np.float64) for n in input_names}
         overrides = dict(case.get("params", {}))
         entry = {"name": name, "description": case.get("description", ""),

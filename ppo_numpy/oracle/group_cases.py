@@ -65,9 +65,8 @@ def _random(k):
 
 
 def _group_of_one(rng):
-    groups = [0, 0, 0, 1, 2, 2]
     return ("prompt 1 answered once; prompts 0 and 2 three and two times",
-            group_inputs(rng, groups, rng.integers(1, 6, 6), 5, binary=False))
+            group_inputs(rng, [0, 0, 0, 1, 2, 2], rng.integers(1, 6, 6), 5, binary=False))
 
 
 def _equal_scores(rng):
@@ -77,23 +76,21 @@ def _equal_scores(rng):
 
 
 def _interleaved(rng):
-    groups = [0, 1, 2, 0, 1, 2, 0, 1, 2]
     return ("three groups of three with their rows interleaved",
-            group_inputs(rng, groups, rng.integers(1, 7, 9), 6, binary=False))
+            group_inputs(rng, [0, 1, 2, 0, 1, 2, 0, 1, 2], rng.integers(1, 7, 9), 6,
+                         binary=False))
 
 
 def _length_bias(rng):
     T = 16
-    groups = [0, 0, 1, 1]
-    inputs = group_inputs(rng, groups, [T, 1, 1, T], T)
+    inputs = group_inputs(rng, [0, 0, 1, 1], [T, 1, 1, T], T)
     inputs["scores"] = np.array([1.0, 0.0, 1.0, 0.0])
     return ("in each group a 16-token and a 1-token response: per-sequence normalisation "
             "weighs the short one's token 16 times more than a long one's", inputs)
 
 
 def _clip_bounds(rng):
-    groups = [0, 0, 0, 1, 1, 1]
-    inputs = group_inputs(rng, groups, [4, 3, 4, 2, 4, 4], 4, binary=False)
+    inputs = group_inputs(rng, [0, 0, 0, 1, 1, 1], [4, 3, 4, 2, 4, 4], 4, binary=False)
     shifts = np.array([[2.0, -2.0, 0.5, -0.5],
                        [-2.0, 2.0, 20.0, 0.0],
                        [2.0, 2.0, -2.0, -20.0],

@@ -38,7 +38,7 @@ class Switch:
 
     def phrase(self, value) -> str:
         for k, text in self.means.items():
-            if k == value and type(k) is type(value) or (k is None and value is None):
+            if k == value and type(k) is type(value):
                 return text
         if isinstance(value, float) and value.is_integer() and int(value) in self.means:
             return self.means[int(value)]
@@ -100,9 +100,9 @@ for _s in (
            default="is on: the A < 0 term is bounded below by {v:g} A"),
     Switch("epsilon_high", "the upper clip bound", {None: "is 1 + epsilon (symmetric)"},
            default="is 1 + {v:g}"),
-    Switch("loss_agg_mode", "the loss aggregation", {}, default="is {v!r}"),
-    Switch("policy_agg", "the policy loss aggregation", {}, default="is {v!r}"),
-    Switch("value_agg", "the value loss aggregation", {}, default="is {v!r}"),
+    Switch("loss_agg_mode", "the loss aggregation", {}),
+    Switch("policy_agg", "the policy loss aggregation", {}),
+    Switch("value_agg", "the value loss aggregation", {}),
     # the critic-free presets, under their frameworks' own option names
     Switch("scale_rewards", "the group advantage's scale",
            {"group": "divides by each group's std", "batch": "divides by the batch's std",
@@ -110,20 +110,18 @@ for _s in (
     Switch("norm_adv_by_std_in_grpo", "the group advantage's scale",
            {True: "divides by the group's std", False: "divides by no std (Dr. GRPO)"}),
     Switch("adv_estimator", "the baseline", {"grpo": "is the group mean (GRPO)",
-                                             "rloo": "is the mean of the others (RLOO)"},
-           default="is {v!r}"),
+                                             "rloo": "is the mean of the others (RLOO)"}),
     Switch("advantage_estimator", "the baseline",
            {"group_norm": "is the group mean, divided by its std (GRPO)",
             "rloo": "is the mean of the others (RLOO)",
-            "dr_grpo": "is the group mean, no std (Dr. GRPO)"}, default="is {v!r}"),
+            "dr_grpo": "is the group mean, no std (Dr. GRPO)"}),
     Switch("importance_sampling_level", "the ratio",
            {"token": "is per token", "sequence": "is the sequence's (GSPO)"}),
     Switch("loss_mode", "the policy loss", {"vanilla": "has a ratio per token",
-                                            "gspo": "has the sequence's ratio (GSPO)"},
-           default="is {v!r}"),
+                                            "gspo": "has the sequence's ratio (GSPO)"}),
     Switch("policy_loss_type", "the policy loss", {"ppo": "has a ratio per token",
                                                    "gspo": "has the sequence's ratio (GSPO)"}),
-    Switch("loss_type", "the loss normalisation", {}, default="is {v!r}"),
+    Switch("loss_type", "the loss normalisation", {}),
     Switch("value_clip_form", "the clipped value",
            {"offset": "is V_old + clip(V - V_old, -c, c)",
             "clamp": "is clamp(V, V_old - c, V_old + c)"}),
@@ -248,50 +246,45 @@ register_switches("trl-0.11", {
     "value_clip_form": (("offset",), "trl/trainer/ppo_trainer.py loss: clip_by_value(vpreds, "
                         "values - cliprange_value, values + cliprange_value)"),
 })
+_VERL_ALGOS = "verl/trainer/ppo/core_algos.py"
+_VERL_VANILLA = f"{_VERL_ALGOS} compute_policy_loss_vanilla"
+_VERL_AGG = (_AGG, f"{_VERL_ALGOS} agg_loss, loss_agg_mode='token-mean'")
 register_switches(_VERL, {
     "score_position": (("after-last", "last-column"), "verl/workers/reward_manager/naive.py: "
                        "reward_tensor[i, valid_response_length - 1]"),
-    "gae_holes": (("decay",), "verl/trainer/ppo/core_algos.py compute_gae_advantage_return"),
+    "gae_holes": (("decay",), f"{_VERL_ALGOS} compute_gae_advantage_return"),
     **_masked_whiten("verl/utils/torch_functional.py", "response_mask"),
     "use_kl_in_reward": ((True,), "verl/trainer/ppo/ray_trainer.py apply_kl_penalty, "
                          "algorithm.use_kl_in_reward=False"),
     "use_kl_loss": ((True,), "verl/trainer/config/_generated_ppo_trainer.yaml "
                     "actor.use_kl_loss=False"),
-    "log_ratio_clamp": ((None,), "verl/trainer/ppo/core_algos.py compute_policy_loss_vanilla: "
-                        "clamp(log_prob - old_log_prob, -20, 20)"),
-    "dual_clip": ((None,), "verl/trainer/ppo/core_algos.py compute_policy_loss_vanilla, "
-                  "clip_ratio_c=3"),
-    "epsilon_high": ((0.28,), "verl/trainer/ppo/core_algos.py compute_policy_loss_vanilla, "
-                     "clip_ratio_high=0.2"),
-    "loss_agg_mode": (_AGG, "verl/trainer/ppo/core_algos.py agg_loss, "
-                      "loss_agg_mode='token-mean'"),
-    "value_clip_form": (("offset",), "verl/trainer/ppo/core_algos.py compute_value_loss: "
-                        "clip_by_value(vpreds, values - cliprange_value, values + "
-                        "cliprange_value)"),
+    "log_ratio_clamp": ((None,), f"{_VERL_VANILLA}: clamp(log_prob - old_log_prob, -20, 20)"),
+    "dual_clip": ((None,), f"{_VERL_VANILLA}, clip_ratio_c=3"),
+    "epsilon_high": ((0.28,), f"{_VERL_VANILLA}, clip_ratio_high=0.2"),
+    "loss_agg_mode": _VERL_AGG,
+    "value_clip_form": (("offset",), f"{_VERL_ALGOS} compute_value_loss: clip_by_value(vpreds, "
+                        "values - cliprange_value, values + cliprange_value)"),
 })
+_OPENRLHF_ADV = "experience_maker.py compute_advantages_and_returns"
+_OPENRLHF_PL = "openrlhf/models/loss.py PolicyLoss"
 register_switches("openrlhf", {
     "score_position": (("after-last", "last-column"), "openrlhf/models/utils.py "
                        "compute_reward: eos_indices"),
     "gae_holes": (("skip",), "openrlhf/trainer/ppo_utils/experience_maker.py "
                   "get_advantages_and_returns"),
-    "whiten_ddof": ((1,), "openrlhf/trainer/ppo_utils/experience_maker.py "
-                    "compute_advantages_and_returns: var = masked mean of (A - mean)^2"),
-    "whiten_eps": (_EPS, "experience_maker.py compute_advantages_and_returns: "
-                   "var.clamp(min=1e-8).rsqrt()"),
-    "whiten_eps_mode": (("add",), "experience_maker.py compute_advantages_and_returns: "
-                        "var.clamp(min=1e-8).rsqrt()"),
-    "whiten_mask": (("all",), "experience_maker.py compute_advantages_and_returns: over "
-                    "action_mask"),
-    "shift_mean": ((False,), "experience_maker.py compute_advantages_and_returns: "
-                   "(A - mean) * rstd"),
+    "whiten_ddof": ((1,), f"openrlhf/trainer/ppo_utils/{_OPENRLHF_ADV}: var = masked mean of "
+                    "(A - mean)^2"),
+    "whiten_eps": (_EPS, f"{_OPENRLHF_ADV}: var.clamp(min=1e-8).rsqrt()"),
+    "whiten_eps_mode": (("add",), f"{_OPENRLHF_ADV}: var.clamp(min=1e-8).rsqrt()"),
+    "whiten_mask": (("all",), f"{_OPENRLHF_ADV}: over action_mask"),
+    "shift_mean": ((False,), f"{_OPENRLHF_ADV}: (A - mean) * rstd"),
     "kl_estimator": (("k2", "k3"), "openrlhf/models/utils.py compute_approx_kl, "
                      "--kl_estimator k1"),
     "kl_clamp": ((None,), "openrlhf/models/utils.py compute_approx_kl: "
                  "log_ratio.clamp(min=-10, max=10)"),
-    "log_ratio_clamp": ((None,), "openrlhf/models/loss.py PolicyLoss: "
-                        "(log_probs - old_log_probs).clamp(-20, 20)"),
-    "dual_clip": ((3.0,), "openrlhf/models/loss.py PolicyLoss, --dual_clip None"),
-    "epsilon_high": ((0.28,), "openrlhf/models/loss.py PolicyLoss, eps_clip 0.2"),
+    "log_ratio_clamp": ((None,), f"{_OPENRLHF_PL}: (log_probs - old_log_probs).clamp(-20, 20)"),
+    "dual_clip": ((3.0,), f"{_OPENRLHF_PL}, --dual_clip None"),
+    "epsilon_high": ((0.28,), f"{_OPENRLHF_PL}, eps_clip 0.2"),
     "loss_agg_mode": (("seq-mean-token-mean",), "openrlhf/models/loss.py aggregate_loss, "
                       "token-mean"),
 })
@@ -314,20 +307,17 @@ register_switches("trl-grpo", {
     "loss_type": (("grpo", "dr_grpo"), f"{_TRL_GRPO} _compute_loss, loss_type='dapo'"),
 })
 register_switches("verl-grpo", {
-    "norm_adv_by_std_in_grpo": ((False,), "verl/trainer/ppo/core_algos.py "
-                                "compute_grpo_outcome_advantage, norm_adv_by_std_in_grpo=True"),
-    "adv_estimator": (("rloo",), "verl/trainer/ppo/core_algos.py, algorithm.adv_estimator="
-                      "'grpo'"),
-    "loss_mode": (("gspo",), "verl/trainer/ppo/core_algos.py compute_policy_loss_vanilla"),
+    "norm_adv_by_std_in_grpo": ((False,), f"{_VERL_ALGOS} compute_grpo_outcome_advantage, "
+                                "norm_adv_by_std_in_grpo=True"),
+    "adv_estimator": (("rloo",), f"{_VERL_ALGOS}, algorithm.adv_estimator='grpo'"),
+    "loss_mode": (("gspo",), _VERL_VANILLA),
     "use_kl_loss": ((True,), "actor.use_kl_loss=False"),
     "use_kl_in_reward": ((True,), "algorithm.use_kl_in_reward=False"),
-    "loss_agg_mode": (_AGG, "verl/trainer/ppo/core_algos.py agg_loss, "
-                      "loss_agg_mode='token-mean'"),
+    "loss_agg_mode": _VERL_AGG,
 })
 register_switches("openrlhf-grpo", {
     "advantage_estimator": (("rloo", "dr_grpo"), "openrlhf/trainer/ppo_utils/"
                             "experience_maker.py, --advantage_estimator group_norm"),
-    "policy_loss_type": (("gspo",), "openrlhf/models/loss.py PolicyLoss, "
-                         "--policy_loss_type ppo"),
-    "dual_clip": ((3.0,), "openrlhf/models/loss.py PolicyLoss, --dual_clip None"),
+    "policy_loss_type": (("gspo",), f"{_OPENRLHF_PL}, --policy_loss_type ppo"),
+    "dual_clip": ((3.0,), f"{_OPENRLHF_PL}, --dual_clip None"),
 })

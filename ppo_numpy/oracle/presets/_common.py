@@ -21,7 +21,6 @@ from ...gae import gae_kernel
 from ...group_advantages import _group_sums
 from ...kl import (
     _score_bounds,
-    kl_estimate_grad_kernel,
     kl_estimate_kernel,
     kl_shaped_rewards_kernel,
 )
@@ -139,24 +138,15 @@ def read_case(case: dict, names=INPUT_NAMES) -> Rollout:
     if missing:
         raise ValueError(f"case: missing input(s) {', '.join(missing)}; a case needs "
                          f"{', '.join(names)}")
-    arrays = {n: case[n] if n == "groups" else as_array(case[n], n, exact=False)
-              for n in names if n != "mask"}
-    logp = arrays["logp"]
+    logp = as_array(case["logp"], "logp", exact=False)
     if logp.ndim != 2:
         raise ValueError(f"logp: presets take a (B, T) batch, got shape {logp.shape}")
-    for n in ("logp_old", "logp_ref", "values", "old_values"):
-        if n in arrays and arrays[n].shape != logp.shape:
-            raise ValueError(f"{n}: shape {arrays[n].shape} does not match logp shape "
-                             f"{logp.shape}")
-    for n in ("scores", "baseline_scores"):
-        if n in arrays and arrays[n].shape != logp.shape[:1]:
-            raise ValueError(f"{n}: expected shape {logp.shape[:1]} (one score per "
-                             f"response), got shape {arrays[n].shape}")
     m = as_mask(case["mask"], logp, "logp")
     empty = ~m.any(axis=-1)
     if np.any(empty):
         raise ValueError(f"mask: row {int(np.argmax(empty))} has no response token")
-    return Rollout.keeping_padding(mask=m, **arrays)
+    # the Rollout checks each array's type, shape and finiteness where the mask is 1
+    return Rollout.keeping_padding(mask=m, **{n: case[n] for n in names if n != "mask"})
 
 
 def check_params(p: dict) -> dict:
@@ -240,19 +230,15 @@ def probability_ratio(logp, logp_old, m):
     return where_valid(m, np.exp(log_rho))
 
 
-def kl_estimate(logp, logp_ref, estimator, m=None, clamp=None):
-    """Per-token KL of ``estimator``, 0 outside ``m`` (every column when ``None``)."""
-    if m is None:
-        m = np.ones(logp.shape, dtype=bool)
+def kl_estimate(logp, logp_ref, estimator, m, clamp=None):
+    """Per-token KL of ``estimator``, 0 outside ``m``."""
     # (the kernel gives 0 where both inputs are 0)
     return kl_estimate_kernel(where_valid(m, logp), where_valid(m, logp_ref), estimator, clamp)
 
 
-def kl_shaped_rewards(scores, logp, logp_ref, beta, m=None, estimator="k1", *, kl_clamp=None,
+def kl_shaped_rewards(scores, logp, logp_ref, beta, m, estimator="k1", *, kl_clamp=None,
                       score_offset=0, score_clip=None):
-    if m is None:
-        m = np.ones(logp.shape, dtype=bool)
-    kl = kl_estimate_kernel(where_valid(m, logp), where_valid(m, logp_ref), estimator, kl_clamp)
+    kl = kl_estimate(logp, logp_ref, estimator, m, kl_clamp)
     bounds = None if score_clip is None else _score_bounds(score_clip)
     return kl_shaped_rewards_kernel(scores, kl, m, float(beta), score_offset, bounds)
 
@@ -279,8 +265,7 @@ def clip_scores(scores, score_clip):
     for ``None``."""
     if score_clip is None:
         return scores
-    low, high = _score_bounds(score_clip)
-    return np.clip(scores, low, high)
+    return np.clip(scores, *_score_bounds(score_clip))
 
 
 def gae_over(rewards, values, gamma, lam, m, holes):
@@ -288,73 +273,55 @@ def gae_over(rewards, values, gamma, lam, m, holes):
     and reward 0 (``"decay"``: the zero-filled arrays over every column, re-masked)."""
     if holes == "skip":
         return gae(rewards, values, gamma, lam, m)
-    advantages, returns = gae(where_valid(m, rewards), where_valid(m, values), gamma, lam)
+    advantages, returns = gae(where_valid(m, rewards), where_valid(m, values), gamma, lam,
+                              np.ones_like(m))
     return advantages, where_valid(m, returns)
 
 
 def whiten_advantages(a, m, p):
     """Whiten advantages with the preset's switches ``whiten_ddof``, ``whiten_eps``,
-    ``whiten_eps_mode``, ``whiten_mask`` and ``shift_mean`` where it has them (ddof 1, eps
-    1e-8 added, over ``m``, mean shifted otherwise); 0 outside ``m``."""
-    over = m if p.get("whiten_mask", "mask") == "mask" else None
-    out = whiten(a, over, p.get("shift_mean", True), ddof=p.get("whiten_ddof", 1),
-                 eps=p.get("whiten_eps", 1e-8), eps_mode=p.get("whiten_eps_mode", "add"))
-    return where_valid(m, out)
+    ``whiten_eps_mode``, ``whiten_mask`` and ``shift_mean`` (every preset that whitens its
+    advantages has the five); 0 outside ``m``."""
+    over = m if p["whiten_mask"] == "mask" else np.ones_like(m)
+    return where_valid(m, whiten(a, over, p["shift_mean"], ddof=p["whiten_ddof"],
+                                 eps=p["whiten_eps"], eps_mode=p["whiten_eps_mode"]))
 
 
-def kl_loss(x: Rollout, m, coef, estimator, clamp=None, agg="token-mean"):
-    """``coef * aggregate(KL(logp || logp_ref), agg)`` and its gradient in ``logp``: the KL
-    as a loss term instead of a reward (verl ``use_kl_loss``)."""
-    lp, ref = where_valid(m, x.logp), where_valid(m, x.logp_ref)
-    norm = mode_norm(agg, None, m.shape[-1])
-    kl = kl_estimate_kernel(lp, ref, estimator, clamp)  # 0 at padding, as lp and ref are
-    value = coef * float(aggregate_kernel(kl, m, agg, norm))
-    w = aggregation_weights(m, agg, norm)
-    grad = coef * kl_estimate_grad_kernel(lp, ref, estimator, m, clamp, w) + 0.0
-    return value, grad
-
-
-def gae(rewards, values, gamma, lam, m=None):
-    """Advantages and returns over the positions of ``m`` (every column when ``None``)."""
-    if m is None:
-        m = np.ones(rewards.shape, dtype=bool)
+def gae(rewards, values, gamma, lam, m):
+    """Advantages and returns over the positions of ``m``."""
     return gae_kernel(where_valid(m, rewards), where_valid(m, values), float(gamma),
                       float(lam), m)
 
 
-def whiten(x, m=None, shift_mean=True, *, ddof=1, eps=1e-8, eps_mode="add"):
-    if m is None:
-        m = np.ones(x.shape, dtype=bool)
+def whiten(x, m, shift_mean=True, *, ddof=1, eps=1e-8, eps_mode="add"):
     return whiten_kernel(where_valid(m, x), m, shift_mean, ddof, eps, eps_mode)
 
 
-def value_clipfrac(x: Rollout, returns, m, p: dict) -> float:
-    """Token mean of "the clipped value error is strictly larger" (TRL/verl ``vf_clipfrac``),
-    with the preset's ``value_clip`` and ``value_clip_form``."""
-    if p["value_clip"] is None:
-        return 0.0
-    vl = ValueLoss(where_valid(m, x.values), where_valid(m, x.old_values),
-                   where_valid(m, returns), p["value_clip"], p["value_clip_form"])
-    return masked_mean(vl.clipped_wins.astype(np.float64), m)
-
-
-def loss_options(p: dict, agg: str = "token-mean") -> PolicyLossOptions:
+def loss_options(p: dict, agg: str = "token-mean", kl=None) -> PolicyLossOptions:
     """The policy-loss options of a preset's parameters: ``epsilon`` and, where the framework
-    has them, ``epsilon_high``, ``dual_clip``, ``log_ratio_clamp``."""
+    has them, ``epsilon_high``, ``dual_clip``, ``log_ratio_clamp``; with ``kl = (coef,
+    estimator, clamp)`` the KL term ``coef * aggregate(KL(logp || logp_ref), agg)`` in the
+    loss instead of the rewards (verl ``use_kl_loss``)."""
+    coef, estimator, clamp = kl or (0.0, "k3", None)
     return PolicyLossOptions(epsilon=p["epsilon"], epsilon_high=p.get("epsilon_high"),
                              dual_clip=p.get("dual_clip"),
-                             log_ratio_clamp=p.get("log_ratio_clamp"), agg=agg)
+                             log_ratio_clamp=p.get("log_ratio_clamp"), agg=agg,
+                             kl_coef=coef, kl_estimator=estimator, kl_clamp=clamp)
 
 
 def losses(x: Rollout, advantages, returns, p: dict, agg: str = "token-mean", *, mask,
-           value_mask=None, value_agg="token-mean"):
-    """Policy loss (the :func:`loss_options` of ``p``, aggregated by ``agg`` over ``mask``), its
-    stats and gradient; value loss (``p["value_clip"]``, ``p["value_clip_form"]``, aggregated by
-    ``value_agg`` over ``value_mask``, default ``mask``) and its gradient."""
-    pm = mask
-    pl = policy_loss_kernel(where_valid(pm, x.logp), where_valid(pm, x.logp_old),
-                            where_valid(pm, advantages), pm, loss_options(p, agg))
-    vm = pm if value_mask is None else value_mask
+           value_mask=None, value_agg="token-mean", kl=None):
+    """Policy loss (the :func:`loss_options` of ``p`` and ``kl``, aggregated by ``agg`` over
+    ``mask``), its stats and gradient; value loss (``p["value_clip"]``, ``p["value_clip_form"]``,
+    aggregated by ``value_agg`` over ``value_mask``, default ``mask``) and its gradient.
+
+    The stats are the policy loss's and ``"value_clipfrac"``: the token mean over the value
+    mask of "the clipped value error is strictly larger" (TRL/verl ``vf_clipfrac``; 0 without
+    a value clip)."""
+    pl = policy_loss_kernel(where_valid(mask, x.logp), where_valid(mask, x.logp_old),
+                            where_valid(mask, advantages), mask, loss_options(p, agg, kl),
+                            where_valid(mask, x.logp_ref))
+    vm = mask if value_mask is None else value_mask
     PolicyLossOptions(agg=value_agg)  # checks the mode's name
     norm = mode_norm(value_agg, None, vm.shape[-1])
     vl = ValueLoss(where_valid(vm, x.values), where_valid(vm, x.old_values),
@@ -362,7 +329,10 @@ def losses(x: Rollout, advantages, returns, p: dict, agg: str = "token-mean", *,
     # the inputs are 0 outside vm, and so are the loss and its weights there
     vloss = float(aggregate_kernel(vl.loss, vm, value_agg, norm))
     dvalues = aggregation_weights(vm, value_agg, norm) * vl.dv + 0.0
-    return pl.loss, pl.stats(), pl.dlogp, vloss, dvalues
+    stats = {**pl.stats(), "value_clipfrac": masked_mean(vl.clipped_wins.astype(np.float64), vm)}
+    # why: with kl, a loss of -0.0 is 0.0 even for coef 0 (the kernel then adds no KL term)
+    policy_loss = pl.loss + 0.0 if kl else pl.loss
+    return policy_loss, stats, pl.dlogp, vloss, dvalues
 
 
 def result(rewards, advantages, returns, policy_loss, value_loss_, dlogp, dvalues,
@@ -380,8 +350,7 @@ def result(rewards, advantages, returns, policy_loss, value_loss_, dlogp, dvalue
 
 def require_prefix(name: str, m: np.ndarray, why: str) -> None:
     """Raise unless every row is ones from column 0, then zeros (right padding, no holes)."""
-    n = m.sum(axis=-1)
-    prefix = np.arange(m.shape[-1])[None, :] < n[:, None]
+    prefix = np.arange(m.shape[-1])[None, :] < m.sum(axis=-1)[:, None]
     bad = np.any(m != prefix, axis=-1)
     if np.any(bad):
         raise ValueError(f"{name}: mask row {int(np.argmax(bad))} is not a prefix of ones "
@@ -390,8 +359,7 @@ def require_prefix(name: str, m: np.ndarray, why: str) -> None:
 
 def slot_after(m: np.ndarray) -> np.ndarray:
     """The mask extended by one column after each row's last token (none if the row is full)."""
-    n = m.sum(axis=-1)
-    return np.arange(m.shape[-1])[None, :] < np.minimum(n + 1, m.shape[-1])[:, None]
+    return np.arange(m.shape[-1])[None, :] < np.minimum(m.sum(axis=-1) + 1, m.shape[-1])[:, None]
 
 
 def require_finite(name: str, arrays: dict, where: np.ndarray, why: str) -> None:

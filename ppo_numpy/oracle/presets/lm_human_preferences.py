@@ -19,7 +19,6 @@ from ._common import (
     masked_var,
     mean_rows,
     result,
-    value_clipfrac,
     whiten,
 )
 
@@ -39,7 +38,7 @@ def lmhp_stats(x, returns, m, p, st, policy_loss, vloss, kl, ddof):
         "ppo/returns/var": returns_var,
         "ppo/val/vpred": masked_mean(x.values, m),
         "ppo/val/error": error,
-        "ppo/val/clipfrac": value_clipfrac(x, returns, m, p),
+        "ppo/val/clipfrac": st["value_clipfrac"],
         "ppo/val/mean": masked_mean(x.old_values, m),
         "ppo/val/var": masked_var(x.old_values, m, ddof),
         "ppo/val/var_explained": 1.0 - divide(error, returns_var),
@@ -78,13 +77,13 @@ def _lm_human_preferences(x: Rollout, p: dict) -> dict:
         raise ValueError(f"{name}: mask row {row} has padding; lm-human-preferences has no "
                          "mask (every one of the T sampled tokens counts), so the mask must "
                          "be all ones")
-    kl = kl_estimate(x.logp_old, x.logp_ref, "k1")
-    rewards = kl_shaped_rewards(x.scores, x.logp_old, x.logp_ref, p["beta"])
+    m = x.mask  # every column (checked above)
+    kl = kl_estimate(x.logp_old, x.logp_ref, "k1", m)
+    rewards = kl_shaped_rewards(x.scores, x.logp_old, x.logp_ref, p["beta"], m)
     if p["whiten_rewards"]:
-        rewards = whiten(rewards, shift_mean=False, ddof=0)
-    raw_advantages, returns = gae(rewards, x.old_values, p["gamma"], p["lam"])
-    advantages = whiten(raw_advantages, ddof=0)
-    m = x.mask
+        rewards = whiten(rewards, m, shift_mean=False, ddof=0)
+    raw_advantages, returns = gae(rewards, x.old_values, p["gamma"], p["lam"], m)
+    advantages = whiten(raw_advantages, m, ddof=0)
     policy_loss, st, dlogp, vloss, dvalues = losses(x, advantages, returns, p, mask=m)
     stats = lmhp_stats(x, returns, m, p, st, policy_loss, vloss, kl, ddof=0)
     stats["objective/score"] = mean_rows(x.scores)

@@ -70,25 +70,21 @@ def _openrlhf_grpo(x: Rollout, p: dict) -> dict:
         r = grpo_advantages(x.scores, x.groups, scale="none", singleton="zero")
     else:
         r = x.scores
-    low, high = _score_bounds(p["reward_clip_range"])
-    r = np.clip(r, low, high)
+    r = np.clip(r, *_score_bounds(p["reward_clip_range"]))
     rollout_kl = kl_estimate(x.logp_old, x.logp_ref, p["kl_estimator"], m, 10.0)
     rewards = at_last_token(r, m)
     if not p["use_kl_loss"] and p["init_kl_coef"] > 0:
         rewards = rewards - p["init_kl_coef"] * rollout_kl
-    gamma = p["gamma"] if est == "reinforce" else 1.0
-    A = returns_to_go(rewards, m, gamma)
+    A = returns_to_go(rewards, m, p["gamma"] if est == "reinforce" else 1.0)
     if est in ("reinforce", "reinforce_baseline"):
         A = whiten(A, m, ddof=0, eps=1e-8, eps_mode="floor")
-    kl = {}
-    if p["use_kl_loss"]:
-        kl = dict(kl_coef=p["init_kl_coef"], kl_estimator=p["kl_estimator"], kl_clamp=10.0,
-                  kl_agg="token-mean")
     gspo = p["policy_loss_type"] == "gspo"
     opts = PolicyLossOptions(epsilon=p["epsilon"], epsilon_high=p["epsilon_high"],
                              dual_clip=p["dual_clip"],
                              importance_level="sequence" if gspo else "token",
-                             agg="seq-mean-token-mean" if gspo else "token-mean", **kl)
+                             agg="seq-mean-token-mean" if gspo else "token-mean",
+                             kl_coef=p["init_kl_coef"] if p["use_kl_loss"] else 0.0,
+                             kl_estimator=p["kl_estimator"], kl_clamp=10.0, kl_agg="token-mean")
     pl = policy_loss_kernel(xm.logp, xm.logp_old, A, m, opts, xm.logp_ref)
     st = pl.stats()
     n_i = m.sum(axis=-1)

@@ -11,7 +11,6 @@ from ._common import (
     aggregate,
     gae_over,
     kl_estimate,
-    kl_loss,
     losses,
     mean_rows,
     result,
@@ -46,18 +45,12 @@ def _seed(x: Rollout, p: dict) -> dict:
     if p["whiten_advantages"]:
         advantages = whiten_advantages(advantages, m, p)
     policy_loss, st, dlogp, vloss, dvalues = losses(
-        x, advantages, returns, p, p["policy_agg"], mask=m, value_agg=p["value_agg"])
-    if in_loss:
-        value, grad = kl_loss(x, m, p["beta"], est, p["kl_clamp"], p["policy_agg"])
-        policy_loss, dlogp = policy_loss + value, dlogp + grad
+        x, advantages, returns, p, p["policy_agg"], mask=m, value_agg=p["value_agg"],
+        kl=(p["beta"], est, p["kl_clamp"]) if in_loss else None)
     stats = {
         "objective": -policy_loss,
-        "clipfrac_active": st["clipfrac_active"],
-        "clipfrac_outside": st["clipfrac_outside"],
-        "approx_kl_k1": st["approx_kl_k1"],
-        "approx_kl_k2": st["approx_kl_k2"],
-        "approx_kl_k3": st["approx_kl_k3"],
-        "ratio_mean": st["ratio_mean"],
+        **{k: st[k] for k in ("clipfrac_active", "clipfrac_outside", "approx_kl_k1",
+                              "approx_kl_k2", "approx_kl_k3", "ratio_mean")},
         "kl_per_sequence": aggregate(kl, m, "seq-mean-token-sum"),
         "score_mean": mean_rows(x.scores),
     }

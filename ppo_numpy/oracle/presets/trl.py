@@ -16,7 +16,6 @@ from ._common import (
     gae,
     gae_over,
     kl_estimate,
-    kl_loss,
     losses,
     masked_mean,
     mean_rows,
@@ -26,7 +25,6 @@ from ._common import (
     result,
     shaped_rewards,
     slot_after,
-    value_clipfrac,
     whiten,
     whiten_advantages,
 )
@@ -88,19 +86,15 @@ def _trl(x: Rollout, p: dict) -> dict:
         rewards = whiten(rewards, m_p1, shift_mean=False)
     raw_advantages, returns = gae(rewards, x.old_values, p["gamma"], p["lam"], m_p1)
     advantages = whiten_advantages(raw_advantages, m, p)
-    policy_loss, st, dlogp, vloss, dvalues = losses(x, advantages, returns, p, mask=m,
-                                                    value_mask=m_p1)
-    if in_loss:
-        value, grad = kl_loss(x, m, p["beta"], est, p["kl_clamp"])
-        policy_loss, dlogp = policy_loss + value, dlogp + grad
-    B, T = m.shape
+    policy_loss, st, dlogp, vloss, dvalues = losses(
+        x, advantages, returns, p, mask=m, value_mask=m_p1,
+        kl=(p["beta"], est, p["kl_clamp"]) if in_loss else None)
     rho = probability_ratio(x.logp, x.logp_old, m)
     kl_per_row = aggregate(kl, m, "seq-mean-token-sum")
-    n_padding = T - m.sum(axis=-1)
     stats = {
         "objective/kl": kl_per_row,
         "objective/entropy": aggregate(-x.logp_old, m, "seq-mean-token-sum")
-        - TRL_INVALID_LOGPROB * mean_rows(n_padding),
+        - TRL_INVALID_LOGPROB * mean_rows(m.shape[-1] - m.sum(axis=-1)),  # (padding per row)
         "objective/non_score_reward": -p["beta"] * kl_per_row,
         "objective/rlhf_reward": -p["beta"] * kl_per_row + mean_rows(x.scores),
         "objective/scores": mean_rows(x.scores),
@@ -109,7 +103,7 @@ def _trl(x: Rollout, p: dict) -> dict:
         "policy/clipfrac_avg": st["clipfrac_active"],
         "loss/policy_avg": policy_loss,
         "loss/value_avg": vloss,
-        "val/clipfrac_avg": value_clipfrac(x, returns, m_p1, p),
+        "val/clipfrac_avg": st["value_clipfrac"],
         "val/ratio": 1.0 + aggregate(rho - 1.0, m, "seq-mean-token-sum-norm"),
     }
     return result(rewards, advantages, returns, policy_loss, vloss, dlogp, dvalues, stats)

@@ -61,9 +61,8 @@ def _trl_grpo(x: Rollout, p: dict) -> dict:
     require_choice(name, p, "scale_rewards", SCALES)
     agg, form = LOSS_TYPES[p["loss_type"]]
     level = p["importance_sampling_level"]
-    A_seq = grpo_advantages(x.scores, x.groups, scale=SCALES[p["scale_rewards"]], eps=1e-4,
-                            ddof=1, singleton="zero", dtype=np.float32)
-    A = broadcast(A_seq, m)
+    A = broadcast(grpo_advantages(x.scores, x.groups, scale=SCALES[p["scale_rewards"]],
+                                  eps=1e-4, ddof=1, singleton="zero", dtype=np.float32), m)
     eps_high = p["epsilon"] if p["epsilon_high"] is None else p["epsilon_high"]
     norm = {"dr_grpo": p["max_completion_length"], "dapo": p["num_items_in_batch"]}.get(agg)
     opts = PolicyLossOptions(

@@ -13,14 +13,12 @@ from ._common import (
     float32_roundings,
     gae_over,
     kl_estimate,
-    kl_loss,
     losses,
     masked_mean,
     masked_var,
     mean_rows,
     result,
     shaped_rewards,
-    value_clipfrac,
     whiten_advantages,
 )
 
@@ -81,28 +79,25 @@ def _verl(x: Rollout, p: dict) -> dict:
                          "token and the score index is a count of response tokens")
     est = p["kl_estimator"]
     check_estimator(name, est, tuple(_VERL_KL_CLAMP))
-    beta = p["beta"] if p["use_kl_in_reward"] else 0.0
     kl = kl_estimate(x.logp_old, x.logp_ref, est, m, clamp=_VERL_KL_CLAMP[est])
-    rewards = shaped_rewards(x, beta, m, est, p["score_position"],
-                             kl_clamp=_VERL_KL_CLAMP[est])
+    rewards = shaped_rewards(x, p["beta"] if p["use_kl_in_reward"] else 0.0, m, est,
+                             p["score_position"], kl_clamp=_VERL_KL_CLAMP[est])
     raw_advantages, returns = gae_over(rewards, x.old_values, p["gamma"], p["lam"], m,
                                        p["gae_holes"])
     advantages = whiten_advantages(raw_advantages, m, p)
     agg = p["loss_agg_mode"]
-    policy_loss, st, dlogp, vloss, dvalues = losses(x, advantages, returns, p, agg, mask=m,
-                                                    value_agg=agg)
-    if p["use_kl_loss"]:
-        # why: verl core_algos.py kl_penalty "low_var_kl" (k3 clamped to [-10, 10]) of the
-        # current policy against the reference, agg_loss'd and times kl_loss_coef
-        value, grad = kl_loss(x, m, p["beta"], "k3", 10.0, agg)
-        policy_loss, dlogp = policy_loss + value, dlogp + grad
+    # why: with use_kl_loss, verl core_algos.py kl_penalty "low_var_kl" (k3 clamped to
+    # [-10, 10]) of the current policy against the reference, agg_loss'd, times kl_loss_coef
+    policy_loss, st, dlogp, vloss, dvalues = losses(
+        x, advantages, returns, p, agg, mask=m, value_agg=agg,
+        kl=(p["beta"], "k3", 10.0) if p["use_kl_loss"] else None)
     stats = {
         "actor/pg_loss": policy_loss,
         "actor/pg_clipfrac": st["clipfrac_active"],
         "actor/ppo_kl": st["approx_kl_k1"],
         "actor/pg_clipfrac_lower": st["dual_clipfrac"],
         "critic/vf_loss": vloss,
-        "critic/vf_clipfrac": value_clipfrac(x, returns, m, p),
+        "critic/vf_clipfrac": st["value_clipfrac"],
         "critic/vpred_mean": masked_mean(x.values, m),
         "critic/score/mean": mean_rows(x.scores),
         "critic/rewards/mean": aggregate(rewards, m, "seq-mean-token-sum"),

@@ -78,11 +78,10 @@ def _verl_grpo(x: Rollout, p: dict) -> dict:
     if not np.all(m[:, 0]):
         raise ValueError(f"{name}: mask row {int(np.argmin(m[:, 0]))} does not start at "
                          "column 0; verl places the score at (number of response tokens) - 1")
-    scores_tok = at_last_token(x.scores, m)
-    rewards = scores_tok
+    rewards = at_last_token(x.scores, m)
     if p["use_kl_in_reward"]:
         est, clamp = KL_TYPES[p["kl_penalty"]]
-        rewards = scores_tok - p["kl_coef"] * kl_estimate(x.logp_old, x.logp_ref, est, m, clamp)
+        rewards = rewards - p["kl_coef"] * kl_estimate(x.logp_old, x.logp_ref, est, m, clamp)
     s = rewards.sum(axis=-1)  # rewards are 0 at padding (at_last_token, kl_estimate)
     est = p["adv_estimator"]
     if est == "grpo":
@@ -97,22 +96,19 @@ def _verl_grpo(x: Rollout, p: dict) -> dict:
         A = reinforce_plus_plus_baseline_advantages(s, x.groups, m, singleton="raw")
     else:
         A = remax_advantages(rewards, x.baseline_scores, m)
-    agg, mode = p["loss_agg_mode"], p["loss_mode"]
-    eps, eps_high = p["clip_ratio_low"], p["clip_ratio_high"]
+    agg = p["loss_agg_mode"]
     kl = {}
     if p["use_kl_loss"]:
         kl_est, kl_clamp = KL_TYPES[p["kl_loss_type"]]
         kl = dict(kl_coef=p["kl_loss_coef"], kl_estimator=kl_est, kl_clamp=kl_clamp,
                   kl_agg=agg)
-    if mode == "vanilla":
-        opts = PolicyLossOptions(epsilon=eps, epsilon_high=eps_high, dual_clip=p["clip_ratio_c"],
-                                 log_ratio_clamp=20.0, agg=agg, **kl)
-    elif mode == "gspo":
-        opts = PolicyLossOptions(epsilon=eps, epsilon_high=eps_high, importance_level="sequence",
-                                 log_ratio_max=10.0, agg="seq-mean-token-mean", **kl)
-    else:
-        opts = PolicyLossOptions(epsilon=eps, epsilon_high=eps_high, loss_type="cispo",
-                                 log_ratio_clamp=20.0, agg=agg, **kl)
+    # the options of each loss_mode besides the clip bounds and the KL term
+    mode = {"vanilla": dict(dual_clip=p["clip_ratio_c"], log_ratio_clamp=20.0, agg=agg),
+            "gspo": dict(importance_level="sequence", log_ratio_max=10.0,
+                         agg="seq-mean-token-mean"),
+            "cispo": dict(loss_type="cispo", log_ratio_clamp=20.0, agg=agg)}[p["loss_mode"]]
+    opts = PolicyLossOptions(epsilon=p["clip_ratio_low"], epsilon_high=p["clip_ratio_high"],
+                             **mode, **kl)
     pl = policy_loss_kernel(xm.logp, xm.logp_old, A, m, opts, xm.logp_ref)
     st = pl.stats()
     stats = {
