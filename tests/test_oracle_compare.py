@@ -16,6 +16,7 @@ from ppo_numpy.oracle.compare import (
     compare_output,
     to_bfloat16,
 )
+from ppo_numpy.oracle.group_cases import generate_group_cases
 from ppo_numpy.oracle.presets import get_preset
 
 TOL = Tolerance(rtol=0.25, atol=0.5, unit_roundoff=2.0**-53)
@@ -243,6 +244,28 @@ def test_compare_identical_passes_and_a_bug_fails_only_its_output():
     assert {r.output for r in report.failures} == {"policy_loss"}
     assert len(report.failures) == 4
     assert "FAIL" in str(report) and "FAILED: 4 of 12" in str(report)
+
+
+@pytest.mark.parametrize("name", ["trl-grpo", "verl-grpo", "openrlhf-grpo"])
+def test_critic_free_presets_compare_with_the_default_probes(name):
+    # a regression: the probes moved the prompt ids, which are labels (1.0 became
+    # 1.0000000000000009 and the preset raised TypeError); they now move only values
+    preset = get_preset(name)
+    case = generate_group_cases(0, ["group-random-0"])[0]
+    probes = C.probe_cases(case, "float64", 3)
+    for probe in probes:
+        assert np.array_equal(probe["inputs"]["groups"], case["inputs"]["groups"])
+        assert np.array_equal(probe["inputs"]["mask"], case["inputs"]["mask"])
+    m = case["inputs"]["mask"] == 1
+    assert not np.array_equal(probes[0]["inputs"]["logp"][m], case["inputs"]["logp"][m])
+    assert compare(preset, name).passed  # probes=8 by default
+
+    def buggy(case):
+        out = preset(case)
+        out["policy_loss"] = out["policy_loss"] * 0.5
+        return out
+
+    assert {r.output for r in compare(buggy, name).failures} == {"policy_loss"}
 
 
 def test_compare_gives_the_candidate_rounded_inputs_and_the_reference_the_same_values():

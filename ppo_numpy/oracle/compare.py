@@ -75,6 +75,10 @@ import numpy as np
 PROBE_SCALE = 4.0
 """Probe perturbations are ``+-PROBE_SCALE * u * max(|x|, 1)``."""
 
+LABELS = ("mask", "groups")
+"""Inputs that are labels, not measured values (the mask, the prompt ids of a critic-free
+preset): a probe leaves them as they are."""
+
 
 @dataclass(frozen=True)
 class Tolerance:
@@ -159,7 +163,8 @@ def cast_case(case: dict, dtype) -> dict:
 
 
 def probe_cases(case: dict, dtype, n: int, *, seed: int = 0) -> list:
-    """``n`` float64 copies of ``case`` with each valid input moved by ``+-4 u max(|x|, 1)``."""
+    """``n`` float64 copies of ``case`` with each valid input moved by ``+-4 u max(|x|, 1)``
+    (not the :data:`LABELS`)."""
     u = TOLERANCES[check_dtype(dtype)].unit_roundoff
     rng = np.random.default_rng([seed, n])
     mask = case["inputs"]["mask"]
@@ -168,7 +173,7 @@ def probe_cases(case: dict, dtype, n: int, *, seed: int = 0) -> list:
         inputs = {}
         for name, x in case["inputs"].items():
             x = np.array(x, dtype=np.float64)
-            if name != "mask":
+            if name not in LABELS:
                 sign = rng.choice([-1.0, 1.0], size=x.shape)
                 with np.errstate(invalid="ignore", over="ignore"):
                     moved = x + sign * PROBE_SCALE * u * np.maximum(np.abs(x), 1.0)
