@@ -305,7 +305,6 @@ def grpo_advantages(scores, groups, *, scale="group", eps=1e-6, ddof=1, singleto
             std = np.sqrt(sq / (n - ddof))[inverse]
         # a group of one: std undefined with ddof 1; "raw" takes it as 1 ("zero" has A = 0)
         std = np.where(single, one, std)
-        flat = std == 0
         where = "the group of prompt id {} has equal scores"
     else:
         B = s.shape[0]
@@ -314,8 +313,8 @@ def grpo_advantages(scores, groups, *, scale="group", eps=1e-6, ddof=1, singleto
                              f"standard deviation with ddof={ddof}, got {B}")
         dev = s - s.sum(dtype=s.dtype) / s.dtype.type(B)
         std = np.full(B, np.sqrt((dev * dev).sum(dtype=s.dtype) / s.dtype.type(B - ddof)))
-        flat = std == 0
         where = "every score of the batch is the same (row 0: prompt id {})"
+    flat = std == 0
     if eps == 0 and np.any(flat):
         i = int(np.argmax(flat))
         raise ValueError(f"scores: {where.format(ids[inverse[i]])} (std 0) and eps is 0, so "
