@@ -299,12 +299,11 @@ def kl_estimate_grad(logp, logp_ref, estimator="k1", mask=None, *, clamp=None, a
     _check_estimator(estimator)
     (logp, logp_ref), m = prepare({"logp": logp, "logp_ref": logp_ref}, mask, exact=False)
     clamp = check_kl_clamp(clamp)
+    w = None
     if agg is not None:
         check_mode(agg, "agg")
         w = _weights(m, agg, norm)
     elif norm is not None:
         raise ValueError(f"norm: only agg='seq-mean-token-sum-norm' divides by norm, got "
                          f"norm={norm!r} with agg=None")
-    else:
-        w = None
     return kl_estimate_grad_kernel(logp, logp_ref, estimator, m, clamp, w)
