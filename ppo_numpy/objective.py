@@ -54,11 +54,9 @@ def ppo_objective(logp, logp_old, advantages, mask=None, epsilon=0.2, **clip_opt
     >>> round(ppo_objective(logp, logp, A, m), 12)
     1.075375
     """
-    # in float64 even for Fractions (rho needs exp), as ppo_policy_loss, which it must equal
-    (logp, logp_old, advantages), m = prepare(
-        {"logp": logp, "logp_old": logp_old, "advantages": advantages}, mask, exact=False)
-    opts = PolicyLossOptions(epsilon=epsilon, agg="seq-mean-token-sum", **clip_options)
-    return -policy_loss_kernel(logp, logp_old, advantages, m, opts).loss
+    # the loss of ppo_policy_loss, which it must equal, with agg="seq-mean-token-sum"
+    return -checked_policy_loss(logp, logp_old, advantages, mask, None, None, epsilon=epsilon,
+                                agg="seq-mean-token-sum", **clip_options).loss
 
 
 def ppo_policy_loss(logp, logp_old, advantages, mask=None, epsilon=0.2, agg="token-mean", *,
