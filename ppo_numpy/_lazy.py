@@ -8,11 +8,9 @@ threads.
 
 
 class lazy:
+    # used as a decorator only: the attribute's name is the function's
     def __init__(self, fn):
         self.fn, self.__doc__, self.name = fn, fn.__doc__, fn.__name__
-
-    def __set_name__(self, owner, name):
-        self.name = name
 
     def __get__(self, obj, cls=None):
         if obj is None:

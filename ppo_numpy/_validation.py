@@ -47,14 +47,12 @@ def as_array(x, name: str, *, exact: bool | None = None, copy: bool = True) -> n
     """
     if exact is None:
         exact = is_exact(x)
-    if exact or is_exact(x):
-        try:
-            arr = np.array(x, dtype=object)
-        except ValueError as err:  # ragged lists
-            raise ValueError(f"{name}: not a rectangular array ({err})") from None
-        if not exact:
-            # Fractions where the formula needs exp/log/sqrt: computed in float64
-            return _convert(arr, lambda v: _exact_entry(v, name, keep_float=True), np.float64)
+    elif not exact and is_exact(x):
+        # Fractions where the formula needs exp/log/sqrt: computed in float64
+        arr = rectangular(x, name, dtype=object)
+        return _convert(arr, lambda v: _exact_entry(v, name, keep_float=True), np.float64)
+    if exact:
+        arr = rectangular(x, name, dtype=object)
         return _convert(arr, lambda v: _exact_entry(v, name), object)
     if isinstance(x, np.ndarray):
         if x.dtype.kind not in "biuf":
@@ -62,13 +60,18 @@ def as_array(x, name: str, *, exact: bool | None = None, copy: bool = True) -> n
                 f"{name}: expected an array of real numbers, got dtype {x.dtype}"
             )
         return np.array(x, dtype=np.float64, copy=True if copy else None)
-    try:
-        arr = np.array(x)
-    except ValueError as err:  # ragged lists
-        raise ValueError(f"{name}: not a rectangular array ({err})") from None
+    arr = rectangular(x, name)
     if arr.dtype.kind not in "biuf":
         raise TypeError(f"{name}: expected real numbers, got {arr.dtype} values")
     return arr.astype(np.float64)
+
+
+def rectangular(x, name: str, dtype=None) -> np.ndarray:
+    """``np.asarray(x, dtype)``, with a ValueError naming ``name`` for ragged lists."""
+    try:
+        return np.asarray(x, dtype=dtype)
+    except ValueError as err:  # ragged lists
+        raise ValueError(f"{name}: not a rectangular array ({err})") from None
 
 
 def _convert(arr: np.ndarray, entry, dtype) -> np.ndarray:
@@ -142,10 +145,7 @@ def as_mask(mask, like: np.ndarray, like_name: str, *, copy: bool = True) -> np.
     """
     if mask is None:
         return np.ones(like.shape, dtype=bool)
-    try:
-        m = np.asarray(mask)
-    except ValueError as err:  # ragged lists
-        raise ValueError(f"mask: not a rectangular array ({err})") from None
+    m = rectangular(mask, "mask")
     if m.dtype.kind not in "biuf" and m.dtype != object:
         raise TypeError(f"mask: expected 0/1 or bool values, got dtype {m.dtype}")
     if m.shape != like.shape:
@@ -220,8 +220,7 @@ def check_finite(arr: np.ndarray, name: str, mask: np.ndarray, *, nonnegative=No
 
 def where_valid(mask: np.ndarray, arr: np.ndarray) -> np.ndarray:
     """``arr`` at valid positions and exactly 0 at padding (never ``0 * inf``)."""
-    zero = Fraction(0) if arr.dtype == object else 0.0
-    return np.where(mask, arr, zero)
+    return np.where(mask, arr, zero_like(arr))
 
 
 #: ``prepare(..., zero_padding=False)`` leaves large float arrays as given from this size on

@@ -105,7 +105,11 @@ def gae_kernel(r, v, gamma, lam, m, method="blocked", block=32):
 
 
 def _gae_loop(delta, mask, gl):
-    """The backward recursion A_t = delta_t + gamma lambda A_{t+1} over response tokens."""
+    """The backward recursion A_t = delta_t + gamma lambda A_{t+1} over response tokens.
+
+    Also the returns-to-go G_t = r~_t + gamma G_{t+1} of :mod:`ppo_numpy.group_advantages`
+    (``delta`` the rewards, ``gl`` gamma); 0 at padding.
+    """
     advantages = np.zeros_like(delta)
     last = delta[..., 0] * 0  # A_hat after the last response token is 0
     for t in reversed(range(delta.shape[-1])):

@@ -42,9 +42,11 @@ from ._validation import (
     finite_entries,
     is_exact,
     prepare,
+    rectangular,
     scalar_for,
     where_valid,
 )
+from .gae import _gae_loop as _returns_to_go  # G_t = r~_t + gamma G_{t+1}: GAE's recursion
 from .whitening import whiten
 
 SCALES = ("group", "batch", "none")
@@ -76,13 +78,7 @@ def _check_scores(scores, name, *, exact=None):
 
 def _check_groups(groups, B):
     """Integer prompt ids (B,) -> (index of each row's group (B,), group sizes (G,), ids (G,))."""
-    if isinstance(groups, np.ndarray):
-        g = groups
-    else:
-        try:
-            g = np.asarray(groups)
-        except ValueError as err:  # ragged lists
-            raise ValueError(f"groups: not a rectangular array ({err})") from None
+    g = rectangular(groups, "groups")
     if g.dtype.kind not in "iu":
         what = "bool" if g.dtype.kind == "b" else str(g.dtype)
         raise TypeError(f"groups: expected integer prompt ids (one per response), got {what} "
@@ -146,17 +142,6 @@ def _flat_groups(s, inverse, n_groups):
     np.minimum.at(lo, inverse, s)
     np.maximum.at(hi, inverse, s)
     return (lo == hi)[inverse]
-
-
-def _returns_to_go(r, mask, gamma):
-    """G_t = r_t + gamma G_{t+1} over the response tokens of each row; 0 at padding."""
-    G = r * 0
-    last = r[..., 0] * 0  # G after the last response token is 0
-    for t in reversed(range(r.shape[-1])):
-        # G_t = r~_t + gamma G_{t+1}   (padding carries G_{t+1} through)
-        last = np.where(mask[..., t], r[..., t] + gamma * last, last)
-        G[..., t] = last
-    return where_valid(mask, G)
 
 
 def _token_inputs(arrays, mask, scores_like, exact=None):
@@ -320,7 +305,6 @@ def grpo_advantages(scores, groups, *, scale="group", eps=1e-6, ddof=1, singleto
             std = np.sqrt(sq / (n - ddof))[inverse]
         # a group of one: std undefined with ddof 1; "raw" takes it as 1 ("zero" has A = 0)
         std = np.where(single, one, std)
-        flat = std == 0
         where = "the group of prompt id {} has equal scores"
     else:
         B = s.shape[0]
@@ -329,8 +313,8 @@ def grpo_advantages(scores, groups, *, scale="group", eps=1e-6, ddof=1, singleto
                              f"standard deviation with ddof={ddof}, got {B}")
         dev = s - s.sum(dtype=s.dtype) / s.dtype.type(B)
         std = np.full(B, np.sqrt((dev * dev).sum(dtype=s.dtype) / s.dtype.type(B - ddof)))
-        flat = std == 0
         where = "every score of the batch is the same (row 0: prompt id {})"
+    flat = std == 0
     if eps == 0 and np.any(flat):
         i = int(np.argmax(flat))
         raise ValueError(f"scores: {where.format(ids[inverse[i]])} (std 0) and eps is 0, so "

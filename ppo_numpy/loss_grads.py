@@ -48,8 +48,7 @@ from ._validation import prepare
 from .aggregation import aggregation_weights, check_mode, mode_norm
 from .entropy import log_softmax_kernel, prepare_logits
 from .kl import _check_estimator, check_kl_clamp, kl_estimate_grad_kernel
-from .loss_options import resolve
-from .objective import policy_loss_kernel, prepare_loss_inputs
+from .objective import checked_policy_loss
 from .value_loss import ValueLoss, check_value_clip, check_value_clip_form
 
 
@@ -134,13 +133,11 @@ log_ratio_clamp, options, logp_ref, **more_options
     >>> [round(float(v), 12) for v in d]
     [0.0, 0.0, -0.366666666667]
     """
-    opts = resolve(options, epsilon=epsilon, agg=agg, epsilon_high=epsilon_high,
-                   dual_clip=dual_clip, norm=norm, log_ratio_clamp=log_ratio_clamp,
-                   **more_options)
-    (logp, logp_old, A, ref), m = prepare_loss_inputs(logp, logp_old, advantages, mask,
-                                                      logp_ref)
     # the case analysis of ppo_numpy.clipping.ClipCases: dterm/drho = A where unclipped
-    return policy_loss_kernel(logp, logp_old, A, m, opts, ref).dlogp
+    return checked_policy_loss(logp, logp_old, advantages, mask, logp_ref, options,
+                               epsilon=epsilon, agg=agg, epsilon_high=epsilon_high,
+                               dual_clip=dual_clip, norm=norm, log_ratio_clamp=log_ratio_clamp,
+                               **more_options).dlogp
 
 
 def policy_loss_and_grad(logp, logp_old, advantages, mask=None, epsilon=0.2, agg="token-mean",
@@ -160,10 +157,8 @@ def policy_loss_and_grad(logp, logp_old, advantages, mask=None, epsilon=0.2, agg
     >>> round(loss, 12), [round(float(v), 12) for v in d]
     (-0.9, [0.0, 0.0, -0.366666666667])
     """
-    opts = resolve(options, epsilon=epsilon, agg=agg, **more_options)
-    (logp, logp_old, A, ref), m = prepare_loss_inputs(logp, logp_old, advantages, mask,
-                                                      logp_ref)
-    out = policy_loss_kernel(logp, logp_old, A, m, opts, ref)
+    out = checked_policy_loss(logp, logp_old, advantages, mask, logp_ref, options,
+                              epsilon=epsilon, agg=agg, **more_options)
     return out.loss, out.stats(), out.dlogp
 
 
@@ -304,12 +299,11 @@ def kl_estimate_grad(logp, logp_ref, estimator="k1", mask=None, *, clamp=None, a
     _check_estimator(estimator)
     (logp, logp_ref), m = prepare({"logp": logp, "logp_ref": logp_ref}, mask, exact=False)
     clamp = check_kl_clamp(clamp)
+    w = None
     if agg is not None:
         check_mode(agg, "agg")
         w = _weights(m, agg, norm)
     elif norm is not None:
         raise ValueError(f"norm: only agg='seq-mean-token-sum-norm' divides by norm, got "
                          f"norm={norm!r} with agg=None")
-    else:
-        w = None
     return kl_estimate_grad_kernel(logp, logp_ref, estimator, m, clamp, w)

@@ -111,12 +111,10 @@ class PolicyLossOptions:
         if self.delta is not None:
             set_(self, "delta", check_scalar(self.delta, "delta", low=0, low_open=True,
                                              allow_exact=False))
-        if self.loss_type not in LOSS_TYPES:
-            raise ValueError(f"loss_type: expected one of {', '.join(LOSS_TYPES)}, got "
-                             f"{self.loss_type!r}")
-        if self.cispo_clip not in CISPO_CLIPS:
-            raise ValueError(f"cispo_clip: expected one of {', '.join(CISPO_CLIPS)}, got "
-                             f"{self.cispo_clip!r}")
+        for name, choices in (("loss_type", LOSS_TYPES), ("cispo_clip", CISPO_CLIPS)):
+            if getattr(self, name) not in choices:
+                raise ValueError(f"{name}: expected one of {', '.join(choices)}, got "
+                                 f"{getattr(self, name)!r}")
         if self.loss_type == "cispo" and (self.dual_clip is not None or self.delta is not None):
             raise ValueError("loss_type: 'cispo' takes no dual_clip or delta (its weight is "
                              "bounded by cispo_clip)")
@@ -125,7 +123,6 @@ class PolicyLossOptions:
         set_(self, "kl_clamp", check_kl_clamp(self.kl_clamp, "kl_clamp"))
         if self.kl_agg is not None:
             check_mode(self.kl_agg, "kl_agg")
-            mode_norm(self.kl_agg, None, 1)
 
     def bounds(self, like=None):
         """``(1 - epsilon, 1 + epsilon_high)`` in the arithmetic of ``like`` (float by default)."""

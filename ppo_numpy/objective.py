@@ -54,11 +54,9 @@ def ppo_objective(logp, logp_old, advantages, mask=None, epsilon=0.2, **clip_opt
     >>> round(ppo_objective(logp, logp, A, m), 12)
     1.075375
     """
-    # in float64 even for Fractions (rho needs exp), as ppo_policy_loss, which it must equal
-    (logp, logp_old, advantages), m = prepare(
-        {"logp": logp, "logp_old": logp_old, "advantages": advantages}, mask, exact=False)
-    opts = PolicyLossOptions(epsilon=epsilon, agg="seq-mean-token-sum", **clip_options)
-    return -policy_loss_kernel(logp, logp_old, advantages, m, opts).loss
+    # the loss of ppo_policy_loss, which it must equal, with agg="seq-mean-token-sum"
+    return -checked_policy_loss(logp, logp_old, advantages, mask, None, None, epsilon=epsilon,
+                                agg="seq-mean-token-sum", **clip_options).loss
 
 
 def ppo_policy_loss(logp, logp_old, advantages, mask=None, epsilon=0.2, agg="token-mean", *,
@@ -137,23 +135,23 @@ def ppo_policy_loss(logp, logp_old, advantages, mask=None, epsilon=0.2, agg="tok
     >>> round(loss, 12), stats["clipfrac_active"]
     (-1.2, 1.0)
     """
-    opts = resolve(options, epsilon=epsilon, agg=agg, epsilon_high=epsilon_high,
-                   dual_clip=dual_clip, norm=norm, log_ratio_clamp=log_ratio_clamp,
-                   **more_options)
-    # in float64 even for Fractions (rho needs exp), so that term and rho * A round alike
-    (lp, lp_old, A, ref), m = prepare_loss_inputs(logp, logp_old, advantages, mask, logp_ref)
-    out = policy_loss_kernel(lp, lp_old, A, m, opts, ref)
+    out = checked_policy_loss(logp, logp_old, advantages, mask, logp_ref, options,
+                              epsilon=epsilon, agg=agg, epsilon_high=epsilon_high,
+                              dual_clip=dual_clip, norm=norm, log_ratio_clamp=log_ratio_clamp,
+                              **more_options)
     return out.loss, out.stats()
 
 
-def prepare_loss_inputs(logp, logp_old, advantages, mask, logp_ref=None):
-    """The policy loss's arrays checked once (float64, 0 at padding); ``logp_ref`` None if not
-    given."""
+def checked_policy_loss(logp, logp_old, advantages, mask, logp_ref, options, **keywords):
+    """The :class:`PolicyLoss` of a public call: the options resolved (:func:`resolve`), then
+    the arrays checked once (float64, 0 at padding)."""
+    opts = resolve(options, **keywords)
     arrays = {"logp": logp, "logp_old": logp_old, "advantages": advantages}
     if logp_ref is not None:
         arrays["logp_ref"] = logp_ref
+    # in float64 even for Fractions (rho needs exp), so that term and rho * A round alike
     out, m = prepare(arrays, mask, exact=False)
-    return (*out[:3], out[3] if logp_ref is not None else None), m
+    return policy_loss_kernel(*out[:3], m, opts, out[3] if logp_ref is not None else None)
 
 
 class PolicyLoss:
