@@ -256,7 +256,7 @@ class ComparisonReport:
         rows = [r for r in self.rows if r.output == output]
         if not rows:
             raise KeyError(f"output: {output!r} was not compared")
-        return max(rows, key=_badness)
+        return max(rows, key=error_ratio)
 
     def extend(self, other: ComparisonReport) -> None:
         self.rows += other.rows
@@ -285,18 +285,24 @@ class ComparisonReport:
                          f"({len(names)} cases)")
         if n_fail:
             lines.append(f"FAILED: {n_fail} of {len(self.rows)} output comparisons")
-            lines += [r.describe() for r in sorted(self.failures, key=_badness, reverse=True)]
+            lines += [r.describe() for r in sorted(self.failures, key=error_ratio, reverse=True)]
         else:
             lines.append(f"passed: {len(self.rows)} output comparisons")
         return "\n".join(lines)
 
 
-def _badness(row: OutputComparison) -> float:
-    if not row.passed and np.isnan(row.max_abs_err):
+def error_ratio(row: OutputComparison) -> float:
+    """Largest error of a row over the error its worst element was allowed (<= 1: passed): 0
+    for no error; inf for an inf error, a NaN one in a failed row, or any where none is
+    allowed."""
+    err = float(row.max_abs_err)
+    if np.isnan(err):
+        return np.inf if not row.passed else 0.0
+    if err == 0.0:
+        return 0.0
+    if not np.isfinite(err) or row.allowed <= 0:
         return np.inf
-    if row.allowed > 0:
-        return row.max_abs_err / row.allowed
-    return 0.0 if row.max_abs_err == 0 else np.inf
+    return err / float(row.allowed)
 
 
 def _as_output(x) -> np.ndarray:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import numpy as np
 
+from ..oracle.compare import error_ratio
 from .style import subplots, tight
 
 __all__ = ["plot_comparison"]
@@ -24,18 +25,6 @@ __all__ = ["plot_comparison"]
 REJECTED_GREY = (0.85, 0.85, 0.85, 1.0)
 #: colour range of log10(error / allowed): from "exact" to far beyond the tolerance
 LOG_RANGE = (-10.0, 4.0)
-
-
-def _ratio(row) -> float:
-    """Largest error of a row over the error its worst element was allowed (inf: NaN or inf)."""
-    err = float(row.max_abs_err)
-    if np.isnan(err):
-        return np.inf if not row.passed else 0.0
-    if err == 0.0:
-        return 0.0
-    if not np.isfinite(err) or row.allowed <= 0:
-        return np.inf
-    return err / float(row.allowed)
 
 
 def plot_comparison(report, *, title=None):
@@ -74,7 +63,7 @@ def plot_comparison(report, *, title=None):
                     va="center", fontsize=7, color="0.3")
     for r in rows:
         i, j = cases.index(r.case), outputs.index(r.output)
-        ratio = _ratio(r)
+        ratio = error_ratio(r)
         level = np.clip((np.log10(ratio) - lo) / (hi - lo), 0, 1) if 0 < ratio < np.inf else (
             0.0 if ratio == 0 else 1.0)
         image[i, j] = greens(0.15 + 0.6 * level) if r.passed else reds(0.45 + 0.5 * level)

@@ -25,7 +25,7 @@ from matplotlib.colors import ListedColormap, Normalize
 
 from .._validation import as_mask, check_int, check_same_shape
 from .concepts import masked_pair
-from .style import legend_outside, subplots, tight
+from .style import finish, legend_outside, subplots, tight
 
 __all__ = [
     "plot_forward_pass",
@@ -128,16 +128,7 @@ def plot_forward_pass(steps, *, tokens=None, title=None):
         size = f"{a.shape[0]} x {a.shape[1]}, max |.| {np.max(np.abs(a)):.2g}"
         scale = _heatmap(ax, a, title=f"{name}\n{size}", ylabels=tokens if k == 0 else None)
         _colorbar(fig, scale, ax)
-    return _finish(fig, axes, len(data), title)
-
-
-def _finish(fig, axes, n_panels, title):
-    """The figure, its panels after the first ``n_panels`` blanked and ``title`` on top."""
-    for ax in axes.ravel()[n_panels:]:
-        ax.axis("off")
-    if title:
-        fig.suptitle(title, fontsize=10)
-    return fig
+    return finish(fig, axes, len(data), title)
 
 
 def _colorbar(fig, scale, ax):
@@ -171,7 +162,7 @@ def plot_gradients(grads, *, title=None, ncols=4):
         scale = _heatmap(ax, g, annotate=g.size <= 3,
                          title=f"d{name} {np.shape(grads[name])}\nmax |.| {np.max(np.abs(g)):.2g}")
         _colorbar(fig, scale, ax)
-    return _finish(fig, axes, len(data), title)
+    return finish(fig, axes, len(data), title)
 
 
 def plot_gradcheck(report, *, rtol=1e-6):
@@ -255,7 +246,7 @@ def plot_minibatch(quantities, mask, *, title=None, ncols=3, annotate=None):
         ax.set_xticks(range(T), [str(t + 1) for t in range(T)], fontsize=8)
         if not annotate:
             _colorbar(fig, scale, ax)
-    return _finish(fig, axes, len(data), title)
+    return finish(fig, axes, len(data), title)
 
 
 def plot_ratio_after_step(rho, advantages, mask=None, *, epsilon=0.2):

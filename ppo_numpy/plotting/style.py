@@ -7,9 +7,10 @@ text, and that no legend sits on the data (lines, bands) of its panel.
 
 It also holds what the modules share to get there: the figure set-up
 (:func:`figure`, or :func:`subplots` for a figure that pyplot keeps) and finish
-(:func:`tight`, :func:`saved`), the legend under a panel (:func:`legend_outside`),
-and the checks of the arrays a figure draws (:func:`vector`, :func:`matrix`), which
-raise a ValueError naming the argument.
+(:func:`tight`, :func:`saved`; :func:`finish` blanks unused panels and sets the title),
+the legend under a panel (:func:`legend_outside`), and the checks of the arrays a
+figure draws (:func:`vector`, :func:`matrix`), which raise a ValueError naming the
+argument.
 """
 
 from __future__ import annotations
@@ -59,6 +60,15 @@ def subplots(nrows=1, ncols=1, *, width=6.4, height=3.2, **kwargs):
     import matplotlib.pyplot as plt
 
     return plt.subplots(nrows, ncols, figsize=(width, height), dpi=MIN_DPI, **kwargs)
+
+
+def finish(fig, axes, n_panels, title):
+    """``fig``, its panels after the first ``n_panels`` blanked and ``title`` on top."""
+    for ax in axes.ravel()[n_panels:]:
+        ax.axis("off")
+    if title:
+        fig.suptitle(title, fontsize=10)
+    return fig
 
 
 def tight(fig):

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .style import figure
+from .style import figure, finish
 
 __all__ = ["plot_accuracy_by_sum", "plot_attention"]
 
@@ -75,9 +75,7 @@ def plot_attention(attn, tokens, *, title=None, layer_labels=None):
     cbar = fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.8)
     cbar.set_label("attention weight P", fontsize=8)
     cbar.ax.tick_params(labelsize=8)
-    if title:
-        fig.suptitle(title, fontsize=10)
-    return fig
+    return finish(fig, axes, n_layers * H, title)
 
 
 def plot_accuracy_by_sum(a, b, correct, carry, *, digits=2):

@@ -83,11 +83,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _given(args) -> dict:
-    return {f.name: getattr(args, f.name) for f in dataclasses.fields(PPOConfig)
-            if getattr(args, f.name) is not None}
-
-
 def _progress(quiet):
     start = time.perf_counter()
 
@@ -106,7 +101,8 @@ def _progress(quiet):
 def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    given = _given(args)
+    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(PPOConfig)
+             if getattr(args, f.name) is not None}
 
     def fail(message):
         print(f"{parser.prog}: error: {message}", file=sys.stderr)

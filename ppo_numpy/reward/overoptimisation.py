@@ -29,7 +29,6 @@ Randomness: the reward model's data and initialisation come from
 
 from __future__ import annotations
 
-import copy
 import csv
 import dataclasses
 import math
@@ -40,7 +39,7 @@ import numpy as np
 
 from .._validation import check_int, check_scalar
 from ..training.config import PPOConfig
-from ..training.loop import make_kl_controller, new_run, ppo_iteration
+from ..training.loop import fork_run, new_run, ppo_iteration
 from ..training.metrics import format_value, read_rows
 from ..training.tasks import TASKS, make_task
 from . import RewardModel, evaluate_reward_model, fit_reward_model, make_preference_pairs
@@ -188,9 +187,7 @@ def run_overoptimisation(config: OveroptimisationConfig | None = None,
     rows, policies = [], {}
     for beta in config.betas:
         # every beta starts from the same warmed-up policy, reference and generator state
-        state = copy.deepcopy(start)
-        state.config = config.ppo_config(beta)
-        state.kl_controller = make_kl_controller(state.config)
+        state = fork_run(start, config.ppo_config(beta))
         recorder = _ProxyAndGold(model.score, state.task.score)
         state.score_fn = recorder
         for _ in range(config.iterations):

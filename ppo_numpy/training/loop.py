@@ -112,6 +112,15 @@ def new_run(config: PPOConfig) -> RunState:
                     make_kl_controller(config), 0, losses)
 
 
+def fork_run(start: RunState, config: PPOConfig) -> RunState:
+    """A copy of ``start`` (its policy, reference, optimiser and generator state) that goes on
+    with ``config`` and a fresh KL controller: the runs of a sweep share one warm-up."""
+    state = copy.deepcopy(start)
+    state.config = config
+    state.kl_controller = make_kl_controller(config)
+    return state
+
+
 def ppo_iteration(state: RunState) -> dict:
     """Run one PPO iteration on ``state`` (in place) and return its row of metrics."""
     c, task, rng = state.config, state.task, state.rng

@@ -18,7 +18,6 @@ uninterrupted one.
 
 from __future__ import annotations
 
-import copy
 import json
 from pathlib import Path
 
@@ -28,7 +27,7 @@ from .._npz import BadFileError, entry
 from ..policy.checkpoint import _check_expected, load_checkpoint, save_checkpoint
 from ..policy.optim import Adam
 from .config import CRITIC_FREE, PPOConfig, responses_per_prompt
-from .loop import RunState, make_kl_controller, make_policy, new_run, ppo_iteration
+from .loop import RunState, fork_run, make_kl_controller, make_policy, new_run, ppo_iteration
 from .metrics import COLUMNS, MetricsWriter, read_metrics, read_rows
 from .tasks import make_task
 
@@ -294,9 +293,7 @@ def beta_sweep(betas, config: PPOConfig | None = None, callback=None) -> dict:
     start = new_run(config)
     results = {}
     for beta in betas:
-        state = copy.deepcopy(start)
-        state.config = config.replace(beta=beta)
-        state.kl_controller = make_kl_controller(state.config)
+        state = fork_run(start, config.replace(beta=beta))
         results[beta] = _run(state, None, callback, plot=False)
     return results
 
