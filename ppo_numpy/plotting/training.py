@@ -66,6 +66,12 @@ def plot_training(metrics, *, optimum=1.0, random_score=None, title=None, path=N
     fig, ax = figure(4, 3, width=13, height=14)
     ax = ax.ravel()
 
+    def curve(k, column, color, title, ylabel):
+        """Panel ``k``: the column per iteration, with its title and y label."""
+        ax[k].plot(it, c[column], color=color)
+        ax[k].set_title(title)
+        ax[k].set_ylabel(ylabel)
+
     ax[0].plot(it, c["score"], label="mean score")
     ax[0].axhline(optimum, color="k", lw=0.8, label="optimum")
     ax[0].axhline(0.9 * optimum, color="g", ls="--", lw=0.8, label="90% of optimum")
@@ -75,19 +81,15 @@ def plot_training(metrics, *, optimum=1.0, random_score=None, title=None, path=N
     ax[0].set_title("score of the responses (higher is better)")
     ax[0].set_ylabel("score (reward units)")
 
-    ax[1].plot(it, c["kl_ref"], color="C1")
-    ax[1].set_title("KL(pi_theta || pi_ref): distance from the reference")
-    ax[1].set_ylabel("nats per response (k1, summed)")
+    curve(1, "kl_ref", "C1", "KL(pi_theta || pi_ref): distance from the reference",
+          "nats per response (k1, summed)")
 
-    ax[2].plot(it, c["beta"], color="C2")
     constant = bool(np.all(c["beta"] == c["beta"][0]))
-    ax[2].set_title("KL coefficient beta" + (" (fixed: constant)" if constant else ""))
-    ax[2].set_ylabel("beta (reward per nat)")
+    curve(2, "beta", "C2", "KL coefficient beta" + (" (fixed: constant)" if constant else ""),
+          "beta (reward per nat)")
     ax[2].set_ylim(0, 1.25 * max(float(np.max(c["beta"])), 1e-3))
 
-    ax[3].plot(it, c["clipfrac"], color="C3")
-    ax[3].set_title("clip fraction (clipped branch active)")
-    ax[3].set_ylabel("fraction of tokens")
+    curve(3, "clipfrac", "C3", "clip fraction (clipped branch active)", "fraction of tokens")
 
     ax[4].plot(it, c["approx_kl_k1"], label="k1 = -log rho")
     ax[4].plot(it, c["approx_kl_k3"], label="k3 = (rho - 1) - log rho")
@@ -95,14 +97,12 @@ def plot_training(metrics, *, optimum=1.0, random_score=None, title=None, path=N
     ax[4].set_title("step size: KL(pi_old || pi_theta) during the update")
     ax[4].set_ylabel("nats per token")
 
-    ax[5].plot(it, c["entropy"], color="C4")
-    ax[5].set_title("entropy of the policy")
-    ax[5].set_ylabel("nats per token")
+    curve(5, "entropy", "C4", "entropy of the policy", "nats per token")
 
-    ax[6].plot(it, c["policy_loss"], color="C0")
+    curve(6, "policy_loss", "C0",
+          "policy loss (small with whitened advantages:\nnot a learning curve)",
+          "clipped surrogate loss")
     ax[6].axhline(0.0, color="k", lw=0.5)
-    ax[6].set_title("policy loss (small with whitened advantages:\nnot a learning curve)")
-    ax[6].set_ylabel("clipped surrogate loss")
 
     for a in ax[7:9]:
         a.axvspan(0.5, n_learn + 0.5, color="0.9", lw=0, label=f"learning phase (1-{n_learn})")
@@ -125,18 +125,13 @@ def plot_training(metrics, *, optimum=1.0, random_score=None, title=None, path=N
                     + ("learning; after it Var(R) ~ 0: noise" if reached else "learning"))
     ax[8].set_ylabel("1 - Var(R - V) / Var(R)")
 
-    ax[9].plot(it, c["response_length"], color="C6")
-    ax[9].set_title("response length")
-    ax[9].set_ylabel("tokens (EOS included)")
+    curve(9, "response_length", "C6", "response length", "tokens (EOS included)")
 
-    ax[10].plot(it, c["eos_frac"], color="C7")
+    curve(10, "eos_frac", "C7", "responses that end with EOS (rest truncated)",
+          "fraction of responses")
     ax[10].set_ylim(-0.05, 1.05)
-    ax[10].set_title("responses that end with EOS (rest truncated)")
-    ax[10].set_ylabel("fraction of responses")
 
-    ax[11].plot(it, c["grad_norm"], color="C8")
-    ax[11].set_title("gradient norm (before clipping)")
-    ax[11].set_ylabel("global L2 norm")
+    curve(11, "grad_norm", "C8", "gradient norm (before clipping)", "global L2 norm")
 
     for a in ax:
         a.set_xlabel("PPO iteration")
