@@ -225,9 +225,8 @@ def gae_table(rewards, values, gamma=1.0, lam=0.95, mask=None) -> Table:
     rows = _token_rows(m, len(columns), lambda i: (
         _cell(r_in[i]), _cell(v_in[i]), _cell(v_next[i]), _cell(delta[i]), _cell(carry[i]),
         _cell(A[i]), _cell(R[i])), pad=lambda i: (_cell(r_in[i]), _cell(v_in[i])))[::-1]
-    fmt = format_number
-    title = (f"TD errors and GAE, backwards in t: `gamma = {fmt(gamma_s)}`, "
-             f"`lambda = {fmt(lam_s)}`, `gamma lambda = {fmt(gl)}`")
+    title = (f"TD errors and GAE, backwards in t: `gamma = {format_number(gamma_s)}`, "
+             f"`lambda = {format_number(lam_s)}`, `gamma lambda = {format_number(gl)}`")
     notes = [
         "`delta_t = r~_t + gamma V(s_{t+1}) - V(s_t)`, with `V(s_{T+1}) = 0` after the last "
         "response token.",
@@ -320,12 +319,11 @@ def clip_table(rho, advantages, epsilon=0.2, *, epsilon_high=None, dual_clip=Non
                 _cell(cases.drho[i]))
 
     rows = _token_rows(m, len(columns), cells)
-    fmt = format_number
     eps_name = "eps" if epsilon_high is None else "eps_high"
     title = (f"Clipped surrogate: clip range `[1 - eps, 1 + {eps_name}] = "
-             f"[{fmt(lo)}, {fmt(hi)}]`")
+             f"[{format_number(lo)}, {format_number(hi)}]`")
     if c is not None:
-        title += f", dual clip `c = {fmt(c)}`"
+        title += f", dual clip `c = {format_number(c)}`"
     notes = ["`min = min(rho_t A_hat_t, clip(rho_t) A_hat_t)`, the term PPO maximises "
              "(a loss is its negative)."]
     if c is not None:

@@ -285,11 +285,10 @@ def _tables(args) -> list:
     Warnings about the input (see :func:`padding_warnings`) go to stderr once the tables
     are built.
     """
-    ex = args.exact
 
     def num(option):
         text = getattr(args, option.lstrip("-").replace("-", "_"))
-        return None if text is None else parse_number(text, option, ex)
+        return None if text is None else parse_number(text, option, args.exact)
 
     def lst(option, ref=None, ref_option=None, parse=None):
         """The list given for ``option`` (numbers, or ``parse(text, option)``), its length
@@ -297,7 +296,7 @@ def _tables(args) -> list:
         text = getattr(args, option.lstrip("-").replace("-", "_"))
         if text is None:
             return None
-        values = parse_list(text, option, ex) if parse is None else parse(text, option)
+        values = parse_list(text, option, args.exact) if parse is None else parse(text, option)
         if ref is not None and len(values) != len(ref):
             raise OptionError(option, f"expected {len(ref)} numbers to match {ref_option}, "
                                       f"got {len(values)}")
