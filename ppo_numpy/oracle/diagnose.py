@@ -135,13 +135,6 @@ class Diagnosis:
         return f"{self.report}\n\n{self.summary()}"
 
 
-def _run(preset, case, overrides):
-    try:
-        return preset(case, **overrides)
-    except ValueError:
-        return None
-
-
 def _matches(name, actual, expected, case, tol):
     return compare_output(name, actual, expected, mask=case["inputs"]["mask"],
                           inputs=case["inputs"], case_name=case["name"], tolerance=tol)
@@ -245,64 +238,62 @@ def diagnose(candidate, preset, cases=None, dtype="float64", *, outputs=None, to
         d.n_cases += 1
         if not row.passed:
             d.failed_cases.append(row.case)
-    baseline = {ref["name"]: preset(ref) for ref, _ in usable}
+
+    def runs(overrides, ds):
+        """Per output of ``ds``: ``(case, the candidate's output, the preset's under
+        ``overrides``)`` on every usable case where the candidate returns it; the preset's
+        is None where it rejects the case or does not return the output."""
+        out = {d.output: [] for d in ds}
+        for ref, actual in usable:
+            try:
+                expected = preset(ref, **overrides)
+            except ValueError:
+                expected = {}
+            for d in ds:
+                if d.output in actual:
+                    out[d.output].append((ref, actual[d.output], expected.get(d.output)))
+        return out
+
+    baseline = runs({}, by_output.values())
     # an output that passes only within its kinks' ranges (probes) but differs from the
     # preset without them: a convention decided at a tie (e.g. the value clip's form)
     for d in by_output.values():
         if not d.passed:
             continue
-        for ref, actual in usable:
-            expected = baseline[ref["name"]]
-            if d.output not in actual or d.output not in expected:
-                continue
-            if not _matches(d.output, actual[d.output], expected[d.output], ref, tol).passed:
+        for ref, a, e in baseline[d.output]:
+            if e is not None and not _matches(d.output, a, e, ref, tol).passed:
                 d.failed_cases.append(ref["name"])
                 d.kink_only = True
     failing = [d for d in by_output.values() if not d.passed]
     if not failing:
         return diagnosis
 
-    def score(overrides):
-        """Per failing output: (cases matched, cases compared, max abs, max rel, all ok)."""
-        out = {d.output: [0, 0, 0.0, 0.0, True] for d in failing}
-        for ref, actual in usable:
-            expected = _run(preset, ref, overrides)
-            for d in failing:
-                s = out[d.output]
-                if d.output not in actual:
-                    continue
-                if expected is None or d.output not in expected:
-                    if ref["name"] in d.failed_cases:
-                        s[4] = False
-                    continue
-                row = _matches(d.output, actual[d.output], expected[d.output], ref, tol)
-                s[1] += 1
-                if row.passed:
-                    s[0] += 1
-                    s[2] = max(s[2], row.max_abs_err)
-                    s[3] = max(s[3], _rel_err(actual[d.output], expected[d.output], ref, tol))
-                else:
-                    s[4] = False
-        return out
-
-    def attempt(overrides, outputs):
-        """Score ``overrides``; it explains each of ``outputs`` it makes match on every case."""
+    def attempt(overrides, ds):
+        """Run the preset with ``overrides``; it explains each output of ``ds`` that it makes
+        match on every case it is compared on, among them every case where the output
+        failed. Returns ``{output: cases on which it matches}``."""
         diagnosis.tried += 1
-        result = score(overrides)
-        for d in outputs:
-            s = result[d.output]
-            if s[4] and s[0] == s[1] and s[1] > 0:
-                sentences = tuple(explain_switch(preset, k, v) for k, v in overrides.items())
-                d.explanations.append(Explanation(tuple(overrides.items()), s[2], s[3],
-                                                  sentences))
-        return result
+        result = runs(overrides, ds)
+        matched = {}
+        for d in ds:
+            compared_on = [(ref, a, e) for ref, a, e in result[d.output] if e is not None]
+            rows = [_matches(d.output, a, e, ref, tol) for ref, a, e in compared_on]
+            matched[d.output] = sum(row.passed for row in rows)
+            lacking = any(e is None and ref["name"] in d.failed_cases
+                          for ref, _, e in result[d.output])
+            if rows and not lacking and all(row.passed for row in rows):
+                d.explanations.append(Explanation(
+                    tuple(overrides.items()), max(row.max_abs_err for row in rows),
+                    max(_rel_err(a, e, ref, tol) for ref, a, e in compared_on),
+                    tuple(explain_switch(preset, k, v) for k, v in overrides.items())))
+        return matched
 
     plausible = []
     for param, (alts, _) in switches_for(preset).items():
         for value in alts:
             result = attempt({param: value}, failing)
             # the most cases on which it makes a failing output match that the preset did not
-            gained = max(result[d.output][0] - (d.n_cases - len(d.failed_cases)) for d in failing)
+            gained = max(result[d.output] - (d.n_cases - len(d.failed_cases)) for d in failing)
             if gained > 0:
                 plausible.append((gained, param, value))
 
@@ -322,12 +313,10 @@ def diagnose(candidate, preset, cases=None, dtype="float64", *, outputs=None, to
         d.explanations.sort(key=lambda e: (len(e.settings), -shared[e.settings],
                                            e.max_rel_err))
         if not d.explanations:
-            for ref, actual in usable:
-                expected = baseline[ref["name"]]
-                if ref["name"] in d.failed_cases and d.output in actual and d.output in expected:
-                    d.first_difference = _first_difference(
-                        d.output, actual[d.output], expected[d.output], ref, tol)
+            for ref, a, e in baseline[d.output]:
+                if e is not None and ref["name"] in d.failed_cases:
+                    d.first_difference = _first_difference(d.output, a, e, ref, tol)
                     break
-            if not d.first_difference:
+            else:
                 d.first_difference = f"case {d.failed_cases[0]}"
     return diagnosis

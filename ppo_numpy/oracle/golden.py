@@ -211,22 +211,22 @@ def _json_type(x) -> str:
 def _check_manifest(path, manifest: dict) -> None:
     """The keys :func:`load` and :func:`verify` read, with their JSON types; BadFileError."""
 
-    def need(obj, key, kind, where):
-        label = f"{where}.{key}" if where else key
-        if key not in obj:
-            raise BadFileError(path, f"{label}: missing")
-        value = obj[key]
+    def check(value, kind, label):
         if not isinstance(value, kind):  # kind is dict, list or str: never a bool
             wanted = {dict: "an object", list: "an array", str: "a string"}[kind]
             raise BadFileError(path, f"{label}: expected {wanted}, got {_json_type(value)}")
         return value
 
+    def need(obj, key, kind, where):
+        label = f"{where}.{key}" if where else key
+        if key not in obj:
+            raise BadFileError(path, f"{label}: missing")
+        return check(obj[key], kind, label)
+
     def strings(obj, key, where):
         items = need(obj, key, list, where)
         for k, v in enumerate(items):
-            if not isinstance(v, str):
-                raise BadFileError(path, f"{where}.{key}[{k}]: expected a string, got "
-                                         f"{_json_type(v)}")
+            check(v, str, f"{where}.{key}[{k}]")
         return items
 
     names = strings(manifest, "input_names", "")
@@ -240,8 +240,7 @@ def _check_manifest(path, manifest: dict) -> None:
     seen = set()
     for k, case in enumerate(need(manifest, "cases", list, "")):
         where = f"cases[{k}]"
-        if not isinstance(case, dict):
-            raise BadFileError(path, f"{where}: expected an object, got {_json_type(case)}")
+        check(case, dict, where)
         name = need(case, "name", str, where)
         if name in seen:
             raise BadFileError(path, f"{where}.name: two cases are named {name!r}")
@@ -299,15 +298,16 @@ def load(directory) -> tuple:
     return manifest, cases
 
 
-def _manifest_preset(directory, manifest, preset):
-    """``preset`` resolved, or (``None``) the one the manifest names; BadFileError if unknown."""
-    if preset is not None:
-        return as_preset(preset)
-    name = manifest["preset"]["name"]
-    if name not in PRESETS:
-        raise BadFileError(Path(directory) / MANIFEST, f"preset.name: unknown preset {name!r}; "
-                                                       f"valid ones are {', '.join(PRESETS)}")
-    return PRESETS[name]
+def _load_with_preset(directory, preset) -> tuple:
+    """``(manifest, cases, preset)``: :func:`load`, and ``preset`` resolved or (``None``) the
+    one the manifest names; BadFileError if unknown."""
+    manifest, cases = load(directory)
+    if preset is None:
+        preset = manifest["preset"]["name"]
+        if preset not in PRESETS:
+            raise BadFileError(Path(directory) / MANIFEST, f"preset.name: unknown preset "
+                               f"{preset!r}; valid ones are {', '.join(PRESETS)}")
+    return manifest, cases, as_preset(preset)
 
 
 def _recompute(directory, preset, case, k):
@@ -337,8 +337,7 @@ def verify(directory, preset=None) -> tuple:
     preset : Preset or str, optional
         Default: the preset named in the manifest.
     """
-    manifest, cases = load(directory)
-    preset = _manifest_preset(directory, manifest, preset)
+    manifest, cases, preset = _load_with_preset(directory, preset)
     report = ComparisonReport("float64", TOLERANCES["float64"],
                               title=f"preset {preset.name!r} now vs golden files")
     problems = []
@@ -378,8 +377,7 @@ def verify(directory, preset=None) -> tuple:
 
 def bit_identical(directory, preset=None) -> tuple:
     """``(n_identical, n_outputs)``: stored outputs a fresh computation reproduces bit for bit."""
-    manifest, cases = load(directory)
-    preset = _manifest_preset(directory, manifest, preset)
+    manifest, cases, preset = _load_with_preset(directory, preset)
     same = total = 0
     for k, case in enumerate(cases):
         if case["rejected"] is not None:

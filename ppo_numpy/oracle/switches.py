@@ -190,7 +190,6 @@ def markdown_table() -> str:
 # --------------------------------------------------------------------------------------
 # Per preset: the alternatives worth trying and the framework's source for its own value
 
-_VERL = "verl"
 _EPS = (0.0, 1e-6, 1e-5)
 _AGG = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 
@@ -249,7 +248,7 @@ register_switches("trl-0.11", {
 _VERL_ALGOS = "verl/trainer/ppo/core_algos.py"
 _VERL_VANILLA = f"{_VERL_ALGOS} compute_policy_loss_vanilla"
 _VERL_AGG = (_AGG, f"{_VERL_ALGOS} agg_loss, loss_agg_mode='token-mean'")
-register_switches(_VERL, {
+register_switches("verl", {
     "score_position": (("after-last", "last-column"), "verl/workers/reward_manager/naive.py: "
                        "reward_tensor[i, valid_response_length - 1]"),
     "gae_holes": (("decay",), f"{_VERL_ALGOS} compute_gae_advantage_return"),
