@@ -286,6 +286,35 @@ def test_cli_diagnose_names_the_switch_and_exits_1(tmp_path, capsys):
     assert "the dual clip: yours is off; verl's is on" in out
 
 
+@pytest.mark.parametrize("planted, rc", [("norm_adv_by_std_in_grpo=False", 1), ("", 0)])
+def test_cli_diagnose_of_a_critic_free_preset_runs_its_group_cases(planted, rc, tmp_path,
+                                                                    capsys):
+    # a regression: the command gave a critic-free preset the PPO cases, which it rejects
+    # every one of, and reported "every output matches" having compared nothing
+    from ppo_numpy.programs.oracle import main
+
+    (tmp_path / "mine.py").write_text(
+        "from ppo_numpy.oracle.presets import get_preset\n\n\n"
+        "def step(case):\n"
+        f"    return get_preset('verl-grpo')(case, {planted})\n")
+    assert main(["diagnose", f"{tmp_path / 'mine.py'}:step", "--preset", "verl-grpo",
+                 "--no-pairs"]) == rc
+    out = capsys.readouterr().out
+    assert "group-random-0" in out and "0 cases compared" not in out
+    if planted:
+        assert f"with {planted} on every case" in out
+    else:
+        assert "diagnosis: every output matches preset 'verl-grpo'" in out
+
+
+def test_a_diagnosis_that_compared_nothing_does_not_pass():
+    verl_grpo = get_preset("verl-grpo")
+    d = diagnose(verl_grpo, verl_grpo, generate_cases(0, ["random-0", "length-1"]))
+    assert set(d.report.rejected) == {"random-0", "length-1"} and not d.report.rows
+    assert not d.passed
+    assert "diagnosis: nothing compared: preset 'verl-grpo' rejected every case" in str(d)
+
+
 @pytest.mark.parametrize("argv, message", [
     (["diagnose", "nofile.py:step"], "nofile.py: no such file"),
     (["diagnose", "justaname"], "expected FILE.py:FUNCTION"),

@@ -333,6 +333,12 @@ def test_outputs_must_be_a_list_not_a_string():
         assert_matches(seed(cases[0]), seed(cases[0]), outputs="advantages")
 
 
+def test_nothing_compared_is_not_a_pass():
+    report = compare(smooth_reference, smooth_reference, [])
+    assert report.rows == [] and not report.passed
+    assert str(report).endswith("FAILED: nothing compared")
+
+
 def test_bad_probes_argument():
     with pytest.raises(ValueError, match="probes"):
         compare(smooth_reference, smooth_reference, [], probes=-1)

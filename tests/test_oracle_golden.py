@@ -240,6 +240,16 @@ def test_bad_directory_and_format(tmp_path):
         golden.export(tmp_path / "x", "seed", cases)
 
 
+def test_a_bad_manifest_entry_is_named_by_its_path(tmp_path):
+    golden.export(tmp_path, "seed", generate_cases(0, ["random-0"]))
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    manifest["input_names"][0] = 7
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    # "input_names[0]", a top-level key's item (there was a stray "." before it)
+    with pytest.raises(ValueError, match=r"manifest.json: input_names\[0\]: expected "):
+        golden.load(tmp_path)
+
+
 # --- the loader of docs/oracle.md, without ppo_numpy --------------------------------------------
 
 def doc_loader() -> str:

@@ -232,7 +232,9 @@ class ComparisonReport:
 
     @property
     def passed(self) -> bool:
-        return all(r.passed for r in self.rows)
+        """Every comparison passed, and there was at least one (nothing compared, e.g. every
+        case rejected by the reference, is not a pass)."""
+        return bool(self.rows) and all(r.passed for r in self.rows)
 
     @property
     def failures(self) -> list:
@@ -283,7 +285,9 @@ class ComparisonReport:
         for output, names in self.unchecked.items():
             lines.append(f"not returned by the candidate, not compared: {output} "
                          f"({len(names)} cases)")
-        if n_fail:
+        if not self.rows:
+            lines.append("FAILED: nothing compared")
+        elif n_fail:
             lines.append(f"FAILED: {n_fail} of {len(self.rows)} output comparisons")
             lines += [r.describe() for r in sorted(self.failures, key=error_ratio, reverse=True)]
         else:

@@ -98,6 +98,9 @@ class Diagnosis:
     def summary(self) -> str:
         """The diagnosis lines alone (``str()`` prepends the comparison report)."""
         failing = [d for d in self.outputs.values() if not d.passed]
+        if not self.outputs:
+            return (f"diagnosis: nothing compared: preset {self.preset!r} rejected every case "
+                    "or the candidate raised on each")
         if not failing:
             return f"diagnosis: every output matches preset {self.preset!r}"
         lines = [f"diagnosis against preset {self.preset!r} ({self.tried} settings of its "

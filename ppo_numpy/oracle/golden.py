@@ -225,8 +225,9 @@ def _check_manifest(path, manifest: dict) -> None:
 
     def strings(obj, key, where):
         items = need(obj, key, list, where)
+        label = f"{where}.{key}" if where else key
         for k, v in enumerate(items):
-            check(v, str, f"{where}.{key}[{k}]")
+            check(v, str, f"{label}[{k}]")
         return items
 
     names = strings(manifest, "input_names", "")

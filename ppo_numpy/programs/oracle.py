@@ -123,7 +123,7 @@ def cmd_diagnose(args) -> int:
     try:
         preset = get_preset(args.preset or DEFAULT_PRESET)
         candidate = load_candidate(args.candidate)
-        cases = generate_cases(args.seed, args.cases)
+        cases = cases_for(preset, args.seed, args.cases)
         if args.probes < 0:
             raise ValueError(f"--probes must be >= 0, got {args.probes}")
         d = diagnose(candidate, preset, cases, args.dtype, outputs=args.outputs,
