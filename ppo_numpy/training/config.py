@@ -123,13 +123,12 @@ class PPOConfig:
                 if f.name not in ignore and getattr(self, f.name) != getattr(other, f.name)}
 
 
-FIELD_TYPES = {"int": int, "float": float, "str": str, "bool": bool, "float | None": float,
-               "int | None": int}
+FIELD_TYPES = {"int": int, "float": float, "str": str, "bool": bool}
 
 
 def field_kind(f) -> tuple[type, bool]:
     """(base type, optional?) of a config field, from its annotation."""
-    return FIELD_TYPES[f.type], f.type.endswith("| None")
+    return FIELD_TYPES[f.type.removesuffix(" | None")], f.type.endswith(" | None")
 
 
 #: defaults that differ by task; the command line applies them under the options given
@@ -171,11 +170,9 @@ def check_config(c: PPOConfig) -> None:
         kind, optional = field_kind(f)
         if value is None and optional:
             continue
-        ok = (isinstance(value, bool) if kind is bool
-              else isinstance(value, int) and not isinstance(value, bool) if kind is int
-              else isinstance(value, (int, float)) and not isinstance(value, bool)
-              if kind is float else isinstance(value, str))
-        if not ok:
+        # an int is a valid float; a bool (an int to isinstance) is only a valid bool
+        accepted = (int, float) if kind is float else kind
+        if not isinstance(value, accepted) or (isinstance(value, bool) and kind is not bool):
             raise TypeError(f"{f.name}: expected {f.type}, got {type(value).__name__} {value!r}")
         if kind is float and not math.isfinite(value):
             raise ValueError(f"{f.name}: must be finite, got {value}")
