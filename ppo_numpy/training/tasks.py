@@ -243,12 +243,12 @@ class Task:
 
 
 def _assemble(content, n, T):
-    """Right-padded responses ``content[:, :n]`` + EOS (when n < T), and their mask."""
+    """Right-padded responses ``content[:, :n]`` + EOS (when n < T), and their mask; content
+    (B, <= T)."""
     B = content.shape[0]
     pos = np.arange(T)[None, :]
     y = np.zeros((B, T), dtype=np.int64)
-    width = min(content.shape[1], T)
-    y[:, :width] = content[:, :width]
+    y[:, : content.shape[1]] = content
     y = np.where(pos < n[:, None], y, 0)
     y = np.where(pos == n[:, None], EOS, y)
     mask = (pos <= n[:, None]).astype(np.float64)
@@ -520,13 +520,12 @@ class AddTask(Task):
     def answer_tokens(self, total):
         """Responses ``digits of total, EOS`` right-padded to T, and their mask."""
         total = np.asarray(total, dtype=np.int64)
-        T = self.max_new_tokens
         width = self.digits + 1
         n = np.array([len(str(int(s))) for s in total])  # digits without leading zeros
         # shifted left past its leading zeros: total 10^(width - n) has width digits, its own
         # n first (then zeros, which _assemble replaces by EOS and PAD)
-        content = DIGIT0 + _digits_of(total * 10 ** (width - n), width)  # (B, n + 1)
-        return _assemble(np.pad(content, ((0, 0), (0, T - width))), n, T)
+        content = DIGIT0 + _digits_of(total * 10 ** (width - n), width)  # (B, width)
+        return _assemble(content, n, self.max_new_tokens)
 
     def _score(self, content, y, n, stopped):
         x = np.concatenate([np.full((content.shape[0], 1), BOS), content], axis=1)
