@@ -156,9 +156,9 @@ def config_for_task(**fields) -> PPOConfig:
     >>> config_for_task(task="add", algo="grpo").group_size, config_for_task(task="add").group_size
     (4, None)
     """
-    default = PPOConfig.__dataclass_fields__
-    task = fields.get("task", default["task"].default)
-    algo = fields.get("algo", default["algo"].default)
+    # a dataclass keeps each field's default as the class attribute
+    task = fields.get("task", PPOConfig.task)
+    algo = fields.get("algo", PPOConfig.algo)
     return PPOConfig(**{**TASK_DEFAULTS.get(task, {}),
                         **TASK_ALGO_DEFAULTS.get((task, algo), {}), **fields})
 
@@ -180,10 +180,9 @@ def check_config(c: PPOConfig) -> None:
         if choices and value not in choices:
             raise ValueError(f"{f.name}: unknown value {value!r}; valid ones are "
                              f"{', '.join(choices)}")
-    positive = ("context", "d_embed", "d_hidden", "d_model", "n_heads", "n_layers",
-                "warmup_batch", "batch_size", "epochs", "minibatches", "warmup_lr", "lr",
-                "kl_target", "kl_horizon")
-    for name in positive:
+    for name in ("context", "d_embed", "d_hidden", "d_model", "n_heads", "n_layers",
+                 "warmup_batch", "batch_size", "epochs", "minibatches", "warmup_lr", "lr",
+                 "kl_target", "kl_horizon"):
         if getattr(c, name) <= 0:
             raise ValueError(f"{name}: must be > 0, got {getattr(c, name)}")
     for name in ("seed", "iterations", "warmup_steps", "beta", "c_v", "c_H", "eps",
