@@ -496,12 +496,10 @@ class AddTask(Task):
 
     def operands(self, prompts):
         """(a, b), two int64 (B,) arrays, read back from prompts."""
-        x = self._check_prompts(prompts)
         n = self.digits
+        digits = self._check_prompts(prompts)[:, 1:] - DIGIT0  # a_1 .. a_n + b_1 .. b_n =
         powers = 10 ** np.arange(n - 1, -1, -1)
-        a = ((x[:, 1 : 1 + n] - DIGIT0) * powers).sum(axis=1)
-        b = ((x[:, 2 + n : 2 + 2 * n] - DIGIT0) * powers).sum(axis=1)
-        return a, b
+        return digits[:, :n] @ powers, digits[:, n + 1 : 2 * n + 1] @ powers
 
     def _pairs_prompts(self, pairs):
         return self.prompts_for(*np.divmod(pairs, 10**self.digits))
@@ -543,8 +541,7 @@ class AddTask(Task):
         [32, 92, 128]
         """
         n = self.digits
-        da, db = _digits_of(a, n), _digits_of(b, n)
-        cols = da + db  # (B, n) column sums
+        cols = _digits_of(a, n) + _digits_of(b, n)  # (B, n) column sums
         cols[:, 1:] %= 10
         return (cols * 10 ** np.arange(n - 1, -1, -1)).sum(axis=1)
 
