@@ -150,10 +150,9 @@ class Task:
         """
         n_prompts = self.n_content**self.prompt_tokens
         if n_prompts <= self.max_heldout:
-            content = np.array(list(itertools.product(
-                range(FIRST_CONTENT, self.vocab_size), repeat=self.prompt_tokens)),
-                dtype=np.int64)
-            return np.concatenate([np.full((n_prompts, 1), BOS), content], axis=1)
+            contents = itertools.product(range(FIRST_CONTENT, self.vocab_size),
+                                         repeat=self.prompt_tokens)
+            return np.array([(BOS, *content) for content in contents], dtype=np.int64)
         return self.sample_prompts(np.random.default_rng(0), self.max_heldout)
 
     def heldout_accuracy(self, model):
