@@ -209,11 +209,10 @@ def check_config(c: PPOConfig) -> None:
     if c.algo in ("grpo", "rloo") and G < 2:
         raise ValueError(f"group_size: {c.algo} needs at least 2 responses per prompt (its "
                          f"baseline is the other responses of the group), got {G}")
+    # so grpo has B >= G >= 2: grpo_scale='batch' (a std over the batch) has 2 responses or more
     if c.algo == "reinforce_plus_plus" and c.batch_size < 2:
         raise ValueError("batch_size: reinforce_plus_plus whitens its returns over the batch, "
                          "needs at least 2 responses")
-    if c.algo == "grpo" and c.grpo_scale == "batch" and c.batch_size < 2:
-        raise ValueError("batch_size: grpo_scale='batch' needs at least 2 responses")
 
 
 def responses_per_prompt(c: PPOConfig) -> int:
