@@ -131,10 +131,9 @@ def load_checkpoint(path, expected_params=None) -> dict:
     version = int(entry(p, data, "format/version", "iu", shape=()))
     if version != FORMAT_VERSION:
         raise BadFileError(p, f"checkpoint format {version}, this code reads {FORMAT_VERSION}")
+    del data["format/version"]
     out = {s: {} for s in SECTIONS}
     for key in data:
-        if key == "format/version":
-            continue
         section, _, name = key.partition("/")
         if section not in out or not name:
             raise BadFileError(p, f"unexpected entry {key!r}")

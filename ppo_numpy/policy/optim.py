@@ -44,6 +44,13 @@ def _check_params(params):
     return params
 
 
+def _state_dict(self, slots, scalars):
+    """``<slot>/<name>`` copies of this optimiser's per-parameter slots, then its scalars."""
+    state = {f"{s}/{n}": a.copy() for s in slots for n, a in getattr(self, s).items()}
+    state.update({k: np.array(getattr(self, k)) for k in scalars})
+    return state
+
+
 def _load_state(self, state, slots, scalars):
     """Check names and shapes of ``state`` against this optimiser, then copy it in."""
     want = {f"{s}/{n}": p.shape for s in slots for n, p in self.params.items()}
@@ -105,11 +112,7 @@ class Adam:
     def state_dict(self) -> dict:
         """Flat dict of arrays: ``m/<name>``, ``v/<name>``, ``t``, ``lr``, ``beta1``, ``beta2``,
         ``eps`` (copies)."""
-        state = {f"m/{n}": a.copy() for n, a in self.m.items()}
-        state.update({f"v/{n}": a.copy() for n, a in self.v.items()})
-        state.update(t=np.array(self.t), lr=np.array(self.lr), beta1=np.array(self.beta1),
-                     beta2=np.array(self.beta2), eps=np.array(self.eps))
-        return state
+        return _state_dict(self, ("m", "v"), ("t", "lr", "beta1", "beta2", "eps"))
 
     def load_state_dict(self, state) -> None:
         """Restore a :meth:`state_dict` (hyperparameters included); names and shapes checked."""
@@ -149,9 +152,7 @@ class SGD:
 
     def state_dict(self) -> dict:
         """Flat dict of arrays: ``buf/<name>``, ``t``, ``lr``, ``momentum`` (copies)."""
-        state = {f"buf/{n}": a.copy() for n, a in self.buf.items()}
-        state.update(t=np.array(self.t), lr=np.array(self.lr), momentum=np.array(self.momentum))
-        return state
+        return _state_dict(self, ("buf",), ("t", "lr", "momentum"))
 
     def load_state_dict(self, state) -> None:
         """Restore a :meth:`state_dict` (hyperparameters included); names and shapes checked."""

@@ -123,13 +123,12 @@ class PPOConfig:
                 if f.name not in ignore and getattr(self, f.name) != getattr(other, f.name)}
 
 
-FIELD_TYPES = {"int": int, "float": float, "str": str, "bool": bool, "float | None": float,
-               "int | None": int}
+FIELD_TYPES = {"int": int, "float": float, "str": str, "bool": bool}
 
 
 def field_kind(f) -> tuple[type, bool]:
     """(base type, optional?) of a config field, from its annotation."""
-    return FIELD_TYPES[f.type], f.type.endswith("| None")
+    return FIELD_TYPES[f.type.removesuffix(" | None")], f.type.endswith(" | None")
 
 
 #: defaults that differ by task; the command line applies them under the options given
@@ -157,9 +156,9 @@ def config_for_task(**fields) -> PPOConfig:
     >>> config_for_task(task="add", algo="grpo").group_size, config_for_task(task="add").group_size
     (4, None)
     """
-    default = PPOConfig.__dataclass_fields__
-    task = fields.get("task", default["task"].default)
-    algo = fields.get("algo", default["algo"].default)
+    # a dataclass keeps each field's default as the class attribute
+    task = fields.get("task", PPOConfig.task)
+    algo = fields.get("algo", PPOConfig.algo)
     return PPOConfig(**{**TASK_DEFAULTS.get(task, {}),
                         **TASK_ALGO_DEFAULTS.get((task, algo), {}), **fields})
 
@@ -171,11 +170,9 @@ def check_config(c: PPOConfig) -> None:
         kind, optional = field_kind(f)
         if value is None and optional:
             continue
-        ok = (isinstance(value, bool) if kind is bool
-              else isinstance(value, int) and not isinstance(value, bool) if kind is int
-              else isinstance(value, (int, float)) and not isinstance(value, bool)
-              if kind is float else isinstance(value, str))
-        if not ok:
+        # an int is a valid float; a bool (an int to isinstance) is only a valid bool
+        accepted = (int, float) if kind is float else kind
+        if not isinstance(value, accepted) or (isinstance(value, bool) and kind is not bool):
             raise TypeError(f"{f.name}: expected {f.type}, got {type(value).__name__} {value!r}")
         if kind is float and not math.isfinite(value):
             raise ValueError(f"{f.name}: must be finite, got {value}")
@@ -183,10 +180,9 @@ def check_config(c: PPOConfig) -> None:
         if choices and value not in choices:
             raise ValueError(f"{f.name}: unknown value {value!r}; valid ones are "
                              f"{', '.join(choices)}")
-    positive = ("context", "d_embed", "d_hidden", "d_model", "n_heads", "n_layers",
-                "warmup_batch", "batch_size", "epochs", "minibatches", "warmup_lr", "lr",
-                "kl_target", "kl_horizon")
-    for name in positive:
+    for name in ("context", "d_embed", "d_hidden", "d_model", "n_heads", "n_layers",
+                 "warmup_batch", "batch_size", "epochs", "minibatches", "warmup_lr", "lr",
+                 "kl_target", "kl_horizon"):
         if getattr(c, name) <= 0:
             raise ValueError(f"{name}: must be > 0, got {getattr(c, name)}")
     for name in ("seed", "iterations", "warmup_steps", "beta", "c_v", "c_H", "eps",
@@ -213,11 +209,10 @@ def check_config(c: PPOConfig) -> None:
     if c.algo in ("grpo", "rloo") and G < 2:
         raise ValueError(f"group_size: {c.algo} needs at least 2 responses per prompt (its "
                          f"baseline is the other responses of the group), got {G}")
+    # so grpo has B >= G >= 2: grpo_scale='batch' (a std over the batch) has 2 responses or more
     if c.algo == "reinforce_plus_plus" and c.batch_size < 2:
         raise ValueError("batch_size: reinforce_plus_plus whitens its returns over the batch, "
                          "needs at least 2 responses")
-    if c.algo == "grpo" and c.grpo_scale == "batch" and c.batch_size < 2:
-        raise ValueError("batch_size: grpo_scale='batch' needs at least 2 responses")
 
 
 def responses_per_prompt(c: PPOConfig) -> int:

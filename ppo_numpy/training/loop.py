@@ -163,7 +163,6 @@ def ppo_iteration(state: RunState) -> dict:
 
     # 4. K epochs x minibatches: policy loss + c_V value loss - c_H entropy
     #    (+ beta_loss KL_t in the loss), clip, Adam
-    size = B // c.minibatches
     opts = PolicyLossOptions(epsilon=c.eps, agg=c.agg, importance_level=c.importance_level,
                              kl_coef=c.kl_loss_coef, kl_estimator=c.kl_loss_estimator)
     c_v = 0.0 if critic_free else c.c_v
@@ -171,9 +170,9 @@ def ppo_iteration(state: RunState) -> dict:
                           "policy_loss", "value_loss", "grad_norm"), 0.0)
     first = None
     for _ in range(c.epochs):
-        order = rng.permutation(B)
-        for k in range(c.minibatches):
-            minibatch = batch.rows(order[k * size : (k + 1) * size])
+        # the B rows in a random order, cut into c.minibatches equal minibatches (it divides B)
+        for rows in rng.permutation(B).reshape(c.minibatches, -1):
+            minibatch = batch.rows(rows)
             loss, grads, stats = loss_and_grads_kernel(
                 state.policy, minibatch, opts, c_v=c_v, c_H=c.c_H, value_clip=c.value_clip)
             if first is None:

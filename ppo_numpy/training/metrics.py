@@ -143,12 +143,10 @@ class MetricsWriter:
     """Appends rows to ``metrics.csv``, flushing each one (a run killed mid-way keeps them)."""
 
     def __init__(self, path, keep_rows: int = 0):
-        """Open ``path``; ``keep_rows > 0`` keeps that many existing data rows (resume)."""
+        """Open ``path``; ``keep_rows > 0`` keeps the first that many existing data rows (a
+        resume, which has read and checked those rows before: the file holds them)."""
         self.path = Path(path)
         kept = read_rows(self.path)[:keep_rows] if keep_rows else []
-        if len(kept) < keep_rows:
-            raise ValueError(f"{self.path}: has {len(kept)} rows, the checkpoint needs "
-                             f"{keep_rows}")
         # header and kept rows go to a temporary file first: a kill while rewriting
         # never loses the rows a resume needs
         tmp = self.path.with_name(self.path.name + ".tmp")

@@ -94,8 +94,8 @@ def load_state(path) -> RunState:
     saved = load_checkpoint(path)
     extra = saved["extra"]
 
-    def get(key, kinds):
-        return entry(path, extra, key, kinds, shape=(), label=f"extra/{key}")
+    def get(key, kinds, shape=()):
+        return entry(path, extra, key, kinds, shape=shape, label=f"extra/{key}")
 
     version = int(get("version", "iu"))
     if version != CHECKPOINT_VERSION:
@@ -125,9 +125,7 @@ def load_state(path) -> RunState:
         raise RunError(f"{path}: does not match its own configuration ({problems})")
     for name in policy.params:
         policy.params[name][...] = saved["params"][name]
-        reference.params[name][...] = entry(path, extra, f"ref.{name}", "f",
-                                            shape=policy.params[name].shape,
-                                            label=f"extra/ref.{name}")
+        reference.params[name][...] = get(f"ref.{name}", "f", policy.params[name].shape)
     optimizer = Adam(policy.params, lr=config.lr)
     try:
         optimizer.load_state_dict(saved["optimizer_state"] or {})

@@ -150,10 +150,9 @@ class Task:
         """
         n_prompts = self.n_content**self.prompt_tokens
         if n_prompts <= self.max_heldout:
-            content = np.array(list(itertools.product(
-                range(FIRST_CONTENT, self.vocab_size), repeat=self.prompt_tokens)),
-                dtype=np.int64)
-            return np.concatenate([np.full((n_prompts, 1), BOS), content], axis=1)
+            contents = itertools.product(range(FIRST_CONTENT, self.vocab_size),
+                                         repeat=self.prompt_tokens)
+            return np.array([(BOS, *content) for content in contents], dtype=np.int64)
         return self.sample_prompts(np.random.default_rng(0), self.max_heldout)
 
     def heldout_accuracy(self, model):
@@ -243,12 +242,12 @@ class Task:
 
 
 def _assemble(content, n, T):
-    """Right-padded responses ``content[:, :n]`` + EOS (when n < T), and their mask."""
+    """Right-padded responses ``content[:, :n]`` + EOS (when n < T), and their mask; content
+    (B, <= T)."""
     B = content.shape[0]
     pos = np.arange(T)[None, :]
     y = np.zeros((B, T), dtype=np.int64)
-    width = min(content.shape[1], T)
-    y[:, :width] = content[:, :width]
+    y[:, : content.shape[1]] = content
     y = np.where(pos < n[:, None], y, 0)
     y = np.where(pos == n[:, None], EOS, y)
     mask = (pos <= n[:, None]).astype(np.float64)
@@ -496,12 +495,10 @@ class AddTask(Task):
 
     def operands(self, prompts):
         """(a, b), two int64 (B,) arrays, read back from prompts."""
-        x = self._check_prompts(prompts)
         n = self.digits
+        digits = self._check_prompts(prompts)[:, 1:] - DIGIT0  # a_1 .. a_n + b_1 .. b_n =
         powers = 10 ** np.arange(n - 1, -1, -1)
-        a = ((x[:, 1 : 1 + n] - DIGIT0) * powers).sum(axis=1)
-        b = ((x[:, 2 + n : 2 + 2 * n] - DIGIT0) * powers).sum(axis=1)
-        return a, b
+        return digits[:, :n] @ powers, digits[:, n + 1 : 2 * n + 1] @ powers
 
     def _pairs_prompts(self, pairs):
         return self.prompts_for(*np.divmod(pairs, 10**self.digits))
@@ -520,13 +517,12 @@ class AddTask(Task):
     def answer_tokens(self, total):
         """Responses ``digits of total, EOS`` right-padded to T, and their mask."""
         total = np.asarray(total, dtype=np.int64)
-        T = self.max_new_tokens
         width = self.digits + 1
         n = np.array([len(str(int(s))) for s in total])  # digits without leading zeros
         # shifted left past its leading zeros: total 10^(width - n) has width digits, its own
         # n first (then zeros, which _assemble replaces by EOS and PAD)
-        content = DIGIT0 + _digits_of(total * 10 ** (width - n), width)  # (B, n + 1)
-        return _assemble(np.pad(content, ((0, 0), (0, T - width))), n, T)
+        content = DIGIT0 + _digits_of(total * 10 ** (width - n), width)  # (B, width)
+        return _assemble(content, n, self.max_new_tokens)
 
     def _score(self, content, y, n, stopped):
         x = np.concatenate([np.full((content.shape[0], 1), BOS), content], axis=1)
@@ -544,8 +540,7 @@ class AddTask(Task):
         [32, 92, 128]
         """
         n = self.digits
-        da, db = _digits_of(a, n), _digits_of(b, n)
-        cols = da + db  # (B, n) column sums
+        cols = _digits_of(a, n) + _digits_of(b, n)  # (B, n) column sums
         cols[:, 1:] %= 10
         return (cols * 10 ** np.arange(n - 1, -1, -1)).sum(axis=1)
 
