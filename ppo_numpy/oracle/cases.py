@@ -131,13 +131,17 @@ def sample_log_probs(rng: np.random.Generator, mask, *, log_ratio_std: float = 0
     """``logp``, ``logp_old`` and ``logp_ref`` for a (B, T) mask, 0 at padding (see
     :func:`sample_inputs`): logp_old = -Gamma(2, 0.5), the other two within ``log_ratio_std``
     and ``ref_std`` of it, all at most -1e-4."""
-    shape = np.shape(mask)
-    logp_old = -rng.gamma(2.0, 0.5, size=shape)
-    logp = np.minimum(logp_old + rng.normal(0.0, log_ratio_std, size=shape), -1e-4)
-    logp_ref = np.minimum(logp_old + rng.normal(0.0, ref_std, size=shape), -1e-4)
+    logp_old = -rng.gamma(2.0, 0.5, size=np.shape(mask))
+    logp = _near(rng, logp_old, log_ratio_std)
+    logp_ref = _near(rng, logp_old, ref_std)
     valid = np.asarray(mask) == 1
     return {n: np.where(valid, x, 0.0)
             for n, x in (("logp", logp), ("logp_old", logp_old), ("logp_ref", logp_ref))}
+
+
+def _near(rng: np.random.Generator, logp_old, std: float):
+    """Log-probs within N(0, std^2) of ``logp_old``, at most -1e-4 (a log-prob is negative)."""
+    return np.minimum(logp_old + rng.normal(0.0, std, size=np.shape(logp_old)), -1e-4)
 
 
 def make_case(name: str, description: str, inputs: dict, params: dict | None = None, *,
@@ -215,8 +219,7 @@ def _extreme_log_ratios(rng):
     up = shifts > 0
     logp[:, :4] = np.where(up, -0.05, logp_old[:, :4] - np.abs(shifts))
     logp_old[:, :4] = np.where(up, -0.05 - shifts, logp_old[:, :4])
-    logp_ref[:, :4] = logp_old[:, :4] + rng.normal(0.0, 0.3, size=(3, 4))
-    inputs["logp_ref"] = np.minimum(logp_ref, -1e-4)
+    logp_ref[:, :4] = _near(rng, logp_old[:, :4], 0.3)
     return ("logp - logp_old = +-50, +-20, +-5 (rho up to e^50 ~ 5e21); presets that clamp "
             "the log-ratio differ here", inputs, {})
 
@@ -269,8 +272,7 @@ def _dual_clip(rng):
     inputs = sample_inputs(rng, mask)
     valid = mask == 1
     logp_old = np.where(valid, inputs["logp"] - rng.uniform(1.2, 2.0, size=mask.shape), 0.0)
-    logp_ref = np.where(valid, np.minimum(logp_old + rng.normal(0.0, 0.3, size=mask.shape),
-                                          -1e-4), 0.0)
+    logp_ref = np.where(valid, _near(rng, logp_old, 0.3), 0.0)
     inputs.update(logp_old=logp_old, logp_ref=logp_ref,
                   scores=rng.normal(0.0, 0.3, size=mask.shape[0]))
     return ("rho in [3.3, 7.4] on every token and advantages of both signs in each row: the "
@@ -333,8 +335,7 @@ def _one_sided_log_ratios(rng):
     inputs = sample_inputs(rng, np.ones((3, 6)))
     inputs["logp"][:, (0, 3)] = -0.05
     inputs["logp_old"][:, (0, 3)] = -25.05
-    inputs["logp_ref"][:, (0, 3)] = np.minimum(
-        inputs["logp_old"][:, (0, 3)] + rng.normal(0.0, 0.3, (3, 2)), -1e-4)
+    inputs["logp_ref"][:, (0, 3)] = _near(rng, inputs["logp_old"][:, (0, 3)], 0.3)
     return ("logp - logp_old = +25 on two columns of every row (rho = e^25), not balanced "
             "by negative ones: a log-ratio clamp at 20 shows in the logged mean log-ratio",
             inputs, {})

@@ -152,12 +152,11 @@ def read_case(case: dict, names=INPUT_NAMES) -> Rollout:
 def check_params(p: dict) -> dict:
     """Every parameter a preset takes, checked once (the names of the core functions)."""
     p = dict(p)
-    for name in ("gamma", "lam"):
+    # (name, upper bound): gamma and lam in [0, 1], the others non-negative
+    for name, high in (("gamma", 1), ("lam", 1), ("beta", None), ("vf_coef", None),
+                       ("ratio_threshold", None), ("whiten_eps", None)):
         if name in p:
-            p[name] = check_scalar(p[name], name, low=0, high=1, allow_exact=False)
-    for name in ("beta", "vf_coef", "ratio_threshold", "whiten_eps"):
-        if name in p:
-            p[name] = check_scalar(p[name], name, low=0, allow_exact=False)
+            p[name] = check_scalar(p[name], name, low=0, high=high, allow_exact=False)
     if "value_clip" in p:
         p["value_clip"] = check_value_clip(p["value_clip"])
     for name in ("score_clip", "reward_clip_range"):
