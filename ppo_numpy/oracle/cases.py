@@ -424,14 +424,10 @@ def generate_cases(seed: int = 0, names=None, *, n_random: int = N_RANDOM) -> li
     if isinstance(n_random, bool) or not isinstance(n_random, int) or n_random < 0:
         raise ValueError(f"n_random: must be a non-negative integer, got {n_random!r}")
     names = check_names(names, case_names(n_random))
+    aliases = {"random": [f"random-{k}" for k in range(n_random)], "edge": list(EDGE_CASES)}
     expanded = []
     for name in names:
-        if name == "random":
-            expanded += [f"random-{k}" for k in range(n_random)]
-        elif name == "edge":
-            expanded += list(EDGE_CASES)
-        else:
-            expanded.append(name)
+        expanded += aliases.get(name, [name])
     cases = []
     for name in expanded:
         if name.startswith("random-") and name[7:].isdigit():

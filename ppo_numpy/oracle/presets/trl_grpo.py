@@ -70,7 +70,6 @@ def _trl_grpo(x: Rollout, p: dict) -> dict:
         loss_type=form, cispo_clip="max", agg=agg, norm=norm, kl_coef=p["beta"],
         kl_estimator="k3")
     pl = policy_loss_kernel(xm.logp, xm.logp_old, A, m, opts, xm.logp_ref)
-    cases = pl.cases
     n = max(int(m.sum()), 1)
 
     def batch_mean(flags):
@@ -86,11 +85,11 @@ def _trl_grpo(x: Rollout, p: dict) -> dict:
     if form == "cispo":
         stats["cispo_clip_ratio"] = batch_mean((pl.rho > eps_high) & (A > 0))
     else:
-        low, high = batch_mean(cases.low_clipped), batch_mean(cases.high_clipped)
+        low, high = batch_mean(pl.cases.low_clipped), batch_mean(pl.cases.high_clipped)
         stats.update({"clip_ratio/low_mean": low, "clip_ratio/low_min": low,
                       "clip_ratio/high_mean": high, "clip_ratio/high_max": high,
-                      "clip_ratio/region_mean": batch_mean(cases.low_clipped
-                                                           | cases.high_clipped)})
+                      "clip_ratio/region_mean": batch_mean(pl.cases.low_clipped
+                                                           | pl.cases.high_clipped)})
     std = group_std(x.scores, x.groups, dtype=np.float32)
     stats.update({"reward": mean_rows(x.scores), "reward_std": mean_rows(std),
                   "frac_reward_zero_std": mean_rows(np.isclose(std, 0.0))})
