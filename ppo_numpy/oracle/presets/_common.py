@@ -267,13 +267,14 @@ def clip_scores(scores, score_clip):
     return np.clip(scores, *_score_bounds(score_clip))
 
 
-def gae_over(rewards, values, gamma, lam, m, holes):
-    """GAE over ``m`` with holes skipped (``"skip"``) or run through as states of value 0
-    and reward 0 (``"decay"``: the zero-filled arrays over every column, re-masked)."""
-    if holes == "skip":
-        return gae(rewards, values, gamma, lam, m)
-    advantages, returns = gae(where_valid(m, rewards), where_valid(m, values), gamma, lam,
-                              np.ones_like(m))
+def gae_over(rewards, values, m, p):
+    """GAE over ``m`` with the preset's ``gamma`` and ``lam``, holes skipped
+    (``p["gae_holes"] == "skip"``) or run through as states of value 0 and reward 0
+    (``"decay"``: the zero-filled arrays over every column, re-masked)."""
+    if p["gae_holes"] == "skip":
+        return gae(rewards, values, p["gamma"], p["lam"], m)
+    advantages, returns = gae(where_valid(m, rewards), where_valid(m, values), p["gamma"],
+                              p["lam"], np.ones_like(m))
     return advantages, where_valid(m, returns)
 
 

@@ -62,8 +62,7 @@ def _openrlhf(x: Rollout, p: dict) -> dict:
     kl = kl_estimate(x.logp_old, x.logp_ref, est, m, clamp=p["kl_clamp"])
     rewards = shaped_rewards(x, p["beta"], m, est, p["score_position"], kl_clamp=p["kl_clamp"],
                              score_clip=p["reward_clip_range"])
-    raw_advantages, returns = gae_over(rewards, x.old_values, p["gamma"], p["lam"], m,
-                                       p["gae_holes"])
+    raw_advantages, returns = gae_over(rewards, x.old_values, m, p)
     if int(m.sum()) == 1 and p["whiten_mask"] == "mask":
         # why: OpenRLHF 0.11.2 experience_maker.py compute_advantages_and_returns: with one
         # token, A - mean = 0 and var = 0 is floored at 1e-8, so the advantage is 0 (whiten

@@ -39,8 +39,7 @@ def _seed(x: Rollout, p: dict) -> dict:
     in_loss = p["kl_in"] == "loss"
     rewards = shaped_rewards(x, 0.0 if in_loss else p["beta"], m, est, p["score_position"],
                              kl_clamp=p["kl_clamp"])
-    advantages, returns = gae_over(rewards, x.old_values, p["gamma"], p["lam"], m,
-                                   p["gae_holes"])
+    advantages, returns = gae_over(rewards, x.old_values, m, p)
     advantages = where_valid(m, advantages)
     if p["whiten_advantages"]:
         advantages = whiten_advantages(advantages, m, p)

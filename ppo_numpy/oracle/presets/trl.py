@@ -158,8 +158,7 @@ def _trl_011(x: Rollout, p: dict) -> dict:
     kl = kl_estimate(x.logp_old, x.logp_ref, est, m)
     rewards = shaped_rewards(x, p["beta"], m, est, p["score_position"],
                              kl_clamp=p["kl_clamp"], score_clip=p["score_clip"])
-    raw_advantages, returns = gae_over(rewards, x.old_values, p["gamma"], p["lam"], m,
-                                       p["gae_holes"])
+    raw_advantages, returns = gae_over(rewards, x.old_values, m, p)
     advantages = whiten_advantages(raw_advantages, m, p)
     policy_loss, st, dlogp, vloss, dvalues = losses(x, advantages, returns, p, mask=m)
     if st["ratio_mean"] > p["ratio_threshold"]:

@@ -82,8 +82,7 @@ def _verl(x: Rollout, p: dict) -> dict:
     kl = kl_estimate(x.logp_old, x.logp_ref, est, m, clamp=_VERL_KL_CLAMP[est])
     rewards = shaped_rewards(x, p["beta"] if p["use_kl_in_reward"] else 0.0, m, est,
                              p["score_position"], kl_clamp=_VERL_KL_CLAMP[est])
-    raw_advantages, returns = gae_over(rewards, x.old_values, p["gamma"], p["lam"], m,
-                                       p["gae_holes"])
+    raw_advantages, returns = gae_over(rewards, x.old_values, m, p)
     advantages = whiten_advantages(raw_advantages, m, p)
     agg = p["loss_agg_mode"]
     # why: with use_kl_loss, verl core_algos.py kl_penalty "low_var_kl" (k3 clamped to
