@@ -195,12 +195,6 @@ def mean_rows(x) -> float:
     return float(np.mean(x))
 
 
-def divide(a, b) -> float:
-    """a / b in IEEE float64: inf or NaN for b = 0, as the frameworks' tensors give."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return float(np.float64(a) / np.float64(b))
-
-
 def masked_mean(x, m) -> float:
     return masked_mean_kernel(where_valid(m, x), m)
 
@@ -411,15 +405,6 @@ def group_std(scores, groups, *, dtype=np.float64):
     with np.errstate(divide="ignore", invalid="ignore"):
         std = np.sqrt(sq / (counts - 1).astype(dtype))[inverse]
     return np.where(counts[inverse] > 1, std, 0.0).astype(np.float64)
-
-
-def require_groups(name: str, groups, *, equal_sizes: bool, min_size: int, why: str) -> None:
-    _, counts = np.unique(groups, return_counts=True)
-    if np.any(counts < min_size):
-        raise ValueError(f"{name}: a group has {int(counts.min())} response(s); {why}")
-    if equal_sizes and np.any(counts != counts[0]):
-        raise ValueError(f"{name}: groups of different sizes {sorted(set(counts.tolist()))}; "
-                         f"{why}")
 
 
 def policy_result(advantages, pl, stats: dict, **arrays) -> dict:

@@ -10,7 +10,6 @@ from ...rollout import Rollout
 from ._common import (
     Preset,
     aggregate,
-    divide,
     gae,
     kl_estimate,
     kl_shaped_rewards,
@@ -21,6 +20,12 @@ from ._common import (
     result,
     whiten,
 )
+
+
+def divide(a, b) -> float:
+    """a / b in IEEE float64: inf or NaN for b = 0, as the frameworks' tensors give."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return float(np.float64(a) / np.float64(b))
 
 
 def lmhp_stats(x, returns, m, p, st, policy_loss, vloss, kl, ddof):

@@ -19,11 +19,19 @@ from ._common import (
     mean_rows,
     policy_result,
     require_choice,
-    require_groups,
     whiten,
 )
 
 ESTIMATORS = ("group_norm", "rloo", "reinforce", "reinforce_baseline", "dr_grpo")
+
+
+def require_groups(name: str, groups, *, equal_sizes: bool, min_size: int, why: str) -> None:
+    _, counts = np.unique(groups, return_counts=True)
+    if np.any(counts < min_size):
+        raise ValueError(f"{name}: a group has {int(counts.min())} response(s); {why}")
+    if equal_sizes and np.any(counts != counts[0]):
+        raise ValueError(f"{name}: groups of different sizes {sorted(set(counts.tolist()))}; "
+                         f"{why}")
 
 
 def _openrlhf_grpo(x: Rollout, p: dict) -> dict:
