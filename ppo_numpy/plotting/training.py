@@ -11,7 +11,7 @@ from matplotlib.figure import Figure
 
 from .._validation import check_int
 from ..training.metrics import COLUMNS, critic_summary, history_to_columns
-from .style import figure, legend_outside, saved
+from .style import figure, finish, legend_outside, saved
 
 
 def _columns(metrics):
@@ -254,8 +254,7 @@ def plot_runs(runs, *, columns=RUN_COLUMNS, ncols=3, path=None) -> Figure:
         ax.set_title(title, fontsize=10)
         ax.set_ylabel(unit)
         ax.set_xlabel("PPO iteration")
-    for ax in axes[len(columns):]:
-        ax.axis("off")
+    finish(fig, axes, len(columns), None)
     # one legend for every panel, above them: the runs share colours
     fig.legend(handles=axes[0].lines, loc="outside upper center", ncols=len(data),
                fontsize=9, frameon=False)
