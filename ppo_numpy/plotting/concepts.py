@@ -113,11 +113,10 @@ def format_table(columns, *, digits=6, index=None):
             return str(v)
         return f"{float(v):.{digits}g}"
 
-    text = {name: [cell(v) for v in values] for name, values in columns.items()}
-    widths = {name: max(len(name), *(len(s) for s in vals)) for name, vals in text.items()}
-    lines = ["  ".join(name.rjust(widths[name]) for name in text)]
-    for i in range(n):
-        lines.append("  ".join(text[name][i].rjust(widths[name]) for name in text))
+    # each column as text, its name first, right-aligned to its widest entry
+    text = {name: [name] + [cell(v) for v in values] for name, values in columns.items()}
+    widths = {name: max(len(s) for s in cells) for name, cells in text.items()}
+    lines = ["  ".join(text[name][i].rjust(widths[name]) for name in text) for i in range(n + 1)]
     return "\n".join(lines)
 
 

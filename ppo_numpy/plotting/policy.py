@@ -132,9 +132,9 @@ def plot_forward_pass(steps, *, tokens=None, title=None):
 
 
 def _colorbar(fig, scale, ax):
+    """A colour bar of ``scale`` beside ``ax``, its tick labels at 7 pt."""
     bar = fig.colorbar(scale, ax=ax, fraction=0.08, pad=0.03, aspect=15)
     bar.ax.tick_params(labelsize=7)
-    return bar
 
 
 def plot_gradients(grads, *, title=None, ncols=4):

@@ -77,10 +77,10 @@ def tight(fig):
     return fig
 
 
-def vector(x, name, length=None, *, nonempty=False):
-    """``x`` as a float64 1-d array (of ``length`` entries if given, at least one if
-    ``nonempty``)."""
-    arr = np.asarray(x, dtype=np.float64)
+def vector(x, name, length=None, *, nonempty=False, dtype=np.float64):
+    """``x`` as a 1-d array of ``dtype`` (float64 by default; ``None`` keeps ``x``'s own),
+    of ``length`` entries if given, at least one if ``nonempty``."""
+    arr = np.asarray(x, dtype=dtype)
     if arr.ndim != 1 or (nonempty and arr.shape[0] == 0):
         raise ValueError(f"{name}: expected a {'non-empty ' if nonempty else ''}1-d array, "
                          f"got shape {arr.shape}")

@@ -11,7 +11,7 @@ from matplotlib.figure import Figure
 
 from .._validation import check_int
 from ..training.metrics import COLUMNS, critic_summary, history_to_columns
-from .style import figure, legend_outside, saved
+from .style import figure, finish, legend_outside, saved
 
 
 def _columns(metrics):
@@ -66,20 +66,20 @@ def plot_training(metrics, *, optimum=1.0, random_score=None, title=None, path=N
     fig, ax = figure(4, 3, width=13, height=14)
     ax = ax.ravel()
 
-    def curve(k, column, color, title, ylabel):
-        """Panel ``k``: the column per iteration, with its title and y label."""
-        ax[k].plot(it, c[column], color=color)
+    def curve(k, column, color, title, ylabel, **kwargs):
+        """Panel ``k``: the column per iteration (``color`` None: the next of the cycle;
+        ``kwargs`` to ``plot``, e.g. a label), with its title and y label."""
+        ax[k].plot(it, c[column], color=color, **kwargs)
         ax[k].set_title(title)
         ax[k].set_ylabel(ylabel)
 
-    ax[0].plot(it, c["score"], label="mean score")
+    curve(0, "score", None, "score of the responses (higher is better)", "score (reward units)",
+          label="mean score")
     ax[0].axhline(optimum, color="k", lw=0.8, label="optimum")
     ax[0].axhline(0.9 * optimum, color="g", ls="--", lw=0.8, label="90% of optimum")
     if random_score is not None:
         ax[0].axhline(float(random_score), color="r", ls=":", lw=1, label="random policy")
     ax[0].plot(it, c["heldout_accuracy"], lw=0.8, label="greedy accuracy (held-out set)")
-    ax[0].set_title("score of the responses (higher is better)")
-    ax[0].set_ylabel("score (reward units)")
 
     curve(1, "kl_ref", "C1", "KL(pi_theta || pi_ref): distance from the reference",
           "nats per response (k1, summed)")
@@ -91,11 +91,10 @@ def plot_training(metrics, *, optimum=1.0, random_score=None, title=None, path=N
 
     curve(3, "clipfrac", "C3", "clip fraction (clipped branch active)", "fraction of tokens")
 
-    ax[4].plot(it, c["approx_kl_k1"], label="k1 = -log rho")
+    curve(4, "approx_kl_k1", None, "step size: KL(pi_old || pi_theta) during the update",
+          "nats per token", label="k1 = -log rho")
     ax[4].plot(it, c["approx_kl_k3"], label="k3 = (rho - 1) - log rho")
     ax[4].axhline(0.0, color="k", lw=0.5)
-    ax[4].set_title("step size: KL(pi_old || pi_theta) during the update")
-    ax[4].set_ylabel("nats per token")
 
     curve(5, "entropy", "C4", "entropy of the policy", "nats per token")
 
@@ -254,8 +253,7 @@ def plot_runs(runs, *, columns=RUN_COLUMNS, ncols=3, path=None) -> Figure:
         ax.set_title(title, fontsize=10)
         ax.set_ylabel(unit)
         ax.set_xlabel("PPO iteration")
-    for ax in axes[len(columns):]:
-        ax.axis("off")
+    finish(fig, axes, len(columns), None)
     # one legend for every panel, above them: the runs share colours
     fig.legend(handles=axes[0].lines, loc="outside upper center", ncols=len(data),
                fontsize=9, frameon=False)

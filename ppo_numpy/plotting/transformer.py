@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .style import figure, finish
+from .style import figure, finish, vector
 
 __all__ = ["plot_accuracy_by_sum", "plot_attention"]
 
@@ -98,22 +98,14 @@ def plot_accuracy_by_sum(a, b, correct, carry, *, digits=2):
     a carry (below) and with one (above). Last panel: accuracy on each side of that line,
     per model, with the number of sums.
     """
-    a = np.asarray(a)
-    b = np.asarray(b)
-    if a.ndim != 1 or a.shape != b.shape or a.shape[0] == 0:
-        raise ValueError(f"a, b: expected two non-empty (N,) arrays, got {a.shape}, {b.shape}")
+    a = vector(a, "a", nonempty=True, dtype=None)  # integers stay integers
     N = a.shape[0]
-    carry = np.asarray(carry, dtype=bool)
-    if carry.shape != (N,):
-        raise ValueError(f"carry: expected shape ({N},), got {carry.shape}")
+    b = vector(b, "b", N, dtype=None)
+    carry = vector(carry, "carry", N, dtype=bool)
     if not correct:
         raise ValueError("correct: no model to draw")
-    models = {}
-    for label, ok in correct.items():
-        ok = np.asarray(ok, dtype=bool)
-        if ok.shape != (N,):
-            raise ValueError(f"correct[{label!r}]: expected shape ({N},), got {ok.shape}")
-        models[str(label)] = ok
+    models = {str(label): vector(ok, f"correct[{label!r}]", N, dtype=bool)
+              for label, ok in correct.items()}
     # cell (b_1, a_1) of each sum in a row-major 10 x 10 grid
     cell = 10 * (b % 10) + a % 10
     count = np.bincount(cell, minlength=100).reshape(10, 10)

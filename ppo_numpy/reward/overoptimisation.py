@@ -236,8 +236,7 @@ def write_csv(rows, path) -> None:
     with open(path, "w", newline="") as f:
         w = csv.writer(f, lineterminator="\n")
         w.writerow(COLUMNS)
-        for r in rows:
-            w.writerow([format_value(r[c]) for c in COLUMNS])
+        w.writerows([format_value(r[c]) for c in COLUMNS] for r in rows)
 
 
 def read_csv(path) -> list[dict]:
