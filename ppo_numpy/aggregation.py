@@ -121,30 +121,28 @@ def divisors(m: np.ndarray, mode: str, norm=None, like=None):
     m / (d D). ``m``: a bool (B, T) mask; ``norm``: checked (:func:`mode_norm`);
     ``like``: an exact array makes ``D`` a Fraction.
     """
-    exact = like is not None and like.dtype == object
+    like = m if like is None else like  # (scalar_for: a float unless like is exact)
     if mode in ("token-mean", "bnpo") or (mode == "dapo" and norm is None):
         total = int(np.count_nonzero(m))
         if total == 0:
             raise ValueError("mask: no response token to aggregate over")
-        return None, (scalar_for(total, like) if exact else total)
+        return None, scalar_for(total, like)
     n_tokens = m.sum(axis=-1)  # (B,)
     n_seq = int(np.count_nonzero(n_tokens))
     if n_seq == 0:
         raise ValueError("mask: no response token to aggregate over")
     B = m.shape[0]
     if mode == "grpo":
-        return np.maximum(n_tokens, 1), (scalar_for(B, like) if exact else float(B))
+        return np.maximum(n_tokens, 1), scalar_for(B, like)
     if mode == "dapo":
-        return None, (scalar_for(norm, like) if exact else float(norm))
+        return None, scalar_for(norm, like)
     if mode == "dr_grpo":
-        return None, (scalar_for(B, like) * scalar_for(norm, like) if exact else B * float(norm))
+        return None, scalar_for(B, like) * scalar_for(norm, like)
     if mode == "seq-mean-token-sum":
-        return None, (scalar_for(n_seq, like) if exact else n_seq)
+        return None, scalar_for(n_seq, like)
     if mode == "seq-mean-token-mean":
-        return n_tokens, (scalar_for(n_seq, like) if exact else float(n_seq))
-    if exact:
-        return None, scalar_for(n_seq, like) * scalar_for(norm, like)
-    return None, n_seq * float(norm)
+        return n_tokens, scalar_for(n_seq, like)
+    return None, scalar_for(n_seq, like) * scalar_for(norm, like)
 
 
 def aggregate_kernel(x: np.ndarray, m: np.ndarray, mode: str, norm=None, divs=None):

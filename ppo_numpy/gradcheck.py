@@ -135,13 +135,15 @@ def numerical_grad(f, params, name, *, h=1e-5, coords=None) -> np.ndarray:
     if coords is None:
         coords = list(np.ndindex(x0.shape))
     out = np.full(x0.shape, np.nan)
+
+    def f_at(idx, step):  # f with x_idx moved by step (a copy: params untouched)
+        x = x0.copy()
+        x[idx] += step
+        return float(f({**params, name: x}))
+
     for idx in coords:
-        values = []
-        for step in (h, -h):
-            x = x0.copy()
-            x[idx] += step
-            values.append(float(f({**params, name: x})))
-        out[idx] = (values[0] - values[1]) / (2 * h)
+        # (f(x + h e_j) - f(x - h e_j)) / (2 h)
+        out[idx] = (f_at(idx, h) - f_at(idx, -h)) / (2 * h)
     return out
 
 

@@ -254,11 +254,9 @@ def kl_shaped_rewards_kernel(scores, kl, m, beta, score_offset=0, score_bounds=N
     # ... + score at the last response token t = T (or the slot after it)
     T = m.shape[-1]
     last = np.minimum(last_valid_index(m) + score_offset, T - 1)
-    if rewards.ndim == 1:
-        rewards[last] = rewards[last] + s[()]
-    else:
-        rows = np.arange(rewards.shape[0])
-        rewards[rows, last] = rewards[rows, last] + s
+    # (row, last token) of each response; just the last token of a (T,) one
+    at = (np.arange(rewards.shape[0]), last) if rewards.ndim == 2 else last
+    rewards[at] = rewards[at] + s
     return rewards
 
 

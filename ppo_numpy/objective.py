@@ -214,8 +214,8 @@ class PolicyLoss:
     @property
     def kl_agg(self):
         agg = self.opts.kl_agg or self.opts.agg
-        return agg, mode_norm(agg, None if agg != self.opts.agg else self.opts.norm,
-                              self.m.shape[-1])
+        # the policy loss's own mode takes its norm; another mode its default
+        return agg, self.norm if agg == self.opts.agg else mode_norm(agg, None, self.m.shape[-1])
 
     @lazy
     def divs(self):

@@ -182,16 +182,14 @@ class Rollout:
 
     def rows(self, idx) -> Rollout:
         """The minibatch of rows ``idx`` (an index array or a slice), not checked again."""
-        arrays = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        return self.replace_trusted(**{n: x[idx] for n, x in arrays.items()
+        # vars(self): the fields, name -> value
+        return self.replace_trusted(**{n: x[idx] for n, x in vars(self).items()
                                        if isinstance(x, np.ndarray)})
 
     def replace_trusted(self, **fields) -> Rollout:
         """A rollout with ``fields`` replaced or added, not checked: for arrays the package made
         (0 at padding). ``dataclasses.replace`` gives a checked one."""
-        kept = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        kept.update(fields)
-        return Rollout._trusted(**kept)
+        return Rollout._trusted(**{**vars(self), **fields})
 
     def on(self, mask: np.ndarray) -> Rollout:
         """The (B, T) fields with 0 outside ``mask`` (a bool (B, T) array), and that mask."""
