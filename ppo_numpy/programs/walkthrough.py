@@ -75,8 +75,7 @@ def main(argv=None) -> int:
     A, R = gae(r, values, GAMMA, LAM)
     _row("4. A_hat_t = delta_t + gamma lambda A_hat_t+1", _fmt(A))
     _row("   R_t = A_hat_t + V_old(s_t)", _fmt(R))
-    mean, var = float(np.mean(A)), float(np.var(A, ddof=1))
-    _row("   mean(A_hat), var(A_hat) with ddof 1", f"[{_num(mean)}, {_num(var)}]")
+    _row("   mean(A_hat), var(A_hat) with ddof 1", _fmt([np.mean(A), np.var(A, ddof=1)]))
     _row("5. whiten(A_hat) = (A_hat - mean) / sqrt(var + 1e-8)", _fmt(whiten(A)))
     logp = logp_old + np.log(RHO)
     rho = probability_ratio(logp, logp_old)
@@ -86,10 +85,9 @@ def main(argv=None) -> int:
     _row("8. L_PPO (sum over t, mean over the 1 response)",
          _num(aggregate(surr, None, "seq-mean-token-sum")))
     loss, stats = ppo_policy_loss(logp, logp_old, A, None, EPS)
-    _row("9. policy loss -mean_t, clip fraction", f"[{_num(loss)}, "
-         f"{_num(stats['clipfrac_active'])}]")
+    _row("9. policy loss -mean_t, clip fraction", _fmt([loss, stats["clipfrac_active"]]))
     _row("   approx KL(pi_old || pi_theta): k1, k3 of rho",
-         f"[{_num(stats['approx_kl_k1'])}, {_num(stats['approx_kl_k3'])}]")
+         _fmt([stats["approx_kl_k1"], stats["approx_kl_k3"]]))
     v_new = values + VALUE_STEP
     _row("   V(s_t) after an update (V_old + 0.1)", _fmt(v_new))
     vl = value_loss(v_new, values, R, clip_range=VALUE_CLIP)
