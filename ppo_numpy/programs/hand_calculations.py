@@ -56,15 +56,12 @@ How to read the tables:
 """
 
 
-def _command(argv) -> str:
-    return "python -m ppo_numpy explain " + shlex.join(argv)
-
-
 def _example(argv, *, text: bool = False) -> str:
     """The command in a code block, then its output (Markdown tables, or plain text)."""
+    command = "python -m ppo_numpy explain " + shlex.join(argv)
     if text:
-        return f"```\n$ {_command(argv)}\n\n{render_command(argv)}\n```"
-    return f"```\n$ {_command(argv)}\n```\n\n{render_command([*argv, '--format', 'markdown'])}"
+        return f"```\n$ {command}\n\n{render_command(argv)}\n```"
+    return f"```\n$ {command}\n```\n\n{render_command([*argv, '--format', 'markdown'])}"
 
 
 def _python_example(source: str) -> str:
