@@ -131,10 +131,7 @@ class Table:
         lines.append(" | ".join(h.rjust(w) for h, w in zip(self.columns, widths)).rstrip())
         lines.append("-+-".join("-" * w for w in widths))
         lines += [" | ".join(c.rjust(w) for c, w in zip(r, widths)) for r in cells]
-        if self.notes:
-            lines.append("")
-            lines += ["- " + n.replace("`", "") for n in self.notes]
-        return "\n".join(lines)
+        return _with_notes(lines, [n.replace("`", "") for n in self.notes])
 
     def markdown(self) -> str:
         """GitHub Markdown: title paragraph, a table (header in code spans), a list of notes."""
@@ -146,10 +143,14 @@ class Table:
         lines.append("| " + " | ".join(f"`{esc(h)}`" for h in self.columns) + " |")
         lines.append("|" + "|".join("---:" for _ in self.columns) + "|")
         lines += ["| " + " | ".join(esc(c) for c in r) + " |" for r in self._cells()]
-        if self.notes:
-            lines.append("")
-            lines += ["- " + n for n in self.notes]
-        return "\n".join(lines)
+        return _with_notes(lines, self.notes)
+
+
+def _with_notes(lines: list, notes) -> str:
+    """``lines``, then the notes as a list after a blank line (none: no blank line), joined."""
+    if notes:
+        lines = lines + [""] + ["- " + n for n in notes]
+    return "\n".join(lines)
 
 
 def render(tables, fmt: str = "text") -> str:
@@ -308,8 +309,15 @@ def clip_table(rho, advantages, epsilon=0.2, *, epsilon_high=None, dual_clip=Non
     grad_name = "d min / d rho_t" if c is None else "d term_t / d rho_t"
     columns = ["t", "rho_t", "A_hat_t", "clip(rho_t)", "rho_t * A_hat_t",
                "clip(rho_t) * A_hat_t", "min"]
+    eps_name = "eps" if epsilon_high is None else "eps_high"
+    title = (f"Clipped surrogate: clip range `[1 - eps, 1 + {eps_name}] = "
+             f"[{format_number(lo)}, {format_number(hi)}]`")
+    notes = ["`min = min(rho_t A_hat_t, clip(rho_t) A_hat_t)`, the term PPO maximises "
+             "(a loss is its negative)."]
     if c is not None:
         columns += ["c * A_hat_t", "term_t"]
+        title += f", dual clip `c = {format_number(c)}`"
+        notes.append("`term_t = max(min, c A_hat_t)` where `A_hat_t < 0`, else `min`.")
     columns += ["active", grad_name]
 
     def cells(i):
@@ -319,15 +327,6 @@ def clip_table(rho, advantages, epsilon=0.2, *, epsilon_high=None, dual_clip=Non
                 _cell(cases.drho[i]))
 
     rows = _token_rows(m, len(columns), cells)
-    eps_name = "eps" if epsilon_high is None else "eps_high"
-    title = (f"Clipped surrogate: clip range `[1 - eps, 1 + {eps_name}] = "
-             f"[{format_number(lo)}, {format_number(hi)}]`")
-    if c is not None:
-        title += f", dual clip `c = {format_number(c)}`"
-    notes = ["`min = min(rho_t A_hat_t, clip(rho_t) A_hat_t)`, the term PPO maximises "
-             "(a loss is its negative)."]
-    if c is not None:
-        notes.append("`term_t = max(min, c A_hat_t)` where `A_hat_t < 0`, else `min`.")
     notes += [
         "active: `unclipped` where the min takes `rho_t A_hat_t` (also when the two are "
         "equal), `clipped` where `clip(rho_t) A_hat_t` is strictly smaller"
@@ -505,11 +504,12 @@ _MEAN_NOTE = ("`mean_g(i)` is the mean score of the responses to the same prompt
               "i (equal group ids), itself included.")
 
 
-def _group_display(scores, groups, exact):
-    """Scores (B,) in the table's arithmetic, each row's group index, sizes and prompt ids."""
+def _group_display(scores, groups):
+    """Whether the scores are exact, the scores (B,) in the table's arithmetic, each row's
+    group index, the group sizes and prompt ids."""
+    exact = is_exact(scores)
     s = as_array(scores, "scores", exact=exact)
-    inverse, counts, ids = _check_groups(groups, s.shape[0])
-    return s, inverse, counts, ids
+    return (exact, s, *_check_groups(groups, s.shape[0]))
 
 
 def grpo_table(scores, groups, *, scale="group", eps=1e-6, ddof=1) -> Table:
@@ -549,8 +549,7 @@ def grpo_table(scores, groups, *, scale="group", eps=1e-6, ddof=1) -> Table:
     ('1/2', 0.707106781187)
     """
     A = grpo_advantages(scores, groups, scale=scale, eps=eps, ddof=ddof)
-    exact = is_exact(scores)
-    s, inverse, counts, ids = _group_display(scores, groups, exact)
+    exact, s, inverse, counts, ids = _group_display(scores, groups)
     n = counts if exact else counts.astype(np.float64)
     # mean_g(i) and s_i - mean_g(i), as grpo_advantages computes them
     mean = (_group_sums(s, inverse, len(counts)) / n)[inverse]
@@ -565,19 +564,18 @@ def grpo_table(scores, groups, *, scale="group", eps=1e-6, ddof=1) -> Table:
     elif scale == "group":
         # variance_g = sum_{j in g} (s_j - mean_g)^2 / (n_g - ddof)
         var = (_group_sums(dev * dev, inverse, len(counts)) / (n - ddof))[inverse]
-        title = (f"GRPO advantages, scale group: `A_i = (s_i - mean_g(i)) / (std_g(i) + eps)`, "
-                 f"`eps = {format_number(float(eps))}`, ddof {ddof}")
+        title = "GRPO advantages, scale group: `A_i = (s_i - mean_g(i)) / (std_g(i) + eps)`"
         what = "`variance` and `std` are those of the group's scores"
     else:
         B = s.shape[0]
         # the batch's variance: all B scores around the batch mean (not the deviations)
         batch_dev = s - s.sum() / B
         var = np.full(B, (batch_dev * batch_dev).sum() / (B - ddof), dtype=s.dtype)
-        title = (f"GRPO advantages, scale batch: `A_i = (s_i - mean_g(i)) / (std + eps)`, "
-                 f"`eps = {format_number(float(eps))}`, ddof {ddof}")
+        title = "GRPO advantages, scale batch: `A_i = (s_i - mean_g(i)) / (std + eps)`"
         what = (f"`variance` and `std` are those of all {B} scores around the batch mean "
                 f"{format_number(_cell(s.sum() / B))}, the same on every row")
     if scale != "none":
+        title += f", `eps = {format_number(float(eps))}`, ddof {ddof}"
         std = np.sqrt(var.astype(np.float64))
         columns += ["variance", "std", "std + eps"]
         steps = [(_cell(v), float(sd), float(sd + eps)) for v, sd in zip(var, std)]
@@ -620,8 +618,7 @@ def rloo_table(scores, groups) -> Table:
     (['0', '1', '1', '0'], ['1', '-1', '-1', '1'])
     """
     A = rloo_advantages(scores, groups)
-    exact = is_exact(scores)
-    s, inverse, counts, ids = _group_display(scores, groups, exact)
+    exact, s, inverse, counts, ids = _group_display(scores, groups)
     # sum_{j in g(i), j != i} s_j and its mean over the n_g(i) - 1 others
     others = _group_sums(s, inverse, len(counts))[inverse] - s
     k = (counts - 1)[inverse]
