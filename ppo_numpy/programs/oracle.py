@@ -84,8 +84,7 @@ def cmd_verify(args) -> int:
 
 def load_candidate(spec: str):
     """The callable named by ``FILE.py:NAME`` or ``package.module:NAME``; ValueError if not."""
-    import importlib
-    import importlib.util
+    import importlib.util  # binds importlib too (import_module below)
     from pathlib import Path
 
     path, sep, attr = spec.rpartition(":")
