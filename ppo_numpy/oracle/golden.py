@@ -224,11 +224,10 @@ def _check_manifest(path, manifest: dict) -> None:
         return check(obj[key], kind, label)
 
     def strings(obj, key, where):
-        items = need(obj, key, list, where)
         label = f"{where}.{key}" if where else key
-        for k, v in enumerate(items):
+        for k, v in enumerate(need(obj, key, list, where)):
             check(v, str, f"{label}[{k}]")
-        return items
+        return obj[key]
 
     names = strings(manifest, "input_names", "")
     required = GROUP_INPUT_NAMES if "groups" in names else INPUT_NAMES
@@ -342,16 +341,16 @@ def verify(directory, preset=None) -> tuple:
     report = ComparisonReport("float64", TOLERANCES["float64"],
                               title=f"preset {preset.name!r} now vs golden files")
     problems = []
-    if manifest["preset"]["defaults"] != _jsonable(preset.defaults):
-        problems.append(f"preset {preset.name!r}: defaults changed since the export: "
-                        f"{manifest['preset']['defaults']} -> {_jsonable(preset.defaults)}")
     # a manifest written before the convention switches existed has no "conventions": the
     # preset's conventions then are the ones its code had, and the outputs say if not
     stored = manifest["preset"].get("conventions")
-    conventions = _jsonable(getattr(preset, "conventions", {}))
-    if isinstance(stored, dict) and stored != conventions:
-        problems.append(f"preset {preset.name!r}: conventions changed since the export: "
-                        f"{stored} -> {conventions}")
+    for key, value in (("defaults", preset.defaults),
+                       ("conventions", getattr(preset, "conventions", {}))):
+        then = manifest["preset"].get(key)
+        now = _jsonable(value)
+        if isinstance(then, dict) and then != now:
+            problems.append(f"preset {preset.name!r}: {key} changed since the export: "
+                            f"{then} -> {now}")
     for k, case in enumerate(cases):
         name = case["name"]
         # before the convention switches, params were the defaults and the overrides
