@@ -344,13 +344,13 @@ def verify(directory, preset=None) -> tuple:
     # a manifest written before the convention switches existed has no "conventions": the
     # preset's conventions then are the ones its code had, and the outputs say if not
     stored = manifest["preset"].get("conventions")
-    for key, value in (("defaults", preset.defaults),
-                       ("conventions", getattr(preset, "conventions", {}))):
+    now = _jsonable({"defaults": preset.defaults,
+                     "conventions": getattr(preset, "conventions", {})})
+    for key, value in now.items():
         then = manifest["preset"].get(key)
-        now = _jsonable(value)
-        if isinstance(then, dict) and then != now:
+        if isinstance(then, dict) and then != value:
             problems.append(f"preset {preset.name!r}: {key} changed since the export: "
-                            f"{then} -> {now}")
+                            f"{then} -> {value}")
     for k, case in enumerate(cases):
         name = case["name"]
         # before the convention switches, params were the defaults and the overrides
