@@ -341,16 +341,16 @@ def verify(directory, preset=None) -> tuple:
     report = ComparisonReport("float64", TOLERANCES["float64"],
                               title=f"preset {preset.name!r} now vs golden files")
     problems = []
+    if manifest["preset"]["defaults"] != _jsonable(preset.defaults):
+        problems.append(f"preset {preset.name!r}: defaults changed since the export: "
+                        f"{manifest['preset']['defaults']} -> {_jsonable(preset.defaults)}")
     # a manifest written before the convention switches existed has no "conventions": the
     # preset's conventions then are the ones its code had, and the outputs say if not
     stored = manifest["preset"].get("conventions")
-    now = _jsonable({"defaults": preset.defaults,
-                     "conventions": getattr(preset, "conventions", {})})
-    for key, value in now.items():
-        then = manifest["preset"].get(key)
-        if isinstance(then, dict) and then != value:
-            problems.append(f"preset {preset.name!r}: {key} changed since the export: "
-                            f"{then} -> {value}")
+    conventions = _jsonable(getattr(preset, "conventions", {}))
+    if isinstance(stored, dict) and stored != conventions:
+        problems.append(f"preset {preset.name!r}: conventions changed since the export: "
+                        f"{stored} -> {conventions}")
     for k, case in enumerate(cases):
         name = case["name"]
         # before the convention switches, params were the defaults and the overrides
