@@ -224,11 +224,10 @@ def _check_manifest(path, manifest: dict) -> None:
         return check(obj[key], kind, label)
 
     def strings(obj, key, where):
-        items = need(obj, key, list, where)
         label = f"{where}.{key}" if where else key
-        for k, v in enumerate(items):
+        for k, v in enumerate(need(obj, key, list, where)):
             check(v, str, f"{label}[{k}]")
-        return items
+        return obj[key]
 
     names = strings(manifest, "input_names", "")
     required = GROUP_INPUT_NAMES if "groups" in names else INPUT_NAMES
