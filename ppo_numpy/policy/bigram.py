@@ -63,8 +63,7 @@ class BigramPolicy(ToyPolicy):
         tokens = self.check_tokens(tokens)
         logits = p["W"][tokens] + self.logit_bias  # (B, L, K)
         values = p["v"][tokens]  # (B, L)
-        cache = {"tokens": tokens}
-        return logits, values, cache
+        return logits, values, {"tokens": tokens}
 
     def backward(self, cache, dlogits, dvalues):
         """Gradients of a scalar loss w.r.t. W and v, given dloss/dlogits and dloss/dvalues."""

@@ -79,9 +79,8 @@ def save_checkpoint(path, params, optimizer_state=None, extra=None) -> None:
     if not isinstance(params, dict) or not params:
         raise TypeError("params: expected a non-empty dict of arrays")
     arrays = {"format/version": np.array(FORMAT_VERSION)}
-    arrays.update(_arrays("params", params))
-    arrays.update(_arrays("optim", optimizer_state))
-    arrays.update(_arrays("extra", extra))
+    for section, mapping in zip(SECTIONS, (params, optimizer_state, extra)):
+        arrays.update(_arrays(section, mapping))
     tmp = p.with_name(p.name + ".tmp")
     with open(tmp, "wb") as fh:
         savez_reproducible(fh, arrays)

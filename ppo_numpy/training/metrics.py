@@ -118,16 +118,14 @@ def critic_summary(columns, threshold=0.9, start=5, end=10) -> dict:
     critic tracks the returns (``docs/training.md``).
     """
     ev = np.asarray(columns["explained_variance"], dtype=np.float64)
-    vl = np.asarray(columns["value_loss"], dtype=np.float64)
-    var_R = np.asarray(columns["return_variance"], dtype=np.float64)
     n = learning_phase_end(columns["score_frac"], threshold)
     out = {"learning_end": n,
            "ev_learning": _nanmedian(ev[:n]),
-           "ev_after": _nanmedian(ev[n:]),
-           "value_loss_start": float(np.mean(vl[:start])),
-           "value_loss_end": float(np.mean(vl[-end:])),
-           "return_variance_start": float(np.mean(var_R[:start])),
-           "return_variance_end": float(np.mean(var_R[-end:]))}
+           "ev_after": _nanmedian(ev[n:])}
+    for name in ("value_loss", "return_variance"):
+        x = np.asarray(columns[name], dtype=np.float64)
+        out[f"{name}_start"] = float(np.mean(x[:start]))
+        out[f"{name}_end"] = float(np.mean(x[-end:]))
     out["value_loss_drop"] = out["value_loss_start"] / out["value_loss_end"]
     return out
 

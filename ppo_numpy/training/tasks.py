@@ -96,8 +96,9 @@ def _prefix(y, n):
 class Task:
     """A prompt -> response task with a rule-based score (see the module docstring).
 
-    Subclasses define ``_score`` and ``random_score``, and ``_prior`` unless the default
-    prior suits them: uniform random content tokens, stopping after a uniform 1 .. T - 1.
+    Subclasses define ``_score``, and ``random_score`` and ``_prior`` unless the defaults
+    suit them: the random score of a task paying 1 / T per right slot; a prior of uniform
+    random content tokens, stopping after a uniform 1 .. T - 1.
 
     Attributes
     ----------
@@ -218,18 +219,18 @@ class Task:
         is_eos = y == EOS
         return _assemble(y, np.where(is_eos.any(axis=1), is_eos.argmax(axis=1), T), T)
 
-    def random_score(self):
-        """Exact expected score of the random policy (a Fraction)."""
-        raise NotImplementedError
-
     def _q(self):
         """Probability that one random-policy token is not EOS, and that it is a given token."""
         N = self.n_content
         return Fraction(N, N + 1), Fraction(1, N + 1)
 
-    def _per_slot_random_score(self):
-        """Random score of the tasks paying 1 / T for each of the T slots whose right token
-        comes before any EOS (target; reverse and sort, whose (P + 1)-th slot wants EOS)."""
+    def random_score(self):
+        """Exact expected score of the random policy (a Fraction).
+
+        Here that of the tasks paying 1 / T for each of the T slots whose right token comes
+        before any EOS (target; reverse and sort, whose (P + 1)-th slot wants EOS); the
+        other tasks override it.
+        """
         T = self.max_new_tokens
         q, p = self._q()
         # slot t holds the right token when the t tokens before it are not EOS and it is right
@@ -274,9 +275,6 @@ class TargetTask(Task):
     def _score(self, content, y, n, stopped):
         hits = _prefix(y, n) == content[:, :1]
         return hits.sum(axis=1) / self.max_new_tokens
-
-    def random_score(self):
-        return self._per_slot_random_score()
 
 
 class LengthTask(Task):
@@ -335,9 +333,6 @@ class _MatchTask(Task):
         noise = rng.integers(FIRST_CONTENT, self.vocab_size, size=(B, P))
         copy = rng.random((B, P)) < self.copy_prob
         return np.where(copy, content, noise), np.full(B, P)
-
-    def random_score(self):
-        return self._per_slot_random_score()
 
 
 class ReverseTask(_MatchTask):
