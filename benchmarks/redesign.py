@@ -490,8 +490,9 @@ def markdown(results, *, command, machine, old, new) -> list[str]:
            "heading and keeps this section as it is (`benchmarks/__main__.py`, `_kept`), "
            "since these figures need the old checkout, which `make bench` does not have. "
            "The checkouts: `git worktree add --detach /work/wt/old 2178b48` (and, for the "
-           "code-lines table, `1e331a3`, the redesign alone, and `95b143e`, the features "
-           "built on it, the same way).", "",
+           "code-lines table, `1e331a3`, the redesign alone, `95b143e`, the features "
+           "built on it, and `32aa162`, before the second clean-up, the same way: "
+           "`/tmp/wt-1e331a3`, `/tmp/wt-95`, `/tmp/wt-32`).", "",
            *targets(results), ""]
     if "training" in results:
         out += ["### One default training iteration", "",
@@ -627,6 +628,29 @@ def _commit(path: str) -> str:
     return head + (" + uncommitted changes" if dirty else "")
 
 
+def redesign_net(totals: dict, features: str) -> list[str]:
+    """The paragraph of ``--features FROM..TO``: new's total less the lines the features added
+    as they landed (TO - FROM), against old's.
+
+    Features added 20 - 12 = 8 lines; new without them is 17 - 8 = 9, one below old's 10:
+
+    >>> text = redesign_net({"old": 10, "a": 12, "b": 20, "new": 17}, "a..b")[0]
+    >>> "17 - 8 = 9, against old's 10: the redesign's net is -1 (it removes more" in text
+    True
+    """
+    start, _, end = features.partition("..")
+    if start not in totals or end not in totals:
+        raise SystemExit(f"--features: {features!r} must name two labels of --lines")
+    added = totals[end] - totals[start]
+    net = totals["new"] - added - totals["old"]
+    verdict = "it removes more than it adds" if net < 0 else "it does not remove more than it adds"
+    return [f"Features merged after the redesign added {added:+d} lines as they landed "
+            f"({start} -> {end}). New without them: {totals['new']} - {added} = "
+            f"{totals['new'] - added}, against old's {totals['old']}: the redesign's net is "
+            f"{net:+d} ({verdict}). The features' own lines were cut too since they landed, "
+            "so this is the redesign's share only if those cuts are counted as its own."]
+
+
 def _parser():
     p = argparse.ArgumentParser(prog="python -m benchmarks.redesign",
                                 description=__doc__.split("\n")[0])
@@ -639,6 +663,9 @@ def _parser():
                    help="another checkout in the code-lines table (old and new are in it)")
     p.add_argument("--exclude", action="append", default=[], metavar="ENTRY",
                    help="a top-level entry of ppo_numpy/ left out of the table's second total")
+    p.add_argument("--features", default=None, metavar="FROM..TO",
+                   help="two labels of --lines: what came between them is features merged "
+                        "after the redesign, taken off new's total to give the redesign's net")
     p.add_argument("--tasks", default="training,pipeline,pipeline-cold,functions")
     p.add_argument("--no-torch", action="store_true")
     p.add_argument("--json", default=None, help="also write the raw results here")
@@ -687,6 +714,8 @@ def main(argv=None) -> int:
     if args.no_torch:
         parts.append("--no-torch")
     parts += [f"--lines {x}" for x in args.lines] + [f"--exclude {x}" for x in args.exclude]
+    if args.features:
+        parts.append(f"--features {args.features}")
     if args.write:
         parts.append("--write")
     lines = markdown(results, command=" ".join(parts), machine=machine,
@@ -704,6 +733,8 @@ def main(argv=None) -> int:
     lines += ["Totals: " + "; ".join(
         f"{a} -> {b} {totals[b] - totals[a]:+d} ({totals[a]} -> {totals[b]})"
         for a, b in zip(labels, labels[1:])) + ".", ""]
+    if args.features:
+        lines += [*redesign_net(totals, args.features), ""]
     if args.exclude:
         lines += [f"The second total leaves out {', '.join(f'`{e}`' for e in args.exclude)}: "
                   "given with `--exclude` as modules of features merged after the redesign "

@@ -214,3 +214,16 @@ def test_code_lines_table_of_this_checkout():
     md = code_lines.markdown(rows, ["a", "b"])
     assert md[0] == "| ppo_numpy/ | a | b | b - a |" and len(md) == 2 + len(rows)
     assert all(line.endswith("| +0 |") for line in md[2:])
+
+
+def test_redesign_net_takes_the_features_lines_off_new():
+    from benchmarks.redesign import redesign_net
+
+    # features added 20 - 12 = 8 lines; new without them 17 - 8 = 9 against old's 10: -1
+    (text,) = redesign_net({"old": 10, "a": 12, "b": 20, "new": 17}, "a..b")
+    assert "added +8 lines" in text and "17 - 8 = 9, against old's 10" in text
+    assert "net is -1 (it removes more than it adds)" in text
+    (text,) = redesign_net({"old": 10, "a": 12, "b": 20, "new": 18}, "a..b")
+    assert "net is +0 (it does not remove more than it adds)" in text
+    with pytest.raises(SystemExit, match="must name two labels"):
+        redesign_net({"old": 10, "new": 17}, "a..b")
