@@ -312,7 +312,12 @@ def test_a_diagnosis_that_compared_nothing_does_not_pass():
     d = diagnose(verl_grpo, verl_grpo, generate_cases(0, ["random-0", "length-1"]))
     assert set(d.report.rejected) == {"random-0", "length-1"} and not d.report.rows
     assert not d.passed
-    assert "diagnosis: nothing compared: preset 'verl-grpo' rejected every case" in str(d)
+    assert "diagnosis: nothing compared (preset 'verl-grpo' rejected 2 of the cases)" in str(d)
+    # a candidate that returns none of the outputs: not compared, so not a match either
+    d = diagnose(lambda case: {}, "seed", generate_cases(0, ["random-0"]))
+    assert not d.passed and d.report.passed  # (the comparison lists them as not compared)
+    assert "nothing compared (preset 'seed' rejected 0 of the cases; outputs not returned: " \
+        "rewards, advantages," in d.summary()
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -333,10 +333,15 @@ def test_outputs_must_be_a_list_not_a_string():
         assert_matches(seed(cases[0]), seed(cases[0]), outputs="advantages")
 
 
-def test_nothing_compared_is_not_a_pass():
-    report = compare(smooth_reference, smooth_reference, [])
-    assert report.rows == [] and not report.passed
-    assert str(report).endswith("FAILED: nothing compared")
+def test_cast_case_rounds_values_but_not_the_prompt_ids():
+    # bfloat16 has 8 significant bits: 257 rounds to 256 (ties to even), 1.01 to 1.0078125
+    case = {"name": "c", "inputs": {"scores": np.array([1.01, 2.0]),
+                                    "groups": np.array([256.0, 257.0]),
+                                    "mask": np.ones((2, 1))}}
+    cast = cast_case(case, "bfloat16")
+    assert cast["inputs"]["groups"].tolist() == [256.0, 257.0]
+    assert cast["inputs"]["scores"].tolist() == [1.0078125, 2.0]
+    assert to_bfloat16(np.array([257.0])).tolist() == [256.0]  # what the ids would have been
 
 
 def test_bad_probes_argument():

@@ -240,6 +240,14 @@ def test_bad_directory_and_format(tmp_path):
         golden.export(tmp_path / "x", "seed", cases)
 
 
+def test_an_export_whose_every_case_the_preset_rejects_still_verifies(tmp_path, capsys):
+    # trl whitens the advantages over the batch: one valid token has no variance
+    assert main(["export", str(tmp_path), "--preset", "trl", "--cases", "one-valid-token"]) == 0
+    assert main(["verify", str(tmp_path)]) == 0
+    assert "rejected by the preset (inputs kept, no expected outputs): one-valid-token" in \
+        capsys.readouterr().out
+
+
 def test_a_bad_manifest_entry_is_named_by_its_path(tmp_path):
     golden.export(tmp_path, "seed", generate_cases(0, ["random-0"]))
     manifest = json.loads((tmp_path / "manifest.json").read_text())

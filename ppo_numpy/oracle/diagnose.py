@@ -88,7 +88,9 @@ class Diagnosis:
 
     @property
     def passed(self) -> bool:
-        return self.report.passed
+        """The comparison passed and compared something: a diagnosis that compared no output
+        (every case rejected, or none of the outputs returned) cannot say they match."""
+        return bool(self.outputs) and self.report.passed
 
     def explained_by(self, output: str) -> list:
         """Labels (``"whiten_ddof=0"``, ``"dual_clip=None, epsilon_high=0.28"``) explaining
@@ -99,8 +101,14 @@ class Diagnosis:
         """The diagnosis lines alone (``str()`` prepends the comparison report)."""
         failing = [d for d in self.outputs.values() if not d.passed]
         if not self.outputs:
-            return (f"diagnosis: nothing compared: preset {self.preset!r} rejected every case "
-                    "or the candidate raised on each")
+            r = self.report
+            if r.rows:  # only the "(candidate)" rows of its exceptions
+                why = "the candidate raised on every case the preset accepts"
+            else:
+                why = f"preset {self.preset!r} rejected {len(r.rejected)} of the cases"
+                if r.unchecked:
+                    why += f"; outputs not returned: {', '.join(r.unchecked)}"
+            return f"diagnosis: nothing compared ({why})"
         if not failing:
             return f"diagnosis: every output matches preset {self.preset!r}"
         lines = [f"diagnosis against preset {self.preset!r} ({self.tried} settings of its "
@@ -274,7 +282,7 @@ def diagnose(candidate, preset, cases=None, dtype="float64", *, outputs=None, to
     def attempt(overrides, ds):
         """Run the preset with ``overrides``; it explains each output of ``ds`` that it makes
         match on every case it is compared on, among them every case where the output
-        failed. Returns ``{output: cases on which it matches}``."""
+        failed. Returns ``{output: number of cases on which it matches}``."""
         diagnosis.tried += 1
         result = runs(overrides, ds)
         matched = {}

@@ -90,8 +90,8 @@ def response_backward(model, ev, dz, dvalues=0.0):
     B, L = ev.cache["tokens"].shape
     P = ev.prompt_length
     dlogits = np.zeros((B, L, model.vocab_size))
-    # z = logits / temperature
-    dlogits[:, P - 1 :] = dz / ev.temperature  # (B, P + T - 1, K): the positions that predict y
+    # z = logits / temperature; positions P - 1 ... of the (B, P + T - 1, K) logits predict y
+    dlogits[:, P - 1 :] = dz / ev.temperature
     dvalues_full = np.zeros((B, L))
     dvalues_full[:, P - 1 :] = dvalues
     return model.backward(ev.cache, dlogits, dvalues_full)

@@ -147,7 +147,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--preset", default=None, help="preset name (default: the default preset)")
     p.add_argument("--seed", type=int, default=0, help="seed of the cases (default 0)")
     p.add_argument("--cases", nargs="+", default=None, metavar="NAME",
-                   help="only these cases: edge case names, random-K, 'random' or 'edge'")
+                   help="only these cases: edge case names, random-K, 'random' or 'edge' (a "
+                        "critic-free preset's: group-random-K and its edge cases; `oracle list`)")
     p.set_defaults(run=cmd_export)
     p = sub.add_parser("verify", help="reload golden files and recompute them")
     p.add_argument("directory", help="a directory written by `oracle export`")
@@ -163,7 +164,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the precision the candidate computes in (default float64)")
     p.add_argument("--seed", type=int, default=0, help="seed of the cases (default 0)")
     p.add_argument("--cases", nargs="+", default=None, metavar="NAME",
-                   help="only these cases: edge case names, random-K, 'random' or 'edge'")
+                   help="only these cases: edge case names, random-K, 'random' or 'edge' (a "
+                        "critic-free preset's: group-random-K and its edge cases; `oracle list`)")
     p.add_argument("--outputs", nargs="+", default=None, metavar="NAME",
                    help="outputs that must be returned (default: those the candidate returns)")
     p.add_argument("--probes", type=int, default=8,

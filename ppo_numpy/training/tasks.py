@@ -514,7 +514,7 @@ class AddTask(Task):
         total = np.asarray(total, dtype=np.int64)
         width = self.digits + 1
         n = np.array([len(str(int(s))) for s in total])  # digits without leading zeros
-        # shifted left past its leading zeros: total 10^(width - n) has width digits, its own
+        # shifted left past its leading zeros: total * 10^(width - n) has width digits, its own
         # n first (then zeros, which _assemble replaces by EOS and PAD)
         content = DIGIT0 + _digits_of(total * 10 ** (width - n), width)  # (B, width)
         return _assemble(content, n, self.max_new_tokens)
