@@ -122,6 +122,49 @@ def check_scalar(x, name: str, *, low=None, high=None, low_open=False,
     return value
 
 
+def check_choice(value, name: str, choices, what: str = "value"):
+    """Return ``value`` after checking it is one of the strings ``choices``.
+
+    The one checker for a choice of strings: the message names the argument, what it got
+    and every valid value.
+
+    >>> check_choice("k3", "estimator", ("k1", "k2", "k3"), "estimator")
+    'k3'
+    >>> check_choice("k4", "estimator", ("k1", "k2", "k3"), "estimator")
+    Traceback (most recent call last):
+    ...
+    ValueError: estimator: unknown estimator 'k4'; valid ones are k1, k2, k3
+    """
+    if not isinstance(value, str) or value not in choices:
+        raise ValueError(f"{name}: unknown {what} {value!r}; valid ones are {', '.join(choices)}")
+    return value
+
+
+def check_bounds(bounds, name: str, *, allow_exact=True):
+    """Return ``(low, high)`` from a bound c > 0 (meaning ``[-c, c]``) or a pair low < high.
+
+    The one parser of a two-sided bound (a score clip): a pair whose ends are equal or
+    reversed clips every value to one number, and is refused.
+
+    >>> check_bounds(2.0, "score_clip"), check_bounds((-1, 3), "score_clip")
+    ((-2.0, 2.0), (-1.0, 3.0))
+    >>> check_bounds((1.0, 1.0), "score_clip")
+    Traceback (most recent call last):
+    ...
+    ValueError: score_clip: low must be < high, got (1.0, 1.0)
+    """
+    if isinstance(bounds, (tuple, list)):
+        if len(bounds) != 2:
+            raise ValueError(f"{name}: expected c or (low, high), got {bounds!r}")
+        low = check_scalar(bounds[0], f"{name}[0]", allow_exact=allow_exact)
+        high = check_scalar(bounds[1], f"{name}[1]", allow_exact=allow_exact)
+        if not low < high:
+            raise ValueError(f"{name}: low must be < high, got {bounds!r}")
+        return low, high
+    c = check_scalar(bounds, name, low=0, low_open=True, allow_exact=allow_exact)
+    return -c, c
+
+
 def check_rank(arr: np.ndarray, name: str, ranks=(1, 2)) -> None:
     if arr.ndim not in ranks:
         want = " or ".join(("(T,)" if r == 1 else "(B, T)" if r == 2 else f"{r}-d")

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._validation import check_scalar, prepare, scalar_for
+from ._validation import check_choice, check_scalar, prepare, scalar_for
 
 MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 #: TRL GRPOTrainer's ``loss_type`` normalisations (module docstring)
@@ -44,9 +44,7 @@ NORM_MODES = ("seq-mean-token-sum-norm", "dapo", "dr_grpo")
 
 
 def check_mode(mode, name="mode"):
-    if mode not in MODES + TRL_MODES:
-        raise ValueError(f"{name}: unknown aggregation mode {mode!r}; valid ones are "
-                         f"{', '.join(MODES + TRL_MODES)}")
+    return check_choice(mode, name, MODES + TRL_MODES, "aggregation mode")
 
 
 def mode_norm(mode, norm, T):

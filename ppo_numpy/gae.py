@@ -29,7 +29,7 @@ import functools
 
 import numpy as np
 
-from ._validation import check_int, check_scalar, prepare, scalar_for, where_valid
+from ._validation import check_choice, check_int, check_scalar, prepare, scalar_for, where_valid
 from .td import has_holes, td_errors_kernel
 
 METHODS = ("blocked", "loop")
@@ -76,8 +76,8 @@ def gae(rewards, values, gamma=1.0, lam=0.95, mask=None, *, method=None, block=3
     """
     lam = check_scalar(lam, "lam", low=0, high=1)
     gamma = check_scalar(gamma, "gamma", low=0, high=1)
-    if method is not None and method not in METHODS:
-        raise ValueError(f"method: unknown method {method!r}; valid ones are {', '.join(METHODS)}")
+    if method is not None:
+        check_choice(method, "method", METHODS, "method")
     block = check_int(block, "block")
     (r, v), m = prepare({"rewards": rewards, "values": values}, mask)
     if method is None:

@@ -38,6 +38,8 @@ import numpy as np
 
 from ._validation import (
     as_array,
+    check_bounds,
+    check_choice,
     check_scalar,
     finite_entries,
     is_exact,
@@ -54,12 +56,6 @@ SINGLETONS = ("error", "zero", "raw")
 
 
 # --- checks at the edge ---------------------------------------------------------------------
-
-
-def _check_choice(value, name, choices):
-    if not isinstance(value, str) or value not in choices:
-        raise ValueError(f"{name}: expected one of {', '.join(map(repr, choices))}, "
-                         f"got {value!r}")
 
 
 def _check_scores(scores, name, *, exact=None):
@@ -112,20 +108,6 @@ def _group_sums(x, inverse, n_groups):
         sums = np.zeros(n_groups, dtype=x.dtype)
     np.add.at(sums, inverse, x)
     return sums
-
-
-def _clip_bounds(clip):
-    """(low, high) from ``c`` (meaning [-c, c]) or a (low, high) pair."""
-    if isinstance(clip, (tuple, list)):
-        if len(clip) != 2:
-            raise ValueError(f"score_clip: expected a number or (low, high), got {clip!r}")
-        low = check_scalar(clip[0], "score_clip low", allow_exact=False)
-        high = check_scalar(clip[1], "score_clip high", allow_exact=False)
-        if low > high:
-            raise ValueError(f"score_clip: low {low} > high {high}")
-        return low, high
-    c = check_scalar(clip, "score_clip", low=0, low_open=True, allow_exact=False)
-    return -c, c
 
 
 def _flat_groups(s, inverse, n_groups):
@@ -269,8 +251,8 @@ def grpo_advantages(scores, groups, *, scale="group", eps=1e-6, ddof=1, singleto
     >>> [float(a) for a in grpo_advantages([1, 3, 0, 3], [0, 1, 0, 1], scale="none")]
     [0.5, 0.0, -0.5, 0.0]
     """
-    _check_choice(scale, "scale", SCALES)
-    _check_choice(singleton, "singleton", SINGLETONS)
+    check_choice(scale, "scale", SCALES)
+    check_choice(singleton, "singleton", SINGLETONS)
     eps = check_scalar(eps, "eps", low=0, allow_exact=False)
     if isinstance(ddof, bool) or ddof not in (0, 1):
         raise ValueError(f"ddof: must be 0 or 1, got {ddof!r}")
@@ -370,7 +352,7 @@ def rloo_advantages(scores, groups, *, singleton="error"):
     >>> [float(a) for a in rloo_advantages([3, 0, 0], [7, 7, 7])]
     [3.0, -1.5, -1.5]
     """
-    _check_choice(singleton, "singleton", SINGLETONS)
+    check_choice(singleton, "singleton", SINGLETONS)
     s = _check_scores(scores, "scores")
     inverse, counts, ids = _check_groups(groups, s.shape[0])
     single = _singletons(counts, inverse, ids, singleton,
@@ -502,7 +484,7 @@ def reinforce_plus_plus_baseline_advantages(scores, groups, mask, *, token_rewar
     >>> [round(float(a), 6) for a in A[:, 0]]
     [0.935414, -0.935414, -0.935414, 0.935414]
     """
-    _check_choice(singleton, "singleton", SINGLETONS)
+    check_choice(singleton, "singleton", SINGLETONS)
     s = _check_scores(scores, "scores", exact=False)
     inverse, counts, ids = _check_groups(groups, s.shape[0])
     if mask is None:
@@ -522,7 +504,7 @@ def reinforce_plus_plus_baseline_advantages(scores, groups, mask, *, token_rewar
     c = np.where(_flat_groups(s, inverse, len(counts)), 0.0, s - mean)
     c = np.where(single, 0.0 if singleton == "zero" else s, c)
     if score_clip is not None:
-        c = np.clip(c, *_clip_bounds(score_clip))
+        c = np.clip(c, *check_bounds(score_clip, "score_clip", allow_exact=False))
     # (whiten zeroes the padding of c_i + G_t)
     return whiten(c[:, None] + G, m, ddof=ddof, eps=eps, eps_mode=eps_mode)
 

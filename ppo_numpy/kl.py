@@ -22,6 +22,8 @@ import numpy as np
 
 from ._validation import (
     as_array,
+    check_bounds,
+    check_choice,
     check_scalar,
     finite_entries,
     garbage_errstate,
@@ -34,11 +36,8 @@ from ._validation import (
 ESTIMATORS = ("k1", "k2", "k3", "abs")
 
 
-def _check_estimator(estimator):
-    if estimator not in ESTIMATORS:
-        raise ValueError(
-            f"estimator: unknown estimator {estimator!r}; valid ones are {', '.join(ESTIMATORS)}"
-        )
+def _check_estimator(estimator, name="estimator"):
+    return check_choice(estimator, name, ESTIMATORS, "estimator")
 
 
 def kl_estimate(logp, logp_ref, estimator="k1", mask=None, *, clamp=None):
@@ -215,7 +214,7 @@ def kl_shaped_rewards(scores, logp, logp_ref, beta, mask=None, estimator="k1", *
     s = check_scores(scores, logp)
     if isinstance(score_offset, bool) or score_offset not in (0, 1):
         raise ValueError(f"score_offset: must be 0 or 1, got {score_offset!r}")
-    bounds = None if score_clip is None else _score_bounds(score_clip)
+    bounds = None if score_clip is None else check_bounds(score_clip, "score_clip")
     # the kernel zeroes the padding of its output (the inputs may hold anything finite there)
     with garbage_errstate(logp):
         kl = kl_estimate_kernel(logp, logp_ref, estimator, clamp)
@@ -258,17 +257,3 @@ def kl_shaped_rewards_kernel(scores, kl, m, beta, score_offset=0, score_bounds=N
     at = (np.arange(rewards.shape[0]), last) if rewards.ndim == 2 else last
     rewards[at] = rewards[at] + s
     return rewards
-
-
-def _score_bounds(score_clip):
-    """``(low, high)`` from a positive bound c (``[-c, c]``) or a pair."""
-    if isinstance(score_clip, (tuple, list)):
-        if len(score_clip) != 2:
-            raise ValueError(f"score_clip: expected c or (low, high), got {score_clip!r}")
-        low = check_scalar(score_clip[0], "score_clip[0]")
-        high = check_scalar(score_clip[1], "score_clip[1]")
-        if not low < high:
-            raise ValueError(f"score_clip: low must be < high, got {score_clip!r}")
-        return low, high
-    c = check_scalar(score_clip, "score_clip", low=0, low_open=True)
-    return -c, c

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ._validation import check_scalar
+from ._validation import check_choice, check_scalar
 from .aggregation import check_mode, mode_norm
 from .clipping import check_dual_clip, clip_bounds
 from .kl import _check_estimator, check_kl_clamp
@@ -111,15 +111,13 @@ class PolicyLossOptions:
         if self.delta is not None:
             set_(self, "delta", check_scalar(self.delta, "delta", low=0, low_open=True,
                                              allow_exact=False))
-        for name, choices in (("loss_type", LOSS_TYPES), ("cispo_clip", CISPO_CLIPS)):
-            if getattr(self, name) not in choices:
-                raise ValueError(f"{name}: expected one of {', '.join(choices)}, got "
-                                 f"{getattr(self, name)!r}")
+        check_choice(self.loss_type, "loss_type", LOSS_TYPES, "loss type")
+        check_choice(self.cispo_clip, "cispo_clip", CISPO_CLIPS, "CISPO clip")
         if self.loss_type == "cispo" and (self.dual_clip is not None or self.delta is not None):
             raise ValueError("loss_type: 'cispo' takes no dual_clip or delta (its weight is "
                              "bounded by cispo_clip)")
         set_(self, "kl_coef", check_scalar(self.kl_coef, "kl_coef", low=0, allow_exact=False))
-        _check_estimator(self.kl_estimator)
+        _check_estimator(self.kl_estimator, "kl_estimator")
         set_(self, "kl_clamp", check_kl_clamp(self.kl_clamp, "kl_clamp"))
         if self.kl_agg is not None:
             check_mode(self.kl_agg, "kl_agg")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._validation import check_scalar, prepare, where_valid
+from ._validation import check_choice, check_scalar, prepare, where_valid
 
 
 def check_clamp(clamp, name="log_ratio_clamp"):
@@ -43,9 +43,7 @@ LEVELS = ("token", "sequence")
 
 
 def check_level(level, name="level"):
-    if level not in LEVELS:
-        raise ValueError(f"{name}: expected 'token' or 'sequence', got {level!r}")
-    return level
+    return check_choice(level, name, LEVELS, "level")
 
 
 def sequence_log_ratio(log_rho, m):

@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from ._lazy import lazy
-from ._validation import check_scalar, prepare, scalar_for
+from ._validation import check_choice, check_scalar, prepare, scalar_for
 
 VALUE_CLIP_FORMS = ("offset", "clamp")
 
@@ -79,10 +79,7 @@ def check_value_clip(clip_range):
 
 def check_value_clip_form(form, name="form"):
     """``form`` checked: ``"offset"`` or ``"clamp"``."""
-    if not isinstance(form, str) or form not in VALUE_CLIP_FORMS:
-        raise ValueError(f"{name}: expected 'offset' (V_old + clip(V - V_old, -c, c)) or "
-                         f"'clamp' (clamp(V, V_old - c, V_old + c)), got {form!r}")
-    return form
+    return check_choice(form, name, VALUE_CLIP_FORMS, "value clip form")
 
 
 class ValueLoss:

@@ -13,6 +13,7 @@ import json
 import math
 from dataclasses import dataclass, field
 
+from .._validation import check_choice
 from ..aggregation import MODES, TRL_MODES
 from ..group_advantages import SCALES
 from ..kl import ESTIMATORS
@@ -177,9 +178,8 @@ def check_config(c: PPOConfig) -> None:
         if kind is float and not math.isfinite(value):
             raise ValueError(f"{f.name}: must be finite, got {value}")
         choices = f.metadata.get("choices")
-        if choices and value not in choices:
-            raise ValueError(f"{f.name}: unknown value {value!r}; valid ones are "
-                             f"{', '.join(choices)}")
+        if choices:
+            check_choice(value, f.name, choices)
     for name in ("context", "d_embed", "d_hidden", "d_model", "n_heads", "n_layers",
                  "warmup_batch", "batch_size", "epochs", "minibatches", "warmup_lr", "lr",
                  "kl_target", "kl_horizon"):

@@ -15,12 +15,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..._validation import as_array, as_mask, check_scalar, where_valid
+from ..._validation import as_array, as_mask, check_bounds, check_scalar, where_valid
 from ...aggregation import aggregate_kernel, aggregation_weights, mode_norm
 from ...gae import gae_kernel
 from ...group_advantages import _group_sums
 from ...kl import (
-    _score_bounds,
     kl_estimate_kernel,
     kl_shaped_rewards_kernel,
 )
@@ -161,7 +160,7 @@ def check_params(p: dict) -> dict:
         p["value_clip"] = check_value_clip(p["value_clip"])
     for name in ("score_clip", "reward_clip_range"):
         if p.get(name) is not None:
-            _score_bounds(p[name])
+            check_bounds(p[name], name)
     if "value_clip_form" in p:
         p["value_clip_form"] = check_value_clip_form(p["value_clip_form"], "value_clip_form")
     choices = {"score_position": SCORE_POSITIONS, "whiten_mask": ("mask", "all"),
@@ -232,7 +231,7 @@ def kl_estimate(logp, logp_ref, estimator, m, clamp=None):
 def kl_shaped_rewards(scores, logp, logp_ref, beta, m, estimator="k1", *, kl_clamp=None,
                       score_offset=0, score_clip=None):
     kl = kl_estimate(logp, logp_ref, estimator, m, kl_clamp)
-    bounds = None if score_clip is None else _score_bounds(score_clip)
+    bounds = None if score_clip is None else check_bounds(score_clip, "score_clip")
     return kl_shaped_rewards_kernel(scores, kl, m, float(beta), score_offset, bounds)
 
 
@@ -258,7 +257,7 @@ def clip_scores(scores, score_clip):
     for ``None``."""
     if score_clip is None:
         return scores
-    return np.clip(scores, *_score_bounds(score_clip))
+    return np.clip(scores, *check_bounds(score_clip, "score_clip"))
 
 
 def gae_over(rewards, values, m, p):

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..._validation import check_bounds
 from ...group_advantages import grpo_advantages, returns_to_go, rloo_advantages
-from ...kl import _score_bounds
 from ...loss_options import PolicyLossOptions
 from ...objective import policy_loss_kernel
 from ...rollout import Rollout
@@ -78,7 +78,7 @@ def _openrlhf_grpo(x: Rollout, p: dict) -> dict:
         r = grpo_advantages(x.scores, x.groups, scale="none", singleton="zero")
     else:
         r = x.scores
-    r = np.clip(r, *_score_bounds(p["reward_clip_range"]))
+    r = np.clip(r, *check_bounds(p["reward_clip_range"], "reward_clip_range"))
     rollout_kl = kl_estimate(x.logp_old, x.logp_ref, p["kl_estimator"], m, 10.0)
     rewards = at_last_token(r, m)
     if not p["use_kl_loss"] and p["init_kl_coef"] > 0:
