@@ -48,7 +48,7 @@ from ._validation import (
     scalar_for,
     where_valid,
 )
-from .gae import _gae_loop as _returns_to_go  # G_t = r~_t + gamma G_{t+1}: GAE's recursion
+from .gae import _backward_recursion as _returns_to_go  # G_t = r~_t + gamma G_{t+1}
 from .whitening import whiten
 
 SCALES = ("group", "batch", "none")

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._validation import check_scalar, prepare, scalar_for, zero_like
+from ._validation import check_scalar, prepare, scalar_for, where_valid, zero_like
+
+__all__ = ["td_errors"]
 
 
 def next_valid_values(values: np.ndarray, mask: np.ndarray) -> np.ndarray:
@@ -27,8 +29,9 @@ def next_valid_values(values: np.ndarray, mask: np.ndarray) -> np.ndarray:
     pos = np.where(mask, np.arange(T), T)
     nxt = np.minimum.accumulate(pos[..., ::-1], axis=-1)[..., ::-1]
     nxt = np.concatenate([nxt[..., 1:], np.full(nxt.shape[:-1] + (1,), T)], axis=-1)
-    zero = values[..., :1] * 0
-    padded = np.concatenate([values, zero], axis=-1)
+    # V(s_{T+1}) = 0: index T reads a 0 appended to each row
+    padded = np.concatenate([values, np.full(values.shape[:-1] + (1,), zero_like(values))],
+                            axis=-1)
     return np.take_along_axis(padded, nxt, axis=-1)
 
 
@@ -46,27 +49,15 @@ def has_holes(mask: np.ndarray) -> bool:
     return runs > np.count_nonzero(mask.any(axis=-1))
 
 
-def td_errors_kernel(r: np.ndarray, v: np.ndarray, gamma, m: np.ndarray, holes=None, *,
-                     overwrite_r=False):
+def td_errors_kernel(r: np.ndarray, v: np.ndarray, gamma, m: np.ndarray) -> np.ndarray:
     """:func:`td_errors` on checked arrays (unchecked kernel): ``r``, ``v`` 0 at padding,
-    ``gamma`` in their arithmetic (:func:`scalar_for`), ``m`` a bool mask,
-    ``holes`` = :func:`has_holes` (m) when known. ``overwrite_r=True``: ``r`` is the
-    caller's own, and delta is computed in it (one array fewer to allocate)."""
-    # V(s_{t+1}) for t < T: the next response token's value (:func:`next_valid_values`);
-    # without holes simply v[t + 1], as v is 0 at padding (a view: no copy)
-    holes = has_holes(m) if holes is None else holes
-    v_next = next_valid_values(v, m)[..., :-1] if holes else v[..., 1:]
-    zero = v.flat[0] * 0 if v.size else 0  # V(s_{T+1}) = 0, in the arithmetic of v
-    delta = r if overwrite_r else np.empty_like(v)
+    ``gamma`` in their arithmetic (:func:`scalar_for`), ``m`` a bool mask. A new array."""
+    # V(s_{t+1}): the value at the next response token, 0 after the last
+    v_next = next_valid_values(v, m)
     # delta_t = r_t + gamma V(s_{t+1}) - V(s_t)
-    np.add(r[..., :-1], v_next if gamma == 1 else gamma * v_next, out=delta[..., :-1])
-    np.add(r[..., -1], zero if gamma == 1 else gamma * zero, out=delta[..., -1])
-    delta -= v
-    # at padding r and v are 0, and so is the next value, except at padding just before a
-    # response token (left padding, holes): only then is there anything to zero
-    if holes or late_starts(m):
-        np.copyto(delta, zero_like(v), where=~m)
-    return delta
+    delta = r + gamma * v_next - v
+    # padding just before a response token sees a next value: 0 there
+    return where_valid(m, delta)
 
 
 def td_errors(rewards, values, gamma=1.0, mask=None):
@@ -100,4 +91,4 @@ def td_errors(rewards, values, gamma=1.0, mask=None):
     """
     gamma = check_scalar(gamma, "gamma", low=0, high=1)
     (r, v), m = prepare({"rewards": rewards, "values": values}, mask)
-    return td_errors_kernel(r, v, scalar_for(gamma, v), m, overwrite_r=True)
+    return td_errors_kernel(r, v, scalar_for(gamma, v), m)
