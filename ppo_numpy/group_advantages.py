@@ -33,6 +33,7 @@ commits were not available, so the versions above are the ones read.
 from __future__ import annotations
 
 from fractions import Fraction
+from typing import NamedTuple
 
 import numpy as np
 
@@ -59,21 +60,40 @@ SINGLETONS = ("error", "zero", "raw")
 
 
 def _check_scores(scores, name, *, exact=None):
-    """``scores`` as a new (B,) float64 (or exact) array, every entry finite."""
-    s = as_array(scores, name, exact=exact)
+    """``scores`` as a (B,) float64 (or exact) array, every entry finite; never to be written
+    into (it may be the caller's)."""
+    if type(scores) is np.ndarray and scores.dtype == np.float64 and exact is not True:
+        s = scores  # the common case, without as_array's conversions
+    else:
+        s = as_array(scores, name, exact=exact, copy=False)
     if s.ndim != 1 or s.shape[0] == 0:
         raise ValueError(f"{name}: expected shape (B,) with B >= 1 (one score per response), "
                          f"got shape {s.shape}")
     ok = finite_entries(s)
-    if not np.all(ok):
+    if np.count_nonzero(ok) < s.shape[0]:
         i = int(np.argwhere(~ok)[0][0])
         raise ValueError(f"{name}: non-finite value {s[i]} at row {i} "
                          "(every response needs a finite score)")
     return s
 
 
-def _check_groups(groups, B):
-    """Integer prompt ids (B,) -> (index of each row's group (B,), group sizes (G,), ids (G,))."""
+class Groups(NamedTuple):
+    """Which rows form which group: ``inverse`` the index of each row's group (B,),
+    ``counts`` the group sizes (G,), ``ids`` the prompt ids (G,). ``layout`` names the two
+    regular layouts of G >= 1 groups of n >= 2 rows whose ids are the group indices 0..G-1:
+    "blocks" (``np.arange(B) // n``, TRL's GRPO layout) and "strided" (``np.arange(B) % G``,
+    TRL's RLOO layout); there ``counts`` is n, ``ids`` None, ``inverse`` the ids themselves,
+    and a sum over a group is a sum along an axis of a reshape (:func:`_by_group`)."""
+
+    inverse: np.ndarray
+    counts: np.ndarray | int
+    ids: np.ndarray | None
+    layout: str | None = None
+
+
+def _groups(groups, B, regular=True):
+    """Integer prompt ids (B,) -> :class:`Groups`. ``regular``: recognise the two regular
+    layouts (float scores only: exact sums take the general path)."""
     g = rectangular(groups, "groups")
     if g.dtype.kind not in "iu":
         what = "bool" if g.dtype.kind == "b" else str(g.dtype)
@@ -82,18 +102,48 @@ def _check_groups(groups, B):
     if g.shape != (B,):
         raise ValueError(f"groups: expected shape ({B},), one prompt id per score, got shape "
                          f"{g.shape}")
+    layout = _regular_layout(g) if regular and B >= 2 else None
+    if layout is not None:
+        return layout
     ids, inverse, counts = np.unique(g, return_inverse=True, return_counts=True)
-    return inverse.reshape(B), counts, ids
+    return Groups(inverse.reshape(B), counts, ids)
 
 
-def _singletons(counts, inverse, ids, singleton, fix):
+def _regular_layout(g):
+    """:class:`Groups` of the ids ``g`` (B,) when they are ``np.arange(B) // n`` or
+    ``np.arange(B) % G`` with n = B / G >= 2; else None."""
+    B = g.shape[0]
+    G = int(g[-1]) + 1  # both layouts end with the last group, G - 1
+    if G < 1 or B % G or B == G:
+        return None
+    n = B // G
+    if g[1] == g[0]:
+        # blocks: the first n rows in group 0, and each row's group one more n rows on
+        layout = "blocks"
+        other = np.count_nonzero(g[:n]) + np.count_nonzero(g[n:] != g[:-n] + 1)
+    else:
+        # strided: rows 0..G-1 in groups 0..G-1, and each row's group the same G rows on
+        layout = "strided"
+        other = np.count_nonzero(g[:G] != np.arange(G)) + np.count_nonzero(g[G:] != g[:-G])
+    return None if other else Groups(g, n, None, layout)
+
+
+def _by_group(x, grp):
+    """``(view, axis)``: ``x`` (B,) of a regular layout reshaped so that the rows of one group
+    lie along ``axis``, in row order: (G, n) and axis 1 for blocks, (n, G) and axis 0 strided."""
+    if grp.layout == "blocks":
+        return x.reshape(-1, grp.counts), 1
+    return x.reshape(grp.counts, -1), 0
+
+
+def _singletons(grp, singleton, fix):
     """Rows whose group has one response (bool (B,)); raises for ``singleton="error"``."""
-    single = counts[inverse] == 1
+    single = grp.counts[grp.inverse] == 1
     if singleton == "error" and np.any(single):
         i = int(np.argmax(single))
         raise ValueError(
-            f"groups: prompt id {ids[inverse[i]]} has a single response (row {i}); a group "
-            f"baseline needs >= 2 responses per prompt. {fix}")
+            f"groups: prompt id {grp.ids[grp.inverse[i]]} has a single response (row {i}); a "
+            f"group baseline needs >= 2 responses per prompt. {fix}")
     return single
 
 
@@ -101,13 +151,24 @@ def _singletons(counts, inverse, ids, singleton, fix):
 
 
 def _group_sums(x, inverse, n_groups):
-    """sum_{j in g} x_j for each group g, (G,), in the arithmetic of ``x``."""
+    """sum_{j in g} x_j for each group g, (G,), in the arithmetic of ``x``, added in row order."""
     if x.dtype == object:
         sums = np.array([Fraction(0)] * n_groups, dtype=object)
     else:
         sums = np.zeros(n_groups, dtype=x.dtype)
     np.add.at(sums, inverse, x)
     return sums
+
+
+def _running_total(by_group, axis):
+    """Sums along ``axis`` (G,), adding a group's rows in row order as ``np.add.at`` does (so
+    the same bits). Why: NumPy reduces the contiguous axis pairwise, an outer axis row by row;
+    a single group has no outer axis, and its running sum's last entry is the sum in order."""
+    if by_group.shape[1 - axis] == 1:
+        return np.add.accumulate(by_group, axis=axis).take(-1, axis=axis)
+    if axis == 1:
+        by_group = np.ascontiguousarray(by_group.T)  # (n, G): each group down a column
+    return by_group.sum(axis=0)
 
 
 def _flat_groups(s, inverse, n_groups):
@@ -124,6 +185,12 @@ def _flat_groups(s, inverse, n_groups):
     np.minimum.at(lo, inverse, s)
     np.maximum.at(hi, inverse, s)
     return (lo == hi)[inverse]
+
+
+def _check_groups(groups, B):
+    """Integer prompt ids (B,) -> (index of each row's group (B,), group sizes (G,), ids (G,))."""
+    grp = _groups(groups, B, regular=False)
+    return grp.inverse, grp.counts, grp.ids
 
 
 def _token_inputs(arrays, mask, scores_like, exact=None):
@@ -264,45 +331,77 @@ def grpo_advantages(scores, groups, *, scale="group", eps=1e-6, ddof=1, singleto
         raise ValueError(f"dtype: expected numpy.float64 or numpy.float32, got {dtype!r}")
     s = _check_scores(scores, "scores", exact=None if scale == "none" else False)
     if s.dtype != object:
-        s = s.astype(dt)
-    inverse, counts, ids = _check_groups(groups, s.shape[0])
-    single = _singletons(counts, inverse, ids, singleton,
-                         "Pass singleton='zero' (TRL) or 'raw' (verl).")
-    zero = s.dtype.type(0) if s.dtype != object else Fraction(0)
-    n = counts if s.dtype == object else counts.astype(s.dtype)
-    mean = (_group_sums(s, inverse, len(counts)) / n)[inverse]
-    if singleton == "raw":
-        # verl: a group of one has mean 0 (and std 1)
-        mean = np.where(single, zero, mean)
-    # s_i - mean_g(i), exactly 0 in a group of equal scores
-    centred = np.where(_flat_groups(s, inverse, len(counts)) & ~single, zero, s - mean)
-    if singleton == "zero":
-        centred = np.where(single, zero, centred)
+        s = s.astype(dt, copy=False)
+    grp = _groups(groups, s.shape[0], regular=s.dtype != object)
+    if grp.layout is not None:
+        # the lines below down to std_g, for groups laid out as a reshape
+        centred, std = _grpo_regular(s, grp, scale == "group", ddof)
+    else:
+        centred, std = _grpo_general(s, grp, scale == "group", ddof, singleton)
     if scale == "none":
         return centred if s.dtype == object else centred.astype(np.float64)
-    one, eps = s.dtype.type(1), s.dtype.type(eps)
     if scale == "group":
-        sq = _group_sums(centred * centred, inverse, len(counts))
-        with np.errstate(divide="ignore", invalid="ignore"):
-            std = np.sqrt(sq / (n - ddof))[inverse]
-        # a group of one: std undefined with ddof 1; "raw" takes it as 1 ("zero" has A = 0)
-        std = np.where(single, one, std)
         where = "the group of prompt id {} has equal scores"
     else:
         B = s.shape[0]
         if B - ddof < 1:
             raise ValueError(f"scores: scale='batch' needs at least {ddof + 1} scores for a "
                              f"standard deviation with ddof={ddof}, got {B}")
+        # std(s) around the batch mean
         dev = s - s.sum(dtype=s.dtype) / s.dtype.type(B)
         std = np.full(B, np.sqrt((dev * dev).sum(dtype=s.dtype) / s.dtype.type(B - ddof)))
         where = "every score of the batch is the same (row 0: prompt id {})"
-    flat = std == 0
-    if eps == 0 and np.any(flat):
-        i = int(np.argmax(flat))
-        raise ValueError(f"scores: {where.format(ids[inverse[i]])} (std 0) and eps is 0, so "
-                         "the advantage is 0 / 0; pass eps > 0")
+    eps = s.dtype.type(eps)
+    if eps == 0 and np.count_nonzero(std == 0):
+        i = int(np.argmax(std == 0))
+        raise ValueError(f"scores: {where.format(np.asarray(groups)[i])} (std 0) and eps is 0, "
+                         "so the advantage is 0 / 0; pass eps > 0")
     # (s_i - mean_g(i)) / (std + eps)
     return (centred / (std + eps)).astype(np.float64)
+
+
+def _grpo_general(s, grp, group_std, ddof, singleton):
+    """s_i - mean_g(i) and (``group_std``) std_g(i) for any groups, or None."""
+    single = _singletons(grp, singleton, "Pass singleton='zero' (TRL) or 'raw' (verl).")
+    zero = s.dtype.type(0) if s.dtype != object else Fraction(0)
+    n = grp.counts if s.dtype == object else grp.counts.astype(s.dtype)
+    # mean_g = (sum_{j in g} s_j) / n_g
+    mean = (_group_sums(s, grp.inverse, len(grp.counts)) / n)[grp.inverse]
+    if singleton == "raw":
+        # verl: a group of one has mean 0 (and std 1)
+        mean = np.where(single, zero, mean)
+    # s_i - mean_g(i), exactly 0 in a group of equal scores
+    centred = np.where(_flat_groups(s, grp.inverse, len(grp.counts)) & ~single, zero, s - mean)
+    if singleton == "zero":
+        centred = np.where(single, zero, centred)
+    if not group_std:
+        return centred, None
+    # std_g = sqrt(sum_{j in g} (s_j - mean_g)^2 / (n_g - ddof))
+    sq = _group_sums(centred * centred, grp.inverse, len(grp.counts))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        std = np.sqrt(sq / (n - ddof))[grp.inverse]
+    # a group of one: std undefined with ddof 1; "raw" takes it as 1 ("zero" has A = 0)
+    return centred, np.where(single, s.dtype.type(1), std)
+
+
+def _grpo_regular(s, grp, group_std, ddof):
+    """:func:`_grpo_general` for a regular layout (float scores, no group of one): each group
+    along an axis of a reshape, the same operations in the same order (the same bits;
+    ``tests/test_group_advantages.py``)."""
+    by_group, axis = _by_group(s, grp)
+    n = s.dtype.type(grp.counts)
+    # mean_g = (sum_{j in g} s_j) / n_g
+    mean = (_running_total(by_group, axis) / n)[grp.inverse]
+    centred = s - mean
+    # exactly 0 in a group of equal scores
+    flat = _flat_by_group(by_group, axis)
+    if flat is not None:
+        centred = np.where(flat[grp.inverse], s.dtype.type(0), centred)
+    if not group_std:
+        return centred, None
+    # std_g = sqrt(sum_{j in g} (s_j - mean_g)^2 / (n_g - ddof))
+    sq = _running_total(_by_group(centred * centred, grp)[0], axis)
+    return centred, np.sqrt(sq / (n - ddof))[grp.inverse]
 
 
 def rloo_advantages(scores, groups, *, singleton="error"):
@@ -354,19 +453,50 @@ def rloo_advantages(scores, groups, *, singleton="error"):
     """
     check_choice(singleton, "singleton", SINGLETONS)
     s = _check_scores(scores, "scores")
-    inverse, counts, ids = _check_groups(groups, s.shape[0])
-    single = _singletons(counts, inverse, ids, singleton,
+    grp = _groups(groups, s.shape[0], regular=s.dtype != object)
+    if grp.layout is not None:
+        # the lines below, for groups laid out as a reshape
+        return _rloo_regular(s, grp)
+    single = _singletons(grp, singleton,
                          "Pass singleton='zero' or 'raw' (verl: the score itself).")
-    sums = _group_sums(s, inverse, len(counts))[inverse]
-    # n - 1 others; a group of one gets 1 here and is replaced below
-    others = np.maximum(counts - 1, 1)[inverse]
+    sums = _group_sums(s, grp.inverse, len(grp.counts))[grp.inverse]
+    # n_g - 1 others; a group of one gets 1 here and is replaced below
+    others = np.maximum(grp.counts - 1, 1)[grp.inverse]
     if s.dtype == object:
         others = np.array([Fraction(int(k)) for k in others], dtype=object)
     # A_i = s_i - (sum_g - s_i) / (n_g - 1), exactly 0 in a group of equal scores
-    A = np.where(_flat_groups(s, inverse, len(counts)), s * 0, s - (sums - s) / others)
+    A = np.where(_flat_groups(s, grp.inverse, len(grp.counts)), s * 0, s - (sums - s) / others)
     if np.any(single):
         A = np.where(single, s if singleton == "raw" else s * 0, A)
     return A
+
+
+def _rloo_regular(s, grp):
+    """:func:`rloo_advantages` for a regular layout (float scores, no group of one): each
+    group along an axis of a reshape, the same operations in the same order (the same bits;
+    ``tests/test_group_advantages.py``)."""
+    by_group, axis = _by_group(s, grp)
+    sums = _running_total(by_group, axis)[grp.inverse]
+    # A_i = s_i - (sum_g - s_i) / (n - 1)
+    A = s - (sums - s) / (grp.counts - 1)
+    # exactly 0 in a group of equal scores
+    flat = _flat_by_group(by_group, axis)
+    if flat is not None:
+        A = np.where(flat[grp.inverse], s * 0, A)
+    return A
+
+
+def _flat_by_group(by_group, axis):
+    """The groups whose scores are all equal (bool (G,)), None when there is none.
+
+    Why the first test: a group of equal scores has its first two equal, and with float
+    scores ties are rare, so one comparison usually settles it (else: min == max).
+    """
+    first, second = by_group.take(0, axis=axis), by_group.take(1, axis=axis)
+    if not np.count_nonzero(first == second):
+        return None
+    flat = np.minimum.reduce(by_group, axis=axis) == np.maximum.reduce(by_group, axis=axis)
+    return flat if np.count_nonzero(flat) else None
 
 
 def reinforce_plus_plus_advantages(rewards, mask, gamma=1.0, *, ddof=1, eps=1e-8,
@@ -486,7 +616,7 @@ def reinforce_plus_plus_baseline_advantages(scores, groups, mask, *, token_rewar
     """
     check_choice(singleton, "singleton", SINGLETONS)
     s = _check_scores(scores, "scores", exact=False)
-    inverse, counts, ids = _check_groups(groups, s.shape[0])
+    grp = _groups(groups, s.shape[0], regular=False)
     if mask is None:
         raise ValueError("mask: required, (B, T) with 1 for the response tokens the advantage "
                          "covers")
@@ -497,11 +627,10 @@ def reinforce_plus_plus_baseline_advantages(scores, groups, mask, *, token_rewar
         (r,), m = _token_inputs({"token_rewards": token_rewards}, mask, ("scores", s),
                                 exact=False)
         G = _returns_to_go(r, m, 1.0)
-    single = _singletons(counts, inverse, ids, singleton,
-                         "Pass singleton='zero' (OpenRLHF) or 'raw' (verl).")
-    mean = (_group_sums(s, inverse, len(counts)) / counts)[inverse]
+    single = _singletons(grp, singleton, "Pass singleton='zero' (OpenRLHF) or 'raw' (verl).")
+    mean = (_group_sums(s, grp.inverse, len(grp.counts)) / grp.counts)[grp.inverse]
     # c_i = s_i - mean_g(i); a group of one: 0 ("zero") or the score ("raw", verl)
-    c = np.where(_flat_groups(s, inverse, len(counts)), 0.0, s - mean)
+    c = np.where(_flat_groups(s, grp.inverse, len(grp.counts)), 0.0, s - mean)
     c = np.where(single, 0.0 if singleton == "zero" else s, c)
     if score_clip is not None:
         c = np.clip(c, *check_bounds(score_clip, "score_clip", allow_exact=False))

@@ -572,3 +572,70 @@ def test_reinforce_pp_baseline_score_clip():
     for bad in (0, -1, (1, 0), (1, 2, 3)):
         with pytest.raises(ValueError, match="^score_clip"):
             reinforce_plus_plus_baseline_advantages(s, g, mask, score_clip=bad)
+
+
+# --- the regular layouts (np.arange(B) // n, np.arange(B) % G): the same bits ----------------
+
+
+def _relabelled(g):
+    """The same grouping under ids that are not 0..G-1, so the general path (np.unique) runs."""
+    return 7 + 3 * np.asarray(g)
+
+
+def _score_sets(rng, B):
+    """Scores with no ties, with ties (binary rewards: equal groups), and float32-rounded."""
+    return [rng.normal(size=B), rng.integers(0, 2, size=B).astype(float),
+            np.round(rng.normal(size=B), 1)]
+
+
+@pytest.mark.parametrize("n", [2, 3, 7, 8, 9, 16, 33])
+@pytest.mark.parametrize("G", [1, 2, 3, 8, 32])
+def test_regular_layouts_give_the_bits_of_the_general_path(n, G):
+    rng = np.random.default_rng(100 * n + G)
+    B = n * G
+    layouts = {"blocks": np.arange(B) // n, "strided": np.arange(B) % G}
+    from ppo_numpy.group_advantages import _groups
+
+    for layout, g in layouts.items():
+        if G == 1 and layout == "strided":
+            continue  # one group: the same ids as blocks
+        assert _groups(g, B).layout == layout, (layout, g)
+        assert _groups(_relabelled(g), B).layout is None
+        for s in _score_sets(rng, B):
+            inputs = dict(layout=layout, n=n, G=G, scores=s)
+            assert_same(rloo_advantages(s, g), rloo_advantages(s, _relabelled(g)), **inputs)
+            for scale in SCALES:
+                for ddof in (0, 1):
+                    for dtype in (np.float64, np.float32):
+                        if scale == "batch" and B - ddof < 1:
+                            continue
+                        kw = dict(scale=scale, ddof=ddof, dtype=dtype, eps=1e-4)
+                        assert_same(grpo_advantages(s, g, **kw),
+                                    grpo_advantages(s, _relabelled(g), **kw), **inputs, **kw)
+
+
+@pytest.mark.parametrize("ids", [
+    [0, 0, 1, 1, 2],            # B not a multiple of G
+    [0, 0, 1, 2, 2, 1],         # blocks out of order
+    [0, 1, 0, 2, 1, 2],         # not strided either
+    [1, 1, 0, 0],               # blocks with decreasing ids
+    [0, 1, 2, 3],               # groups of one
+    [0, 0, 0, 1, 1, 1, 1, 1],   # unequal sizes
+    [-1, -1, 0, 0],             # negative ids
+])
+def test_irregular_ids_take_the_general_path(ids):
+    from ppo_numpy.group_advantages import _groups
+
+    assert _groups(np.array(ids), len(ids)).layout is None
+
+
+def test_regular_layout_equal_scores_and_hand_values():
+    # blocks of 3: group 0 = [1, 2, 3] (mean 2, ddof-1 std 1), group 1 all 0.1 (A exactly 0)
+    s = np.array([1.0, 2.0, 3.0, 0.1, 0.1, 0.1])
+    A = grpo_advantages(s, np.arange(6) // 3, eps=0.5)
+    assert_close(A[:3], [-1 / 1.5, 0.0, 1 / 1.5], rtol=1e-15, atol=0, scores=s)
+    assert_same(A[3:], np.zeros(3))
+    # strided, 2 groups of 3: group 0 = rows 0, 2, 4 = [1, 3, 5], baselines 4, 3, 2
+    s = np.array([1.0, 0.1, 3.0, 0.1, 5.0, 0.1])
+    A = rloo_advantages(s, np.arange(6) % 2)
+    assert_same(A, np.array([1.0 - 4.0, 0.0, 3.0 - 3.0, 0.0, 5.0 - 2.0, 0.0]))
