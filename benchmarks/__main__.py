@@ -127,18 +127,23 @@ def _command(args) -> str:
     return command + ("   # = make bench" if command.endswith("benchmarks") else "")
 
 
-def _kept(path: str) -> str:
-    """The section of ``path`` that benchmarks/redesign.py writes (from its heading to the end
-    of the page), kept as it is when this page is regenerated; "" if there is none."""
-    from benchmarks.redesign import SECTION
+#: sections of docs/benchmarks.md that this command does not write: it keeps the page from the
+#: first of them to the end as it is (the speed targets of ``benchmarks/targets.py``, the
+#: sections written by hand, the redesign's figures of issue 12)
+KEPT = ("## Speed targets of issue 22", "## Transformer policy (issue 17)",
+        "## The add task", "## The redesign (issue 12)")
 
+
+def _kept(path: str) -> str:
+    """The part of ``path`` from the first heading of :data:`KEPT` to the end, kept as it is
+    when this page is regenerated; "" if there is none."""
     try:
         with open(path) as f:
             text = f.read()
     except OSError:
         return ""
-    start = text.find("\n" + SECTION)
-    return "" if start < 0 else text[start:]
+    starts = [i for i in (text.find("\n" + h) for h in KEPT) if i >= 0]
+    return text[min(starts):] if starts else ""
 
 
 def main(argv=None) -> int:

@@ -405,7 +405,7 @@ def markdown(rows, *, command: str, rounds: int, target: float, load: str = "") 
 
 def write_section(path: str, lines: list[str]) -> None:
     """Put the section at the end of ``path``, replacing an earlier one (nothing else moves),
-    but before the section of benchmarks/redesign.py, which stays last."""
+    but before the sections ``python -m benchmarks`` keeps (``benchmarks.__main__.KEPT``)."""
     from benchmarks.__main__ import _kept
 
     kept = _kept(path)

@@ -57,6 +57,19 @@ def measure(candidates: dict, *, rounds: int, target: float) -> dict:
     (calibrated first, which also warms caches). Garbage collection is off
     while timing, as in :mod:`timeit`.
     """
+    samples = measure_samples(candidates, rounds=rounds, target=target)
+    return {name: statistics.median(values) for name, values in samples.items()}
+
+
+def paired_ratio(samples: dict, a: str, b: str) -> float:
+    """Median over the rounds of a's sample / b's sample of the same round (taken one just
+    after the other), from :func:`measure_samples`."""
+    return statistics.median(x / y for x, y in zip(samples[a], samples[b]))
+
+
+def measure_samples(candidates: dict, *, rounds: int, target: float) -> dict:
+    """Seconds per call of each candidate in each round (lists), as :func:`measure` times
+    them."""
     live = {name: fn for name, fn in candidates.items() if fn is not None}
     numbers = {name: calibrate(fn, target) for name, fn in live.items()}
     samples = {name: [] for name in live}
@@ -69,7 +82,7 @@ def measure(candidates: dict, *, rounds: int, target: float) -> dict:
     finally:
         if enabled:
             gc.enable()
-    return {name: statistics.median(values) for name, values in samples.items()}
+    return samples
 
 
 def rerun_with_one_blas_thread(module: str, argv: list) -> int | None:

@@ -110,75 +110,50 @@ def test_grpo_rows_and_section_are_well_formed(tmp_path):
     assert out.count(grpo.SECTION) == 1 and out.endswith("|\n")
 
 
-# benchmarks/redesign.py and benchmarks/code_lines.py: rows and tables well formed on a tiny
-# grid (this checkout as both "old" and "new"); no time is asserted, only that each is a
-# positive number in its place.
+# benchmarks/targets.py: rows and the section well formed on a tiny grid (this checkout as both
+# "old" and "new"); no time is asserted, only that each is a positive number in its place.
 
 def _positive(x):
     return isinstance(x, float) and x > 0 and math.isfinite(x)
 
 
-def test_redesign_runs_on_a_tiny_grid_and_gives_well_formed_rows(tmp_path):
-    from benchmarks import redesign
-
-    results = redesign.measure_all(ROOT, ROOT, rounds=1, samples=1, target=1e-4,
-                                   pipeline_grid=((2, 8),), function_grid=((2, 8), (3, 5)),
-                                   functions=("td_errors", "whiten"), iterations=1, warm=0,
-                                   use_torch=torch_impl.available())
-    for task in ("training", "pipeline", "functions"):
-        files = results[task]["files"]
-        assert files["old"].startswith(os.path.join(ROOT, "ppo_numpy"))
-        assert files["new"] == files["old"]
-    (t,) = redesign.training_rows(results["training"])
-    assert _positive(t["old"]) and _positive(t["new"]) and isinstance(t["met"], bool)
-    pipe = redesign.pipeline_rows(results["pipeline"])
-    assert [(r["B"], r["T"], r["new path"]) for r in pipe] == [
-        (2, 8, "public"), (2, 8, "public, one loss call"), (2, 8, "rollout+kernels"),
-        (2, 8, "kernels")]
-    assert all(_positive(r["old"]) and _positive(r["new"]) for r in pipe)
-    # the cold pipeline: old and new each in a child of its own
-    assert results["pipeline-cold"]["files"] == results["pipeline"]["files"]
-    cold = redesign.cold_rows(results["pipeline-cold"])
-    assert [(r["B"], r["T"]) for r in cold] == [(2, 8)]
-    assert all(_positive(r["old"]) and _positive(r["new"]) and isinstance(r["met"], bool)
-               for r in cold)
-    funcs = redesign.function_rows(results["functions"])
-    assert [(r["function"], r["B"], r["T"]) for r in funcs] == [
-        ("td_errors", 2, 8), ("td_errors", 3, 5), ("whiten", 2, 8), ("whiten", 3, 5)]
-    for r in funcs:
-        assert _positive(r["old"]) and _positive(r["new"])
-        if torch_impl.available():
-            assert _positive(r["torch"]) and _positive(r["torch1"])
-            assert isinstance(r["met"], bool)
-    lines = redesign.markdown(results, command="cmd", machine=["m."], old=ROOT, new=ROOT)
-    assert lines[0] == redesign.SECTION
-    tables = [ln for ln in lines if ln.startswith("| ")]
-    # the targets (training, 3 pipeline paths, the cold pipeline, each function with a torch
-    # column), then header + rows of each of the four tables
-    n_targets = 1 + 3 + 1 + (2 if torch_impl.available() else 0)
-    assert len(tables) == (1 + n_targets) + 4 + 1 + len(pipe) + len(cold) + len(funcs)
-    assert sum(ln.endswith(("| yes |", "| no |")) for ln in tables[1:1 + n_targets]) == \
-        n_targets
-
-    # the section is replaced, not appended twice, and python -m benchmarks keeps it
+@pytest.mark.skipif(not torch_impl.available(), reason="the targets are ratios to torch")
+def test_targets_give_well_formed_rows_and_section(tmp_path):
+    from benchmarks import targets
     from benchmarks.__main__ import _kept
 
+    grid = ((8, 16), (16, 8))
+    adv = targets.group_rows(grid, rounds=1, target=1e-4)
+    assert [(r["what"], r["B"]) for r in adv] == [
+        (w, B) for B, _ in grid
+        for w in ("grpo_advantages", "rloo_advantages", "gspo loss+grad", "grpo loss+grad")]
+    assert all(_positive(r["ours"]) and _positive(r["trl"]) and _positive(r["ratio"])
+               for r in adv)
+    gae_r = targets.gae_rows(((256, 1024),), rounds=1, target=1e-4)
+    assert all(_positive(r[k]) for r in gae_r for k in ("ours", "floor", "torch", "over_floor"))
+    train = targets.training_iteration(ROOT, rounds=1, iterations=2, warm=0)
+    assert _positive(train["old"]) and _positive(train["new"]) and train["samples"] == 2
+    lines = targets.markdown({"groups": adv, "gae": gae_r, "training": train}, command="cmd",
+                             machine=["- m"])
+    assert lines[0] == targets.SECTION
+    met = [ln for ln in lines if ln.endswith(("| yes |", "| no |"))]
+    assert len(met) == 4 + 2 + 1, met  # four group rows, GAE floor and torch, training
+    # the section is replaced, not appended twice, before the parts python -m benchmarks keeps
     page = tmp_path / "b.md"
-    page.write_text("# Benchmarks\n\ntext\n")
-    redesign.write_section(lines, str(page))
-    redesign.write_section(lines, str(page))
+    page.write_text("# Benchmarks\n\ntext\n\n## Transformer policy (issue 17)\n\nhand\n")
+    targets.write_section(str(page), lines)
+    targets.write_section(str(page), lines)
     text = page.read_text()
-    assert text.count(redesign.SECTION) == 1 and text.startswith("# Benchmarks\n\ntext\n\n")
-    _kept_before = _kept(str(page))
-    assert _kept(str(page)).lstrip("\n").startswith(redesign.SECTION)
+    assert text.count(targets.SECTION) == 1 and text.startswith("# Benchmarks\n\ntext\n\n")
+    assert text.endswith("## Transformer policy (issue 17)\n\nhand\n")
+    assert _kept(str(page)).lstrip("\n").startswith(targets.SECTION)
     assert _kept(str(tmp_path / "missing.md")) == ""
-    # benchmarks/grpo.py's section goes before it, and it stays as it was
+    # benchmarks/grpo.py's section goes before the kept part, which stays as it was
+    kept = _kept(str(page))
     grpo.write_section(str(page), [grpo.SECTION, "", "grpo table"])
     grpo.write_section(str(page), [grpo.SECTION, "", "grpo table"])
     new_text = page.read_text()
-    assert new_text.count(grpo.SECTION) == 1 and new_text.endswith(_kept(str(page)))
-    assert _kept(str(page)) == _kept_before and new_text.index(grpo.SECTION) < \
-        new_text.index(redesign.SECTION)
+    assert new_text.count(grpo.SECTION) == 1 and new_text.endswith(kept)
 
 
 def test_code_lines_count_code_only():
@@ -214,16 +189,3 @@ def test_code_lines_table_of_this_checkout():
     md = code_lines.markdown(rows, ["a", "b"])
     assert md[0] == "| ppo_numpy/ | a | b | b - a |" and len(md) == 2 + len(rows)
     assert all(line.endswith("| +0 |") for line in md[2:])
-
-
-def test_redesign_net_takes_the_features_lines_off_new():
-    from benchmarks.redesign import redesign_net
-
-    # features added 20 - 12 = 8 lines; new without them 17 - 8 = 9 against old's 10: -1
-    (text,) = redesign_net({"old": 10, "a": 12, "b": 20, "new": 17}, "a..b")
-    assert "added +8 lines" in text and "17 - 8 = 9, against old's 10" in text
-    assert "net is -1 (it removes more than it adds)" in text
-    (text,) = redesign_net({"old": 10, "a": 12, "b": 20, "new": 18}, "a..b")
-    assert "net is +0 (it does not remove more than it adds)" in text
-    with pytest.raises(SystemExit, match="must name two labels"):
-        redesign_net({"old": 10, "new": 17}, "a..b")
