@@ -98,17 +98,20 @@ def gae(rewards, values, gamma=1.0, lam=0.95, mask=None, *, method=None, block=3
 
 def _backward_recursion(x, mask, g):
     """y_t = x_t + g y_{t+1} backwards over the response tokens of each row, y = 0 after the
-    last one and at padding.
+    last one and at padding. ``x`` must be 0 at padding.
 
     GAE's recursion (``x`` the TD errors, ``g`` = gamma lambda) and the returns-to-go
     G_t = r~_t + gamma G_{t+1} of :mod:`ppo_numpy.group_advantages`.
     """
+    # at padding y_{t+1} passes through to the token before: x_t is 0 there, its factor 1
+    factor = np.where(mask, g, 1)
     y = np.zeros_like(x)
     y_next = x[..., 0] * 0  # nothing after the last response token
+    # time-major views (.T), so that step t reads and writes one index
     for t in reversed(range(x.shape[-1])):
-        # y_t = x_t + g y_{t+1}; padding passes y_{t+1} on to the token before it
-        y_next = np.where(mask[..., t], x[..., t] + g * y_next, y_next)
-        y[..., t] = y_next
+        # y_t = x_t + g y_{t+1}
+        y_next = x.T[t] + factor.T[t] * y_next
+        y.T[t] = y_next
     return where_valid(mask, y)
 
 

@@ -153,8 +153,10 @@ def _gae_blocked(delta, mask, gl, C, holes):
         out = np.zeros_like(A)
         out[rows, cols] = A[rows, pos[rows, cols]]
         A = out
-    elif A.flags.c_contiguous:
-        np.copyto(A, 0.0, where=~mask)
-    else:  # a slice of the padded blocks: a compact copy, 0 at padding
+    elif not A.flags.c_contiguous:  # a slice of the padded blocks: a compact copy, 0 at padding
         A = where_valid(mask, A)
+    elif late_starts(mask):
+        # why: padding before a response token sums the deltas after it; after a row's last
+        # token every delta is 0, and so is the sum
+        np.copyto(A, 0.0, where=~mask)
     return A[0] if squeeze else A

@@ -321,3 +321,101 @@ def test_gae_empty_row_left_padding_and_underflowing_powers(method, gamma):
     assert_close(A, want, rtol=1e-12, atol=1e-12, method=method, gamma=float(gamma))
     assert_zero_at_padding(A, mask, "advantages", method=method)
     assert_zero_at_padding(R, mask, "returns", method=method)
+
+
+# --- the fast form (ppo_numpy/gae_blocked.py) against the recursion ----------------------------
+#
+# The blocked form adds the same terms in another order, so it is not bit-identical to the
+# recursion in general. The bound stated (and tested) here: at every response token t,
+#     |A_blocked_t - A_loop_t| <= (4 n_t + 4) u S_t,   S_t = sum_l (gamma lam)^l |delta_{t+l}|,
+# with n_t the number of response tokens from t to the end of the row and u = 2^-53: each form
+# is within about 2 n_t u S_t of the exact sum (a chain of n_t additions and products), and
+# the powers (gamma lam)^k of the blocked form are rounded once each. Where every operation is
+# exact (integer deltas and gamma lam in {0, 1/2, 1}) both give the exact sum, bit for bit.
+
+U = 2.0**-53
+
+
+def random_padded_batch(rng, B, T, placement):
+    """rewards, values with NaN/inf garbage at padding, and a 0/1 mask: "right", "left", or
+    "holes" (several runs of ones per row); some rows empty."""
+    mask = np.zeros((B, T), dtype=int)
+    for i in range(B):
+        n = int(rng.integers(0, T + 1))
+        if placement == "right":
+            mask[i, :n] = 1
+        elif placement == "left":
+            mask[i, T - n:] = 1
+        else:
+            mask[i] = rng.random(T) < 0.6
+    r = np.where(mask, rng.normal(0, 0.1, (B, T)), np.nan)
+    v = np.where(mask, rng.normal(0, 1, (B, T)), np.inf)
+    return r, v, mask
+
+
+def stated_bound(delta, mask, g):
+    """(4 n_t + 4) u S_t per position, by a plain loop over each row's response tokens."""
+    bound = np.zeros(delta.shape)
+    for i in range(delta.shape[0]):
+        idx = [t for t in range(delta.shape[1]) if mask[i, t]]
+        S = 0.0
+        for n, t in enumerate(reversed(idx), start=1):
+            S = abs(delta[i, t]) + g * S
+            bound[i, t] = (4 * n + 4) * U * S * (1 + 1e-9)
+    return bound
+
+
+@pytest.mark.parametrize("placement", ["right", "left", "holes"])
+@pytest.mark.parametrize("gamma,lam", [(1.0, 0.95), (0.99, 0.9), (1.0, 1.0), (0.5, 1.0),
+                                       (1.0, 0.0), (0.0, 0.95), (0.3, 0.7)])
+def test_blocked_form_equals_the_recursion_within_the_stated_bound(placement, gamma, lam):
+    rng = np.random.default_rng(int(gamma * 100 + lam * 10) + len(placement))
+    for B, T, block in ((5, 200, 32), (3, 97, 8), (7, 33, 2), (2, 1, 32)):
+        r, v, mask = random_padded_batch(rng, B, T, placement)
+        A_loop, R_loop = gae(r, v, gamma, lam, mask, method="loop")
+        A_blk, R_blk = gae(r, v, gamma, lam, mask, method="blocked", block=block)
+        delta = td_errors(r, v, gamma, mask)
+        bound = stated_bound(delta, mask, gamma * lam)
+        worst = np.max(np.abs(A_blk - A_loop) - bound)
+        assert worst <= 0, (placement, gamma, lam, B, T, block, worst)
+        assert_zero_at_padding(A_blk, mask, "advantages", placement=placement)
+        assert_zero_at_padding(R_blk, mask, "returns", placement=placement)
+        if gamma * lam == 0:  # A = delta: no sum at all, the same bits
+            assert_same(A_blk, A_loop, gamma=gamma, lam=lam)
+            assert_same(A_loop, delta, gamma=gamma, lam=lam)
+
+
+@pytest.mark.parametrize("gl", [F(0), F(1, 2), F(1)])
+def test_both_forms_give_the_exact_sum_where_the_arithmetic_is_exact(gl):
+    # small integer rewards and values, gamma = 1, lam = gl, rows of at most 40 tokens: every
+    # product and sum is exact in float64 (|delta| <= 9 and 40 halvings span 44 bits < 53), so
+    # both forms must return the sum definition (in Fractions) bit for bit
+    rnd = random.Random(5)
+    B, T = 4, 40
+    r = [[rnd.randint(-3, 3) for _ in range(T)] for _ in range(B)]
+    v = [[rnd.randint(-3, 3) for _ in range(T)] for _ in range(B)]
+    mask = np.ones((B, T), dtype=int)
+    for i, n in enumerate((T, 33, 7, 1)):
+        mask[i, n:] = 0
+    want = np.zeros((B, T))
+    for i in range(B):
+        n = int(mask[i].sum())
+        want[i, :n] = [float(a) for a in gae_by_sum([F(x) for x in r[i][:n]],
+                                                     [F(x) for x in v[i][:n]], F(1), gl)]
+    rf, vf = np.array(r, dtype=float), np.array(v, dtype=float)
+    for method, block in (("loop", 32), ("blocked", 32), ("blocked", 4)):
+        A, _ = gae(rf, vf, 1.0, float(gl), mask, method=method, block=block)
+        assert_same(A, want, method=method, block=block, lam=gl)
+
+
+def test_the_size_rule_picks_the_recursion_below_blocked_from_and_the_blocked_form_above():
+    from ppo_numpy.gae import BLOCKED_FROM
+
+    rng = np.random.default_rng(3)
+    for B, T in ((4, 100), (BLOCKED_FROM // 256, 256)):
+        r, v, mask = random_padded_batch(rng, B, T, "right")
+        A, R = gae(r, v, 0.99, 0.95, mask)
+        want = "blocked" if B * T >= BLOCKED_FROM else "loop"
+        A_m, R_m = gae(r, v, 0.99, 0.95, mask, method=want)
+        assert_same(A, A_m, B=B, T=T, method=want)
+        assert_same(R, R_m, B=B, T=T, method=want)
