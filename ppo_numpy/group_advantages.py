@@ -129,11 +129,11 @@ def _regular_layout(g):
 
 
 def _by_group(x, grp):
-    """``(view, axis)``: ``x`` (B,) of a regular layout reshaped so that the rows of one group
-    lie along ``axis``, in row order: (G, n) and axis 1 for blocks, (n, G) and axis 0 strided."""
+    """``x`` (B,) of a regular layout as (n, G): column k the rows of group k, in row order
+    (a view for strided groups, a copy for blocks)."""
     if grp.layout == "blocks":
-        return x.reshape(-1, grp.counts), 1
-    return x.reshape(grp.counts, -1), 0
+        return np.ascontiguousarray(x.reshape(-1, grp.counts).T)
+    return x.reshape(grp.counts, -1)
 
 
 def _singletons(grp, singleton, fix):
@@ -160,14 +160,13 @@ def _group_sums(x, inverse, n_groups):
     return sums
 
 
-def _running_total(by_group, axis):
-    """Sums along ``axis`` (G,), adding a group's rows in row order as ``np.add.at`` does (so
-    the same bits). Why: NumPy reduces the contiguous axis pairwise, an outer axis row by row;
-    a single group has no outer axis, and its running sum's last entry is the sum in order."""
-    if by_group.shape[1 - axis] == 1:
-        return np.add.accumulate(by_group, axis=axis).take(-1, axis=axis)
-    if axis == 1:
-        by_group = np.ascontiguousarray(by_group.T)  # (n, G): each group down a column
+def _column_sums(by_group):
+    """Sums of the columns of a (n, G) array, adding each column's entries in order, as
+    ``np.add.at`` adds a group's rows (so the same bits). Why: NumPy reduces an outer axis row
+    by row but a contiguous one pairwise, and a single column is contiguous: its running sum's
+    last entry is the sum in order."""
+    if by_group.shape[1] == 1:
+        return np.add.accumulate(by_group, axis=0)[-1]
     return by_group.sum(axis=0)
 
 
@@ -386,21 +385,21 @@ def _grpo_general(s, grp, group_std, ddof, singleton):
 
 def _grpo_regular(s, grp, group_std, ddof):
     """:func:`_grpo_general` for a regular layout (float scores, no group of one): each group
-    along an axis of a reshape, the same operations in the same order (the same bits;
+    a column of :func:`_by_group`, the same operations in the same order (the same bits;
     ``tests/test_group_advantages.py``)."""
-    by_group, axis = _by_group(s, grp)
+    by_group = _by_group(s, grp)
     n = s.dtype.type(grp.counts)
     # mean_g = (sum_{j in g} s_j) / n_g
-    mean = (_running_total(by_group, axis) / n)[grp.inverse]
+    mean = (_column_sums(by_group) / n)[grp.inverse]
     centred = s - mean
     # exactly 0 in a group of equal scores
-    flat = _flat_by_group(by_group, axis)
+    flat = _flat_columns(by_group)
     if flat is not None:
         centred = np.where(flat[grp.inverse], s.dtype.type(0), centred)
     if not group_std:
         return centred, None
     # std_g = sqrt(sum_{j in g} (s_j - mean_g)^2 / (n_g - ddof))
-    sq = _running_total(_by_group(centred * centred, grp)[0], axis)
+    sq = _column_sums(_by_group(centred * centred, grp))
     return centred, np.sqrt(sq / (n - ddof))[grp.inverse]
 
 
@@ -473,29 +472,29 @@ def rloo_advantages(scores, groups, *, singleton="error"):
 
 def _rloo_regular(s, grp):
     """:func:`rloo_advantages` for a regular layout (float scores, no group of one): each
-    group along an axis of a reshape, the same operations in the same order (the same bits;
+    group a column of :func:`_by_group`, the same operations in the same order (the same bits;
     ``tests/test_group_advantages.py``)."""
-    by_group, axis = _by_group(s, grp)
-    sums = _running_total(by_group, axis)[grp.inverse]
+    by_group = _by_group(s, grp)
+    sums = _column_sums(by_group)[grp.inverse]
     # A_i = s_i - (sum_g - s_i) / (n - 1)
     A = s - (sums - s) / (grp.counts - 1)
     # exactly 0 in a group of equal scores
-    flat = _flat_by_group(by_group, axis)
+    flat = _flat_columns(by_group)
     if flat is not None:
         A = np.where(flat[grp.inverse], s * 0, A)
     return A
 
 
-def _flat_by_group(by_group, axis):
-    """The groups whose scores are all equal (bool (G,)), None when there is none.
+def _flat_columns(by_group):
+    """The columns (groups) of a (n, G) array whose entries are all equal (bool (G,)), None
+    when there is none.
 
     Why the first test: a group of equal scores has its first two equal, and with float
     scores ties are rare, so one comparison usually settles it (else: min == max).
     """
-    first, second = by_group.take(0, axis=axis), by_group.take(1, axis=axis)
-    if not np.count_nonzero(first == second):
+    if not np.count_nonzero(by_group[0] == by_group[1]):
         return None
-    flat = np.minimum.reduce(by_group, axis=axis) == np.maximum.reduce(by_group, axis=axis)
+    flat = np.minimum.reduce(by_group, axis=0) == np.maximum.reduce(by_group, axis=0)
     return flat if np.count_nonzero(flat) else None
 
 
