@@ -7,8 +7,9 @@ For each function and grid point, in one interleaved run (:func:`measure`):
 * ``loop``: the scalar Python loop of :mod:`benchmarks.loops`, timed on the first
   ``loop_rows`` rows and scaled by B / loop_rows when the whole batch would be slow;
 * ``torch``: :mod:`benchmarks.torch_impl` on CPU float64 tensors, when installed;
-* for GAE also ``method_loop``: ``gae(..., method="loop")``, the readable reference
-  (a reverse loop of NumPy calls over time) beside the default blocked form.
+* for GAE also ``method_loop`` and ``method_blocked``: ``gae(..., method="loop")``, the
+  readable reference (a reverse loop of NumPy calls over time), and the blocked form
+  (``ppo_numpy/gae_blocked.py``), each forced; the default call picks one by size.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ class Row:
     loop_rows: int
     torch: float | None
     method_loop: float | None = None
+    method_blocked: float | None = None
 
     @property
     def tokens(self) -> int:
@@ -190,6 +192,9 @@ def run_grid(grid=GRID, functions=FUNCTIONS, *, rounds=7, target=0.02, use_torch
                 "method_loop": (lambda b=batch: gae(b.rewards, b.values, PARAMS["gamma"],
                                                     PARAMS["lam"], b.mask, method="loop"))
                 if name == "gae" else None,
+                "method_blocked": (lambda b=batch: gae(b.rewards, b.values, PARAMS["gamma"],
+                                                       PARAMS["lam"], b.mask, method="blocked"))
+                if name == "gae" else None,
                 "floor": lambda b=batch: b.rewards - b.values,
                 "loop": _loop(name, L),
                 "torch": _torch(name, tensors) if use_torch else None,
@@ -197,7 +202,8 @@ def run_grid(grid=GRID, functions=FUNCTIONS, *, rounds=7, target=0.02, use_torch
             times = measure(candidates, rounds=rounds, target=target)
             row = Row(function=name, B=B, T=T, ours=times["ours"], floor=times["floor"],
                       loop=times["loop"] * B / loop_rows, loop_rows=loop_rows,
-                      torch=times.get("torch"), method_loop=times.get("method_loop"))
+                      torch=times.get("torch"), method_loop=times.get("method_loop"),
+                      method_blocked=times.get("method_blocked"))
             rows.append(row)
             if progress is not None:
                 progress(row)
