@@ -32,6 +32,8 @@ import numpy as np
 from ._validation import check_choice, check_int, check_scalar, prepare, scalar_for, where_valid
 from .td import has_holes, td_errors_kernel
 
+__all__ = ["METHODS", "gae", "gae_kernel"]
+
 METHODS = ("blocked", "loop")
 
 

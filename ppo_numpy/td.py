@@ -13,6 +13,8 @@ import numpy as np
 
 from ._validation import check_scalar, prepare, scalar_for, zero_like
 
+__all__ = ["has_holes", "td_errors", "td_errors_kernel"]
+
 
 def next_valid_values(values: np.ndarray, mask: np.ndarray) -> np.ndarray:
     """V(s_{t+1}) for each position: the value at the next response token, 0 after the last.

@@ -280,12 +280,16 @@ def test_no_option_of_the_family_changes_ppo():
 
 
 def test_options_object_equals_the_keywords():
+    """Keywords are the one way; a whole PolicyLossOptions still works, deprecated."""
     rng = np.random.default_rng(5)
     logp, logp_old, A = rng.normal(-1, 0.3, (3, 4, 5))
     opts = PolicyLossOptions(agg="grpo", importance_level="sequence", delta=1.5)
-    assert ppo_policy_loss(logp, logp_old, A, options=opts) == ppo_policy_loss(
-        logp, logp_old, A, agg="grpo", importance_level="sequence", delta=1.5)
-    with pytest.raises(ValueError, match="options: pass the loss options either"):
+    with pytest.warns(DeprecationWarning, match="pass the options as keywords"):
+        old = ppo_policy_loss(logp, logp_old, A, options=opts)
+    assert old == ppo_policy_loss(logp, logp_old, A, agg="grpo", importance_level="sequence",
+                                  delta=1.5)
+    with pytest.warns(DeprecationWarning), pytest.raises(
+            ValueError, match="options: pass the loss options as keywords, not both ways"):
         ppo_policy_loss(logp, logp_old, A, options=opts, delta=2.0)
 
 
@@ -300,7 +304,7 @@ def test_options_object_equals_the_keywords():
     ({"kl_estimator": "k4"}, r"^kl_estimator: unknown estimator 'k4'; valid ones are k1, k2, k3, abs"),
     ({"kl_agg": "mean"}, r"^kl_agg: unknown aggregation mode 'mean'"),
     ({"agg": "dapo", "norm": -1}, r"^norm: must be > 0"),
-    ({"unknown_option": 1}, r"unexpected keyword argument 'unknown_option'"),
+    ({"unknown_option": 1}, r"^unknown_option: not a policy-loss option; valid ones are eps"),
 ])
 def test_bad_options_name_the_argument(kwargs, pattern):
     with pytest.raises((ValueError, TypeError), match=pattern):
