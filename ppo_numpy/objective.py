@@ -336,6 +336,8 @@ class PolicyLossForward:
     log_w_raw: np.ndarray     # the log-ratio the loss uses: log rho_t, or GSPO's log s_i (B, 1)
     log_w: np.ndarray         # log_w_raw capped at log_ratio_max
     rho: np.ndarray           # exp(log_w) at every response token
+    lo: float                 # 1 - eps
+    hi: float                 # 1 + eps_high
     term: np.ndarray          # the per-token objective term (to maximise)
     kl: np.ndarray | None     # the KL term's KL_t (kl_coef > 0), else None
     policy_loss: float        # -aggregate(term)
@@ -355,7 +357,9 @@ def policy_loss_forward(logp, logp_old, A, m, opts: PolicyLossOptions, logp_ref=
     >>> f.term.round(12).tolist(), round(f.loss, 12)
     ([2.4, -0.8, 1.1], -0.9)
     """
-    lo, hi = opts.bounds()
+    # the clip range [1 - eps, 1 + eps_high]   (eps_high defaults to eps)
+    eps_high = opts.epsilon if opts.epsilon_high is None else opts.epsilon_high
+    lo, hi = 1 - opts.epsilon, 1 + eps_high
     # log rho_t = logp_t - logp_old_t   (clamped to [-c, c] before exp, with log_ratio_clamp)
     log_ratio = logp - logp_old
     log_rho = log_ratio
@@ -374,7 +378,7 @@ def policy_loss_forward(logp, logp_old, A, m, opts: PolicyLossOptions, logp_ref=
     rho = np.where(m, np.exp(log_w), 0.0)
     if opts.loss_type == "cispo":
         # CISPO: sg(w_t) A_t logp_t, the weight w_t = clip(rho_t) a constant of the gradient
-        term = cispo_weight(rho, opts) * A * logp
+        term = cispo_weight(rho, lo, hi, opts) * A * logp
     else:
         # min( rho_t A_t , clip(rho_t, 1 - eps, 1 + eps_high) A_t )
         term = surrogate_term(rho, A, lo, hi, opts.dual_clip, opts.delta)
@@ -389,17 +393,17 @@ def policy_loss_forward(logp, logp_old, A, m, opts: PolicyLossOptions, logp_ref=
         kl = where_valid(m, kl_estimate_kernel(logp, logp_ref, opts.kl_estimator, opts.kl_clamp))
         kl_loss = float(aggregate_kernel(kl, m, *_kl_agg(opts)))
     loss = policy_loss + opts.kl_coef * kl_loss if opts.kl_coef > 0 else policy_loss
-    return PolicyLossForward(logp, log_ratio, log_rho, log_w_raw, log_w, rho, term, kl, policy_loss,
-                             kl_loss, loss)
+    return PolicyLossForward(logp, log_ratio, log_rho, log_w_raw, log_w, rho, lo, hi, term, kl,
+                             policy_loss, kl_loss, loss)
 
 
-def cispo_weight(rho, opts: PolicyLossOptions):
-    """CISPO's importance weight w_t: clip(rho, 1 - eps, 1 + eps_high) (``cispo_clip="range"``,
-    verl) or min(rho, epsilon_high) (``"max"``, TRL)."""
+def cispo_weight(rho, lo, hi, opts: PolicyLossOptions):
+    """CISPO's importance weight w_t: clip(rho, lo, hi) = clip(rho, 1 - eps, 1 + eps_high)
+    (``cispo_clip="range"``, verl) or min(rho, epsilon_high) (``"max"``, TRL)."""
     if opts.cispo_clip == "max":
+        # min(rho_t, eps_high): the bound is eps_high itself (hi - 1), no lower one
         eps_high = opts.epsilon if opts.epsilon_high is None else opts.epsilon_high
         return np.minimum(rho, float(eps_high))
-    lo, hi = opts.bounds()
     return np.minimum(np.maximum(rho, lo), hi)
 
 
@@ -422,11 +426,10 @@ def policy_loss_backward(f: PolicyLossForward, A, m, opts: PolicyLossOptions, lo
     dterm = -aggregation_weights(m, opts.agg, opts.norm)
     if opts.loss_type == "cispo":
         # term = sg(w_t) A_t logp_t: d term / d logp = w_t A_t (nothing flows through w_t)
-        dlogp = dterm * cispo_weight(f.rho, opts) * A
+        dlogp = dterm * cispo_weight(f.rho, f.lo, f.hi, opts) * A
     else:
         # term = rho A where unclipped, a constant where clipped (clip_case)
-        lo, hi = opts.bounds()
-        case = clip_case(f.rho, A, lo, hi, opts.dual_clip, opts.delta)
+        case = clip_case(f.rho, A, f.lo, f.hi, opts.dual_clip, opts.delta)
         drho = dterm * np.where(case == UNCLIPPED, A, 0.0)
         # rho = exp(log_w)
         dlog_w = drho * f.rho
@@ -456,7 +459,7 @@ def policy_loss_stats(f: PolicyLossForward, A, m, opts: PolicyLossOptions) -> di
     the loss: token means over the response tokens)."""
     rho, log_rho = f.rho, f.log_rho
     n = np.count_nonzero(m)
-    lo, hi = opts.bounds()
+    lo, hi = f.lo, f.hi
 
     def frac(flags):  # a fraction of the response tokens
         return float(np.count_nonzero(flags & m) / n)
@@ -472,7 +475,7 @@ def policy_loss_stats(f: PolicyLossForward, A, m, opts: PolicyLossOptions) -> di
     # min(rho_t, delta) A_t: the unclipped branch
     rho_unclipped = rho if opts.delta is None else np.minimum(rho, opts.delta)
     if opts.loss_type == "cispo":
-        clipped = frac(cispo_weight(rho, opts) != rho)
+        clipped = frac(cispo_weight(rho, lo, hi, opts) != rho)
     else:
         # counted from the values, as TRL and verl count (pg_losses2 > pg_losses)
         clipped = frac(f.term < rho_unclipped * A)
