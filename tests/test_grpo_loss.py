@@ -294,7 +294,8 @@ def test_options_object_equals_the_keywords():
 
 
 @pytest.mark.parametrize("kwargs, pattern", [
-    ({"importance_level": "seq"}, r"^importance_level: unknown level 'seq'; valid ones are token, sequence"),
+    ({"importance_level": "seq"},
+     r"^importance_level: unknown level 'seq'; valid ones are token, sequence"),
     ({"loss_type": "ppo"}, r"^loss_type: unknown loss type 'ppo'; valid ones are clip, cispo"),
     ({"loss_type": "cispo", "dual_clip": 3.0}, r"^loss_type: 'cispo' takes no dual_clip"),
     ({"cispo_clip": "min"},

@@ -114,6 +114,6 @@ def test_the_two_forms_differ_by_one_ulp_at_the_bound():
 def test_the_form_is_checked():
     import pytest
 
-    with pytest.raises(ValueError,
-                       match=r"^form: unknown value clip form 'clip'; valid ones are offset, clamp"):
+    with pytest.raises(ValueError, match=r"^form: unknown value clip form 'clip'; "
+                                         r"valid ones are offset, clamp"):
         value_loss([1.0], [0.5], [2.0], clip_range=0.2, form="clip")
