@@ -27,6 +27,7 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
+from . import gspo_rowwise
 from ._validation import check_choice, check_scalar, prepare, where_valid
 from .aggregation import aggregate_kernel, aggregation_weights, check_mode, mode_norm
 from .clipping import UNCLIPPED, check_dual_clip, clip_bounds, clip_case, surrogate_term
@@ -505,6 +506,13 @@ def policy_loss_stats(f: PolicyLossForward, A, m, opts: PolicyLossOptions) -> di
 def policy_loss_kernel(logp, logp_old, A, m, opts: PolicyLossOptions, logp_ref=None):
     """``(forward, stats, dlogp)`` of checked arrays: the forward's names, the statistics and
     d loss / d logp in one call (unchecked kernel: the toy policy's loss, the presets and
-    :func:`ppo_numpy.policy_loss_and_grad` use it)."""
+    :func:`ppo_numpy.policy_loss_and_grad` use it).
+
+    At the sequence level with one advantage per response and at least
+    :data:`ppo_numpy.gspo_rowwise.ROWWISE_FROM` entries it takes the fast form of
+    :mod:`ppo_numpy.gspo_rowwise` (the same numbers to rounding); else the readable one."""
+    A_row = gspo_rowwise.use_rowwise(A, m, opts)
+    if A_row is not None:
+        return gspo_rowwise.gspo_rowwise_kernel(logp, logp_old, A_row, m, opts, logp_ref)
     f = policy_loss_forward(logp, logp_old, A, m, opts, logp_ref)
     return f, policy_loss_stats(f, A, m, opts), policy_loss_backward(f, A, m, opts, logp_ref)
