@@ -25,11 +25,10 @@ toy policies           MLPPolicy, BigramPolicy,    ppo_numpy.policy
 loss + grads (params)  ppo_loss_and_grads          ppo_numpy.policy.loss
 group baselines        grpo_advantages, ...        ppo_numpy.group_advantages
 rollout batch          Rollout                     ppo_numpy.rollout
-loss options           PolicyLossOptions           ppo_numpy.loss_options
+loss options           PolicyLossOptions           ppo_numpy.objective
 =====================  ==========================  ===========================
 """
 
-from . import _moved
 from .aggregation import MODES as AGGREGATION_MODES
 from .aggregation import aggregate
 from .clipping import clipped_surrogate
@@ -54,8 +53,7 @@ from .loss_grads import (
     policy_loss_grad,
     value_loss_grad,
 )
-from .loss_options import PolicyLossOptions
-from .objective import ppo_objective, ppo_policy_loss
+from .objective import PolicyLossOptions, ppo_objective, ppo_policy_loss
 from .policy import (
     SGD,
     Adam,
@@ -75,8 +73,6 @@ from .value_loss import value_loss
 from .whitening import masked_mean, whiten
 
 __version__ = "0.1.0"
-
-_moved.install()
 
 __all__ = [
     "AGGREGATION_MODES",

@@ -36,6 +36,10 @@ import numpy as np
 
 from ._validation import check_choice, check_scalar, prepare, scalar_for
 
+__all__ = ["MODES", "NORM_MODES", "TRL_MODES", "aggregate", "aggregate_kernel",
+           "aggregation_weights",
+           "check_mode", "divisors", "mode_norm"]
+
 MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 #: TRL GRPOTrainer's ``loss_type`` normalisations (module docstring)
 TRL_MODES = ("grpo", "bnpo", "dapo", "dr_grpo")
@@ -116,10 +120,13 @@ def divisors(m: np.ndarray, mode: str, norm=None, like=None):
         dr_grpo                  d = None   D = B * norm
 
     :func:`aggregate` divides by them, :func:`aggregation_weights` (the gradient) is
-    m / (d D). ``m``: a bool (B, T) mask; ``norm``: checked (:func:`mode_norm`);
+    m / (d D). ``m``: a bool (B, T) mask; ``norm``: checked (:func:`mode_norm`), ``None``
+    the mode's default;
     ``like``: an exact array makes ``D`` a Fraction.
     """
     like = m if like is None else like  # (scalar_for: a float unless like is exact)
+    if norm is None and mode in ("seq-mean-token-sum-norm", "dr_grpo"):
+        norm = m.shape[-1]  # the mode's default: T, the padded length
     if mode in ("token-mean", "bnpo") or (mode == "dapo" and norm is None):
         total = int(np.count_nonzero(m))
         if total == 0:

@@ -12,6 +12,9 @@ import numpy as np
 
 from ._validation import as_array, as_mask, check_finite, where_valid
 
+__all__ = ["entropy_from_logits", "entropy_kernel", "log_softmax", "log_softmax_kernel",
+           "prepare_logits"]
+
 
 def log_softmax(logits):
     """Stable log softmax over the last axis: z - max(z) - log sum exp(z - max(z)).

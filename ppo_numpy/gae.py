@@ -26,6 +26,8 @@ from .td import td_errors_kernel
 
 __all__ = ["gae"]
 
+__all__ = ["METHODS", "gae", "gae_kernel"]
+
 METHODS = ("blocked", "loop")
 
 #: ``method=None`` runs the blocked form from this many entries (B T) on: below it the

@@ -26,6 +26,8 @@ import numpy as np
 
 from ._validation import check_int, check_scalar
 
+__all__ = ["Comparison", "cmp", "gradcheck", "numerical_grad"]
+
 
 @dataclass(frozen=True)
 class Comparison:

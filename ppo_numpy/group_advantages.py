@@ -52,6 +52,10 @@ from ._validation import (
 from .gae import _backward_recursion as _returns_to_go  # G_t = r~_t + gamma G_{t+1}
 from .whitening import whiten
 
+__all__ = ["SCALES", "SINGLETONS", "grpo_advantages", "reinforce_plus_plus_advantages",
+           "reinforce_plus_plus_baseline_advantages", "remax_advantages", "returns_to_go",
+           "rloo_advantages"]
+
 SCALES = ("group", "batch", "none")
 SINGLETONS = ("error", "zero", "raw")
 

@@ -33,6 +33,10 @@ from ._validation import (
     zero_like,
 )
 
+__all__ = ["ESTIMATORS", "check_kl_clamp", "check_scores", "kl_estimate",
+           "kl_estimate_grad_kernel", "kl_estimate_kernel", "kl_shaped_rewards",
+           "kl_shaped_rewards_kernel", "last_valid_index"]
+
 ESTIMATORS = ("k1", "k2", "k3", "abs")
 
 
@@ -86,34 +90,18 @@ def check_kl_clamp(clamp, name="clamp"):
     return None if clamp is None else check_scalar(clamp, name, low=0, low_open=True)
 
 
-def kl_terms(d, estimator: str):
-    """``(KL_t, dKL_t / dd)`` of one estimator as a function of d = logp - logp_ref.
-
-    The one place each estimator's formula is written: :func:`kl_estimate` takes the
-    value, :func:`ppo_numpy.kl_estimate_grad` the derivative (the second item is
-    computed only when it is used: a callable).
-
-        k1 = d                  dk1/dd = 1
-        k2 = d^2 / 2            dk2/dd = d
-        k3 = (r - 1) + d        dk3/dd = 1 - r,   r = exp(-d) = pi_ref / pi_theta
-        abs = |d|               dabs/dd = sign(d)  (0 at d = 0)
-
-    Unchecked kernel: ``d`` a float64 (or, but for k3, exact) array.
-    """
-    if estimator == "k1":
-        return d, lambda: np.ones_like(d)
-    if estimator == "k2":
-        return d**2 / 2, lambda: d
-    if estimator == "abs":
-        return np.abs(d), lambda: np.sign(d)
-    # k3 = (r - 1) - log r with log r = -d
-    log_r = -d
-    return np.expm1(log_r) - log_r, lambda: -np.expm1(log_r)
-
-
 def kl_estimate_kernel(logp, logp_ref, estimator: str, clamp=None):
     """:func:`kl_estimate` on checked arrays (0 at padding), ``clamp`` checked (kernel)."""
-    kl, _ = kl_terms(logp - logp_ref, estimator)
+    # d = logp_t - logp_ref_t = -log r
+    d = logp - logp_ref
+    if estimator == "k1":
+        kl = d  # k1 = -log r
+    elif estimator == "k2":
+        kl = d**2 / 2  # k2 = (log r)^2 / 2
+    elif estimator == "k3":
+        kl = np.expm1(-d) + d  # k3 = (r - 1) - log r
+    else:
+        kl = np.abs(d)  # abs = |log r|
     if clamp is not None:
         c = scalar_for(clamp, kl)
         kl = np.minimum(np.maximum(kl, -c), c)
@@ -122,11 +110,22 @@ def kl_estimate_kernel(logp, logp_ref, estimator: str, clamp=None):
 
 def kl_estimate_grad_kernel(logp, logp_ref, estimator, m, clamp=None, w=None):
     """:func:`kl_estimate_grad` on checked arrays (unchecked kernel); ``w`` the aggregation
-    weights or ``None`` (per token)."""
-    kl, dkl = kl_terms(logp - logp_ref, estimator)
-    dkl = dkl()
+    weights or ``None`` (per token). With d = logp - logp_ref and r = exp(-d):
+
+        dk1/dd = 1,   dk2/dd = d,   dk3/dd = 1 - r,   dabs/dd = sign(d)  (0 at d = 0)
+    """
+    d = logp - logp_ref
+    if estimator == "k1":
+        dkl = np.ones_like(d)
+    elif estimator == "k2":
+        dkl = d
+    elif estimator == "k3":
+        dkl = -np.expm1(-d)  # 1 - r
+    else:
+        dkl = np.sign(d)
     if clamp is not None:
-        dkl = np.where(np.abs(kl) <= clamp, dkl, 0.0)
+        # the clamp passes the gradient where |KL_t| <= clamp
+        dkl = np.where(np.abs(kl_estimate_kernel(logp, logp_ref, estimator)) <= clamp, dkl, 0.0)
     if w is not None:
         dkl = w * dkl
     return where_valid(m, dkl)

@@ -48,8 +48,17 @@ from ._validation import prepare
 from .aggregation import aggregation_weights, check_mode, mode_norm
 from .entropy import log_softmax_kernel, prepare_logits
 from .kl import _check_estimator, check_kl_clamp, kl_estimate_grad_kernel
-from .objective import checked_policy_loss
-from .value_loss import ValueLoss, check_value_clip, check_value_clip_form
+from .objective import (
+    _checked,
+    loss_options,
+    policy_loss_backward,
+    policy_loss_forward,
+    policy_loss_kernel,
+)
+from .value_loss import check_value_clip, check_value_clip_form, value_loss_grad_kernel
+
+__all__ = ["aggregate_grad", "entropy_grad", "kl_estimate_grad", "policy_loss_and_grad",
+           "policy_loss_grad", "value_loss_grad"]
 
 
 def aggregate_grad(per_token, mask=None, mode="token-mean", *, norm=None):
@@ -96,8 +105,7 @@ def _weights(m: np.ndarray, mode: str, norm) -> np.ndarray:
 
 
 def policy_loss_grad(logp, logp_old, advantages, mask=None, epsilon=0.2, agg="token-mean", *,
-                     epsilon_high=None, dual_clip=None, norm=None, log_ratio_clamp=None,
-                     options=None, logp_ref=None, **more_options):
+                     logp_ref=None, **options):
     """d/d logp of the policy loss of :func:`ppo_policy_loss` (same arguments).
 
     The loss is -sum_{i,t} w_{i,t} term_{i,t} with term = min(rho A, clip(rho, lo, hi) A)
@@ -111,12 +119,12 @@ def policy_loss_grad(logp, logp_old, advantages, mask=None, epsilon=0.2, agg="to
         dloss/dlogp = -w dterm/drho rho
 
     So the gradient is exactly 0 where the clipped branch is active. At the
-    kinks the bound counts as inside the trust region (module docstring).
+    kinks the bound counts as inside the trust region (module docstring). The
+    backward pass itself: :func:`ppo_numpy.objective.policy_loss_backward`.
 
     Parameters
     ----------
-    logp, logp_old, advantages, mask, epsilon, agg, epsilon_high, dual_clip, norm, \
-log_ratio_clamp, options, logp_ref, **more_options
+    logp, logp_old, advantages, mask, epsilon, agg, logp_ref, **options
         Exactly as in :func:`ppo_policy_loss` (GSPO, delta, CISPO, a KL term included).
 
     Returns
@@ -133,20 +141,18 @@ log_ratio_clamp, options, logp_ref, **more_options
     >>> [round(float(v), 12) for v in d]
     [0.0, 0.0, -0.366666666667]
     """
-    # the case analysis of ppo_numpy.clipping.ClipCases: dterm/drho = A where unclipped
-    return checked_policy_loss(logp, logp_old, advantages, mask, logp_ref, options,
-                               epsilon=epsilon, agg=agg, epsilon_high=epsilon_high,
-                               dual_clip=dual_clip, norm=norm, log_ratio_clamp=log_ratio_clamp,
-                               **more_options).dlogp
+    opts = loss_options(epsilon, agg, **options)
+    (logp, logp_old, A, *ref), m = _checked(logp, logp_old, advantages, mask, logp_ref)
+    f = policy_loss_forward(logp, logp_old, A, m, opts, *ref)
+    return policy_loss_backward(f, A, m, opts, *ref)
 
 
 def policy_loss_and_grad(logp, logp_old, advantages, mask=None, epsilon=0.2, agg="token-mean",
-                         *, options=None, logp_ref=None, **more_options):
+                         *, logp_ref=None, **options):
     """:func:`ppo_policy_loss` and :func:`policy_loss_grad` of one call: ``(loss, stats, dlogp)``.
 
-    The arguments are checked once and the loss is built once (one
-    ``PolicyLoss`` (:mod:`ppo_numpy.objective`)): the same numbers, bit for bit, as the two
-    calls, for about half the work.
+    The arguments are checked once and the forward pass is made once: the same numbers,
+    bit for bit, as the two calls, for about half the work.
 
     Examples
     --------
@@ -157,9 +163,10 @@ def policy_loss_and_grad(logp, logp_old, advantages, mask=None, epsilon=0.2, agg
     >>> round(loss, 12), [round(float(v), 12) for v in d]
     (-0.9, [0.0, 0.0, -0.366666666667])
     """
-    out = checked_policy_loss(logp, logp_old, advantages, mask, logp_ref, options,
-                              epsilon=epsilon, agg=agg, **more_options)
-    return out.loss, out.stats(), out.dlogp
+    opts = loss_options(epsilon, agg, **options)
+    (logp, logp_old, A, *ref), m = _checked(logp, logp_old, advantages, mask, logp_ref)
+    f, stats, dlogp = policy_loss_kernel(logp, logp_old, A, m, opts, *ref)
+    return f.loss, stats, dlogp
 
 
 def value_loss_grad(values, old_values, returns, mask=None, clip_range=None, agg="token-mean",
@@ -204,7 +211,8 @@ def value_loss_grad(values, old_values, returns, mask=None, clip_range=None, agg
     check_mode(agg, "agg")
     (v, v_old, R), m = prepare(
         {"values": values, "old_values": old_values, "returns": returns}, mask, exact=False)
-    dL = ValueLoss(v, v_old, R, check_value_clip(clip_range), check_value_clip_form(form)).dv
+    dL = value_loss_grad_kernel(v, v_old, R, check_value_clip(clip_range),
+                                check_value_clip_form(form))
     # the weights and dL are 0 at padding (prepare zeroes the inputs there)
     return _weights(m, agg, norm) * dL + 0.0
 

@@ -7,19 +7,201 @@ each response's tokens. :func:`ppo_objective` is that number exactly (to be
 maximised). :func:`ppo_policy_loss` is its negative under a chosen
 aggregation (frameworks usually average over tokens instead of summing) and
 returns the statistics frameworks log.
+
+The loss options are keywords, the one way to pass them: ``epsilon`` and ``agg`` by
+name in the signatures, every other field of :class:`PolicyLossOptions` through
+``**options``. Inside the package they travel as one checked :class:`PolicyLossOptions`.
+
+The loss is written in three plain functions on checked arrays, makemore style (every
+intermediate has a name, its gradient is ``d<name>``):
+
+* :func:`policy_loss_forward`: log rho -> rho -> term -> loss (+ the KL term);
+* :func:`policy_loss_backward`: d loss / d logp, back through the same names;
+* :func:`policy_loss_stats`: the statistics frameworks log, computed apart.
 """
 
 from __future__ import annotations
 
+import warnings
+from dataclasses import dataclass, fields
+
 import numpy as np
 
-from ._lazy import lazy
-from ._validation import prepare, where_valid
-from .aggregation import aggregate_kernel, aggregation_weights, divisors, mode_norm
-from .clipping import ClipCases
-from .kl import kl_estimate_grad_kernel, kl_estimate_kernel
-from .loss_options import PolicyLossOptions, resolve
-from .ratio import log_ratio, sequence_log_ratio, sequence_mean_grad
+from . import gspo_rowwise
+from ._validation import check_choice, check_scalar, prepare, where_valid
+from .aggregation import aggregate_kernel, aggregation_weights, check_mode, mode_norm
+from .clipping import UNCLIPPED, check_dual_clip, clip_bounds, clip_case, surrogate_term
+from .kl import _check_estimator, check_kl_clamp, kl_estimate_grad_kernel, kl_estimate_kernel
+from .ratio import check_clamp, check_level
+
+__all__ = ["CISPO_CLIPS", "LOSS_TYPES", "PolicyLossOptions", "loss_options",
+           "policy_loss_backward", "policy_loss_forward", "policy_loss_kernel",
+           "policy_loss_stats", "ppo_objective", "ppo_policy_loss"]
+
+
+#: the forms of the per-token policy loss
+LOSS_TYPES = ("clip", "cispo")
+#: how CISPO bounds its importance weight
+CISPO_CLIPS = ("range", "max")
+
+
+@dataclass(frozen=True)
+class PolicyLossOptions:
+    """How the clipped surrogate becomes a loss: clip range, dual clip, clamp, aggregation.
+
+    Attributes
+    ----------
+    epsilon : float >= 0
+        Lower clip width: the range starts at 1 - epsilon. Default 0.2.
+    epsilon_high : float >= 0, optional
+        Upper clip width (DAPO's clip-higher); ``None``: ``epsilon``.
+    dual_clip : float > 1, optional
+        For A < 0 the term is bounded below by ``dual_clip * A``; ``None``: off.
+    log_ratio_clamp : float > 0, optional
+        Clamp logp - logp_old to [-c, c] before exp; ``None``: off.
+    agg : str
+        Aggregation mode (:data:`ppo_numpy.AGGREGATION_MODES`). Default ``"token-mean"``.
+    norm : float > 0, optional
+        Divisor of the modes that take one (``"seq-mean-token-sum-norm"``, ``"dr_grpo"``:
+        default T; ``"dapo"``: default the batch's token count).
+    importance_level : {"token", "sequence"}
+        ``"sequence"``: GSPO's sequence ratio (:func:`ppo_numpy.probability_ratio`) in
+        place of the token ratio. Default ``"token"``.
+    log_ratio_max : float, optional
+        An upper bound on the log-ratio the loss uses (the sequence log-ratio at
+        ``importance_level="sequence"``): verl's GSPO clamps it at 10. ``None``: off.
+    delta : float > 0, optional
+        TRL's two-sided bound (``GRPOConfig.delta``): the unclipped branch uses
+        min(rho, delta). ``None``: off.
+    loss_type : {"clip", "cispo"}
+        ``"clip"`` (default): the clipped surrogate. ``"cispo"``: CISPO,
+        -sg(w_t) A_t logp_t with the importance weight w_t bounded as ``cispo_clip``
+        says and not differentiated (its gradient is -w_t A_t per token).
+    cispo_clip : {"range", "max"}
+        ``"range"`` (verl's ``loss_mode="cispo"``): w = clip(rho, 1 - eps, 1 + eps_high);
+        ``"max"`` (TRL's ``loss_type="cispo"``): w = min(rho, epsilon_high), the bound
+        ``epsilon_high`` itself and no lower one. Default ``"range"``.
+    kl_coef : float >= 0
+        beta of a KL-to-reference term in the loss, beta * aggregate(KL_t) (GRPO's KL in
+        the loss; needs ``logp_ref``). Default 0 (off).
+    kl_estimator : {"k1", "k2", "k3", "abs"}
+        Its per-token estimator of KL(pi_theta || pi_ref). Default ``"k3"``.
+    kl_clamp : float > 0, optional
+        Clamp the per-token KL to [-c, c] (verl's ``low_var_kl``: 10). ``None``: off.
+    kl_agg : str, optional
+        The KL term's aggregation mode; ``None`` (default): ``agg``, as TRL adds it per
+        token to the policy loss.
+
+    Examples
+    --------
+    >>> opts = PolicyLossOptions(epsilon=0.2, epsilon_high=0.28)
+    >>> opts.bounds()
+    (0.8, 1.28)
+    >>> PolicyLossOptions(dual_clip=0.5)
+    Traceback (most recent call last):
+    ...
+    ValueError: dual_clip: must be > 1, got 0.5
+    """
+
+    epsilon: float = 0.2
+    epsilon_high: float | None = None
+    dual_clip: float | None = None
+    log_ratio_clamp: float | None = None
+    agg: str = "token-mean"
+    norm: float | None = None
+    importance_level: str = "token"
+    log_ratio_max: float | None = None
+    delta: float | None = None
+    loss_type: str = "clip"
+    cispo_clip: str = "range"
+    kl_coef: float = 0.0
+    kl_estimator: str = "k3"
+    kl_clamp: float | None = None
+    kl_agg: str | None = None
+
+    def __post_init__(self):
+        set_ = object.__setattr__
+        clip_bounds(self.epsilon, self.epsilon_high)
+        set_(self, "dual_clip", check_dual_clip(self.dual_clip))
+        set_(self, "log_ratio_clamp", check_clamp(self.log_ratio_clamp))
+        check_mode(self.agg, "agg")
+        # the mode's own default (T) is resolved per batch: mode_norm(mode, norm, T)
+        mode_norm(self.agg, self.norm, 1)
+        check_level(self.importance_level, "importance_level")
+        if self.log_ratio_max is not None:
+            set_(self, "log_ratio_max", check_scalar(self.log_ratio_max, "log_ratio_max",
+                                                     allow_exact=False))
+        if self.delta is not None:
+            set_(self, "delta", check_scalar(self.delta, "delta", low=0, low_open=True,
+                                             allow_exact=False))
+        check_choice(self.loss_type, "loss_type", LOSS_TYPES, "loss type")
+        check_choice(self.cispo_clip, "cispo_clip", CISPO_CLIPS, "CISPO clip")
+        if self.loss_type == "cispo" and (self.dual_clip is not None or self.delta is not None):
+            raise ValueError("loss_type: 'cispo' takes no dual_clip or delta (its weight is "
+                             "bounded by cispo_clip)")
+        set_(self, "kl_coef", check_scalar(self.kl_coef, "kl_coef", low=0, allow_exact=False))
+        _check_estimator(self.kl_estimator, "kl_estimator")
+        set_(self, "kl_clamp", check_kl_clamp(self.kl_clamp, "kl_clamp"))
+        if self.kl_agg is not None:
+            check_mode(self.kl_agg, "kl_agg")
+
+    def bounds(self, like=None):
+        """``(1 - epsilon, 1 + epsilon_high)`` in the arithmetic of ``like`` (float by default)."""
+        return clip_bounds(self.epsilon, self.epsilon_high, like=like)
+
+    def norm_for(self, T: int):
+        """The divisor of ``"seq-mean-token-sum-norm"`` for a batch of width T (else None)."""
+        return mode_norm(self.agg, self.norm, T)
+
+    @property
+    def is_ppo(self) -> bool:
+        """Token ratio, clipped surrogate, no delta, no KL term: the objective's own loss."""
+        return (self.importance_level == "token" and self.loss_type == "clip"
+                and self.delta is None and self.log_ratio_max is None and self.kl_coef == 0)
+
+
+#: the field names of :class:`PolicyLossOptions`, the keywords of every policy-loss function
+OPTION_NAMES = tuple(f.name for f in fields(PolicyLossOptions))
+DEFAULTS = PolicyLossOptions()
+
+
+def loss_options(epsilon=0.2, agg="token-mean", **options) -> PolicyLossOptions:
+    """The checked :class:`PolicyLossOptions` of a call's keywords.
+
+    An unknown keyword is a TypeError that names it and the valid ones. ``options=`` (a
+    :class:`PolicyLossOptions` passed whole) is deprecated: it still works, with a
+    DeprecationWarning, when no other option is given.
+
+    >>> loss_options(epsilon=0.1).epsilon
+    0.1
+    >>> loss_options(epsilon_hi=0.3)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    TypeError: epsilon_hi: not a policy-loss option; valid ones are epsilon, epsilon_high, ...
+    """
+    if "options" in options:
+        whole = options.pop("options")
+        if whole is not None:
+            warnings.warn("options=PolicyLossOptions(...) is deprecated: pass the options as "
+                          "keywords (ppo_policy_loss(..., epsilon=0.1, agg='grpo'))",
+                          DeprecationWarning, stacklevel=3)
+            if not isinstance(whole, PolicyLossOptions):
+                raise TypeError(f"options: expected a PolicyLossOptions, got "
+                                f"{type(whole).__name__}")
+            given = {k: v for k, v in dict(epsilon=epsilon, agg=agg, **options).items()
+                     if v != getattr(DEFAULTS, k, None)}
+            if given:
+                listed = ", ".join(f"{k}={v!r}" for k, v in given.items())
+                raise ValueError("options: pass the loss options as keywords, not both ways "
+                                 f"(got {listed} too)")
+            return whole
+    for name in options:
+        if name not in OPTION_NAMES:
+            raise TypeError(f"{name}: not a policy-loss option; valid ones are "
+                            f"{', '.join(OPTION_NAMES)}")
+    if epsilon == 0.2 and agg == "token-mean" and not options:
+        return DEFAULTS  # checked once, when this module was imported
+    return PolicyLossOptions(epsilon=epsilon, agg=agg, **options)
 
 
 def ppo_objective(logp, logp_old, advantages, mask=None, epsilon=0.2, **clip_options):
@@ -55,13 +237,23 @@ def ppo_objective(logp, logp_old, advantages, mask=None, epsilon=0.2, **clip_opt
     1.075375
     """
     # the loss of ppo_policy_loss, which it must equal, with agg="seq-mean-token-sum"
-    return -checked_policy_loss(logp, logp_old, advantages, mask, None, None, epsilon=epsilon,
-                                agg="seq-mean-token-sum", **clip_options).loss
+    opts = loss_options(epsilon, "seq-mean-token-sum", **clip_options)
+    (logp, logp_old, A), m = _checked(logp, logp_old, advantages, mask)
+    return -policy_loss_forward(logp, logp_old, A, m, opts).loss
+
+
+def _checked(logp, logp_old, advantages, mask, logp_ref=None):
+    """The arrays of a public call checked once: float64 (even for Fractions: rho needs exp),
+    0 at padding; ``logp_ref`` last when given."""
+    arrays = {"logp": logp, "logp_old": logp_old, "advantages": advantages}
+    if logp_ref is not None:
+        arrays["logp_ref"] = logp_ref
+    out, m = prepare(arrays, mask, exact=False)
+    return out, m
 
 
 def ppo_policy_loss(logp, logp_old, advantages, mask=None, epsilon=0.2, agg="token-mean", *,
-                    epsilon_high=None, dual_clip=None, norm=None, log_ratio_clamp=None,
-                    options=None, logp_ref=None, **more_options):
+                    logp_ref=None, **options):
     """Policy loss -aggregate(min(rho A, clip(rho) A)) and the statistics frameworks log.
 
     Parameters
@@ -75,21 +267,14 @@ def ppo_policy_loss(logp, logp_old, advantages, mask=None, epsilon=0.2, agg="tok
     agg : str
         Aggregation mode of :func:`aggregate`. Default ``"token-mean"``;
         ``"seq-mean-token-sum"`` gives exactly ``-ppo_objective``.
-    epsilon_high, dual_clip : optional
-        See :func:`clipped_surrogate`.
-    norm : float, optional
-        Divisor for ``agg="seq-mean-token-sum-norm"`` (only that mode takes it).
-    log_ratio_clamp : float, optional
-        See :func:`probability_ratio`.
-    options : PolicyLossOptions, optional
-        All of ``epsilon``, ``agg``, ``epsilon_high``, ``dual_clip``, ``norm`` and
-        ``log_ratio_clamp`` in one object (then give none of those keywords).
     logp_ref : array, same shape, optional
         log pi_ref of the tokens, for a KL term in the loss (``kl_coef > 0``).
-    **more_options
-        Any other field of :class:`PolicyLossOptions`: the critic-free family's
-        ``importance_level`` (GSPO), ``log_ratio_max``, ``delta``, ``loss_type``
-        (CISPO), ``cispo_clip``, ``kl_coef``, ``kl_estimator``, ``kl_clamp``, ``kl_agg``.
+    **options
+        Any other field of :class:`PolicyLossOptions`: ``epsilon_high``, ``dual_clip``
+        (see :func:`clipped_surrogate`), ``norm`` (the divisor of the modes that take one),
+        ``log_ratio_clamp`` (see :func:`probability_ratio`), and the critic-free family's
+        ``importance_level`` (GSPO), ``log_ratio_max``, ``delta``, ``loss_type`` (CISPO),
+        ``cispo_clip``, ``kl_coef``, ``kl_estimator``, ``kl_clamp``, ``kl_agg``.
 
     Returns
     -------
@@ -135,204 +320,199 @@ def ppo_policy_loss(logp, logp_old, advantages, mask=None, epsilon=0.2, agg="tok
     >>> round(loss, 12), stats["clipfrac_active"]
     (-1.2, 1.0)
     """
-    out = checked_policy_loss(logp, logp_old, advantages, mask, logp_ref, options,
-                              epsilon=epsilon, agg=agg, epsilon_high=epsilon_high,
-                              dual_clip=dual_clip, norm=norm, log_ratio_clamp=log_ratio_clamp,
-                              **more_options)
-    return out.loss, out.stats()
+    opts = loss_options(epsilon, agg, **options)
+    (logp, logp_old, A, *ref), m = _checked(logp, logp_old, advantages, mask, logp_ref)
+    f = policy_loss_forward(logp, logp_old, A, m, opts, *ref)
+    return f.loss, policy_loss_stats(f, A, m, opts)
 
 
-def checked_policy_loss(logp, logp_old, advantages, mask, logp_ref, options, **keywords):
-    """The :class:`PolicyLoss` of a public call: the options resolved (:func:`resolve`), then
-    the arrays checked once (float64, 0 at padding)."""
-    opts = resolve(options, **keywords)
-    arrays = {"logp": logp, "logp_old": logp_old, "advantages": advantages}
-    if logp_ref is not None:
-        arrays["logp_ref"] = logp_ref
-    # in float64 even for Fractions (rho needs exp), so that term and rho * A round alike
-    out, m = prepare(arrays, mask, exact=False)
-    return policy_loss_kernel(*out[:3], m, opts, out[3] if logp_ref is not None else None)
+@dataclass(frozen=True)
+class PolicyLossForward:
+    """The named intermediates of :func:`policy_loss_forward` (each a float64 array of the
+    batch's shape, 0 at padding, unless said otherwise)."""
+
+    logp: np.ndarray
+    log_ratio: np.ndarray     # logp_t - logp_old_t
+    log_rho: np.ndarray       # log rho_t: log_ratio, clamped to [-c, c] by log_ratio_clamp
+    log_w_raw: np.ndarray     # the log-ratio the loss uses: log rho_t, or GSPO's log s_i (B, 1)
+    log_w: np.ndarray         # log_w_raw capped at log_ratio_max
+    rho: np.ndarray           # exp(log_w) at every response token
+    lo: float                 # 1 - eps
+    hi: float                 # 1 + eps_high
+    term: np.ndarray          # the per-token objective term (to maximise)
+    kl: np.ndarray | None     # the KL term's KL_t (kl_coef > 0), else None
+    policy_loss: float        # -aggregate(term)
+    kl_loss: float            # aggregate(KL_t), 0.0 without a KL term
+    loss: float               # policy_loss + kl_coef kl_loss
 
 
-class PolicyLoss:
-    """The policy loss of one batch and everything derived from it, each computed on first use.
+def policy_loss_forward(logp, logp_old, A, m, opts: PolicyLossOptions, logp_ref=None):
+    """The policy loss on checked arrays (unchecked kernel), every intermediate named.
 
-    Unchecked kernel behind :func:`ppo_policy_loss`, :func:`ppo_numpy.policy_loss_grad`,
-    the toy policy's loss and the presets: ``logp``, ``logp_old``, ``A`` (and ``logp_ref``
-    when ``opts.kl_coef > 0``) float64 (B, T) or (T,) arrays, 0 at padding; ``m`` the bool
-    mask; ``opts`` a :class:`PolicyLossOptions`. Attributes: ``log_rho`` (the token
-    log-ratio, clamped) and ``passes`` (:func:`ppo_numpy.ratio.log_ratio`), ``log_w`` (the
-    log-ratio the loss uses: token or sequence, capped by ``log_ratio_max``), ``rho``
-    (exp(log_w), 0 at padding), ``cases`` (:class:`ppo_numpy.clipping.ClipCases`),
-    ``loss``, ``dlogp``; :meth:`stats`.
+    ``logp``, ``logp_old``, ``A`` (and ``logp_ref`` when ``opts.kl_coef > 0``) float64
+    (B, T) or (T,) arrays, 0 at padding; ``m`` the bool mask; ``opts`` checked. Returns
+    a :class:`PolicyLossForward`.
+
+    >>> f = policy_loss_forward(np.log([1.5, 0.5, 1.1]), np.zeros(3), np.array([2.0, -1, 1]),
+    ...                         np.ones(3, bool), PolicyLossOptions())
+    >>> f.term.round(12).tolist(), round(f.loss, 12)
+    ([2.4, -0.8, 1.1], -0.9)
     """
-
-    def __init__(self, logp, logp_old, A, m, opts: PolicyLossOptions, logp_ref=None):
-        self.logp, self.logp_ref, self.m, self.A, self.opts = logp, logp_ref, m, A, opts
-        self.log_rho, self.passes = log_ratio(logp, logp_old, opts.log_ratio_clamp)
-        log_w = self.log_rho
-        if opts.importance_level == "sequence":
-            # log s_i = (1/n_i) sum_t (logp_t - logp_old_t), at every token of response i
-            log_w = sequence_log_ratio(log_w, m)
-        self.below_max = None
-        if opts.log_ratio_max is not None:
-            # the bound passes the gradient, as torch.clamp(max=...) does
-            self.below_max = log_w <= opts.log_ratio_max
-            log_w = np.minimum(log_w, opts.log_ratio_max)
-        self.log_w = log_w
-        # rho_t = exp(logp_t - logp_old_t)
-        self.rho = np.exp(log_w)
-        if opts.importance_level == "token":
-            self.rho *= m  # (log_w is 0, or a finite cap, at padding: exp of it times 0 is 0)
-        else:  # the sequence's log-ratio is at padding too, where its exp may overflow
-            self.rho = where_valid(m, self.rho)
-        lo, hi = opts.bounds()
-        self.cases = ClipCases(self.rho, A, lo, hi, opts.dual_clip, opts.delta)
-        self.norm = opts.norm_for(m.shape[-1])
-        if opts.kl_coef > 0 and logp_ref is None:
+    # the clip range [1 - eps, 1 + eps_high]   (eps_high defaults to eps)
+    eps_high = opts.epsilon if opts.epsilon_high is None else opts.epsilon_high
+    lo, hi = 1 - opts.epsilon, 1 + eps_high
+    # log rho_t = logp_t - logp_old_t   (clamped to [-c, c] before exp, with log_ratio_clamp)
+    log_ratio = logp - logp_old
+    log_rho = log_ratio
+    if opts.log_ratio_clamp is not None:
+        log_rho = np.clip(log_ratio, -opts.log_ratio_clamp, opts.log_ratio_clamp)
+    log_w_raw = log_rho
+    if opts.importance_level == "sequence":
+        # GSPO: log s_i = (1/n_i) sum_t log rho_{i,t}, one ratio per response   (B, 1)
+        n = np.maximum(m.sum(axis=-1, keepdims=True), 1)
+        log_w_raw = log_rho.sum(axis=-1, keepdims=True) / n
+    log_w = log_w_raw
+    if opts.log_ratio_max is not None:
+        # capped (verl's GSPO: at 10)
+        log_w = np.minimum(log_w_raw, opts.log_ratio_max)
+    # rho_t = exp(log_w), at every response token, 0 at padding
+    rho = np.where(m, np.exp(log_w), 0.0)
+    if opts.loss_type == "cispo":
+        # CISPO: sg(w_t) A_t logp_t, the weight w_t = clip(rho_t) a constant of the gradient
+        term = cispo_weight(rho, lo, hi, opts) * A * logp
+    else:
+        # min( rho_t A_t , clip(rho_t, 1 - eps, 1 + eps_high) A_t )
+        term = surrogate_term(rho, A, lo, hi, opts.dual_clip, opts.delta)
+    # loss = -aggregate(term)   (0 at padding: rho and A are)
+    policy_loss = -float(aggregate_kernel(term, m, opts.agg, opts.norm))
+    kl, kl_loss = None, 0.0
+    if opts.kl_coef > 0:
+        if logp_ref is None:
             raise ValueError("logp_ref: the KL term of the loss (kl_coef > 0) needs the "
                              "reference log-probabilities")
-
-    @lazy
-    def cispo_weight(self):
-        """CISPO's importance weight w_t (a constant of the gradient): clip(rho, lo, hi) or
-        min(rho, epsilon_high)."""
-        opts = self.opts
-        if opts.cispo_clip == "max":
-            eps_high = opts.epsilon if opts.epsilon_high is None else opts.epsilon_high
-            return np.minimum(self.rho, float(eps_high))
-        lo, hi = opts.bounds()
-        return np.minimum(np.maximum(self.rho, lo), hi)
-
-    @lazy
-    def kl(self):
-        """The per-token KL_t of the KL term, 0 at padding (``kl_coef > 0``)."""
-        opts = self.opts
-        kl = kl_estimate_kernel(self.logp, self.logp_ref, opts.kl_estimator, opts.kl_clamp)
-        return where_valid(self.m, kl)
-
-    @property
-    def kl_agg(self):
-        agg = self.opts.kl_agg or self.opts.agg
-        # the policy loss's own mode takes its norm; another mode its default
-        return agg, self.norm if agg == self.opts.agg else mode_norm(agg, None, self.m.shape[-1])
-
-    @lazy
-    def divs(self):
-        """The :func:`~ppo_numpy.aggregation.divisors` of the policy loss's mode, once for the
-        loss and its gradient."""
-        return divisors(self.m[None] if self.m.ndim == 1 else self.m, self.opts.agg, self.norm)
-
-    @lazy
-    def policy_loss(self) -> float:
-        # (0 at padding: rho, A and logp are 0 there, and so is every product with them)
-        if self.opts.loss_type == "cispo":
-            # -sg(w_t) A_t logp_t
-            term = self.cispo_weight * self.A * self.logp
-        else:
-            # min( rho A, clip(rho) A )
-            term = self.cases.term
-        return -float(aggregate_kernel(term, self.m, self.opts.agg, self.norm, self.divs))
-
-    @lazy
-    def kl_loss(self) -> float:
-        """aggregate(KL_t), before its coefficient (0.0 without a KL term)."""
-        if self.opts.kl_coef == 0:
-            return 0.0
-        agg, norm = self.kl_agg
-        return float(aggregate_kernel(self.kl, self.m, agg, norm))
-
-    @lazy
-    def loss(self) -> float:
-        # loss = -aggregate( min(rho A, clip(rho) A) )  (+ beta aggregate(KL_t))
-        if self.opts.kl_coef == 0:
-            return self.policy_loss
-        return self.policy_loss + self.opts.kl_coef * self.kl_loss
-
-    @lazy
-    def dlogp(self) -> np.ndarray:
-        """d loss / d logp, 0 at padding: -w (d term / d rho) rho (d log rho / d logp) for the
-        clipped surrogate, -w sg(w_t) A_t for CISPO, plus beta w dKL_t/dlogp."""
-        opts, m = self.opts, self.m
-        w = aggregation_weights(m, opts.agg, self.norm, self.divs)
-        if opts.kl_coef > 0:
-            agg, norm = self.kl_agg
-            w_kl = w.copy() if agg == opts.agg else aggregation_weights(m, agg, norm)
-        # g = -dlogp, built in w's array: negation is exact, so the sign comes once, at the end
-        g = w
-        if opts.loss_type == "cispo":
-            g *= self.cispo_weight
-            g *= self.A
-        else:
-            # d loss / d log_w = -w (d term / d rho) rho
-            g *= self.cases.drho
-            g *= self.rho
-            if self.below_max is not None:
-                g *= self.below_max
-            if opts.importance_level == "sequence":
-                # d log s_i / d logp_t = m_t / n_i: each token gets its row's mean
-                g = sequence_mean_grad(g, m)
-            if self.passes is not None:
-                g *= self.passes
-        # (g is 0 at padding: w is, and every factor is finite there)
-        if opts.kl_coef == 0:
-            return np.subtract(0.0, g, out=g)  # -g, with -0.0 made 0.0
-        dlogp = np.negative(g, out=g)
-        dlogp += opts.kl_coef * kl_estimate_grad_kernel(
-            self.logp, self.logp_ref, opts.kl_estimator, m, opts.kl_clamp, w_kl)
-        dlogp += 0.0  # (turns -0.0 into 0.0)
-        return dlogp
-
-    def stats(self) -> dict:
-        m, log_rho, rho, cases = self.m, self.log_rho, self.rho, self.cases
-        n = np.count_nonzero(m)
-
-        def count(x):  # a fraction of tokens: the number the float sum of its 0s and 1s gives
-            return float(np.count_nonzero(x & m) / n)
-
-        def mean(x):  # x +0.0 at padding: the sum of np.where(m, x, 0.0)
-            return float(x.sum() / n)
-
-        # the inputs are 0 at padding, so is log rho: -log rho is -0.0 there, which changes
-        # the sum of np.where(m, -log rho, 0.0) only when that sum is 0 (its sign)
-        k1 = -log_rho.sum()
-        if k1 == 0:
-            k1 = np.where(m, -log_rho, 0.0).sum()
-        k = np.square(log_rho)
-        k /= 2  # (log rho)^2 / 2
-        k2 = mean(k)
-        k = np.expm1(log_rho, out=k)
-        k -= log_rho  # (rho - 1) - log rho
-        k3 = mean(k)
-        # at padding rho = A = 0: the term equals rho A there, and rho is below any lo > 0
-        clipped = count(self.cispo_weight != rho) if self.opts.loss_type == "cispo" \
-            else float(np.count_nonzero(cases.counted_clipped) / n)
-        outside = np.count_nonzero(cases.above) + np.count_nonzero(cases.below)
-        if cases.lo > 0:
-            outside -= m.size - n
-        stats = {
-            "clipfrac_active": clipped,
-            "clipfrac_outside": float(outside / n),
-            "dual_clipfrac": count(cases.counted_dual) if self.opts.dual_clip is not None
-            else 0.0,
-            # why: log rho from the log-probs, not log(rho): rho underflows to 0 for
-            # log rho < -745
-            "approx_kl_k1": float(k1 / n),
-            "approx_kl_k2": k2,
-            "approx_kl_k3": k3,
-            "ratio_mean": mean(rho),
-            # rho >= 0, and 0 at padding: the max over all positions is the max over tokens
-            "ratio_min": float((rho if n == m.size else np.where(m, rho, np.inf)).min()),
-            "ratio_max": float(rho.max()),
-        }
-        if not self.opts.is_ppo:
-            stats["clipfrac_low"] = count(cases.low_clipped)
-            stats["clipfrac_high"] = count(cases.high_clipped)
-            stats["kl_ref"] = mean(self.kl) if self.opts.kl_coef > 0 else 0.0
-        return stats
+        # + beta aggregate(KL_t),  KL_t of pi_theta against pi_ref
+        kl = where_valid(m, kl_estimate_kernel(logp, logp_ref, opts.kl_estimator, opts.kl_clamp))
+        kl_loss = float(aggregate_kernel(kl, m, *_kl_agg(opts)))
+    loss = policy_loss + opts.kl_coef * kl_loss if opts.kl_coef > 0 else policy_loss
+    return PolicyLossForward(logp, log_ratio, log_rho, log_w_raw, log_w, rho, lo, hi, term, kl,
+                             policy_loss, kl_loss, loss)
 
 
-def policy_loss_kernel(logp, logp_old, A, m, opts: PolicyLossOptions,
-                       logp_ref=None) -> PolicyLoss:
-    """:class:`PolicyLoss` of checked arrays (unchecked kernel)."""
-    return PolicyLoss(logp, logp_old, A, m, opts, logp_ref)
+def cispo_weight(rho, lo, hi, opts: PolicyLossOptions):
+    """CISPO's importance weight w_t: clip(rho, lo, hi) = clip(rho, 1 - eps, 1 + eps_high)
+    (``cispo_clip="range"``, verl) or min(rho, epsilon_high) (``"max"``, TRL)."""
+    if opts.cispo_clip == "max":
+        # min(rho_t, eps_high): the bound is eps_high itself (hi - 1), no lower one
+        eps_high = opts.epsilon if opts.epsilon_high is None else opts.epsilon_high
+        return np.minimum(rho, float(eps_high))
+    return np.minimum(np.maximum(rho, lo), hi)
+
+
+def _kl_agg(opts: PolicyLossOptions):
+    """The KL term's (mode, norm): ``kl_agg`` (its own mode's default norm), else the policy
+    loss's mode and norm."""
+    if opts.kl_agg is None or opts.kl_agg == opts.agg:
+        return opts.agg, opts.norm
+    return opts.kl_agg, None
+
+
+def policy_loss_backward(f: PolicyLossForward, A, m, opts: PolicyLossOptions, logp_ref=None):
+    """d loss / d logp of :func:`policy_loss_forward`'s result ``f`` (unchecked kernel).
+
+    Back through the forward's names, each gradient ``d<name>`` shaped like ``<name>``;
+    0 at padding. At the kinks of clip, min and the clamps the bound counts as inside
+    (``ppo_numpy.loss_grads``).
+    """
+    # loss = -aggregate(term) = -sum w_t term_t
+    dterm = -aggregation_weights(m, opts.agg, opts.norm)
+    if opts.loss_type == "cispo":
+        # term = sg(w_t) A_t logp_t: d term / d logp = w_t A_t (nothing flows through w_t)
+        dlogp = dterm * cispo_weight(f.rho, f.lo, f.hi, opts) * A
+    else:
+        # term = rho A where unclipped, a constant where clipped (clip_case)
+        case = clip_case(f.rho, A, f.lo, f.hi, opts.dual_clip, opts.delta)
+        drho = dterm * np.where(case == UNCLIPPED, A, 0.0)
+        # rho = exp(log_w)
+        dlog_w = drho * f.rho
+        if opts.log_ratio_max is not None:
+            # log_w = min(log_w, max): the bound passes the gradient, as torch.clamp does
+            dlog_w = dlog_w * (f.log_w_raw <= opts.log_ratio_max)
+        dlog_rho = dlog_w
+        if opts.importance_level == "sequence":
+            # log s_i = (1/n_i) sum_t m_t log rho_t: each token gets 1/n_i of the row's sum
+            n = np.maximum(m.sum(axis=-1, keepdims=True), 1)
+            dlog_rho = np.where(m, dlog_w.sum(axis=-1, keepdims=True) / n, 0.0)
+        dlogp = dlog_rho
+        if opts.log_ratio_clamp is not None:
+            # log rho = clip(logp - logp_old, -c, c): the bound passes the gradient
+            dlogp = dlogp * (np.abs(f.log_ratio) <= opts.log_ratio_clamp)
+    if opts.kl_coef > 0:
+        # + beta aggregate(KL_t)
+        mode, norm = _kl_agg(opts)
+        w_kl = aggregation_weights(m, mode, norm)
+        dlogp = dlogp + opts.kl_coef * kl_estimate_grad_kernel(
+            f.logp, logp_ref, opts.kl_estimator, m, opts.kl_clamp, w_kl)
+    return dlogp + 0.0  # (turns -0.0 into 0.0)
+
+
+def policy_loss_stats(f: PolicyLossForward, A, m, opts: PolicyLossOptions) -> dict:
+    """The statistics of :func:`ppo_policy_loss` from the forward's names (computed apart from
+    the loss: token means over the response tokens)."""
+    rho, log_rho = f.rho, f.log_rho
+    n = np.count_nonzero(m)
+    lo, hi = f.lo, f.hi
+
+    def frac(flags):  # a fraction of the response tokens
+        return float(np.count_nonzero(flags & m) / n)
+
+    def mean(x):  # x is 0 at padding
+        return float(x.sum() / n)
+
+    # the inputs are 0 at padding, so is log rho: -log rho is -0.0 there, which changes
+    # the sum of np.where(m, -log rho, 0.0) only when that sum is 0 (its sign)
+    k1 = -log_rho.sum()
+    if k1 == 0:
+        k1 = np.where(m, -log_rho, 0.0).sum()
+    # min(rho_t, delta) A_t: the unclipped branch
+    rho_unclipped = rho if opts.delta is None else np.minimum(rho, opts.delta)
+    if opts.loss_type == "cispo":
+        clipped = frac(cispo_weight(rho, lo, hi, opts) != rho)
+    else:
+        # counted from the values, as TRL and verl count (pg_losses2 > pg_losses)
+        clipped = frac(f.term < rho_unclipped * A)
+    dual = 0.0
+    if opts.dual_clip is not None:
+        dual = frac(f.term > surrogate_term(rho, A, lo, hi, None, opts.delta))
+    stats = {
+        "clipfrac_active": clipped,
+        "clipfrac_outside": frac((rho > hi) | (rho < lo)),
+        "dual_clipfrac": dual,
+        # why: log rho from the log-probs, not log(rho): rho underflows to 0 for
+        # log rho < -745
+        "approx_kl_k1": float(k1 / n),
+        "approx_kl_k2": mean(np.square(log_rho) / 2),
+        "approx_kl_k3": mean(np.expm1(log_rho) - log_rho),
+        "ratio_mean": mean(rho),
+        "ratio_min": float(rho[m].min()),
+        "ratio_max": float(rho.max()),
+    }
+    if not opts.is_ppo:
+        stats["clipfrac_low"] = frac((rho_unclipped < lo) & (A < 0))
+        stats["clipfrac_high"] = frac((rho_unclipped > hi) & (A > 0))
+        stats["kl_ref"] = mean(f.kl) if f.kl is not None else 0.0
+    return stats
+
+
+def policy_loss_kernel(logp, logp_old, A, m, opts: PolicyLossOptions, logp_ref=None):
+    """``(forward, stats, dlogp)`` of checked arrays: the forward's names, the statistics and
+    d loss / d logp in one call (unchecked kernel: the toy policy's loss, the presets and
+    :func:`ppo_numpy.policy_loss_and_grad` use it).
+
+    At the sequence level with one advantage per response and at least
+    :data:`ppo_numpy.gspo_rowwise.ROWWISE_FROM` entries it takes the fast form of
+    :mod:`ppo_numpy.gspo_rowwise` (the same numbers to rounding); else the readable one."""
+    A_row = gspo_rowwise.use_rowwise(A, m, opts)
+    if A_row is not None:
+        return gspo_rowwise.gspo_rowwise_kernel(logp, logp_old, A_row, m, opts, logp_ref)
+    f = policy_loss_forward(logp, logp_old, A, m, opts, logp_ref)
+    return f, policy_loss_stats(f, A, m, opts), policy_loss_backward(f, A, m, opts, logp_ref)

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._validation import check_choice, check_scalar, prepare, where_valid
+from ._validation import check_choice, check_scalar, prepare
+
+__all__ = ["LEVELS", "probability_ratio"]
 
 
 def check_clamp(clamp, name="log_ratio_clamp"):
@@ -19,53 +21,11 @@ def check_clamp(clamp, name="log_ratio_clamp"):
     return None if clamp is None else check_scalar(clamp, name, low=0, low_open=True)
 
 
-def log_ratio(logp, logp_old, clamp=None):
-    """log rho_t = logp_t - logp_old_t, clamped to [-c, c] when ``clamp`` = c is given.
-
-    The one place the log-ratio clamp is applied: the ratio, the policy loss's
-    statistics and its gradient all take it from here. Returns ``(log_rho, passes)``
-    with ``passes`` the bool array where d log_rho / d logp = 1 (|logp - logp_old| <= c:
-    the bound passes the gradient, as PyTorch's ``clamp``), or ``None`` without a clamp.
-
-    Unchecked kernel: float64 arrays of one shape, ``clamp`` from :func:`check_clamp`.
-
-    >>> log_rho, passes = log_ratio(np.array([0.0, 0.0]), np.array([-0.1, -30.0]), 20.0)
-    >>> [round(float(v), 12) for v in log_rho], passes.tolist()
-    ([0.1, 20.0], [True, False])
-    """
-    x = logp - logp_old
-    if clamp is None:
-        return x, None
-    return np.clip(x, -clamp, clamp), np.abs(x) <= clamp
-
-
 LEVELS = ("token", "sequence")
 
 
 def check_level(level, name="level"):
     return check_choice(level, name, LEVELS, "level")
-
-
-def sequence_log_ratio(log_rho, m):
-    """GSPO's sequence log-ratio: the token mean of log rho over each response, broadcast to
-    every position of its row (unchecked kernel).
-
-        log s_i = (1 / n_i) sum_t m_{i,t} (logp_{i,t} - logp_old_{i,t})
-        n_i = max(sum_t m_{i,t}, 1)
-
-    ``log_rho`` (..., T) and the bool ``m`` of its shape. A row without response tokens gets 0.
-    Its derivative with respect to logp_{i,t} is m_{i,t} / n_i (:func:`sequence_mean_grad`).
-    """
-    n = np.maximum(m.sum(axis=-1, keepdims=True), 1)
-    return np.broadcast_to(np.where(m, log_rho, 0.0).sum(axis=-1, keepdims=True) / n,
-                           log_rho.shape)
-
-
-def sequence_mean_grad(g, m):
-    """d loss / d logp from g = d loss / d log s per position of :func:`sequence_log_ratio`:
-    m_t / n_i times the row sum of g (every token of a row shares the sequence's gradient)."""
-    n = np.maximum(m.sum(axis=-1, keepdims=True), 1)
-    return np.where(m, np.where(m, g, 0.0).sum(axis=-1, keepdims=True) / n, 0.0)
 
 
 def probability_ratio(logp, logp_old, mask=None, *, log_ratio_clamp=None, level="token"):
@@ -110,7 +70,12 @@ def probability_ratio(logp, logp_old, mask=None, *, log_ratio_clamp=None, level=
     """
     check_level(level)
     (logp, logp_old), m = prepare({"logp": logp, "logp_old": logp_old}, mask, exact=False)
-    log_rho, _ = log_ratio(logp, logp_old, check_clamp(log_ratio_clamp))
+    c = check_clamp(log_ratio_clamp)
+    # log rho_t = logp_t - logp_old_t   (clamped to [-c, c] before exp)
+    log_rho = logp - logp_old if c is None else np.clip(logp - logp_old, -c, c)
     if level == "sequence":
-        log_rho = sequence_log_ratio(log_rho, m)
-    return where_valid(m, np.exp(log_rho))
+        # GSPO: log s_i = (1/n_i) sum_t log rho_{i,t}  (log rho is 0 at padding)   (B, 1)
+        n = np.maximum(m.sum(axis=-1, keepdims=True), 1)
+        log_rho = log_rho.sum(axis=-1, keepdims=True) / n
+    # rho_t = exp(log rho_t), exactly 0 at padding
+    return np.where(m, np.exp(log_rho), 0.0)

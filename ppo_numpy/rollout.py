@@ -41,6 +41,8 @@ import numpy as np
 
 from ._validation import as_array, as_mask, check_finite, check_scalar, where_valid
 
+__all__ = ["TOKEN_FIELDS", "Rollout"]
+
 #: the (B, T) float fields
 TOKEN_FIELDS = ("logp", "logp_old", "logp_ref", "values", "old_values", "advantages",
                 "returns")

@@ -15,6 +15,8 @@ from ._validation import check_scalar, prepare, scalar_for, where_valid, zero_li
 
 __all__ = ["td_errors"]
 
+__all__ = ["has_holes", "td_errors", "td_errors_kernel"]
+
 
 def next_valid_values(values: np.ndarray, mask: np.ndarray) -> np.ndarray:
     """V(s_{t+1}) for each position: the value at the next response token, 0 after the last.

@@ -22,8 +22,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._lazy import lazy
 from ._validation import check_choice, check_scalar, prepare, scalar_for
+
+__all__ = ["VALUE_CLIP_FORMS", "clipped_values", "clipped_wins", "value_loss",
+           "value_loss_grad_kernel", "value_loss_kernel"]
 
 VALUE_CLIP_FORMS = ("offset", "clamp")
 
@@ -69,7 +71,7 @@ def value_loss(values, old_values, returns, mask=None, clip_range=None, *, form=
     c = check_value_clip(clip_range)
     form = check_value_clip_form(form)
     # (prepare zeroes v, v_old and R at padding, so the loss is 0 there)
-    return ValueLoss(v, v_old, R, None if c is None else scalar_for(c, v), form).loss
+    return value_loss_kernel(v, v_old, R, None if c is None else scalar_for(c, v), form)
 
 
 def check_value_clip(clip_range):
@@ -82,68 +84,51 @@ def check_value_clip_form(form, name="form"):
     return check_choice(form, name, VALUE_CLIP_FORMS, "value clip form")
 
 
-class ValueLoss:
-    """The value loss's case analysis, token by token: written once, used by the loss, its
-    gradient and the value clip fraction the frameworks log.
+def clipped_values(v, v_old, c, form="offset"):
+    """V_clip of the value loss (unchecked kernel): ``form`` "offset" or "clamp"."""
+    if form == "clamp":
+        # V_clip = clamp(V, V_old - c, V_old + c)
+        return np.minimum(np.maximum(v, v_old - c), v_old + c)
+    # V_clip = V_old + clip(V - V_old, -c, c)
+    return v_old + np.minimum(np.maximum(v - v_old, -c), c)
 
-        L_t = 1/2 max( (V_t - R_t)^2 , (V_clip,t - R_t)^2 )
-        V_clip = V_old + clip(V - V_old, -c, c)          form "offset"
-        V_clip = clamp(V, V_old - c, V_old + c)          form "clamp"
 
-    ``clipped_wins``: the clipped error is strictly the larger (TRL's and verl's
-    ``vf_clipfrac``: ``vf_losses2 > vf_losses1``). dL/dV: V - R where the unclipped
-    error is the larger or the two tie; (V_clip - R) dV_clip/dV where the clipped one wins,
-    dV_clip/dV = 1 inside the range, bounds included (as autograd's ``clamp`` gives), 0
-    outside: outside the range V_clip does not move with V; inside it the offset form's
-    V_old + (V - V_old) can differ from V by rounding and win the max.
+def value_loss_kernel(v, v_old, R, c=None, form="offset"):
+    """:func:`value_loss` on checked arrays (unchecked kernel): float64 (or exact) arrays of
+    one shape, ``c`` >= 0 in their arithmetic or ``None``, ``form`` checked."""
+    half = scalar_for(0.5, v)
+    # 1/2 (V_t - R_t)^2
+    loss = half * (v - R) ** 2
+    if c is None:
+        return loss
+    # 1/2 max( (V_t - R_t)^2 , (V_clip,t - R_t)^2 )
+    return np.maximum(loss, half * (clipped_values(v, v_old, c, form) - R) ** 2)
 
-    Unchecked kernel: float64 (or exact) arrays of one shape, ``c`` >= 0 in their arithmetic
-    or ``None``, ``form`` checked. Attributes are computed on first use.
+
+def clipped_wins(v, v_old, R, c, form="offset"):
+    """Where the clipped error is strictly the larger (bool; TRL's and verl's ``vf_clipfrac``:
+    ``vf_losses2 > vf_losses1``); all False without clipping (unchecked kernel)."""
+    if c is None:
+        return np.zeros(v.shape, dtype=bool)
+    return (clipped_values(v, v_old, c, form) - R) ** 2 > (v - R) ** 2
+
+
+def value_loss_grad_kernel(v, v_old, R, c=None, form="offset"):
+    """dL_t / dV_t of :func:`value_loss_kernel` (unchecked kernel, float64).
+
+    V - R where the unclipped error is the larger or the two tie; (V_clip - R) dV_clip/dV
+    where the clipped one wins, dV_clip/dV = 1 inside the range, bounds included (as
+    autograd's ``clamp`` gives), 0 outside: outside the range V_clip does not move with V;
+    inside it the offset form's V_old + (V - V_old) can differ from V by rounding and win.
     """
-
-    def __init__(self, v, v_old, R, c=None, form="offset"):
-        self.v, self.v_old, self.R, self.c, self.form = v, v_old, R, c, form
-
-    @lazy
-    def half(self):
-        return scalar_for(0.5, self.v)
-
-    @lazy
-    def v_clip(self):
-        if self.form == "clamp":
-            # V_clip = clamp(V, V_old - c, V_old + c)
-            return np.minimum(np.maximum(self.v, self.v_old - self.c), self.v_old + self.c)
-        # V_clip = V_old + clip(V - V_old, -c, c)
-        return self.v_old + np.minimum(np.maximum(self.v - self.v_old, -self.c), self.c)
-
-    @lazy
-    def inside(self):
-        """V within the clip range, bounds included, in the form's own arithmetic."""
-        if self.form == "clamp":
-            return (self.v >= self.v_old - self.c) & (self.v <= self.v_old + self.c)
-        return np.abs(self.v - self.v_old) <= self.c
-
-    @lazy
-    def loss(self):
-        # 1/2 (V_t - R_t)^2
-        loss = self.half * (self.v - self.R) ** 2
-        if self.c is None:
-            return loss
-        return np.maximum(loss, self.half * (self.v_clip - self.R) ** 2)
-
-    @lazy
-    def clipped_wins(self):
-        if self.c is None:
-            return np.zeros(self.v.shape, dtype=bool)
-        return (self.v_clip - self.R) ** 2 > (self.v - self.R) ** 2
-
-    @lazy
-    def dv(self):
-        """dL_t / dV_t (float64)."""
-        # dL/dV of 1/2 (V - R)^2
-        dL = self.v - self.R
-        if self.c is None:
-            return dL
-        # dV_clip/dV = 1 inside the range (bounds included), 0 outside
-        dv_clip = self.inside.astype(np.float64)
-        return np.where(self.clipped_wins, (self.v_clip - self.R) * dv_clip, dL)
+    # d/dV of 1/2 (V - R)^2
+    dv = v - R
+    if c is None:
+        return dv
+    v_clip = clipped_values(v, v_old, c, form)
+    # dV_clip/dV = 1 inside the range (bounds included), 0 outside
+    if form == "clamp":
+        inside = (v >= v_old - c) & (v <= v_old + c)
+    else:
+        inside = np.abs(v - v_old) <= c
+    return np.where(clipped_wins(v, v_old, R, c, form), (v_clip - R) * inside, dv)

@@ -16,6 +16,8 @@ import numpy as np
 
 from ._validation import check_scalar, prepare, where_valid
 
+__all__ = ["masked_mean", "masked_mean_kernel", "whiten", "whiten_kernel"]
+
 
 def masked_mean(x, mask=None):
     """Mean of ``x`` over the positions where ``mask`` is 1 (all positions if None).

@@ -86,7 +86,7 @@ def test_padding_is_zero_whatever_it_holds():
 
 def test_the_two_forms_differ_by_one_ulp_at_the_bound():
     from ppo_numpy.loss_grads import value_loss_grad
-    from ppo_numpy.value_loss import ValueLoss
+    from ppo_numpy.value_loss import clipped_values, clipped_wins
 
     # V_old = -0.1, c = 0.2: the upper bound fl(-0.1 + 0.2) is 0.1. V one ulp below it:
     # V - V_old rounds to 0.2 = c exactly, and V_old + 0.2 = 0.1, one ulp above V; the
@@ -95,9 +95,9 @@ def test_the_two_forms_differ_by_one_ulp_at_the_bound():
     v = np.nextafter(0.1, 0.0)
     assert -0.1 + 0.2 == 0.1 and v - (-0.1) == 0.2 and v < 0.1
     V, V_old, R = np.array([v]), np.array([-0.1]), np.array([0.09])
-    offset, clamp = ValueLoss(V, V_old, R, 0.2), ValueLoss(V, V_old, R, 0.2, "clamp")
-    assert offset.v_clip[0] == 0.1 and bool(offset.clipped_wins[0])
-    assert clamp.v_clip[0] == v and not bool(clamp.clipped_wins[0])
+    assert clipped_values(V, V_old, 0.2)[0] == 0.1 and bool(clipped_wins(V, V_old, R, 0.2)[0])
+    assert clipped_values(V, V_old, 0.2, "clamp")[0] == v
+    assert not bool(clipped_wins(V, V_old, R, 0.2, "clamp")[0])
     assert value_loss(V, V_old, R, clip_range=0.2)[0] == 0.5 * (0.1 - 0.09) ** 2
     assert value_loss(V, V_old, R, clip_range=0.2, form="clamp")[0] == 0.5 * (v - 0.09) ** 2
     # inside the range both derivatives are (V_clip - R) or (V - R): within one ulp
@@ -107,12 +107,13 @@ def test_the_two_forms_differ_by_one_ulp_at_the_bound():
     # exactly on the bound both forms give V_clip = V: a tie, not a clip
     on = np.array([0.1])
     for form in ("offset", "clamp"):
-        vl = ValueLoss(on, V_old, R, 0.2, form)
-        assert vl.v_clip[0] == 0.1 and not bool(vl.clipped_wins[0])
+        assert clipped_values(on, V_old, 0.2, form)[0] == 0.1
+        assert not bool(clipped_wins(on, V_old, R, 0.2, form)[0])
 
 
 def test_the_form_is_checked():
     import pytest
 
-    with pytest.raises(ValueError, match=r"^form: unknown value clip form 'clip'; valid ones are offset, clamp"):
+    with pytest.raises(ValueError, match=r"^form: unknown value clip form 'clip'; "
+                                         r"valid ones are offset, clamp"):
         value_loss([1.0], [0.5], [2.0], clip_range=0.2, form="clip")

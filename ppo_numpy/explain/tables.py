@@ -45,10 +45,12 @@ from ..aggregation import aggregate
 from ..clipping import (
     CASE_NAMES,
     UNCLIPPED,
-    ClipCases,
+    at_kink,
     check_dual_clip,
     clip_bounds,
+    clip_case,
     clipped_surrogate,
+    surrogate_term,
 )
 from ..gae import gae
 from ..group_advantages import (
@@ -301,11 +303,15 @@ def clip_table(rho, advantages, epsilon=0.2, *, epsilon_high=None, dual_clip=Non
     c = check_dual_clip(dual_clip)
     c = None if c is None else scalar_for(c, rho_a)
     # the one case analysis of the surrogate, its statistics and its gradient
-    cases = ClipCases(rho_a, A, lo, hi, c)
+    case = clip_case(rho_a, A, lo, hi, c)
     # clip(rho_t, 1 - eps, 1 + eps_high)
     rho_clip = np.minimum(np.maximum(rho_a, lo), hi)
+    term_min, term = surrogate_term(rho_a, A, lo, hi), surrogate_term(rho_a, A, lo, hi, c)
+    # d term_t / d rho_t: A_t where unclipped, 0 where a constant is taken
+    zero = scalar_for(0, rho_a)
+    drho = np.where(case == UNCLIPPED, A, zero)
     branch = [CASE_NAMES[k] + (", at the kink" if k == UNCLIPPED and kink else "")
-              for k, kink in zip(cases.case, cases.at_kink)]
+              for k, kink in zip(case, at_kink(rho_a, A, lo, hi, c))]
     grad_name = "d min / d rho_t" if c is None else "d term_t / d rho_t"
     columns = ["t", "rho_t", "A_hat_t", "clip(rho_t)", "rho_t * A_hat_t",
                "clip(rho_t) * A_hat_t", "min"]
@@ -321,10 +327,10 @@ def clip_table(rho, advantages, epsilon=0.2, *, epsilon_high=None, dual_clip=Non
     columns += ["active", grad_name]
 
     def cells(i):
-        dual = () if c is None else (_cell(c * A[i]), _cell(cases.term[i]))
-        return (_cell(rho_a[i]), _cell(A[i]), _cell(rho_clip[i]), _cell(cases.unclipped[i]),
-                _cell(cases.clipped[i]), _cell(cases.term_min[i]), *dual, branch[i],
-                _cell(cases.drho[i]))
+        dual = () if c is None else (_cell(c * A[i]), _cell(term[i]))
+        return (_cell(rho_a[i]), _cell(A[i]), _cell(rho_clip[i]), _cell(rho_a[i] * A[i]),
+                _cell(rho_clip[i] * A[i]), _cell(term_min[i]), *dual, branch[i],
+                _cell(drho[i]))
 
     rows = _token_rows(m, len(columns), cells)
     notes += [

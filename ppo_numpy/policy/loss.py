@@ -1,11 +1,11 @@
 """The combined PPO loss of a toy policy and its gradient for every parameter, by hand.
 
-    loss = L_pi + c_v L_V - c_H H + kl_coef KL
+    loss = L_pi + kl_coef KL + c_v L_V - c_H H
 
 each term aggregated over the response tokens with the same ``agg`` mode:
-L_pi from :func:`ppo_policy_loss`, L_V from :func:`value_loss`, H from
-:func:`entropy_from_logits`, KL (optional, "KL in the loss" as in GRPO) from
-:func:`kl_estimate`. The backward pass chains the hand-written pieces:
+L_pi and its optional KL term ("KL in the loss" as in GRPO) from
+:func:`ppo_policy_loss`, L_V from :func:`value_loss`, H from :func:`entropy_from_logits`.
+The backward pass chains the hand-written pieces:
 
     dlogp, dvalues, dz       ppo_numpy.loss_grads (d loss / d inputs of each term)
     logp_t = z_t[y_t] - logsumexp(z_t)   =>   dz_t += dlogp_t (onehot(y_t) - softmax(z_t))
@@ -21,12 +21,10 @@ import numpy as np
 
 from .._validation import check_scalar, where_valid
 from ..aggregation import aggregate_kernel, aggregation_weights
-from ..kl import _check_estimator, kl_estimate_kernel
-from ..loss_grads import entropy_grad_kernel, kl_estimate_grad_kernel
-from ..loss_options import PolicyLossOptions, resolve
-from ..objective import policy_loss_kernel
+from ..loss_grads import entropy_grad_kernel
+from ..objective import PolicyLossOptions, loss_options, policy_loss_kernel
 from ..rollout import Rollout
-from ..value_loss import ValueLoss, check_value_clip
+from ..value_loss import check_value_clip, value_loss_grad_kernel, value_loss_kernel
 from .sampling import _check_prompts, check_temperature, evaluate_kernel
 
 BATCH_FIELDS = ("prompts", "responses", "mask", "logp_old", "old_values", "advantages",
@@ -97,33 +95,18 @@ def response_backward(model, ev, dz, dvalues=0.0):
     return model.backward(ev.cache, dlogits, dvalues_full)
 
 
-def ppo_loss_and_grads(model, batch, *, epsilon=0.2, agg="token-mean", c_v=0.5, c_H=0.0,
-                       value_clip=None, temperature=1.0, epsilon_high=None, dual_clip=None,
-                       norm=None, log_ratio_clamp=None, kl_coef=0.0, kl_estimator="k3",
-                       params=None, options=None, **more_options):
+def ppo_loss_and_grads(model, batch, *, c_v=0.5, c_H=0.0, value_clip=None, temperature=1.0,
+                       params=None, **options):
     """PPO loss of ``model`` on ``batch``, its gradient w.r.t. every parameter, and statistics.
 
     Parameters
     ----------
-    model : a toy policy (:class:`BigramPolicy`, :class:`MLPPolicy`)
+    model : a toy policy (:class:`BigramPolicy`, :class:`MLPPolicy`, :class:`TransformerPolicy`)
     batch : Rollout, or a mapping (or object with attributes)
         ``prompts (B, P)``, ``responses (B, T)``, ``mask (B, T)``, ``logp_old (B, T)``,
         ``old_values (B, T)``, ``advantages (B, T)``, ``returns (B, T)``; and
         ``logp_ref (B, T)`` when ``kl_coef > 0``. A mapping is checked into a
         :class:`~ppo_numpy.rollout.Rollout` (once).
-    epsilon, epsilon_high, dual_clip, log_ratio_clamp
-        Clipping options of :func:`ppo_policy_loss`.
-    options : PolicyLossOptions, optional
-        ``epsilon``, ``agg``, ``epsilon_high``, ``dual_clip``, ``norm``, ``log_ratio_clamp``
-        in one object (then give none of those keywords).
-    **more_options
-        Other fields of :class:`~ppo_numpy.PolicyLossOptions` (``importance_level``,
-        ``delta``, ``loss_type``, ...). Its own KL term (``kl_coef`` there) is the
-        ``kl_coef`` of this function: give one or the other.
-    agg : str
-        Aggregation mode of every term. Default ``"token-mean"``.
-    norm : float, optional
-        Divisor of ``agg="seq-mean-token-sum-norm"``.
     c_v : float >= 0
         Weight of the value loss. Default 0.5.
     c_H : float >= 0
@@ -132,20 +115,23 @@ def ppo_loss_and_grads(model, batch, *, epsilon=0.2, agg="token-mean", c_v=0.5, 
         ``clip_range`` of :func:`value_loss`. Default ``None``.
     temperature : float > 0
         The rollout temperature; logp are of softmax(logits / temperature).
-    kl_coef : float >= 0
-        Weight of a KL-to-reference term in the loss. Default 0 (off).
-    kl_estimator : str
-        Its estimator (see :func:`kl_estimate`). Default ``"k3"``.
     params : dict, optional
         Evaluate at these parameters instead of ``model.params``.
+    **options
+        The policy loss's options, as in :func:`ppo_policy_loss`: ``epsilon`` (0.2),
+        ``agg`` (``"token-mean"``: the aggregation of every term), ``epsilon_high``,
+        ``dual_clip``, ``norm``, ``log_ratio_clamp``, ``kl_coef`` (a KL-to-reference term
+        in the loss, default 0: off) and ``kl_estimator`` (``"k3"``), ... (every field of
+        :class:`~ppo_numpy.PolicyLossOptions`).
 
     Returns
     -------
     loss : float
     grads : dict, the keys and shapes of ``model.params``
     stats : dict of float
-        The statistics of :func:`ppo_policy_loss`, plus ``policy_loss``,
-        ``value_loss``, ``entropy``, ``kl`` (0.0 when off) and ``loss``.
+        The statistics of :func:`ppo_policy_loss`, plus ``policy_loss`` (the clipped
+        surrogate's loss alone), ``value_loss``, ``entropy``, ``kl`` (the aggregated KL_t of
+        the KL term, 0.0 when off) and ``loss``.
 
     Examples
     --------
@@ -162,58 +148,43 @@ def ppo_loss_and_grads(model, batch, *, epsilon=0.2, agg="token-mean", c_v=0.5, 
     >>> round(loss, 12), stats["ratio_mean"], sorted(grads)  # 0.5 * 1/2 (V - (V + 1))^2
     (0.25, 1.0, ['W', 'v'])
     """
-    opts = resolve(options, epsilon=epsilon, agg=agg, epsilon_high=epsilon_high,
-                   dual_clip=dual_clip, norm=norm, log_ratio_clamp=log_ratio_clamp,
-                   **more_options)
+    opts = loss_options(**options)
     c_v = check_scalar(c_v, "c_v", low=0, allow_exact=False)
     c_H = check_scalar(c_H, "c_H", low=0, allow_exact=False)
-    kl_coef = check_scalar(kl_coef, "kl_coef", low=0, allow_exact=False)
     value_clip = check_value_clip(value_clip)
     temperature = check_temperature(temperature)
-    if kl_coef > 0:
-        _check_estimator(kl_estimator)
-    rollout = as_rollout(batch, model, kl=kl_coef > 0 or opts.kl_coef > 0)
+    rollout = as_rollout(batch, model, kl=opts.kl_coef > 0)
     return loss_and_grads_kernel(model, rollout, opts, c_v=c_v, c_H=c_H, value_clip=value_clip,
-                                 temperature=temperature, kl_coef=kl_coef,
-                                 kl_estimator=kl_estimator, params=params)
+                                 temperature=temperature, params=params)
 
 
 def loss_and_grads_kernel(model, batch: Rollout, opts: PolicyLossOptions, *, c_v=0.5, c_H=0.0,
-                          value_clip=None, temperature=1.0, kl_coef=0.0, kl_estimator="k3",
-                          params=None):
+                          value_clip=None, temperature=1.0, params=None):
     """:func:`ppo_loss_and_grads` of a checked :class:`Rollout` and checked options
     (unchecked kernel: the training loop calls it on its minibatches)."""
     m = batch.mask
     ev = evaluate_kernel(model, batch.prompts, batch.responses, m, temperature, params)
-    agg, norm = opts.agg, opts.norm_for(m.shape[-1])
+    agg, norm = opts.agg, opts.norm
 
-    # forward: each term aggregated with agg
-    pl = policy_loss_kernel(ev.logp, batch.logp_old, batch.advantages, m, opts,
-                            batch.logp_ref if opts.kl_coef > 0 else None)
-    policy_loss, stats = pl.loss, pl.stats()
-    vl = ValueLoss(ev.values, batch.old_values, batch.returns, value_clip)
-    L_V = float(aggregate_kernel(where_valid(m, vl.loss), m, agg, norm))
+    # 1. forward: each term aggregated with agg
+    pl, stats, dlogp = policy_loss_kernel(ev.logp, batch.logp_old, batch.advantages, m, opts,
+                                          batch.logp_ref if opts.kl_coef > 0 else None)
+    L_V = float(aggregate_kernel(where_valid(m, value_loss_kernel(
+        ev.values, batch.old_values, batch.returns, value_clip)), m, agg, norm))
     H = float(aggregate_kernel(ev.entropy, m, agg, norm))
-    # loss = L_pi + c_v L_V - c_H H (+ kl_coef KL)
-    loss = policy_loss + c_v * L_V - c_H * H
-    kl = 0.0
-    w = aggregation_weights(m, agg, norm)
-    if kl_coef > 0:
-        kl_t = where_valid(m, kl_estimate_kernel(ev.logp, batch.logp_ref, kl_estimator))
-        kl = float(aggregate_kernel(kl_t, m, agg, norm))
-        loss += kl_coef * kl
+    # loss = L_pi (+ kl_coef KL) + c_v L_V - c_H H
+    loss = pl.loss + c_v * L_V - c_H * H
 
-    # backward: d loss / d logp, d loss / d values, d loss / d z
-    dlogp = pl.dlogp
-    if kl_coef > 0:
-        dlogp = dlogp + kl_coef * kl_estimate_grad_kernel(ev.logp, batch.logp_ref, kl_estimator,
-                                                          m, None, w)
-    dvalues = c_v * where_valid(m, w * vl.dv + 0.0)  # (B, T)
+    # 2. backward: d loss / d logp (dlogp), d loss / d values, d loss / d z
+    w = aggregation_weights(m, agg, norm)
+    dvalues = c_v * where_valid(m, w * value_loss_grad_kernel(
+        ev.values, batch.old_values, batch.returns, value_clip) + 0.0)  # (B, T)
     dz = logits_grad_from_logp(ev.logq, ev.responses, dlogp)  # (B, T, K)
     if c_H > 0:
         dz -= c_H * entropy_grad_kernel(ev.logq, m, w)
+    # 3. the parameters' gradients
     grads = response_backward(model, ev, dz, dvalues)
 
-    stats = {**stats, "policy_loss": policy_loss, "value_loss": L_V, "entropy": H, "kl": kl,
-             "loss": float(loss)}
+    stats = {**stats, "policy_loss": pl.policy_loss, "value_loss": L_V, "entropy": H,
+             "kl": pl.kl_loss, "loss": float(loss)}
     return float(loss), grads, stats

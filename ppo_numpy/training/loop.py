@@ -46,7 +46,7 @@ from ..group_advantages import (
     rloo_advantages,
 )
 from ..kl import check_scores, kl_estimate_kernel, kl_shaped_rewards_kernel
-from ..loss_options import PolicyLossOptions
+from ..objective import PolicyLossOptions
 from ..policy import BigramPolicy, MLPPolicy, TransformerPolicy
 from ..policy.loss import loss_and_grads_kernel
 from ..policy.optim import Adam, global_norm, scale_to_norm

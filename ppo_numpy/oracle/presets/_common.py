@@ -23,11 +23,15 @@ from ...kl import (
     kl_estimate_kernel,
     kl_shaped_rewards_kernel,
 )
-from ...loss_options import PolicyLossOptions
-from ...objective import policy_loss_kernel
-from ...ratio import log_ratio
+from ...objective import PolicyLossOptions, policy_loss_kernel
 from ...rollout import Rollout
-from ...value_loss import ValueLoss, check_value_clip, check_value_clip_form
+from ...value_loss import (
+    check_value_clip,
+    check_value_clip_form,
+    clipped_wins,
+    value_loss_grad_kernel,
+    value_loss_kernel,
+)
 from ...whitening import masked_mean_kernel, whiten_kernel
 
 INPUT_NAMES = ("logp", "logp_old", "logp_ref", "values", "old_values", "scores", "mask")
@@ -218,7 +222,7 @@ def aggregate(x, m, mode) -> float:
 
 def probability_ratio(logp, logp_old, m):
     """rho = exp(logp - logp_old), 0 outside ``m``."""
-    log_rho, _ = log_ratio(where_valid(m, logp), where_valid(m, logp_old))
+    log_rho = where_valid(m, logp) - where_valid(m, logp_old)
     return where_valid(m, np.exp(log_rho))
 
 
@@ -311,21 +315,23 @@ def losses(x: Rollout, advantages, returns, p: dict, agg: str = "token-mean", *,
     The stats are the policy loss's and ``"value_clipfrac"``: the token mean over the value
     mask of "the clipped value error is strictly larger" (TRL/verl ``vf_clipfrac``; 0 without
     a value clip)."""
-    pl = policy_loss_kernel(where_valid(mask, x.logp), where_valid(mask, x.logp_old),
-                            where_valid(mask, advantages), mask, loss_options(p, agg, kl),
-                            where_valid(mask, x.logp_ref))
+    pl, pl_stats, dlogp = policy_loss_kernel(
+        where_valid(mask, x.logp), where_valid(mask, x.logp_old), where_valid(mask, advantages),
+        mask, loss_options(p, agg, kl), where_valid(mask, x.logp_ref))
     vm = mask if value_mask is None else value_mask
     PolicyLossOptions(agg=value_agg)  # checks the mode's name
     norm = mode_norm(value_agg, None, vm.shape[-1])
-    vl = ValueLoss(where_valid(vm, x.values), where_valid(vm, x.old_values),
-                   where_valid(vm, returns), p["value_clip"], p["value_clip_form"])
+    v, v_old, R = (where_valid(vm, a) for a in (x.values, x.old_values, returns))
+    c, form = p["value_clip"], p["value_clip_form"]
     # the inputs are 0 outside vm, and so are the loss and its weights there
-    vloss = float(aggregate_kernel(vl.loss, vm, value_agg, norm))
-    dvalues = aggregation_weights(vm, value_agg, norm) * vl.dv + 0.0
-    stats = {**pl.stats(), "value_clipfrac": masked_mean(vl.clipped_wins.astype(np.float64), vm)}
+    vloss = float(aggregate_kernel(value_loss_kernel(v, v_old, R, c, form), vm, value_agg, norm))
+    dL = value_loss_grad_kernel(v, v_old, R, c, form)
+    dvalues = aggregation_weights(vm, value_agg, norm) * dL + 0.0
+    wins = clipped_wins(v, v_old, R, c, form)
+    stats = {**pl_stats, "value_clipfrac": masked_mean(wins.astype(np.float64), vm)}
     # why: with kl, a loss of -0.0 is 0.0 even for coef 0 (the kernel then adds no KL term)
     policy_loss = pl.loss + 0.0 if kl else pl.loss
-    return policy_loss, stats, pl.dlogp, vloss, dvalues
+    return policy_loss, stats, dlogp, vloss, dvalues
 
 
 def result(rewards, advantages, returns, policy_loss, value_loss_, dlogp, dvalues,
@@ -406,8 +412,8 @@ def group_std(scores, groups, *, dtype=np.float64):
     return np.where(counts[inverse] > 1, std, 0.0).astype(np.float64)
 
 
-def policy_result(advantages, pl, stats: dict, **arrays) -> dict:
+def policy_result(advantages, pl, dlogp, stats: dict, **arrays) -> dict:
     """The outputs of a critic-free preset: advantages (B, T), the loss and its gradient."""
-    out = {**arrays, "advantages": advantages, "policy_loss": float(pl.loss), "dlogp": pl.dlogp}
+    out = {**arrays, "advantages": advantages, "policy_loss": float(pl.loss), "dlogp": dlogp}
     out.update({f"stat/{k}": float(v) for k, v in stats.items()})
     return out

@@ -7,8 +7,7 @@ import numpy as np
 
 from ..._validation import check_bounds
 from ...group_advantages import grpo_advantages, returns_to_go, rloo_advantages
-from ...loss_options import PolicyLossOptions
-from ...objective import policy_loss_kernel
+from ...objective import PolicyLossOptions, policy_loss_kernel
 from ...rollout import Rollout
 from ._common import (
     GROUP_INPUT_NAMES,
@@ -93,8 +92,7 @@ def _openrlhf_grpo(x: Rollout, p: dict) -> dict:
                              agg="seq-mean-token-mean" if gspo else "token-mean",
                              kl_coef=p["init_kl_coef"] if p["use_kl_loss"] else 0.0,
                              kl_estimator=p["kl_estimator"], kl_clamp=10.0, kl_agg="token-mean")
-    pl = policy_loss_kernel(xm.logp, xm.logp_old, A, m, opts, xm.logp_ref)
-    st = pl.stats()
+    pl, st, dlogp = policy_loss_kernel(xm.logp, xm.logp_old, A, m, opts, xm.logp_ref)
     n_i = m.sum(axis=-1)
     stats = {
         "policy_loss": pl.policy_loss,
@@ -106,7 +104,7 @@ def _openrlhf_grpo(x: Rollout, p: dict) -> dict:
         "group_reward_std": mean_rows(group_std(x.scores, x.groups)),
     }
     # A and rewards are 0 at padding (returns_to_go, whiten; at_last_token, kl_estimate)
-    return policy_result(A, pl, stats, rewards=rewards)
+    return policy_result(A, pl, dlogp, stats, rewards=rewards)
 
 
 PRESET = Preset(

@@ -6,8 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...group_advantages import grpo_advantages
-from ...loss_options import PolicyLossOptions
-from ...objective import policy_loss_kernel
+from ...objective import PolicyLossOptions, policy_loss_kernel
 from ...rollout import Rollout
 from ._common import (
     GROUP_INPUT_NAMES,
@@ -69,7 +68,7 @@ def _trl_grpo(x: Rollout, p: dict) -> dict:
         epsilon=p["epsilon"], epsilon_high=eps_high, delta=p["delta"], importance_level=level,
         loss_type=form, cispo_clip="max", agg=agg, norm=norm, kl_coef=p["beta"],
         kl_estimator="k3")
-    pl = policy_loss_kernel(xm.logp, xm.logp_old, A, m, opts, xm.logp_ref)
+    pl, _, dlogp = policy_loss_kernel(xm.logp, xm.logp_old, A, m, opts, xm.logp_ref)
     n = max(int(m.sum()), 1)
 
     def batch_mean(flags):
@@ -85,15 +84,18 @@ def _trl_grpo(x: Rollout, p: dict) -> dict:
     if form == "cispo":
         stats["cispo_clip_ratio"] = batch_mean((pl.rho > eps_high) & (A > 0))
     else:
-        low, high = batch_mean(pl.cases.low_clipped), batch_mean(pl.cases.high_clipped)
+        # min(rho, delta) below the range with A < 0, above it with A > 0
+        lo, hi = opts.bounds()
+        rho = pl.rho if p["delta"] is None else np.minimum(pl.rho, p["delta"])
+        low_clipped, high_clipped = (rho < lo) & (A < 0), (rho > hi) & (A > 0)
+        low, high = batch_mean(low_clipped), batch_mean(high_clipped)
         stats.update({"clip_ratio/low_mean": low, "clip_ratio/low_min": low,
                       "clip_ratio/high_mean": high, "clip_ratio/high_max": high,
-                      "clip_ratio/region_mean": batch_mean(pl.cases.low_clipped
-                                                           | pl.cases.high_clipped)})
+                      "clip_ratio/region_mean": batch_mean(low_clipped | high_clipped)})
     std = group_std(x.scores, x.groups, dtype=np.float32)
     stats.update({"reward": mean_rows(x.scores), "reward_std": mean_rows(std),
                   "frac_reward_zero_std": mean_rows(np.isclose(std, 0.0))})
-    return policy_result(A, pl, stats)  # A is 0 at padding (broadcast)
+    return policy_result(A, pl, dlogp, stats)  # A is 0 at padding (broadcast)
 
 
 PRESET = Preset(

@@ -13,8 +13,7 @@ from ...group_advantages import (
     remax_advantages,
     rloo_advantages,
 )
-from ...loss_options import PolicyLossOptions
-from ...objective import policy_loss_kernel
+from ...objective import PolicyLossOptions, policy_loss_kernel
 from ...rollout import Rollout
 from ._common import (
     GROUP_INPUT_NAMES,
@@ -109,8 +108,7 @@ def _verl_grpo(x: Rollout, p: dict) -> dict:
             "cispo": dict(loss_type="cispo", log_ratio_clamp=20.0, agg=agg)}[p["loss_mode"]]
     opts = PolicyLossOptions(epsilon=p["clip_ratio_low"], epsilon_high=p["clip_ratio_high"],
                              **mode, **kl)
-    pl = policy_loss_kernel(xm.logp, xm.logp_old, A, m, opts, xm.logp_ref)
-    st = pl.stats()
+    pl, st, dlogp = policy_loss_kernel(xm.logp, xm.logp_old, A, m, opts, xm.logp_ref)
     stats = {
         "actor/pg_loss": pl.policy_loss,
         "actor/pg_clipfrac": st["clipfrac_active"],
@@ -123,7 +121,7 @@ def _verl_grpo(x: Rollout, p: dict) -> dict:
     if p["use_kl_loss"]:
         stats["actor/kl_loss"] = pl.kl_loss
         stats["actor/kl_coef"] = p["kl_loss_coef"]
-    return policy_result(A, pl, stats, rewards=rewards)
+    return policy_result(A, pl, dlogp, stats, rewards=rewards)
 
 
 PRESET = Preset(

@@ -1,0 +1,148 @@
+"""The sequence-level (GSPO) policy loss computed once per response: the fast form.
+
+At ``importance_level="sequence"`` every token of response i shares the ratio s_i. When
+it also shares the advantage A_i (GRPO, RLOO, REINFORCE++ give one advantage per
+response), the term, its case and its gradient are one number per response:
+
+    log s_i = (1/n_i) sum_t log rho_{i,t},      s_i = exp(log s_i)
+    term_i  = min(s_i A_i, clip(s_i, 1 - eps, 1 + eps_high) A_i)
+    loss    = -sum_i W_i term_i,                W_i = sum_t w_{i,t}, the row's weight
+    d loss / d logp_{i,t} = (m_{i,t} / n_i) (-W_i) [term_i unclipped] A_i s_i
+
+with w the aggregation weights (:func:`ppo_numpy.aggregation.aggregation_weights`). The
+readable form, :func:`ppo_numpy.objective.policy_loss_forward` and
+:func:`~ppo_numpy.objective.policy_loss_backward`, is the definition: it runs the same case
+analysis at every token. This form does the (B, T) work only for the log-ratios, their
+row sums, the approx-KL statistics and the gradient's broadcast, which is what TRL does
+with its (B, 1) sequence ratio. :func:`ppo_numpy.objective.policy_loss_kernel` (and so
+:func:`ppo_numpy.policy_loss_and_grad`) takes it by the rule of :func:`use_rowwise`; the
+two forms agree to rounding (the same numbers summed in another order:
+``tests/test_gspo_rowwise.py`` bounds the difference by 4 ulps of each output's scale, and
+the clip counts exactly).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .aggregation import aggregate_kernel, aggregation_weights, divisors
+from .clipping import UNCLIPPED, clip_case, surrogate_term
+from .kl import kl_estimate_grad_kernel, kl_estimate_kernel
+
+__all__ = ["ROWWISE_FROM", "rowwise_advantages", "use_rowwise", "gspo_rowwise_kernel"]
+
+#: from this many (B, T) entries the sequence level is computed per response
+ROWWISE_FROM = 1 << 14
+
+
+def rowwise_advantages(A, m):
+    """A_i (B, 1) when ``A`` (0 at padding) is constant over each row's response tokens,
+    else ``None`` (a row without tokens has A_i = 0)."""
+    if A.ndim != 2:
+        return None
+    first = np.argmax(m, axis=-1)
+    A_row = A[np.arange(A.shape[0]), first][:, None] * m.any(axis=-1, keepdims=True)
+    if not np.array_equal(A, A_row * m):
+        return None
+    return A_row
+
+
+def use_rowwise(A, m, opts):
+    """The rule: the sequence level with the clipped surrogate, at least :data:`ROWWISE_FROM`
+    entries, and one advantage per response. Returns A_i (B, 1), or ``None`` for the readable
+    form."""
+    if (opts.importance_level != "sequence" or opts.loss_type != "clip"
+            or A.size < ROWWISE_FROM):
+        return None
+    return rowwise_advantages(A, m)
+
+
+def gspo_rowwise_kernel(logp, logp_old, A_row, m, opts, logp_ref=None):
+    """``(forward, stats, dlogp)`` of the sequence-level loss, one case per response
+    (unchecked kernel, as :func:`ppo_numpy.objective.policy_loss_kernel`).
+
+    ``A_row`` (B, 1) from :func:`rowwise_advantages`. The forward record's ``rho`` and
+    ``term`` are (B, 1) here: one ratio and one term per response (0 for a row without
+    tokens).
+    """
+    from .objective import PolicyLossForward, _kl_agg
+
+    eps_high = opts.epsilon if opts.epsilon_high is None else opts.epsilon_high
+    lo, hi = 1 - opts.epsilon, 1 + eps_high
+    has = m.any(axis=-1, keepdims=True)  # (B, 1)
+    n_i = np.maximum(m.sum(axis=-1, keepdims=True), 1)
+    # log rho_t = logp_t - logp_old_t   (clamped with log_ratio_clamp)
+    log_ratio = logp - logp_old
+    log_rho = log_ratio
+    if opts.log_ratio_clamp is not None:
+        log_rho = np.clip(log_ratio, -opts.log_ratio_clamp, opts.log_ratio_clamp)
+    # log s_i = (1/n_i) sum_t log rho_{i,t}   (B, 1)
+    log_w_raw = log_rho.sum(axis=-1, keepdims=True) / n_i
+    log_w = log_w_raw if opts.log_ratio_max is None else np.minimum(log_w_raw,
+                                                                     opts.log_ratio_max)
+    s = np.where(has, np.exp(log_w), 0.0)
+    # term_i = min(s_i A_i, clip(s_i) A_i)   (B, 1)
+    term = surrogate_term(s, A_row, lo, hi, opts.dual_clip, opts.delta)
+    # W_i = sum_t w_{i,t} = n_i / (d_i D)
+    d, D = divisors(m, opts.agg, opts.norm)
+    n_tok = m.sum(axis=-1, keepdims=True)
+    W = n_tok / D if d is None else n_tok / (np.maximum(d, 1)[:, None] * D)
+    policy_loss = -float((W * term).sum())
+    kl, kl_loss = None, 0.0
+    if opts.kl_coef > 0:
+        if logp_ref is None:
+            raise ValueError("logp_ref: the KL term of the loss (kl_coef > 0) needs the "
+                             "reference log-probabilities")
+        kl = np.where(m, kl_estimate_kernel(logp, logp_ref, opts.kl_estimator, opts.kl_clamp),
+                      0.0)
+        kl_loss = float(aggregate_kernel(kl, m, *_kl_agg(opts)))
+    loss = policy_loss + opts.kl_coef * kl_loss if opts.kl_coef > 0 else policy_loss
+    f = PolicyLossForward(logp, log_ratio, log_rho, log_w_raw, log_w, s, lo, hi, term, kl,
+                          policy_loss, kl_loss, loss)
+
+    # backward: d loss / d log s_i = -W_i [unclipped_i] A_i s_i   (B, 1)
+    case = clip_case(s, A_row, lo, hi, opts.dual_clip, opts.delta)
+    dlog_w = -W * np.where(case == UNCLIPPED, A_row, 0.0) * s
+    if opts.log_ratio_max is not None:
+        dlog_w = dlog_w * (log_w_raw <= opts.log_ratio_max)
+    # log s_i = (1/n_i) sum_t m_t log rho_t: each token gets 1/n_i of it
+    dlogp = np.where(m, dlog_w / n_i, 0.0)
+    if opts.log_ratio_clamp is not None:
+        dlogp = dlogp * (np.abs(log_ratio) <= opts.log_ratio_clamp)
+    if opts.kl_coef > 0:
+        mode, norm = _kl_agg(opts)
+        dlogp = dlogp + opts.kl_coef * kl_estimate_grad_kernel(
+            logp, logp_ref, opts.kl_estimator, m, opts.kl_clamp, aggregation_weights(m, mode, norm))
+    return f, _rowwise_stats(f, A_row, m, n_tok, opts), dlogp + 0.0
+
+
+def _rowwise_stats(f, A_row, m, n_tok, opts) -> dict:
+    """:func:`ppo_numpy.objective.policy_loss_stats` from one ratio per response: the token
+    fractions count each response's tokens; the approx-KL ones read the token log-ratios."""
+    n = int(n_tok.sum())
+    s, log_rho = f.rho, f.log_rho
+    lo, hi = f.lo, f.hi
+    has = n_tok > 0
+
+    def frac(flags):  # (B, 1) flags: the fraction of the tokens of the rows they mark
+        return float(n_tok[flags & has].sum() / n)
+
+    s_u = s if opts.delta is None else np.minimum(s, opts.delta)
+    k1 = -log_rho.sum()
+    stats = {
+        "clipfrac_active": frac(f.term < s_u * A_row),
+        "clipfrac_outside": frac((s > hi) | (s < lo)),
+        "dual_clipfrac": 0.0 if opts.dual_clip is None else frac(
+            f.term > surrogate_term(s, A_row, lo, hi, None, opts.delta)),
+        "approx_kl_k1": float((k1 if k1 != 0 else 0.0) / n),
+        "approx_kl_k2": float(np.square(log_rho).sum() / 2 / n),
+        "approx_kl_k3": float((np.expm1(log_rho) - log_rho).sum() / n),
+        "ratio_mean": float((n_tok * s).sum() / n),
+        "ratio_min": float(s[has].min()),
+        "ratio_max": float(s[has].max()),
+    }
+    if not opts.is_ppo:
+        stats["clipfrac_low"] = frac((s_u < lo) & (A_row < 0))
+        stats["clipfrac_high"] = frac((s_u > hi) & (A_row > 0))
+        stats["kl_ref"] = float(f.kl.sum() / n) if f.kl is not None else 0.0
+    return stats

@@ -1,0 +1,125 @@
+"""The row-wise form of the sequence-level loss equals the readable form (the definition).
+
+Expected values come from ``policy_loss_forward`` / ``policy_loss_backward`` / ``policy_loss_stats``
+(the readable form, itself checked against hand calculations and finite differences in
+test_grpo_loss.py and test_loss_grads.py), and one hand calculation below.
+"""
+
+import numpy as np
+import pytest
+
+from ppo_numpy import policy_loss_and_grad
+from ppo_numpy.aggregation import aggregate_kernel
+from ppo_numpy.gspo_rowwise import ROWWISE_FROM, gspo_rowwise_kernel, rowwise_advantages
+from ppo_numpy.objective import (
+    loss_options,
+    policy_loss_backward,
+    policy_loss_forward,
+    policy_loss_stats,
+)
+
+ULPS = 4
+
+
+def batch(B, T, seed, *, empty_row=False):
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(1, T + 1, B)
+    if empty_row:
+        lengths[1] = 0
+    m = np.arange(T)[None, :] < lengths[:, None]
+    logp_old = np.where(m, -rng.uniform(0.1, 3.0, (B, T)), 0.0)
+    logp = np.where(m, logp_old + rng.normal(0, 0.15, (B, T)), 0.0)
+    logp_ref = np.where(m, logp_old + rng.normal(0, 0.1, (B, T)), 0.0)
+    A_i = rng.normal(0, 1, (B, 1))
+    A_i[0] = 0.0
+    return logp, logp_old, logp_ref, np.where(m, A_i, 0.0), m
+
+
+def assert_close(got, want, what, scale=None):
+    """|got - want| <= 4 ulps of ``scale``: the largest |want| by default; for a sum with
+    cancellation, the sum of its terms' magnitudes."""
+    if scale is None:
+        scale = float(np.max(np.abs(want), initial=0.0))
+    scale = max(scale, 1e-300)
+    err = float(np.max(np.abs(np.asarray(got) - np.asarray(want)), initial=0.0))
+    assert err <= ULPS * np.spacing(scale), f"{what}: max |diff| {err:.3g}, scale {scale:.3g}"
+
+
+OPTIONS = [
+    dict(agg="grpo"), dict(agg="token-mean"), dict(agg="seq-mean-token-mean"),
+    dict(agg="seq-mean-token-sum-norm", norm=7.0), dict(agg="dr_grpo"), dict(agg="dapo"),
+    dict(agg="seq-mean-token-sum", log_ratio_clamp=0.2), dict(agg="grpo", log_ratio_max=0.05),
+    dict(agg="grpo", epsilon=0.05, epsilon_high=0.1), dict(agg="grpo", delta=1.02),
+    dict(agg="token-mean", dual_clip=1.05, epsilon=0.01),
+    dict(agg="grpo", kl_coef=0.1, kl_estimator="k3"),
+    dict(agg="grpo", kl_coef=0.05, kl_estimator="k1", kl_agg="token-mean", kl_clamp=0.01),
+]
+
+
+@pytest.mark.parametrize("kw", OPTIONS, ids=lambda kw: ",".join(f"{k}={v}" for k, v in kw.items()))
+@pytest.mark.parametrize("seed", [0, 1])
+def test_rowwise_equals_the_readable_form(kw, seed):
+    logp, logp_old, logp_ref, A, m = batch(9, 13, seed, empty_row=seed == 1)
+    opts = loss_options(importance_level="sequence", **kw)
+    f = policy_loss_forward(logp, logp_old, A, m, opts, logp_ref)
+    want_stats = policy_loss_stats(f, A, m, opts)
+    want_grad = policy_loss_backward(f, A, m, opts, logp_ref)
+    A_row = rowwise_advantages(A, m)
+    assert A_row is not None
+    g, stats, dlogp = gspo_rowwise_kernel(logp, logp_old, A_row, m, opts, logp_ref)
+    # the loss is a sum of terms of both signs: its rounding is of the terms' magnitudes
+    term_scale = float(aggregate_kernel(np.abs(f.term), m, opts.agg, opts.norm))
+    kl_scale = 0.0 if f.kl is None else opts.kl_coef * float(
+        aggregate_kernel(np.abs(f.kl), m, opts.kl_agg or opts.agg,
+                         opts.norm if opts.kl_agg in (None, opts.agg) else None))
+    for name, scale in (("loss", term_scale + kl_scale), ("policy_loss", term_scale),
+                        ("kl_loss", kl_scale / max(opts.kl_coef, 1e-300))):
+        assert_close(getattr(g, name), getattr(f, name), name, scale)
+    assert_close(dlogp, want_grad, "dlogp")
+    assert set(stats) == set(want_stats)
+    for name, want in want_stats.items():
+        if "clipfrac" in name:
+            assert stats[name] == want, name  # counts of tokens: exact
+        else:
+            assert_close(stats[name], want, name)
+    assert np.all(dlogp[~m] == 0.0)
+
+
+def test_rowwise_by_hand():
+    """Two responses of 2 and 1 tokens, A = [1, -1], token log-ratios [0.3, 0.1] and [-0.5]:
+    s = [exp(0.2), exp(-0.5)] = [1.2214, 0.6065]. Row 0 is above 1.2 with A > 0: clipped,
+    term 1.2; row 1 is below 0.8 with A < 0: clipped, term -0.8. grpo aggregation (mean of
+    token means): loss = -(1.2 + (-0.8)) / 2 = -0.2, and the gradient is 0 (both clipped)."""
+    logp = np.array([[0.3, 0.1], [-0.5, 0.0]])
+    m = np.array([[True, True], [True, False]])
+    A = np.array([[1.0, 1.0], [-1.0, 0.0]])
+    g, stats, dlogp = gspo_rowwise_kernel(logp, np.zeros((2, 2)), rowwise_advantages(A, m), m,
+                                          loss_options(agg="grpo", importance_level="sequence"))
+    assert g.loss == pytest.approx(-0.2, abs=1e-15)
+    assert dlogp.tolist() == [[0.0, 0.0], [0.0, 0.0]]
+    assert stats["clipfrac_active"] == 1.0
+    # inside the range (eps = 0.9): row 0 unclipped, d loss / d logp_t = -(1/2) (1/2) 1 s_0
+    _, _, d = gspo_rowwise_kernel(logp, np.zeros((2, 2)), rowwise_advantages(A, m), m,
+                                  loss_options(epsilon=0.9, agg="grpo",
+                                               importance_level="sequence"))
+    assert d[0].tolist() == pytest.approx([-0.25 * np.exp(0.2)] * 2, rel=1e-15)
+
+
+def test_token_varying_advantages_keep_the_readable_form():
+    logp, logp_old, _, A, m = batch(4, 6, 3)
+    assert rowwise_advantages(A, m) is not None
+    A2 = A.copy()
+    A2[2, 0] += 1e-9
+    assert rowwise_advantages(A2, m) is None
+
+
+def test_policy_loss_and_grad_takes_the_rule_and_agrees():
+    B, T = 64, ROWWISE_FROM // 64
+    logp, logp_old, _, A, m = batch(B, T, 5)
+    kw = dict(agg="grpo", importance_level="sequence")
+    loss, stats, d = policy_loss_and_grad(logp, logp_old, A, m, **kw)
+    opts = loss_options(**kw)
+    f = policy_loss_forward(logp, logp_old, A, m, opts)
+    assert_close(loss, f.loss, "loss")
+    assert_close(d, policy_loss_backward(f, A, m, opts), "dlogp")
+    assert stats["clipfrac_active"] == policy_loss_stats(f, A, m, opts)["clipfrac_active"]
