@@ -337,10 +337,29 @@ def grpo_advantages(scores, groups, *, scale="group", eps=1e-6, ddof=1, singleto
         s = s.astype(dt, copy=False)
     grp = _groups(groups, s.shape[0], regular=s.dtype != object)
     if grp.layout is not None:
-        # the lines below down to std_g, for groups laid out as a reshape
+        # the lines of the else branch, for groups laid out as a reshape (the same bits)
         centred, std = _grpo_regular(s, grp, scale == "group", ddof)
     else:
-        centred, std = _grpo_general(s, grp, scale == "group", ddof, singleton)
+        single = _singletons(grp, singleton, "Pass singleton='zero' (TRL) or 'raw' (verl).")
+        zero = s.dtype.type(0) if s.dtype != object else Fraction(0)
+        n = grp.counts if s.dtype == object else grp.counts.astype(s.dtype)
+        # mean_g = (sum_{j in g} s_j) / n_g
+        mean = (_group_sums(s, grp.inverse, len(grp.counts)) / n)[grp.inverse]
+        if singleton == "raw":
+            # verl: a group of one has mean 0 (and std 1)
+            mean = np.where(single, zero, mean)
+        # s_i - mean_g(i), exactly 0 in a group of equal scores
+        centred = np.where(_flat_groups(s, grp.inverse, len(grp.counts)) & ~single, zero,
+                           s - mean)
+        if singleton == "zero":
+            centred = np.where(single, zero, centred)
+        if scale == "group":
+            # std_g = sqrt(sum_{j in g} (s_j - mean_g)^2 / (n_g - ddof))
+            sq = _group_sums(centred * centred, grp.inverse, len(grp.counts))
+            with np.errstate(divide="ignore", invalid="ignore"):
+                std = np.sqrt(sq / (n - ddof))[grp.inverse]
+            # a group of one: std undefined with ddof 1; "raw" takes it as 1 ("zero" has A = 0)
+            std = np.where(single, s.dtype.type(1), std)
     if scale == "none":
         return centred if s.dtype == object else centred.astype(np.float64)
     if scale == "group":
@@ -363,34 +382,10 @@ def grpo_advantages(scores, groups, *, scale="group", eps=1e-6, ddof=1, singleto
     return (centred / (std + eps)).astype(np.float64)
 
 
-def _grpo_general(s, grp, group_std, ddof, singleton):
-    """s_i - mean_g(i) and (``group_std``) std_g(i) for any groups, or None."""
-    single = _singletons(grp, singleton, "Pass singleton='zero' (TRL) or 'raw' (verl).")
-    zero = s.dtype.type(0) if s.dtype != object else Fraction(0)
-    n = grp.counts if s.dtype == object else grp.counts.astype(s.dtype)
-    # mean_g = (sum_{j in g} s_j) / n_g
-    mean = (_group_sums(s, grp.inverse, len(grp.counts)) / n)[grp.inverse]
-    if singleton == "raw":
-        # verl: a group of one has mean 0 (and std 1)
-        mean = np.where(single, zero, mean)
-    # s_i - mean_g(i), exactly 0 in a group of equal scores
-    centred = np.where(_flat_groups(s, grp.inverse, len(grp.counts)) & ~single, zero, s - mean)
-    if singleton == "zero":
-        centred = np.where(single, zero, centred)
-    if not group_std:
-        return centred, None
-    # std_g = sqrt(sum_{j in g} (s_j - mean_g)^2 / (n_g - ddof))
-    sq = _group_sums(centred * centred, grp.inverse, len(grp.counts))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        std = np.sqrt(sq / (n - ddof))[grp.inverse]
-    # a group of one: std undefined with ddof 1; "raw" takes it as 1 ("zero" has A = 0)
-    return centred, np.where(single, s.dtype.type(1), std)
-
-
 def _grpo_regular(s, grp, group_std, ddof):
-    """:func:`_grpo_general` for a regular layout (float scores, no group of one): each group
-    a column of :func:`_by_group`, the same operations in the same order (the same bits;
-    ``tests/test_group_advantages.py``)."""
+    """``(centred, std_g or None)`` of :func:`grpo_advantages` for a regular layout (float
+    scores, no group of one): each group a column of :func:`_by_group`, the operations of its
+    general branch in the same order (the same bits; ``tests/test_group_advantages.py``)."""
     by_group = _by_group(s, grp)
     n = s.dtype.type(grp.counts)
     # mean_g = (sum_{j in g} s_j) / n_g
