@@ -8,8 +8,9 @@ One run, against PyTorch on CPU with one intra-op thread (float64), in the forms
 
 * ``grpo_advantages`` and ``rloo_advantages`` (groups of G = 8, TRL's layouts) against
   TRL's vectorised form; target: at least 1x at every grid size;
-* the GSPO loss + gradient (``importance_level="sequence"``) and the GRPO loss + gradient
-  against TRL's form with autograd; targets: at least 1x;
+* the GSPO loss + gradient (``importance_level="sequence"``) and the GRPO loss + gradient,
+  one call of ``policy_loss_and_grad`` (loss, its statistics and d loss / d logp), against
+  TRL's form with autograd; targets: at least 1x;
 * ``gae`` against one streaming NumPy pass over the same arrays (``rewards - values``) at
   (256, 1024), in this process (warm heap) and in a fresh one (cold, ``benchmarks/cold.py``),
   target at most 10x; and against the torch reverse loop at every grid size, at least 3x;
@@ -132,8 +133,33 @@ def _timed(candidates: dict, rounds: int, target: float, ours="ours") -> dict:
     return out
 
 
+def one_call(name: str, x):
+    """The loss + gradient of ``name`` ("gspo loss+grad", "grpo loss+grad") by one call of
+    ``policy_loss_and_grad`` (loss, statistics, gradient), checked equal to the two calls of
+    :func:`benchmarks.grpo.ours`, which are checked against TRL's form."""
+    import numpy as np
+
+    from benchmarks import grpo
+    from ppo_numpy import policy_loss_and_grad
+
+    b = x.batch
+    level = "sequence" if name.startswith("gspo") else "token"
+
+    def call():
+        return policy_loss_and_grad(b.logp, b.logp_old, x.A_tok, b.mask, grpo.EPSILON,
+                                    agg="grpo", importance_level=level)
+
+    (loss, _), dlogp = grpo.ours(name, x)()
+    got_loss, _, got_dlogp = call()
+    if not (np.isclose(got_loss, loss, rtol=1e-12, atol=0)
+            and np.allclose(got_dlogp, dlogp, rtol=1e-12, atol=1e-15)):
+        raise AssertionError(f"{name}: policy_loss_and_grad differs from the two calls")
+    return call
+
+
 def group_rows(grid, *, rounds: int, target: float) -> list[dict]:
-    """The advantages and losses of :mod:`benchmarks.grpo`, ppo_numpy against TRL's form."""
+    """The advantages and losses of :mod:`benchmarks.grpo`, ppo_numpy against TRL's form
+    (the losses by one call of ``policy_loss_and_grad``, as a trainer calls them)."""
     from benchmarks import grpo
 
     grpo.check_against_ppo_numpy()
@@ -142,8 +168,8 @@ def group_rows(grid, *, rounds: int, target: float) -> list[dict]:
         x = grpo.make_inputs(B, T)
         t = grpo.as_tensors(x)
         for name in ("grpo_advantages", "rloo_advantages", "gspo loss+grad", "grpo loss+grad"):
-            times = _timed({"ours": grpo.ours(name, x), "trl": grpo.baselines(name, t)["trl"]},
-                           rounds, target)
+            ours = grpo.ours(name, x) if name.endswith("advantages") else one_call(name, x)
+            times = _timed({"ours": ours, "trl": grpo.baselines(name, t)["trl"]}, rounds, target)
             rows.append({"what": name, "B": B, "T": T, "ours": times["ours"],
                          "trl": times["trl"], "ratio": times["ratios"]["trl"]})
     return rows
