@@ -121,15 +121,11 @@ def _regular_layout(g):
     if G < 1 or B % G or B == G:
         return None
     n = B // G
-    if g[1] == g[0]:
-        # blocks: the first n rows in group 0, and each row's group one more n rows on
-        layout = "blocks"
-        other = np.count_nonzero(g[:n]) + np.count_nonzero(g[n:] != g[:-n] + 1)
-    else:
-        # strided: rows 0..G-1 in groups 0..G-1, and each row's group the same G rows on
-        layout = "strided"
-        other = np.count_nonzero(g[:G] != np.arange(G)) + np.count_nonzero(g[G:] != g[:-G])
-    return None if other else Groups(g, n, None, layout)
+    first, second = g[:2].tolist()
+    layout = "blocks" if first == second else "strided"
+    # (n, G) views whose column k must hold group k only
+    by_group = g.reshape(G, n).T if layout == "blocks" else g.reshape(n, G)
+    return None if np.count_nonzero(by_group != np.arange(G)) else Groups(g, n, None, layout)
 
 
 def _by_group(x, grp):
