@@ -86,7 +86,7 @@ def gae(rewards, values, gamma=1.0, lam=0.95, mask=None, *, method=None, block=3
     if method == "blocked" and v.dtype == object:
         raise ValueError("method: 'blocked' computes in float64; exact Fraction input needs "
                          "method='loop' (or None, which picks it)")
-    if method == "blocked" or (method is None and v.dtype != object and v.size >= BLOCKED_FROM):
+    if _blocked(method, v):
         return gae_blocked_kernel(r, v, gamma, lam, m, block)
     gamma, lam = scalar_for(gamma, v), scalar_for(lam, v)
     # delta_t = r_t + gamma V(s_{t+1}) - V(s_t)
@@ -117,11 +117,18 @@ def _backward_recursion(x, mask, g):
     return where_valid(mask, y)
 
 
-def gae_kernel(r, v, gamma, lam, m, method="blocked", block=32):
+def _blocked(method, v) -> bool:
+    """The size rule: ``method`` given, or None and float ``v`` of >= BLOCKED_FROM entries."""
+    return method == "blocked" or (method is None and v.dtype != object
+                                   and v.size >= BLOCKED_FROM)
+
+
+def gae_kernel(r, v, gamma, lam, m, method=None, block=32):
     """:func:`gae` on checked arrays (unchecked kernel; the training loop's and the presets'):
     ``r``, ``v`` 0 at padding and this call's own, ``gamma``, ``lam`` in their arithmetic,
-    ``m`` a bool mask, ``method`` resolved. Returns ``(advantages, returns)``."""
-    if method == "blocked":
+    ``m`` a bool mask; ``method`` as in :func:`gae` (None: the same size rule). Returns
+    ``(advantages, returns)``."""
+    if _blocked(method, v):
         return gae_blocked_kernel(r, v, gamma, lam, m, block)
     advantages = _backward_recursion(td_errors_kernel(r, v, gamma, m), m, gamma * lam)
     return advantages, advantages + v
