@@ -9,13 +9,13 @@ response), the term, its case and its gradient are one number per response:
     loss    = -sum_i W_i term_i,                W_i = sum_t w_{i,t}, the row's weight
     d loss / d logp_{i,t} = (m_{i,t} / n_i) (-W_i) [term_i unclipped] A_i s_i
 
-with w the aggregation weights (:func:`ppo_numpy.aggregation.aggregation_weights`). The
-readable form, :func:`ppo_numpy.objective.policy_loss_forward` and
-:func:`~ppo_numpy.objective.policy_loss_backward`, is the definition: it runs the same case
+with w the aggregation weights (``aggregation_weights``). The
+readable form, ``policy_loss_forward`` and
+``policy_loss_backward``, is the definition: it runs the same case
 analysis at every token. This form does the (B, T) work only for the log-ratios, their
 row sums, the approx-KL statistics and the gradient's broadcast, which is what TRL does
-with its (B, 1) sequence ratio. :func:`ppo_numpy.objective.policy_loss_kernel` (and so
-:func:`ppo_numpy.policy_loss_and_grad`) takes it by the rule of :func:`use_rowwise`; the
+with its (B, 1) sequence ratio. ``policy_loss_kernel`` (and so
+:func:`ppo_numpy.policy_loss_and_grad`) takes it by the rule of ``use_rowwise``; the
 two forms agree to rounding (the same numbers summed in another order:
 ``tests/test_gspo_rowwise.py`` bounds the difference by 4 ulps of each output's scale, and
 the clip counts exactly).
@@ -59,9 +59,9 @@ def use_rowwise(A, m, opts):
 
 def gspo_rowwise_kernel(logp, logp_old, A_row, m, opts, logp_ref=None):
     """``(forward, stats, dlogp)`` of the sequence-level loss, one case per response
-    (unchecked kernel, as :func:`ppo_numpy.objective.policy_loss_kernel`).
+    (unchecked kernel, as ``policy_loss_kernel``).
 
-    ``A_row`` (B, 1) from :func:`rowwise_advantages`. The forward record's ``rho`` and
+    ``A_row`` (B, 1) from ``rowwise_advantages``. The forward record's ``rho`` and
     ``term`` are (B, 1) here: one ratio and one term per response (0 for a row without
     tokens).
     """
@@ -117,7 +117,7 @@ def gspo_rowwise_kernel(logp, logp_old, A_row, m, opts, logp_ref=None):
 
 
 def _rowwise_stats(f, A_row, m, n_tok, opts) -> dict:
-    """:func:`ppo_numpy.objective.policy_loss_stats` from one ratio per response: the token
+    """``policy_loss_stats`` from one ratio per response: the token
     fractions count each response's tokens; the approx-KL ones read the token log-ratios."""
     n = int(n_tok.sum())
     s, log_rho = f.rho, f.log_rho

@@ -120,7 +120,7 @@ def policy_loss_grad(logp, logp_old, advantages, mask=None, epsilon=0.2, agg="to
 
     So the gradient is exactly 0 where the clipped branch is active. At the
     kinks the bound counts as inside the trust region (module docstring). The
-    backward pass itself: :func:`ppo_numpy.objective.policy_loss_backward`.
+    backward pass itself: ``policy_loss_backward``.
 
     Parameters
     ----------

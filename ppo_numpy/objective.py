@@ -15,9 +15,9 @@ name in the signatures, every other field of :class:`PolicyLossOptions` through
 The loss is written in three plain functions on checked arrays, makemore style (every
 intermediate has a name, its gradient is ``d<name>``):
 
-* :func:`policy_loss_forward`: log rho -> rho -> term -> loss (+ the KL term);
-* :func:`policy_loss_backward`: d loss / d logp, back through the same names;
-* :func:`policy_loss_stats`: the statistics frameworks log, computed apart.
+* ``policy_loss_forward``: log rho -> rho -> term -> loss (+ the KL term);
+* ``policy_loss_backward``: d loss / d logp, back through the same names;
+* ``policy_loss_stats``: the statistics frameworks log, computed apart.
 """
 
 from __future__ import annotations
@@ -328,7 +328,7 @@ def ppo_policy_loss(logp, logp_old, advantages, mask=None, epsilon=0.2, agg="tok
 
 @dataclass(frozen=True)
 class PolicyLossForward:
-    """The named intermediates of :func:`policy_loss_forward` (each a float64 array of the
+    """The named intermediates of ``policy_loss_forward`` (each a float64 array of the
     batch's shape, 0 at padding, unless said otherwise)."""
 
     logp: np.ndarray
@@ -351,7 +351,7 @@ def policy_loss_forward(logp, logp_old, A, m, opts: PolicyLossOptions, logp_ref=
 
     ``logp``, ``logp_old``, ``A`` (and ``logp_ref`` when ``opts.kl_coef > 0``) float64
     (B, T) or (T,) arrays, 0 at padding; ``m`` the bool mask; ``opts`` checked. Returns
-    a :class:`PolicyLossForward`.
+    a ``PolicyLossForward``.
 
     >>> f = policy_loss_forward(np.log([1.5, 0.5, 1.1]), np.zeros(3), np.array([2.0, -1, 1]),
     ...                         np.ones(3, bool), PolicyLossOptions())
@@ -417,7 +417,7 @@ def _kl_agg(opts: PolicyLossOptions):
 
 
 def policy_loss_backward(f: PolicyLossForward, A, m, opts: PolicyLossOptions, logp_ref=None):
-    """d loss / d logp of :func:`policy_loss_forward`'s result ``f`` (unchecked kernel).
+    """d loss / d logp of ``policy_loss_forward``'s result ``f`` (unchecked kernel).
 
     Back through the forward's names, each gradient ``d<name>`` shaped like ``<name>``;
     0 at padding. At the kinks of clip, min and the clamps the bound counts as inside
@@ -509,8 +509,8 @@ def policy_loss_kernel(logp, logp_old, A, m, opts: PolicyLossOptions, logp_ref=N
     :func:`ppo_numpy.policy_loss_and_grad` use it).
 
     At the sequence level with one advantage per response and at least
-    :data:`ppo_numpy.gspo_rowwise.ROWWISE_FROM` entries it takes the fast form of
-    :mod:`ppo_numpy.gspo_rowwise` (the same numbers to rounding); else the readable one."""
+    ``ppo_numpy.gspo_rowwise.ROWWISE_FROM`` entries it takes the fast form of
+    ``ppo_numpy.gspo_rowwise`` (the same numbers to rounding); else the readable one."""
     A_row = gspo_rowwise.use_rowwise(A, m, opts)
     if A_row is not None:
         return gspo_rowwise.gspo_rowwise_kernel(logp, logp_old, A_row, m, opts, logp_ref)

@@ -60,10 +60,6 @@ FULL_MODULES = ["ppo_numpy.oracle.cases", "ppo_numpy.oracle.compare", "ppo_numpy
 # names documented on their module's page: not in __all__, but a docstring refers to them
 MODULE_EXTRAS = {
     "ppo_numpy.aggregation": [("data", "TRL_MODES")],
-    "ppo_numpy.objective": [("function", "policy_loss_forward"),
-                            ("function", "policy_loss_backward"),
-                            ("function", "policy_loss_stats"), ("function", "policy_loss_kernel"),
-                            ("class", "PolicyLossForward"), ("function", "loss_options")],
     "ppo_numpy.oracle.presets": [("function", "get_preset"), ("class", "Preset"),
                                  ("data", "PRESETS"), ("data", "DEFAULT_PRESET"),
                                  ("data", "INPUT_NAMES"), ("data", "GROUP_INPUT_NAMES")],
