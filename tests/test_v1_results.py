@@ -11,6 +11,9 @@ Bit for bit where the arithmetic is the machine's own; to rounding downstream of
 product's rounding depends on the CPU kernel OpenBLAS picks. On an AMD EPYC with
 ``OPENBLAS_CORETYPE=Haswell`` (the machines of 2026-12-02) 2178b48 itself no longer reproduces
 its own files: advantages differ by up to 216 ulps, and a whitened advantage near 0 by more.
+Since issue 22, GAE on fewer than 32768 entries (every case here) is the backward recursion,
+which adds the same terms in another order than 2178b48's product (and no longer depends on
+the BLAS kernel).
 So every output downstream of GAE (advantages, returns, the losses, their gradients and
 statistics) is compared to 1e-10 of its scale, everything else bit for bit, and the training
 run's metrics to a relative 1e-9 (the 40 iterations drift by at most 3e-12 here), its
@@ -30,7 +33,8 @@ from ppo_numpy.training import PPOConfig, train
 V1 = Path(__file__).parent / "data" / "v1"
 PRESETS = sorted(p.name for p in (V1 / "golden").iterdir())
 #: output names downstream of GAE: a name containing any of these
-AFTER_GAE = ("advantages", "returns", "dlogp", "dvalues", "loss", "objective", "var_explained")
+AFTER_GAE = ("advantages", "returns", "dlogp", "dvalues", "loss", "objective", "var_explained",
+             "val/error", "vf_explained_var")  # the last two: statistics of V against R
 #: training metrics that are counts or scores of sampled tokens: never rounded
 DISCRETE = ("iteration", "score", "score_frac", "response_length", "eos_frac")
 
