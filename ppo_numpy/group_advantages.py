@@ -167,7 +167,7 @@ def _column_sums(by_group):
     last entry is the sum in order."""
     if by_group.shape[1] == 1:
         return np.add.accumulate(by_group, axis=0)[-1]
-    return by_group.sum(axis=0)
+    return np.add.reduce(by_group, axis=0)
 
 
 def _flat_groups(s, inverse, n_groups):
