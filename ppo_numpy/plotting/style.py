@@ -57,7 +57,7 @@ def rendered_pt(fontsize, fig):
     4.0
     """
     width_px = fig.get_size_inches()[0] * fig.dpi
-    return float(fontsize) * min(1.0, SITE_IMAGE_WIDTH_PX / width_px)
+    return float(fontsize) * min(1.0, SITE_IMAGE_WIDTH_PX / float(width_px))
 
 
 def saved(fig, path):
