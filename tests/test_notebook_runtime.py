@@ -54,7 +54,8 @@ def test_notebook_states_its_run_time(path: Path):
 def test_runtime_problems_are_found():
     from nbformat.v4 import new_markdown_cell, new_notebook
 
-    nb = new_notebook(cells=[new_markdown_cell("**Goal.** x.\n\n*Run time: about 30 s* (one core)")])
+    goal = "**Goal.** x.\n\n*Run time: about 30 s* (one core)"
+    nb = new_notebook(cells=[new_markdown_cell(goal)])
     assert stated_seconds(nb) == 30.0
     assert stated_seconds(new_notebook(cells=[new_markdown_cell("quick")])) is None
     assert runtime_problem(30.0, 31.0) is None and runtime_problem(30.0, 10.5) is None

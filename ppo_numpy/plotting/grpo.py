@@ -27,7 +27,7 @@ from .training import column_label
 __all__ = ["plot_length_bias", "plot_std_scaling", "plot_training_curves"]
 
 #: the widest figure here, in inches: the site shows it at its own size (style.SITE_IMAGE_WIDTH_PX)
-WIDTH_IN = 8.1
+WIDTH_IN = 8.0
 
 
 def plot_std_scaling(fraction_solved, multiplier, centred, scaled, *, group_size=None):

@@ -30,7 +30,7 @@ from .style import figure, finish, legend_outside, vector
 __all__ = ["plot_accuracy_by_sum", "plot_attention", "plot_attention_change"]
 
 #: the widest figure here, in inches: the site shows it at its own size (style.SITE_IMAGE_WIDTH_PX)
-WIDTH_IN = 8.1
+WIDTH_IN = 8.0
 
 
 def _attention(attn, name):
