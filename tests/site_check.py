@@ -314,16 +314,18 @@ _SEARCH_JS = r"""
     if (items.length && done && !/Searching|Preparing/i.test(done.textContent)) break;
     await wait(25);
   }
+  await wait(300);  // the summaries are filled in after the list
   return Array.from(document.querySelectorAll('#search-results li')).map(li => {
     const a = li.querySelector('a');
-    return [a.getAttribute('href'), a.textContent.trim()];
+    const context = li.querySelector('p.context');
+    return [a.getAttribute('href'), a.textContent.trim(), context ? context.textContent : ''];
   });
 })()
 """
 
 
 def search(html: Path, queries: list[str], binary: str | None = None) -> dict[str, list]:
-    """``{query: [(href, title), ...]}``: the site's own search page's results, in order."""
+    """``{query: [(href, title, summary), ...]}``: the site's search page's results, in order."""
     html = Path(html).resolve()
     binary = binary or find_browser()
     if binary is None:

@@ -9,6 +9,8 @@ warnings as errors. The browser tests skip only where no Chromium is installed
 from __future__ import annotations
 
 import importlib.util
+import json
+import re
 import sys
 from pathlib import Path
 
@@ -156,8 +158,24 @@ def test_search_lists_the_concepts_notebook_first_with_plain_titles():
     results = site_check.search(built_site(), list(CONCEPT_NOTEBOOKS) + ["rho", "delta"],
                                 binary=BROWSER)
     for query, stem in CONCEPT_NOTEBOOKS.items():
-        hrefs = [href for href, _ in results[query]]
+        hrefs = [href for href, _, _ in results[query]]
         assert hrefs and hrefs[0] == f"notebooks/{stem}.html", (query, hrefs[:5])
-    titles = [title for found in results.values() for _, title in found]
+    titles = [title for found in results.values() for _, title, _ in found]
     assert any("ρ_t" in t for t in titles) and any("δ_t" in t for t in titles), titles[:20]
     assert not [t for t in titles if "\\" in t or "$" in t]
+    # the summaries: 05's mentions "every \\(\\delta\\)" and "\\(\\lambda\\)", shown as letters
+    summaries = [text for found in results.values() for _, _, text in found]
+    gae = results["gae"][0][2]
+    assert "δ" in gae and "λ" in gae and "\\" not in gae, gae
+    assert not [t for t in summaries if "\\(" in t or "\\delta" in t][:3]
+
+
+def test_the_search_pages_tex_table_is_conf_pys():
+    sys.path.insert(0, str(ROOT / "docs" / "site"))
+    try:
+        from conf import _TEX_TEXT
+    finally:
+        sys.path.remove(str(ROOT / "docs" / "site"))
+    js = (ROOT / "docs" / "site" / "search_scorer.js").read_text(encoding="utf-8")
+    table = re.search(r"const TEX_TEXT = (\{.*?\});", js, re.S)[1]
+    assert json.loads(table) == _TEX_TEXT

@@ -24,3 +24,40 @@ var Scorer = {
   term: 5,
   partialTerm: 2,
 };
+
+/* The summary under each result is the page's text before MathJax has typeset it, so its
+   math shows as TeX ("\(\delta_t\)"). Show the letters instead, as docs/site/conf.py's
+   plain_title does for the titles in searchindex.js; TEX_TEXT is conf.py's _TEX_TEXT
+   (tests/test_docs_site.py checks that the two tables agree). */
+(() => {
+  const TEX_TEXT = {"\\rho": "ρ", "\\delta": "δ", "\\beta": "β", "\\gamma": "γ",
+                    "\\lambda": "λ", "\\epsilon": "ε", "\\varepsilon": "ε", "\\pi": "π",
+                    "\\theta": "θ", "\\sigma": "σ", "\\mu": "μ", "\\hat A": "Â",
+                    "\\hat{A}": "Â"};
+  const keys = Object.keys(TEX_TEXT).sort((a, b) => b.length - a.length);
+  const escape = (s) => s.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
+  const plain = (text) => {
+    for (const k of keys) text = text.replace(new RegExp(escape(k) + "(?![A-Za-z])", "g"), TEX_TEXT[k]);
+    return text.replace(/\\(?:text|mathrm)\{([^{}]*)\}/g, "$1")
+               .replace(/\\[()[\]]/g, "").replace(/\$/g, "");
+  };
+  // the highlighting of the query's words splits the text ("\\" | "delta"): rewrite the
+  // paragraph's whole text, then highlight the words again (searchtools.js's _highlightText)
+  const fix = (root) => root.querySelectorAll("p.context").forEach((p) => {
+    const text = p.textContent, clean = plain(text);
+    if (clean === text) return;
+    p.textContent = clean;
+    const query = new URLSearchParams(window.location.search).get("q") || "";
+    if (typeof _highlightText === "function")
+      query.split(/\s+/).filter(Boolean).forEach((w) => _highlightText(p, w, "highlighted"));
+  });
+  const watch = () => {
+    const results = document.getElementById("search-results");
+    if (!results) return;
+    fix(results);
+    new MutationObserver(() => fix(results)).observe(results, {childList: true, subtree: true});
+  };
+  // the script may run before or after the document is parsed
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", watch);
+  else watch();
+})();
