@@ -186,11 +186,10 @@ def site_width_problems(fig) -> list[tuple[str, float, float]]:
 
 #: figures wider than the site's column whose text is then below MIN_FONT_PT (issue 26):
 #: drawn by modules other notebooks use; each must be redrawn and leave this list
+#: (overoptimisation: notebook 12 does not run on main at the time of writing, so its stored
+#: figures could not be redrawn; training: its panels were being rewritten for issue 25)
 NOT_YET_AT_SITE_WIDTH = {
-    "concepts.plot_clipped_objective", "concepts.plot_epochs_on_one_batch",
-    "concepts.plot_kl_value_and_gradient", "concepts.plot_token_weights",
-    "concepts.plot_value_loss", "overoptimisation.plot_overoptimisation",
-    "overoptimisation.plot_reward_model_fit", "policy.plot_gradients",
+    "overoptimisation.plot_overoptimisation", "overoptimisation.plot_reward_model_fit",
     "training.plot_beta_sweep", "training.plot_runs", "training.plot_training",
 }
 

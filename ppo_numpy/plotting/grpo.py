@@ -21,13 +21,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from .style import figure, legend_outside, vector
+from .style import SITE_WIDTH_IN, figure, legend_outside, vector
 from .training import column_label
 
 __all__ = ["plot_length_bias", "plot_std_scaling", "plot_training_curves"]
 
-#: the widest figure here, in inches: the site shows it at its own size (style.SITE_IMAGE_WIDTH_PX)
-WIDTH_IN = 8.0
 
 
 def plot_std_scaling(fraction_solved, multiplier, centred, scaled, *, group_size=None):
@@ -50,7 +48,7 @@ def plot_std_scaling(fraction_solved, multiplier, centred, scaled, *, group_size
     K = p.shape[0]
     mult = vector(multiplier, "multiplier", K)
     a0, a1 = vector(centred, "centred", K), vector(scaled, "scaled", K)
-    fig, (left, right) = figure(1, 2, width=WIDTH_IN, height=3.6)
+    fig, (left, right) = figure(1, 2, width=SITE_WIDTH_IN, height=3.6)
     g = f" (G = {group_size})" if group_size else ""
     left.plot(p, mult, marker="o", color="C3", label="1 / (std_g + eps)")
     left.axhline(1.0, color="k", lw=0.8, ls=":", label="no scaling (Dr. GRPO)")
@@ -85,7 +83,7 @@ def plot_length_bias(lengths, advantages, per_token):
     if not per_token:
         raise ValueError("per_token: no mode to draw")
     modes = {str(k): vector(v, f"per_token[{k!r}]", B) for k, v in per_token.items()}
-    fig, ax = figure(width=WIDTH_IN, height=3.6)
+    fig, ax = figure(width=SITE_WIDTH_IN, height=3.6)
     x = np.arange(B)
     width = 0.8 / len(modes)
     for j, (mode, w) in enumerate(modes.items()):
@@ -120,7 +118,8 @@ def plot_training_curves(runs, *, optimum=1.0, columns=("score", "kl_ref")):
     columns = tuple(columns)
     if not columns:
         raise ValueError("columns: nothing to draw")
-    fig, axes = figure(1, len(columns), width=min(WIDTH_IN, 4.05 * len(columns)), height=3.9)
+    fig, axes = figure(1, len(columns), width=min(SITE_WIDTH_IN, 4.05 * len(columns)),
+                       height=3.9)
     axes = np.atleast_1d(axes)
     for k, (label, histories) in enumerate(runs.items()):
         if histories and isinstance(histories[0], dict):

@@ -29,9 +29,11 @@ MIN_FONT_PT = 7
 #: (``tests/site_check.py`` measures it in Chromium and fails if it is not this). A wider
 #: image is scaled down to it, its text with it: text of ``f`` pt in a figure ``w`` pixels
 #: wide is read at ``f * min(1, SITE_IMAGE_WIDTH_PX / w)`` pt, which must stay at least
-#: ``MIN_FONT_PT``; a figure at most 8 in wide (at ``MIN_DPI``; the notebook's inline backend
-#: adds a few pixels of margin) is shown at its own size.
+#: ``MIN_FONT_PT``; a figure at most ``SITE_WIDTH_IN`` wide is shown at its own size.
 SITE_IMAGE_WIDTH_PX = 736
+#: widest figure, in inches, that the site shows at its own size: 720 pixels at MIN_DPI,
+#: and the few pixels of margin the notebooks' inline backend adds stay under 736
+SITE_WIDTH_IN = 8.0
 
 
 #: how far below the axes a legend starts: below the tick labels and the x label

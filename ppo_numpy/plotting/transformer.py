@@ -25,12 +25,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .style import figure, finish, legend_outside, vector
+from .style import SITE_WIDTH_IN, figure, finish, legend_outside, vector
 
 __all__ = ["plot_accuracy_by_sum", "plot_attention", "plot_attention_change"]
 
-#: the widest figure here, in inches: the site shows it at its own size (style.SITE_IMAGE_WIDTH_PX)
-WIDTH_IN = 8.0
 
 
 def _attention(attn, name):
@@ -53,8 +51,8 @@ def _heatmaps(P, tokens, layer_labels, title, *, cmap, vmin, vmax, bar_label, pa
               else [str(s) for s in layer_labels])
     if len(labels) != n_layers:
         raise ValueError(f"layer_labels: expected {n_layers}, got {len(labels)}")
-    side = min(2.2, (WIDTH_IN - 1.3) / H)
-    fig, axes = figure(n_layers, H, width=min(WIDTH_IN, side * H + 1.3),
+    side = min(2.2, (SITE_WIDTH_IN - 1.3) / H)
+    fig, axes = figure(n_layers, H, width=min(SITE_WIDTH_IN, side * H + 1.3),
                        height=(side + 0.35) * n_layers + 0.5 + (0.3 if title else 0.0),
                        squeeze=False)
     for layer in range(n_layers):
@@ -96,7 +94,7 @@ def plot_attention(attn, tokens, *, title=None, layer_labels=None):
         One label per layer (default ``layer 0``, ``layer 1``, ...).
 
     The colour scale is 0 .. 1 for every panel, so panels can be compared. The figure is
-    at most ``WIDTH_IN`` wide, so the site shows it at its own size.
+    at most ``SITE_WIDTH_IN`` wide, so the site shows it at its own size.
     """
     P = _attention(attn, "attn")
     return _heatmaps(P, tokens, layer_labels, title, cmap="viridis", vmin=0.0, vmax=1.0,
@@ -168,7 +166,7 @@ def plot_accuracy_by_sum(a, b, correct, carry, *, digits=2):
     cell = 10 * (b % 10) + a % 10
     count = np.bincount(cell, minlength=100).reshape(10, 10)
     n_panels = len(models) + 1
-    fig, axes = figure(1, n_panels, width=min(WIDTH_IN, 2.6 * n_panels + 0.5), height=3.7)
+    fig, axes = figure(1, n_panels, width=min(SITE_WIDTH_IN, 2.6 * n_panels + 0.5), height=3.7)
     for ax, (label, ok) in zip(axes, models.items()):
         hits = np.bincount(cell, weights=ok, minlength=100).reshape(10, 10)
         with np.errstate(invalid="ignore", divide="ignore"):
