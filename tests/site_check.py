@@ -12,7 +12,17 @@ DevTools protocol (a websocket; websocket-client is in requirements-docs.txt). F
   left in the text outside code (``$$``, ``$x$``, ``\\begin{``, ``\\frac``);
 * every image loaded (``naturalWidth > 0``);
 * every internal link resolves: its file exists in the site and its ``#anchor``, if any,
-  is an id of that page (checked after all pages are read).
+  is an id of that page (checked after all pages are read);
+* nothing is cut at the article's right edge: a table or a block of code wider than the
+  article scrolls inside it (its own ``overflow-x`` or an ancestor's is ``auto``/``scroll``);
+* no solution of an exercise shows: the text of "Solution k" and the code of every cell
+  tagged ``solution`` sit in a closed ``<details>`` (docs/site/build.py puts them there);
+* the article, where a notebook's figures are shown, is ``SITE_IMAGE_WIDTH_PX`` wide
+  (``ppo_numpy.plotting.style``: tests/test_plotting_readable.py measures the figures'
+  text at that width).
+
+:func:`search` types a query into the site's search page and returns the results in order
+(the tests check that a concept's notebook comes first and that no title shows raw TeX).
 
 Screenshots of the home page, one notebook page and one API page go to
 ``<site>/../screenshots``. The browser is Debian's Chromium (``apt-get install -y
@@ -37,6 +47,8 @@ import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from ppo_numpy.plotting.style import SITE_IMAGE_WIDTH_PX
 
 # what this machine's Chromium needs to start headless and talk only to 127.0.0.1
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
@@ -70,6 +82,25 @@ _PAGE_JS = r"""
     if (!n.parentElement.closest(skip)) text += n.nodeValue + ' ';
   const raw = [/\$\$/, /\$[^$\s](?:[^$\n]*[^$\s\\])?\$/, /\\begin\{/, /\\frac/]
       .map(re => (text.match(re) || [null])[0]).filter(Boolean);
+  const art = document.querySelector('article');
+  const artBox = art ? art.getBoundingClientRect() : null;
+  const scrolls = (e) => ['auto', 'scroll'].includes(getComputedStyle(e).overflowX);
+  const cut = !art ? [] : Array.from(art.querySelectorAll('table, pre')).filter(e => {
+    const box = e.getBoundingClientRect();
+    if (!box.width || e.closest('details:not([open])')) return false;
+    for (let p = e; p && p !== art; p = p.parentElement)
+      if (scrolls(p) && p.getBoundingClientRect().right <= artBox.right + 1) return false;
+    return box.right > artBox.right + 1 || e.scrollWidth > e.clientWidth + 1;
+  }).map(e => e.tagName.toLowerCase() + ' ' + (e.textContent || '').trim().slice(0, 40));
+  const shown = (e) => e.getClientRects().length > 0 && !e.closest('details:not([open])');
+  const solutions = Array.from(document.querySelectorAll('details.solution, strong'))
+      .filter(e => /^Solution \d+\.?$/.test(e.tagName === 'DETAILS'
+          ? (e.querySelector('summary') || {}).textContent || '' : e.textContent.trim()))
+      .map(e => e.tagName === 'DETAILS' ? e.querySelector('summary') : e);
+  const openSolutions = solutions.filter(e => e.tagName === 'SUMMARY'
+      ? e.parentElement.open : shown(e)).map(e => e.textContent.trim());
+  const openCode = Array.from(document.querySelectorAll('.tag_solution .cell_input'))
+      .filter(shown).length;
   const nav = performance.getEntriesByType('navigation')[0];
   return {
     status: nav ? nav.responseStatus : 0,
@@ -84,6 +115,11 @@ _PAGE_JS = r"""
     links: Array.from(document.querySelectorAll('a[href]')).map(a => a.href)
         .filter(h => h.startsWith(location.origin)),
     ids: Array.from(document.querySelectorAll('[id], a[name]')).map(e => e.id || e.name),
+    article_width: artBox ? Math.round(artBox.width) : 0,
+    cut: cut,
+    solutions: solutions.length,
+    open_solutions: openSolutions,
+    open_solution_code: openCode,
   };
 })()
 """
@@ -238,6 +274,14 @@ def check_site(html: Path, screenshots: Path | None = None, binary: str | None =
                 bad.append(f"{facts['merror']} MathJax error(s) (bad TeX)")
             bad += [f"raw TeX in the text: {t!r}" for t in facts["raw_tex"]]
             bad += [f"image not loaded: {src}" for src in facts["broken_images"]]
+            bad += [f"cut at the article's right edge (does not scroll): {c!r}"
+                    for c in facts["cut"]]
+            bad += [f"solution shown open: {t!r}" for t in facts["open_solutions"]]
+            if facts["open_solution_code"]:
+                bad.append(f"{facts['open_solution_code']} solution code cell(s) shown open")
+            if page.startswith("notebooks/") and facts["article_width"] != SITE_IMAGE_WIDTH_PX:
+                bad.append(f"article {facts['article_width']} px wide, expected "
+                           f"SITE_IMAGE_WIDTH_PX = {SITE_IMAGE_WIDTH_PX} (the figures' check)")
             report.problems += [f"{page}: {b}" for b in bad]
             ids[page] = set(facts["ids"])
             links[page] = facts["links"]
@@ -259,6 +303,53 @@ def check_site(html: Path, screenshots: Path | None = None, binary: str | None =
         server.shutdown()
         server.server_close()
     return report
+
+
+_SEARCH_JS = r"""
+(async () => {
+  const wait = (ms) => new Promise(r => setTimeout(r, ms));
+  for (let i = 0; i < 400; i++) {
+    const items = document.querySelectorAll('#search-results li');
+    const done = document.querySelector('#search-results p.search-summary, #search-results h2');
+    if (items.length && done && !/Searching|Preparing/i.test(done.textContent)) break;
+    await wait(25);
+  }
+  await wait(300);  // the summaries are filled in after the list
+  return Array.from(document.querySelectorAll('#search-results li')).map(li => {
+    const a = li.querySelector('a');
+    const context = li.querySelector('p.context');
+    return [a.getAttribute('href'), a.textContent.trim(), context ? context.textContent : ''];
+  });
+})()
+"""
+
+
+def search(html: Path, queries: list[str], binary: str | None = None) -> dict[str, list]:
+    """``{query: [(href, title, summary), ...]}``: the site's search page's results, in order."""
+    html = Path(html).resolve()
+    binary = binary or find_browser()
+    if binary is None:
+        raise RuntimeError("no Chromium installed: apt-get install -y chromium")
+    handler = functools.partial(_Quiet, directory=str(html))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_address[1]}/"
+    browser = Browser(binary)
+    out = {}
+    try:
+        for query in queries:
+            browser.events.clear()
+            browser.send("Page.navigate",
+                         url=base + "search.html?q=" + urllib.parse.quote(query))
+            browser.wait_event("Page.loadEventFired")
+            res = browser.send("Runtime.evaluate", expression=_SEARCH_JS, awaitPromise=True,
+                               returnByValue=True)
+            out[query] = [tuple(r) for r in res["result"]["value"]]
+    finally:
+        browser.close()
+        server.shutdown()
+        server.server_close()
+    return out
 
 
 def _link_problem(rel: str, html: Path, ids: dict[str, set[str]]) -> str | None:

@@ -60,8 +60,28 @@ def test_training_curves_draw_each_run_and_the_90_percent_line():
     assert [list(line.get_ydata()) for line in kl.lines] == [[0.0, 0.3], [0.0, 0.4]]
     assert [t.get_text() for t in score.get_legend().get_texts()] == [
         "ppo", "grpo", "90% of optimum"]
-    assert score.get_title() == "score" and kl.get_xlabel() == "iteration"
+    # readable names with units, not the raw column names
+    assert score.get_title() == "mean score of the responses"
+    assert kl.get_title() == "KL(pi_theta || pi_ref)" and kl.get_ylabel() == "nats per response"
+    assert kl.get_xlabel() == "iteration"
     assert _render(fig)
+
+
+def test_training_curves_draw_every_seed_and_their_mean():
+    def run(scores):
+        return [{"iteration": k + 1, "score": s, "kl_ref": 0.1 * k} for k, s in enumerate(scores)]
+
+    seeds = [run([0.2, 0.6]), run([0.4, 0.8]), run([0.0, 1.0])]
+    fig = grpo.plot_training_curves({"ppo": seeds, "grpo": run([0.1, 0.3])}, optimum=1.0)
+    score = fig.axes[0]
+    ys = [list(line.get_ydata()) for line in score.lines]
+    # three thin seed lines, then their mean (0.2, 0.8), then the single grpo run, then 90%
+    assert ys[:3] == [[0.2, 0.6], [0.4, 0.8], [0.0, 1.0]]
+    np.testing.assert_allclose(ys[3], [0.2, 0.8], rtol=1e-12)
+    assert ys[4] == [0.1, 0.3] and ys[5] == [0.9, 0.9]
+    assert [line.get_lw() for line in score.lines[:4]] == [0.7, 0.7, 0.7, 1.8]
+    assert [t.get_text() for t in score.get_legend().get_texts()] == [
+        "ppo (3 seeds, mean)", "grpo", "90% of optimum"]
 
 
 @pytest.mark.parametrize("call, message", [

@@ -6,6 +6,14 @@ Each public plotting function of every module is drawn on small inputs (the case
 notebook shows a wider image scaled down, text included), no visible text under
 ``MIN_FONT_PT``, and no legend on the data of its panel: a legend inside the axes may
 not hold a point of any line, nor overlap a shaded band.
+
+On the documentation site a figure is shown at most ``SITE_IMAGE_WIDTH_PX`` pixels wide
+(the article column, measured in Chromium by ``tests/site_check.py``), so a wider figure
+and its text are scaled down: ``test_figure_is_readable_at_the_site_width`` requires every
+piece of text to be at least ``MIN_FONT_PT`` as shown there (``style.rendered_pt``).
+The figures drawn by modules this check was added after (``NOT_YET_AT_SITE_WIDTH``) are
+expected to fail it, strictly: when one is redrawn to pass, the test says so and the name
+must leave the list.
 """
 
 from __future__ import annotations
@@ -34,7 +42,13 @@ from ppo_numpy.plotting import (  # noqa: E402
     training,
     transformer,
 )
-from ppo_numpy.plotting.style import MAX_WIDTH_IN, MIN_DPI, MIN_FONT_PT  # noqa: E402
+from ppo_numpy.plotting.style import (  # noqa: E402
+    MAX_WIDTH_IN,
+    MIN_DPI,
+    MIN_FONT_PT,
+    SITE_IMAGE_WIDTH_PX,
+    rendered_pt,
+)
 from ppo_numpy.training.metrics import COLUMNS  # noqa: E402
 from tests.test_plotting_concepts import CASES as CONCEPT_CASES  # noqa: E402
 from tests.test_plotting_policy import _report  # noqa: E402
@@ -83,6 +97,9 @@ CASES = {f"concepts.{name}": call for name, call in CONCEPT_CASES.items()} | {
     "transformer.plot_attention": lambda: transformer.plot_attention(
         np.tril(np.ones((2, 4, 10, 10))) / np.arange(1, 11)[:, None], [str(k) for k in range(10)],
         title="attention"),
+    "transformer.plot_attention_change": lambda: transformer.plot_attention_change(
+        np.tril(np.ones((2, 4, 9, 9))) / np.arange(1, 10)[:, None],
+        np.tril(np.ones((2, 4, 9, 9))) / np.arange(1, 10)[:, None] ** 0.9, list("abcdefghi")),
     "transformer.plot_accuracy_by_sum": lambda: transformer.plot_accuracy_by_sum(
         np.arange(200) % 100, (np.arange(200) * 7) % 100,
         {"after warm-up": np.arange(200) % 3 == 0, "after PPO": np.arange(200) % 5 != 0},
@@ -148,18 +165,66 @@ def legend_problems(fig) -> list[str]:
     return problems
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_figure_is_readable(name):
+def _drawn(name):
     fig = CASES[name]()
     # a Figure made without pyplot has no renderer yet: give it Agg, then lay it out and draw
     FigureCanvasAgg(fig) if not isinstance(fig.canvas, FigureCanvasAgg) else None
     fig.canvas.draw()
+    return fig
+
+
+def _texts(fig):
+    return [t for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip()]
+
+
+def site_width_problems(fig) -> list[tuple[str, float, float]]:
+    """(text, its size in the figure, its size as the site shows it) below ``MIN_FONT_PT``."""
+    shown = [(t, rendered_pt(t.get_fontsize(), fig)) for t in _texts(fig)]
+    return sorted({(t.get_text()[:30], t.get_fontsize(), round(pt, 2)) for t, pt in shown
+                   if pt < MIN_FONT_PT})
+
+
+#: figures wider than the site's column whose text is then below MIN_FONT_PT (issue 26):
+#: drawn by modules other notebooks use; each must be redrawn and leave this list
+#: (overoptimisation: notebook 12 does not run on main at the time of writing, so its stored
+#: figures could not be redrawn; training: its panels were being rewritten for issue 25)
+NOT_YET_AT_SITE_WIDTH = {
+    "overoptimisation.plot_overoptimisation", "overoptimisation.plot_reward_model_fit",
+    "training.plot_beta_sweep", "training.plot_runs", "training.plot_training",
+}
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(
+    strict=True, reason="not yet redrawn for the site's width")) if n in NOT_YET_AT_SITE_WIDTH
+    else n for n in sorted(CASES)])
+def test_figure_is_readable_at_the_site_width(name):
+    fig = _drawn(name)
+    small = site_width_problems(fig)
+    width_px = fig.get_size_inches()[0] * fig.dpi
+    assert not small, (f"{name}: {width_px:.0f} px wide, shown at {SITE_IMAGE_WIDTH_PX} px on "
+                       f"the site: text below {MIN_FONT_PT} pt there (text, pt, pt shown): "
+                       f"{small[:5]}")
+
+
+def test_site_width_check_finds_a_scaled_down_label():
+    fig, ax = plt.subplots(figsize=(2 * SITE_IMAGE_WIDTH_PX / MIN_DPI, 2), dpi=MIN_DPI)
+    ax.set_title("shown at half size", fontsize=10)   # 10 pt shown as 5 pt
+    ax.set_xlabel("big enough", fontsize=14)           # 14 pt shown as 7 pt
+    ax.tick_params(labelsize=16)
+    fig.canvas.draw()
+    assert site_width_problems(fig) == [("shown at half size", 10.0, 5.0)]
+    fig.set_size_inches(SITE_IMAGE_WIDTH_PX / MIN_DPI, 2)  # at the site's width: own size
+    assert site_width_problems(fig) == []
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_figure_is_readable(name):
+    fig = _drawn(name)
     width, _ = fig.get_size_inches()
     assert fig.dpi >= MIN_DPI, f"{name}: dpi {fig.dpi}"
     assert width <= MAX_WIDTH_IN, f"{name}: {width:.1f} in wide"
-    small = sorted({(t.get_text()[:30], t.get_fontsize()) for t in fig.findobj(Text)
-                    if t.get_visible() and t.get_text().strip()
-                    and t.get_fontsize() < MIN_FONT_PT})
+    small = sorted({(t.get_text()[:30], t.get_fontsize()) for t in _texts(fig)
+                    if t.get_fontsize() < MIN_FONT_PT})
     assert not small, f"{name}: text below {MIN_FONT_PT} pt: {small[:5]}"
     problems = legend_problems(fig)
     assert not problems, f"{name}: " + "; ".join(problems)

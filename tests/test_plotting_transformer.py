@@ -10,7 +10,11 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 from matplotlib.image import AxesImage  # noqa: E402
 
-from ppo_numpy.plotting.transformer import plot_accuracy_by_sum, plot_attention  # noqa: E402
+from ppo_numpy.plotting.transformer import (  # noqa: E402
+    plot_accuracy_by_sum,
+    plot_attention,
+    plot_attention_change,
+)
 
 
 def _causal_attention(n_layers, H, L, rng):
@@ -37,7 +41,9 @@ def test_attention_draws_every_head_of_every_layer_with_token_labels():
         assert im.get_clim() == (0.0, 1.0)
         ax = im.axes
         assert [t.get_text() for t in ax.get_xticklabels()] == tokens
-        assert [t.get_text() for t in ax.get_yticklabels()] == tokens
+        # the query labels on the first panel of a row (the row's panels share them)
+        assert [t.get_text() for t in ax.get_yticklabels()] == (tokens if head == 0
+                                                                 else [""] * 4)
         assert ax.get_title() == f"layer {layer}, head {head}"
     # one colour bar: an extra axes whose label names the weights
     bars = [ax for ax in fig.axes if ax.get_ylabel() == "attention weight P"]
@@ -61,6 +67,25 @@ def test_attention_rejects_bad_shapes(bad, tokens, match):
         plot_attention(bad, tokens)
 
 
+def test_attention_change_is_after_minus_before_on_a_symmetric_scale():
+    rng = np.random.default_rng(2)
+    before, after = _causal_attention(2, 2, 3, rng), _causal_attention(2, 2, 3, rng)
+    fig = plot_attention_change(before, after, list("abc"), layer_labels=["L0", "L1"])
+    heat = _images(fig)
+    assert len(heat) == 4
+    bound = np.abs(after - before).max()
+    for k, im in enumerate(heat):
+        layer, head = divmod(k, 2)
+        np.testing.assert_allclose(im.get_array(), after[layer, head] - before[layer, head],
+                                   rtol=0, atol=1e-15)
+        np.testing.assert_allclose(im.get_clim(), (-bound, bound), rtol=1e-15)
+        d = np.abs(after[layer, head] - before[layer, head]).max()
+        assert im.axes.get_title() == f"L{layer}, head {head}\nmax |change| {d:.2f}"
+    assert any(ax.get_ylabel() == "change of P (after - before)" for ax in fig.axes)
+    with pytest.raises(ValueError, match="after"):
+        plot_attention_change(before, after[:1], list("abc"))
+
+
 def test_accuracy_by_sum_draws_cells_line_and_bars():
     # four sums: 12 + 03 (no carry), 15 + 07 and 19 + 91 (carry), 22 + 13 twice as 12 + 03's
     a = np.array([12, 15, 19, 32])
@@ -79,12 +104,24 @@ def test_accuracy_by_sum_draws_cells_line_and_bars():
     assert np.isnan(grid_before).sum() == 100 - 3  # only three cells hold a sum
     assert heat[0].axes.get_title() == "before: 50% right"
     assert heat[1].axes.get_title() == "after: 50% right"
-    # the carry line a_1 + b_1 = 9.5 on each heatmap
+    # the carry line a_2 + b_2 = 9.5 on each heatmap (a_2, b_2: the units digits)
     for im in heat:
         (line,) = im.axes.get_lines()
         x, y = line.get_data()
         np.testing.assert_allclose(np.asarray(x) + np.asarray(y), [9.5, 9.5])
+        assert line.get_label() == "a_2 + b_2 = 9.5 (carry above)"
         assert im.axes.get_xlim() == (-0.5, 9.5) and im.axes.get_ylim() == (-0.5, 9.5)
+        # the 97 cells without a sum are hatched grey, at their (column a, row b) places
+        empty = [p for p in im.axes.patches if p.get_label() == "no held-out sum"]
+        assert len(empty) == 97 and all(p.get_hatch() == "////" for p in empty)
+        corners = {(p.get_x() + 0.5, p.get_y() + 0.5) for p in empty}
+        assert (2, 3) not in corners and (5, 7) not in corners and (9, 1) not in corners
+        assert (0, 0) in corners
+        # each cell with sums says how many: 2 in (a 2, b 3), 1 in the two others
+        texts = {(t.get_position(), t.get_text()) for t in im.axes.texts}
+        assert texts == {((2, 3), "2"), ((5, 7), "1"), ((9, 1), "1")}
+    legend = [t.get_text() for t in heat[0].axes.get_legend().get_texts()]
+    assert legend == ["no held-out sum", "a_2 + b_2 = 9.5 (carry above)"]
     bars_ax = fig.axes[2]
     heights = [p.get_height() for p in bars_ax.patches]
     # before: no carry 2/2, carry 0/2; after: no carry 1/2, carry 1/2
@@ -92,7 +129,8 @@ def test_accuracy_by_sum_draws_cells_line_and_bars():
     assert [t.get_text() for t in bars_ax.get_xticklabels()] == ["no carry\n(2 sums)",
                                                                  "units carry\n(2 sums)"]
     assert [t.get_text() for t in bars_ax.get_legend().get_texts()] == ["before", "after"]
-    assert any(ax.get_ylabel() == "accuracy" for ax in fig.axes)  # the colour bar
+    assert any(ax.get_ylabel() == "accuracy (number: sums in the cell)"
+               for ax in fig.axes)  # the colour bar
 
 
 def test_accuracy_by_sum_rejects_mismatched_inputs():

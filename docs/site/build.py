@@ -141,6 +141,7 @@ def stage(src: Path, linker: Linker) -> None:
             if cell["cell_type"] == "markdown":
                 text = "".join(cell["source"])
                 cell["source"] = linker.rewrite(rel, text).splitlines(keepends=True)
+        collapse_solutions(nb)
         (src / rel).write_text(json.dumps(nb, indent=1, ensure_ascii=False), encoding="utf-8")
     home = linker.rewrite("README.md", (ROOT / "README.md").read_text(encoding="utf-8"))
     (src / "index.md").write_text(home + "\n" + sidebar_toctrees(), encoding="utf-8")
@@ -152,6 +153,37 @@ def stage(src: Path, linker: Linker) -> None:
                         f"repository, as built.\n\n```{{literalinclude}} "
                         f"{_relpath(str(ROOT / rel), str(page.parent))}\n:language: {lang}\n"
                         f":linenos:\n```\n", encoding="utf-8")
+
+
+_SOLUTION = re.compile(r"\*\*Solution (\d+)\.\*\*\s*")
+
+
+def collapse_solutions(nb: dict) -> dict:
+    """Each solution of ``nb`` (after its ``## Solutions`` heading) in dropdowns that start
+    closed, in place; returns ``nb``.
+
+    Jupyter collapses a solution's code (``jupyter.source_hidden``), the site would not: the
+    text "**Solution k.** ..." becomes ``<details class="solution"><summary>Solution k
+    </summary>`` around the text, and each code cell tagged ``solution`` gets MyST-NB's
+    ``hide-cell`` tag (its code and its output in a closed "Show the solution's code"
+    dropdown). tests/site_check.py fails on a page where a solution shows.
+    """
+    after = False
+    for cell in nb["cells"]:
+        text = "".join(cell["source"])
+        if cell["cell_type"] == "markdown":
+            after = after or text.startswith("## Solutions")
+            m = _SOLUTION.match(text)
+            if after and m:
+                cell["source"] = (f'<details class="solution">\n<summary>Solution {m[1]}'
+                                  f"</summary>\n\n{text[m.end():].rstrip()}\n\n</details>\n")
+        elif "solution" in cell.get("metadata", {}).get("tags", []):
+            meta = cell["metadata"]
+            meta["tags"] = meta["tags"] + ["hide-cell"]
+            meta["mystnb"] = {**meta.get("mystnb", {}),
+                              "code_prompt_show": "Show the solution's code",
+                              "code_prompt_hide": "Hide the solution's code"}
+    return nb
 
 
 def sidebar_toctrees() -> str:

@@ -6,6 +6,7 @@ as errors. Nothing here executes a notebook: they render with their stored outpu
 """
 
 import re
+from pathlib import Path
 
 import ppo_numpy
 
@@ -58,6 +59,11 @@ html_title = f"ppo_numpy {release}"
 html_copy_source = False
 html_show_sourcelink = False
 html_last_updated_fmt = None
+# wide tables and code scroll instead of being cut; the solutions' dropdowns (static/site.css)
+html_static_path = ["static"]
+html_css_files = ["site.css"]
+# a search for a concept's name lists its notebook first (search_scorer.js)
+html_search_scorer = str(Path(__file__).resolve().parent / "search_scorer.js")
 
 # A reference the docstrings write in their module's terms (:func:`td_errors` inside
 # ppo_numpy.gae, :data:`MODES` inside ppo_numpy.aggregation) names an object that the API
@@ -202,7 +208,46 @@ def _qualify_roles(app, what, name, obj, options, lines):
     lines[:] = [_ROLE.sub(full, line) for line in lines]
 
 
+#: TeX in a title -> the text a search result shows (the titles with math: 01's rho_t, 04's
+#: delta_t, section titles with beta, gamma, lambda, epsilon)
+_TEX_TEXT = {r"\rho": "ρ", r"\delta": "δ", r"\beta": "β", r"\gamma": "γ", r"\lambda": "λ",
+             r"\epsilon": "ε", r"\varepsilon": "ε", r"\pi": "π", r"\theta": "θ",
+             r"\sigma": "σ", r"\mu": "μ", r"\hat A": "Â", r"\hat{A}": "Â"}
+
+
+def plain_title(title: str) -> str:
+    """A title as a search result shows it: its TeX commands as the letters they typeset.
+
+    >>> plain_title(r"01 · The probability ratio \\rho_t"), plain_title(r"Sweeping \\lambda")
+    ('01 · The probability ratio ρ_t', 'Sweeping λ')
+    """
+    for tex, text in sorted(_TEX_TEXT.items(), key=lambda kv: -len(kv[0])):
+        title = re.sub(re.escape(tex) + r"(?![A-Za-z])", text, title)
+    title = re.sub(r"\\(?:text|mathrm)\{([^{}]*)\}", r"\1", title)
+    return title.replace("$", "")
+
+
+def _plain_search_titles(app, exception):
+    """Rewrite searchindex.js: document and section titles without raw TeX."""
+    import json
+
+    if exception is not None or app.builder.name != "html":
+        return
+    path = Path(app.outdir) / "searchindex.js"
+    text = path.read_text(encoding="utf-8")
+    head, tail = "Search.setIndex(", ")"
+    index = json.loads(text[len(head):text.rindex(tail)])
+    index["titles"] = [plain_title(t) for t in index["titles"]]
+    alltitles = {}
+    for title, places in index["alltitles"].items():
+        alltitles.setdefault(plain_title(title), []).extend(places)
+    index["alltitles"] = alltitles
+    path.write_text(head + json.dumps(index, ensure_ascii=False, separators=(",", ":")) + tail,
+                    encoding="utf-8")
+
+
 def setup(app):
+    app.connect("build-finished", _plain_search_titles)
     # MathJax on every page, not only on pages whose body has math: the sidebar shows the
     # notebooks' titles, and some have math in them (01's rho_t, 04's delta_t)
     app.set_html_assets_policy("always")

@@ -33,7 +33,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from .._validation import as_mask, check_int, check_same_shape
-from .style import legend_outside, matrix, subplots, tight, vector
+from .style import SITE_WIDTH_IN, legend_outside, matrix, subplots, tight, vector
 
 __all__ = [
     "format_table",
@@ -277,7 +277,7 @@ def plot_clipped_objective(rho, term_pos, term_neg, *, epsilon, adv_pos=1.0, adv
     if not adv_pos > 0 or not adv_neg < 0:
         raise ValueError(f"adv_pos must be > 0 and adv_neg < 0, got {adv_pos}, {adv_neg}")
     lo, hi = 1 - epsilon, 1 + epsilon
-    fig, axes = subplots(1, 2, width=9.6, height=3.6)
+    fig, axes = subplots(1, 2, width=SITE_WIDTH_IN, height=4.2)
     panels = [
         (axes[0], adv_pos, term_pos,
          [(rho[0], lo, "rho A\nnot clipped\ngrad A"), (lo, hi, "rho A\ngrad A"),
@@ -298,7 +298,7 @@ def plot_clipped_objective(rho, term_pos, term_neg, *, epsilon, adv_pos=1.0, adv
                         fontsize=7)
         ax.set_xlabel("rho")
         ax.set_title(f"A = {adv:g} {'> 0' if adv > 0 else '< 0'}", fontsize=10)
-        ax.legend(fontsize=7, loc="lower right" if adv > 0 else "lower left")
+        legend_outside(ax, ncols=1, fontsize=7)
     axes[0].set_ylabel("surrogate term (maximised)")
     return tight(fig)
 
@@ -319,7 +319,7 @@ def plot_epochs_on_one_batch(rho_clipped, rho_unclipped, *, epsilon, advantages)
     ru = matrix(rho_unclipped, "rho_unclipped", rc.shape)
     adv = vector(advantages, "advantages", rc.shape[1])
     epochs = np.arange(rc.shape[0])
-    fig, axes = subplots(1, 2, width=9.6, height=3.4, sharey=True)
+    fig, axes = subplots(1, 2, width=SITE_WIDTH_IN, height=3.4, sharey=True)
     panels = ((axes[0], ru, "no clipping"), (axes[1], rc, f"clipping, eps = {epsilon}"))
     for ax, rho, title in panels:
         ax.axhspan(1 - epsilon, 1 + epsilon, color="tab:green", alpha=0.12)
@@ -350,8 +350,8 @@ def plot_kl_estimator_samples(samples, *, true_kl, bins=60):
     lo = min(min(float(x.min()) for x in data.values()), true_kl)
     hi = max(max(float(x.max()) for x in data.values()), true_kl)
     edges = np.linspace(lo, hi if hi > lo else lo + 1.0, check_int(bins, "bins") + 1)
-    fig, axes = subplots(1, len(data), width=3.4 * len(data), height=3.6, squeeze=False,
-                        sharex=True)
+    fig, axes = subplots(1, len(data), width=min(3.4 * len(data), SITE_WIDTH_IN), height=3.6,
+                         squeeze=False, sharex=True)
     for ax, (name, x) in zip(axes[0], data.items()):
         ax.hist(x, bins=edges, color="tab:blue", alpha=0.7)
         ax.axvline(true_kl, color="black", lw=1.5, label=f"true KL {true_kl:.4g}")
@@ -379,7 +379,7 @@ def plot_kl_value_and_gradient(log_ratio, values, grads):
     d = vector(log_ratio, "log_ratio")
     if set(values) != set(grads):
         raise ValueError(f"grads: keys {sorted(grads)} differ from values keys {sorted(values)}")
-    fig, axes = subplots(1, 2, width=9.6, height=3.4)
+    fig, axes = subplots(1, 2, width=SITE_WIDTH_IN, height=3.4)
     for name in values:
         line, = axes[0].plot(d, vector(values[name], f"values[{name!r}]", d.shape[0]),
                              label=name)
@@ -517,7 +517,7 @@ def plot_bias_variance(lams, mean_mc, mean_exact, std_mc, std_exact):
     L = lams.shape[0]
     arrays = [vector(a, n, L) for a, n in ((mean_mc, "mean_mc"), (mean_exact, "mean_exact"),
                                              (std_mc, "std_mc"), (std_exact, "std_exact"))]
-    fig, axes = subplots(1, 2, width=9.0, height=3.2)
+    fig, axes = subplots(1, 2, width=SITE_WIDTH_IN, height=3.2)
     for ax, mc, exact, title in ((axes[0], arrays[0], arrays[1], "mean of A_hat_1 (bias)"),
                                  (axes[1], arrays[2], arrays[3], "std of A_hat_1")):
         ax.plot(lams, exact, color="black", lw=1, label="closed form")
@@ -539,7 +539,7 @@ def plot_whitening(before, after, mask=None):
         Only positions with mask 1 are drawn.
     """
     b, a, m = masked_pair(before, after, mask, "before", "after")
-    fig, axes = subplots(1, 2, width=9.0, height=3.0)
+    fig, axes = subplots(1, 2, width=SITE_WIDTH_IN, height=3.0)
     for ax, x, title in ((axes[0], b, "before"), (axes[1], a, "after whitening")):
         x2 = x.reshape(-1, x.shape[-1]) if x.ndim > 1 else x[None]
         m2 = m.reshape(x2.shape)
@@ -578,7 +578,8 @@ def plot_value_loss(values, loss_unclipped, loss_clipped, *, old_value, ret, cli
     lu = vector(loss_unclipped, "loss_unclipped", v.shape[0])
     lc = vector(loss_clipped, "loss_clipped", v.shape[0])
     ncols = 1 if grad_clipped is None else 2
-    fig, axes = subplots(1, ncols, width=4.8 * ncols, height=3.2, squeeze=False)
+    fig, axes = subplots(1, ncols, width=min(4.8 * ncols, SITE_WIDTH_IN), height=3.2,
+                         squeeze=False)
     ax = axes[0][0]
     ax.plot(v, lu, color="tab:grey", ls="--", lw=1, label="1/2 (V - R)^2")
     ax.plot(v, lc, color="tab:blue", lw=2, label="clipped: 1/2 max(...)")
@@ -619,7 +620,7 @@ def plot_token_weights(lengths, per_token, per_sequence):
     n = vector(lengths, "lengths")
     if set(per_token) != set(per_sequence):
         raise ValueError("per_sequence: must have the same modes as per_token")
-    fig, axes = subplots(1, 2, width=9.6, height=3.4)
+    fig, axes = subplots(1, 2, width=SITE_WIDTH_IN, height=3.4)
     order = np.argsort(n)
     for mode in per_token:
         wt = vector(per_token[mode], f"per_token[{mode!r}]", n.shape[0])

@@ -12,7 +12,8 @@ plot_std_scaling       1 / std of a group against its fraction solved, and
                        a correct response's advantage with and without it
 plot_length_bias       per-token push A_i x weight of each response, by
                        aggregation mode (per-sequence vs token mean)
-plot_training_curves   score and KL to the reference of several runs
+plot_training_curves   score and KL to the reference of several runs, each
+                       one line per seed and their mean
 =====================  ==================================================
 """
 
@@ -20,9 +21,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from .style import figure, vector
+from .style import SITE_WIDTH_IN, figure, legend_outside, vector
+from .training import column_label
 
 __all__ = ["plot_length_bias", "plot_std_scaling", "plot_training_curves"]
+
 
 
 def plot_std_scaling(fraction_solved, multiplier, centred, scaled, *, group_size=None):
@@ -45,7 +48,7 @@ def plot_std_scaling(fraction_solved, multiplier, centred, scaled, *, group_size
     K = p.shape[0]
     mult = vector(multiplier, "multiplier", K)
     a0, a1 = vector(centred, "centred", K), vector(scaled, "scaled", K)
-    fig, (left, right) = figure(1, 2, width=10, height=3.6)
+    fig, (left, right) = figure(1, 2, width=SITE_WIDTH_IN, height=3.6)
     g = f" (G = {group_size})" if group_size else ""
     left.plot(p, mult, marker="o", color="C3", label="1 / (std_g + eps)")
     left.axhline(1.0, color="k", lw=0.8, ls=":", label="no scaling (Dr. GRPO)")
@@ -80,7 +83,7 @@ def plot_length_bias(lengths, advantages, per_token):
     if not per_token:
         raise ValueError("per_token: no mode to draw")
     modes = {str(k): vector(v, f"per_token[{k!r}]", B) for k, v in per_token.items()}
-    fig, ax = figure(width=9, height=3.6)
+    fig, ax = figure(width=SITE_WIDTH_IN, height=3.6)
     x = np.arange(B)
     width = 0.8 / len(modes)
     for j, (mode, w) in enumerate(modes.items()):
@@ -100,33 +103,49 @@ def plot_training_curves(runs, *, optimum=1.0, columns=("score", "kl_ref")):
 
     Parameters
     ----------
-    runs : dict label -> history (list of per-iteration rows, as ``train`` returns)
+    runs : dict label -> history, or label -> list of histories (one per seed)
+        A history is the list of per-iteration rows ``train`` returns. With several
+        seeds each is drawn thin and their mean over the seeds thick, in one colour.
     optimum : float
         The task's optimum; the score panel draws 0.9 * optimum.
     columns : sequence of str
-        Row keys to draw, one panel each; the first should be ``"score"``.
+        Row keys to draw, one panel each; the first should be ``"score"``. Titles and
+        y labels with units are those of ``ppo_numpy.plotting.training.column_label``
+        (``kl_ref``: "KL(pi_theta || pi_ref)", nats per response).
     """
     if not runs:
         raise ValueError("runs: no run to plot")
     columns = tuple(columns)
     if not columns:
         raise ValueError("columns: nothing to draw")
-    fig, axes = figure(1, len(columns), width=5 * len(columns), height=3.6)
+    fig, axes = figure(1, len(columns), width=min(SITE_WIDTH_IN, 4.05 * len(columns)),
+                       height=3.9)
     axes = np.atleast_1d(axes)
-    for label, history in runs.items():
-        if not history:
+    for k, (label, histories) in enumerate(runs.items()):
+        if histories and isinstance(histories[0], dict):
+            histories = [histories]
+        if not histories or not all(histories):
             raise ValueError(f"runs[{label!r}]: no iteration")
-        missing = [c for c in columns if c not in history[0]]
-        if missing:
-            raise ValueError(f"runs[{label!r}]: no column {missing[0]!r}")
-        it = [row["iteration"] for row in history]
+        for history in histories:
+            missing = [c for c in columns if c not in history[0]]
+            if missing:
+                raise ValueError(f"runs[{label!r}]: no column {missing[0]!r}")
+        n = min(len(h) for h in histories)
+        it = [row["iteration"] for row in histories[0][:n]]
+        seeds = f" ({len(histories)} seeds, mean)" if len(histories) > 1 else ""
         for ax, name in zip(axes, columns):
-            ax.plot(it, [row[name] for row in history], label=str(label))
+            ys = np.array([[row[name] for row in h[:n]] for h in histories], dtype=float)
+            if len(histories) > 1:
+                for y in ys:
+                    ax.plot(it, y, color=f"C{k}", lw=0.7, alpha=0.35)
+            ax.plot(it, ys.mean(axis=0), color=f"C{k}", lw=1.8, label=f"{label}{seeds}")
     for ax, name in zip(axes, columns):
-        ax.set_title(name, fontsize=10)
-        ax.set_xlabel("iteration")
-        ax.set_ylabel(name)
+        title, unit = column_label(name)
+        ax.set_title(title, fontsize=9)
+        ax.set_xlabel("iteration", fontsize=8)
+        ax.set_ylabel(unit or name, fontsize=8)
+        ax.tick_params(labelsize=7)
     if columns[0] == "score":
         axes[0].axhline(0.9 * optimum, color="g", ls="--", lw=0.8, label="90% of optimum")
-    axes[0].legend(fontsize=8, loc="lower right")
+    legend_outside(axes[0], ncols=1, fontsize=7)
     return fig

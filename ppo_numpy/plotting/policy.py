@@ -25,7 +25,7 @@ from matplotlib.colors import ListedColormap, Normalize
 
 from .._validation import as_mask, check_int, check_same_shape
 from .concepts import masked_pair
-from .style import finish, legend_outside, subplots, tight
+from .style import SITE_WIDTH_IN, finish, legend_outside, subplots, tight
 
 __all__ = [
     "plot_forward_pass",
@@ -155,7 +155,8 @@ def plot_gradients(grads, *, title=None, ncols=4):
     data = {name: _as_2d(g, f"grads[{name!r}]") for name, g in grads.items()}
     ncols = min(check_int(ncols, "ncols"), len(data))
     nrows = -(-len(data) // ncols)
-    fig, axes = subplots(nrows, ncols, width=3.1 * ncols, height=2.5 * nrows,
+    fig, axes = subplots(nrows, ncols, width=min(3.1 * ncols, SITE_WIDTH_IN),
+                         height=2.5 * nrows,
                          squeeze=False, layout="constrained")
     for ax, (name, g) in zip(axes.ravel(), data.items()):
         # a scalar or a short vector also prints its values: a colour alone is hard to read

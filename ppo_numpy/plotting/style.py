@@ -3,7 +3,8 @@
 ``tests/test_plotting_readable.py`` draws every plotting function and checks
 each figure against these numbers: its resolution, its width (a notebook shows
 a wider image scaled down, and its text with it), the size of every piece of
-text, and that no legend sits on the data (lines, bands) of its panel.
+text, in the figure and as the documentation site shows it (``SITE_IMAGE_WIDTH_PX``),
+and that no legend sits on the data (lines, bands) of its panel.
 
 It also holds what the modules share to get there: the figure set-up
 (:func:`figure`, or :func:`subplots` for a figure that pyplot keeps) and finish
@@ -23,6 +24,16 @@ MIN_DPI = 90
 MAX_WIDTH_IN = 13.5
 #: smallest text, in points: 7 pt at 90 dpi is about 9 pixels
 MIN_FONT_PT = 7
+#: width, in CSS pixels, at which the documentation site shows a notebook's figure: the
+#: article column of the site's theme (furo) at the browser check's 1280-pixel window
+#: (``tests/site_check.py`` measures it in Chromium and fails if it is not this). A wider
+#: image is scaled down to it, its text with it: text of ``f`` pt in a figure ``w`` pixels
+#: wide is read at ``f * min(1, SITE_IMAGE_WIDTH_PX / w)`` pt, which must stay at least
+#: ``MIN_FONT_PT``; a figure at most ``SITE_WIDTH_IN`` wide is shown at its own size.
+SITE_IMAGE_WIDTH_PX = 736
+#: widest figure, in inches, that the site shows at its own size: 720 pixels at MIN_DPI,
+#: and the few pixels of margin the notebooks' inline backend adds stay under 736
+SITE_WIDTH_IN = 8.0
 
 
 #: how far below the axes a legend starts: below the tick labels and the x label
@@ -36,6 +47,20 @@ def legend_outside(ax, *, ncols=2, fontsize=8, **kwargs):
     below = offset_copy(ax.transAxes, fig=ax.figure, y=-LEGEND_DROP_PT, units="points")
     return ax.legend(loc="upper center", bbox_to_anchor=(0.5, 0.0), bbox_transform=below,
                      ncols=ncols, fontsize=fontsize, frameon=False, **kwargs)
+
+
+def rendered_pt(fontsize, fig):
+    """Size in points at which text of ``fontsize`` pt in ``fig`` is read on the site: the
+    figure is scaled to at most ``SITE_IMAGE_WIDTH_PX`` pixels wide, its text with it.
+
+    >>> from matplotlib.figure import Figure
+    >>> rendered_pt(8, Figure(figsize=(8, 3), dpi=90))    # 720 px: shown at its own size
+    8.0
+    >>> rendered_pt(8, Figure(figsize=(16, 3), dpi=92))   # 1472 px: shown at half size
+    4.0
+    """
+    width_px = fig.get_size_inches()[0] * fig.dpi
+    return float(fontsize) * min(1.0, SITE_IMAGE_WIDTH_PX / float(width_px))
 
 
 def saved(fig, path):
