@@ -107,7 +107,10 @@ def write_report(path: Path, summaries: dict, errors: dict, specs: dict, not_run
         add(f"| `{name}` | - | - | - | - | - | - | not run: {why} |")
     add("")
     add("\"Worst error / allowed\": the largest error of any output over the error the "
-        "tolerance allows there (at most 1 to pass). \"Tie mismatches\": in the random cases "
+        "tolerance allows there (at most 1 to pass), and the max errors per output below, are "
+        "over the comparisons without kinks; at a kink (a clip decided within rounding, "
+        "counted per output) the framework's value must lie in the range the preset takes "
+        "under tiny perturbations of the inputs instead. \"Tie mismatches\": in the random cases "
         "with tokens placed exactly on a clip bound (`-ties`), comparisons of gradients and "
         "clip statistics that differ: torch splits the gradient of `min`/`max` at a tie and "
         "which side of the bound a tied ratio falls on is one rounding; they are counted "
@@ -154,7 +157,9 @@ def write_report(path: Path, summaries: dict, errors: dict, specs: dict, not_run
         notes = [_note(n) for n in spec["not_compared"]]
         notes += [f"the oracle's case {why}" if why.startswith("garbage") else
                   f"the oracle's case `{case}`: {why}" for case, why in s["excluded"].items()]
-        notes += [f"`{o}`: not returned by the framework's functions" for o in s["not_returned"]]
+        notes += [f"`{o}`: not compared in {n} cases (above)" if o in s["outputs"] else
+                  f"`{o}`: not returned by the framework's functions (above)"
+                  for o, n in s["not_returned"].items()]
         add("Not compared:")
         add("")
         for n in notes:
