@@ -14,7 +14,7 @@ DEV_STAMP := $(VENV)/.installed-dev
 DOCS_STAMP := $(VENV)/.installed-docs
 DOCS_OUT   := build/docs
 
-.PHONY: demo test lint doctest pytest notebooks bench clean docs docs-check docs-serve
+.PHONY: demo test lint doctest pytest notebooks bench clean docs docs-check docs-serve conformance
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -69,8 +69,27 @@ docs-check: docs
 docs-serve: docs
 	$(PY) -m http.server --bind 127.0.0.1 --directory $(DOCS_OUT)/html 8000
 
+# Every preset against its framework's released code (verl, OpenRLHF, TRL 1.16, TRL 0.11.4)
+# in a separate environment, .venv-conformance, from requirements-conformance.txt: CPU torch
+# and the light imports first, then the frameworks with --no-deps, legacy TRL into its own
+# directory. Writes docs/conformance.md; fails naming each preset (and output) that differs.
+CVENV   := .venv-conformance
+CPY     := $(CVENV)/bin/python
+CSTAMP  := $(CVENV)/.installed
+CREQ    := requirements-conformance.txt
+
+$(CSTAMP): $(CREQ)
+	@test -x $(CPY) || $(PYTHON) -m venv $(CVENV)
+	$(CPY) -m pip install --quiet $$(sed -n '1,/^# --no-deps/p' $(CREQ) | grep -v '^#')
+	$(CPY) -m pip install --quiet --no-deps $$(sed -n '/^# --no-deps/,/^# --target/p' $(CREQ) | grep -v '^#')
+	$(CPY) -m pip install --quiet --no-deps --upgrade --target $(CVENV)/trl-0.11.4 $$(sed -n '/^# --target/,$$p' $(CREQ) | grep -v '^#')
+	touch $(CSTAMP)
+
+conformance: $(CSTAMP)
+	$(ONE_THREAD) $(CPY) -m tests.conformance.run
+
 bench: $(RUN_STAMP)
 	$(PY) -m benchmarks
 
 clean:
-	rm -rf $(VENV)
+	rm -rf $(VENV) $(CVENV)

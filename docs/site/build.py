@@ -38,8 +38,8 @@ SIDEBAR = [
     ("Notebooks", ["notebooks/*"]),
     ("Using ppo_numpy as a reference", ["docs/hand-calculations", "docs/training",
                                         "docs/overoptimisation", "docs/oracle",
-                                        "docs/conventions", "docs/frameworks",
-                                        "docs/benchmarks"]),
+                                        "docs/conformance", "docs/conventions",
+                                        "docs/frameworks", "docs/benchmarks"]),
     ("API reference", ["api/index"]),
     ("About these docs", ["docs/README"]),
 ]

@@ -312,9 +312,9 @@ def losses(x: Rollout, advantages, returns, p: dict, agg: str = "token-mean", *,
     ``mask``), its stats and gradient; value loss (``p["value_clip"]``, ``p["value_clip_form"]``,
     aggregated by ``value_agg`` over ``value_mask``, default ``mask``) and its gradient.
 
-    The stats are the policy loss's and ``"value_clipfrac"``: the token mean over the value
+    The stats are the policy loss's, ``"value_clipfrac"``: the token mean over the value
     mask of "the clipped value error is strictly larger" (TRL/verl ``vf_clipfrac``; 0 without
-    a value clip)."""
+    a value clip), and ``"loss_without_kl"``: the policy loss before the KL term of ``kl``."""
     pl, pl_stats, dlogp = policy_loss_kernel(
         where_valid(mask, x.logp), where_valid(mask, x.logp_old), where_valid(mask, advantages),
         mask, loss_options(p, agg, kl), where_valid(mask, x.logp_ref))
@@ -328,7 +328,8 @@ def losses(x: Rollout, advantages, returns, p: dict, agg: str = "token-mean", *,
     dL = value_loss_grad_kernel(v, v_old, R, c, form)
     dvalues = aggregation_weights(vm, value_agg, norm) * dL + 0.0
     wins = clipped_wins(v, v_old, R, c, form)
-    stats = {**pl_stats, "value_clipfrac": masked_mean(wins.astype(np.float64), vm)}
+    stats = {**pl_stats, "value_clipfrac": masked_mean(wins.astype(np.float64), vm),
+             "loss_without_kl": pl.policy_loss}
     # why: with kl, a loss of -0.0 is 0.0 even for coef 0 (the kernel then adds no KL term)
     policy_loss = pl.loss + 0.0 if kl else pl.loss
     return policy_loss, stats, dlogp, vloss, dvalues

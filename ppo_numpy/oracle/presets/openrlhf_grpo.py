@@ -10,6 +10,8 @@ from ...group_advantages import grpo_advantages, returns_to_go, rloo_advantages
 from ...objective import PolicyLossOptions, policy_loss_kernel
 from ...rollout import Rollout
 from ._common import (
+    FLOAT32_ROUNDING,
+    FLOAT64_RTOL,
     GROUP_INPUT_NAMES,
     Preset,
     at_last_token,
@@ -48,15 +50,19 @@ def _openrlhf_grpo(x: Rollout, p: dict) -> dict:
       (gamma 1 but for ``reinforce``) are the advantages; ``reinforce`` and
       ``reinforce_baseline`` whiten them over the batch's tokens with the population
       variance floored at 1e-8.
-    * ``policy_loss_type`` ``ppo``: the token ratio (no clamp), eps 0.2
+    * ``policy_loss_type`` ``ppo``: the token ratio, its log clamped to [-20, 20], eps 0.2
       (``eps_clip_low_high`` for two values), ``dual_clip`` off, the token mean; ``gspo``:
-      the sequence ratio (no cap), the sequence mean of token means.
+      the sequence ratio (no cap), the sequence mean of token means. (Checked against the
+      released openrlhf 0.11.2 by ``make conformance``, docs/conformance.md.)
     * ``use_kl_loss``: ``init_kl_coef`` times the token mean of ``kl_estimator`` of (logp,
       logp_ref), clamped to [-10, 10].
     * Statistics: ``policy_loss`` (without the KL term), ``ppo_clip_ratio``, ``ppo_kl``,
       ``kl`` (the KL loss's token mean with use_kl_loss, else the mean over responses of
       the token-mean rollout KL), ``reward`` (mean raw score), ``return`` (mean over
-      responses of the summed token rewards), ``group_reward_std``.
+      responses of the summed token rewards, with -``init_kl_coef`` KL at the padding
+      positions too, as OpenRLHF 0.11.2 sums them), ``group_reward_std``.
+    * Tolerance: as the ``openrlhf`` preset (float32 KL, rewards and normalisation
+      statistics in 0.11.2): float64 rtol 1e-9 + 16 2^-24, atol 16 2^-24.
     """
     name = "openrlhf-grpo"
     m = x.mask
@@ -80,14 +86,20 @@ def _openrlhf_grpo(x: Rollout, p: dict) -> dict:
     r = np.clip(r, *check_bounds(p["reward_clip_range"], "reward_clip_range"))
     rollout_kl = kl_estimate(x.logp_old, x.logp_ref, p["kl_estimator"], m, 10.0)
     rewards = at_last_token(r, m)
+    padding_kl = np.zeros(m.shape[0])
     if not p["use_kl_loss"] and p["init_kl_coef"] > 0:
         rewards = rewards - p["init_kl_coef"] * rollout_kl
+        everywhere = kl_estimate(x.logp_old, x.logp_ref, p["kl_estimator"], np.ones_like(m), 10.0)
+        padding_kl = p["init_kl_coef"] * np.where(m, 0.0, everywhere).sum(axis=-1)
     A = returns_to_go(rewards, m, p["gamma"] if est == "reinforce" else 1.0)
     if est in ("reinforce", "reinforce_baseline"):
         A = whiten(A, m, ddof=0, eps=1e-8, eps_mode="floor")
     gspo = p["policy_loss_type"] == "gspo"
     opts = PolicyLossOptions(epsilon=p["epsilon"], epsilon_high=p["epsilon_high"],
                              dual_clip=p["dual_clip"],
+                             # why: openrlhf/models/loss.py (0.11.2) PolicyLoss clamps the token
+                             # log-ratio to [-20, 20] for "ppo"; the gspo sequence ratio is not
+                             log_ratio_clamp=None if gspo else 20.0,
                              importance_level="sequence" if gspo else "token",
                              agg="seq-mean-token-mean" if gspo else "token-mean",
                              kl_coef=p["init_kl_coef"] if p["use_kl_loss"] else 0.0,
@@ -100,7 +112,9 @@ def _openrlhf_grpo(x: Rollout, p: dict) -> dict:
         "ppo_kl": st["approx_kl_k1"],
         "kl": pl.kl_loss if p["use_kl_loss"] else mean_rows(rollout_kl.sum(axis=-1) / n_i),
         "reward": mean_rows(x.scores),
-        "return": mean_rows(rewards.sum(axis=-1)),
+        # why: OpenRLHF 0.11.2 logs info["return"] = reward.sum(-1) over every column: its
+        # compute_reward leaves -beta KL at the padding positions (padding is in it)
+        "return": mean_rows(rewards.sum(axis=-1) - padding_kl),
         "group_reward_std": mean_rows(group_std(x.scores, x.groups)),
     }
     # A and rewards are 0 at padding (returns_to_go, whiten; at_last_token, kl_estimate)
@@ -109,19 +123,25 @@ def _openrlhf_grpo(x: Rollout, p: dict) -> dict:
 
 PRESET = Preset(
     name="openrlhf-grpo",
-    description="OpenRLHF's critic-free estimators (group_norm by default: std + 1e-9, the "
-                "value clipped to 10 at the last token), the ppo or gspo policy loss.",
+    description="OpenRLHF's critic-free estimators (openrlhf 0.11.2; group_norm by default: "
+                "std + 1e-9, the value clipped to 10 at the last token), the ppo or gspo "
+                "policy loss.",
     defaults={"advantage_estimator": "group_norm", "gamma": 1.0, "init_kl_coef": 0.01,
               "kl_estimator": "k1", "use_kl_loss": False, "reward_clip_range": (-10.0, 10.0),
               "epsilon": 0.2, "epsilon_high": None, "dual_clip": None,
               "policy_loss_type": "ppo"},
     sources=(
         "OpenRLHF/OpenRLHF: openrlhf/trainer/ppo_utils/experience_maker.py "
-        "(compute_advantages_and_returns, get_cumulative_returns)",
-        "OpenRLHF/OpenRLHF: openrlhf/models/utils.py (compute_approx_kl, compute_reward)",
-        "OpenRLHF/OpenRLHF: openrlhf/models/loss.py (PolicyLoss)",
-        "OpenRLHF/OpenRLHF: openrlhf/cli/train_ppo_ray.py (defaults)",
+        "(compute_advantages_and_returns, get_cumulative_returns), 0.11.2",
+        "OpenRLHF/OpenRLHF: openrlhf/models/utils.py (compute_approx_kl, compute_reward), "
+        "0.11.2",
+        "OpenRLHF/OpenRLHF: openrlhf/models/loss.py (PolicyLoss), 0.11.2",
+        "OpenRLHF/OpenRLHF: openrlhf/cli/train_ppo_ray.py (defaults), 0.11.2",
     ),
     pipeline=_openrlhf_grpo,
     input_names=GROUP_INPUT_NAMES,
+    tolerances={"float64": (FLOAT64_RTOL + 16 * FLOAT32_ROUNDING, 16 * FLOAT32_ROUNDING)},
+    tolerance_note="OpenRLHF 0.11.2 computes the KL and the rewards in float32 "
+                   "(openrlhf/models/utils.py) and the normalisation statistics of .float() "
+                   "advantages (experience_maker.py): rtol 1e-9 + 16 2^-24, atol 16 2^-24",
 )

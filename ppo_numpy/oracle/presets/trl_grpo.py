@@ -12,6 +12,7 @@ from ._common import (
     GROUP_INPUT_NAMES,
     Preset,
     broadcast,
+    float32_roundings,
     group_std,
     mean_rows,
     policy_result,
@@ -25,7 +26,7 @@ SCALES = {"group": "group", "batch": "batch", "none": "none", True: "group", Fal
 
 
 def _trl_grpo(x: Rollout, p: dict) -> dict:
-    """TRL's ``GRPOTrainer`` (huggingface/trl ``trl/trainer/grpo_trainer.py``,
+    """TRL's ``GRPOTrainer`` (huggingface/trl 1.16.0 ``trl/trainer/grpo_trainer.py``,
     ``_generate_and_score_completions`` and ``_compute_loss``; defaults of ``GRPOConfig``).
 
     * Advantages: A_i = (s_i - mean_g) / (std_g + 1e-4), torch.std (ddof 1) in float32
@@ -48,10 +49,13 @@ def _trl_grpo(x: Rollout, p: dict) -> dict:
       here the one value).
     * Statistics: ``kl`` (token mean of k3, with beta > 0), ``clip_ratio/low_mean`` (A < 0
       and min(rho, delta) < 1 - epsilon), ``clip_ratio/high_mean`` (A > 0 and above
-      1 + epsilon_high), ``clip_ratio/region_mean``, ``low_min``, ``high_max`` (token means;
-      means over sequences at the sequence level), ``cispo_clip_ratio`` for cispo;
+      1 + epsilon_high), ``clip_ratio/region_mean`` (token means; means over sequences at
+      the sequence level), ``low_min`` and ``high_max``, the smallest and the largest
+      clipped fraction of one sequence (TRL 1.16.0), ``cispo_clip_ratio`` for cispo;
       ``reward``, ``reward_std`` (mean of the group stds), ``frac_reward_zero_std``.
       ``entropy`` needs logits and is not produced.
+    * Tolerance: the clip statistics are float32 means of ``.float()`` flags: one float32
+      rounding, float64 rtol 1e-9 + 2^-24.
     """
     name = "trl-grpo"
     m = x.mask
@@ -71,11 +75,17 @@ def _trl_grpo(x: Rollout, p: dict) -> dict:
     pl, _, dlogp = policy_loss_kernel(xm.logp, xm.logp_old, A, m, opts, xm.logp_ref)
     n = max(int(m.sum()), 1)
 
-    def batch_mean(flags):
-        # TRL's masked_batch_mean: a mean over sequences for (B, 1) sequence-level flags
+    def per_sequence(flags):
+        # TRL's masked_seq_mean: one value per sequence at the sequence level, else the
+        # sequence's token mean
         if level == "sequence":
-            first = np.argmax(m, axis=-1)
-            return float(np.mean(flags[np.arange(m.shape[0]), first]))
+            return flags[np.arange(m.shape[0]), np.argmax(m, axis=-1)].astype(np.float64)
+        return np.where(m, flags, False).sum(axis=-1) / m.sum(axis=-1)
+
+    def batch_mean(flags):
+        # TRL's global_masked_mean: a mean over sequences for (B, 1) sequence-level flags
+        if level == "sequence":
+            return float(np.mean(per_sequence(flags)))
         return float(np.where(m, flags, False).sum() / n)
 
     stats = {}
@@ -87,11 +97,14 @@ def _trl_grpo(x: Rollout, p: dict) -> dict:
         # min(rho, delta) below the range with A < 0, above it with A > 0
         lo, hi = opts.bounds()
         rho = pl.rho if p["delta"] is None else np.minimum(pl.rho, p["delta"])
-        low_clipped, high_clipped = (rho < lo) & (A < 0), (rho > hi) & (A > 0)
-        low, high = batch_mean(low_clipped), batch_mean(high_clipped)
-        stats.update({"clip_ratio/low_mean": low, "clip_ratio/low_min": low,
-                      "clip_ratio/high_mean": high, "clip_ratio/high_max": high,
-                      "clip_ratio/region_mean": batch_mean(low_clipped | high_clipped)})
+        low, high = (rho < lo) & (A < 0), (rho > hi) & (A > 0)
+        # why: TRL 1.16.0 _compute_loss logs nanmin / nanmax over the sequences (gathered
+        # over processes) of each sequence's clipped fraction
+        stats.update({"clip_ratio/low_mean": batch_mean(low),
+                      "clip_ratio/low_min": float(np.min(per_sequence(low))),
+                      "clip_ratio/high_mean": batch_mean(high),
+                      "clip_ratio/high_max": float(np.max(per_sequence(high))),
+                      "clip_ratio/region_mean": batch_mean(low | high)})
     std = group_std(x.scores, x.groups, dtype=np.float32)
     stats.update({"reward": mean_rows(x.scores), "reward_std": mean_rows(std),
                   "frac_reward_zero_std": mean_rows(np.isclose(std, 0.0))})
@@ -108,9 +121,13 @@ PRESET = Preset(
               "num_items_in_batch": None},
     sources=(
         "huggingface/trl: trl/trainer/grpo_trainer.py (GRPOTrainer."
-        "_generate_and_score_completions, _compute_loss), d2b69d7 and later versions",
-        "huggingface/trl: trl/trainer/grpo_config.py (GRPOConfig)",
+        "_generate_and_score_completions, _compute_loss), 1.16.0",
+        "huggingface/trl: trl/trainer/grpo_config.py (GRPOConfig), 1.16.0",
     ),
+    tolerances=float32_roundings(1),
+    tolerance_note="TRL logs its clip statistics as float32 means of .float() flags "
+                   "(trl/trainer/grpo_trainer.py _compute_loss): 2^-24 relative on top of the "
+                   "float64 rtol",
     pipeline=_trl_grpo,
     input_names=GROUP_INPUT_NAMES,
 )

@@ -7,6 +7,7 @@ import numpy as np
 
 from ...rollout import Rollout
 from ._common import (
+    FLOAT32_ROUNDING,
     Preset,
     aggregate,
     check_estimator,
@@ -53,9 +54,9 @@ def _verl(x: Rollout, p: dict) -> dict:
       instead, beta times the ``loss_agg_mode`` aggregate of k3 of the current
       policy against the reference clamped to [-10, 10] (``kl_loss_type``
       low_var_kl), added to the policy loss.
-    * Statistics: ``actor/pg_loss``, ``actor/pg_clipfrac``, ``actor/ppo_kl`` (k1 of
-      the clamped log-ratio), ``actor/pg_clipfrac_lower`` (dual clip active),
-      ``critic/vf_loss``, ``critic/vf_clipfrac``, ``critic/vpred_mean``
+    * Statistics: ``actor/pg_loss`` (without the KL loss), ``actor/pg_clipfrac``,
+      ``actor/ppo_kl`` (k1 of the clamped log-ratio), ``actor/pg_clipfrac_lower`` (dual
+      clip active), ``critic/vf_loss``, ``critic/vf_clipfrac``, ``critic/vpred_mean``
       (verl/workers/utils/losses.py ``ppo_loss``, ``value_loss``);
       from verl/trainer/ppo/metric_utils.py ``compute_data_metrics``:
       ``critic/score/mean``, ``critic/rewards/mean``, ``critic/advantages/mean``,
@@ -69,7 +70,12 @@ def _verl(x: Rollout, p: dict) -> dict:
       ``masked_var`` as an integer mask sum divided in torch, which gives float32,
       and its clip fractions from ``.float()`` booleans, so k / n is rounded to
       float32: float64 code that does the same differs from this preset by up to
-      2^-24 relative; the float64 rtol is 1e-9 + 2^-24.
+      2^-24 relative; the float64 rtol is 1e-9 + 2^-24. The whitened advantages are then
+      off by up to 2^-25 relative, and so is the policy term of the policy loss and of
+      ``dlogp``; where the KL loss (``use_kl_loss``) cancels part of that term, the error is
+      not relative to the result but to the term, of size |A| rho w <= 8 (advantages of at
+      most 4 standard deviations, rho <= 1.2 where the gradient passes, weights w <= 1/2):
+      float64 atol 4 2^-24 (measured against verl 0.9.1 by ``make conformance``).
     """
     name = "verl"
     m = x.mask
@@ -91,7 +97,9 @@ def _verl(x: Rollout, p: dict) -> dict:
         x, advantages, returns, p, agg, mask=m, value_agg=agg,
         kl=(p["beta"], "k3", 10.0) if p["use_kl_loss"] else None)
     stats = {
-        "actor/pg_loss": policy_loss,
+        # why: verl 0.9.1 workers/utils/losses.py ppo_loss logs actor/pg_loss before it adds
+        # the KL loss (use_kl_loss)
+        "actor/pg_loss": st["loss_without_kl"],
         "actor/pg_clipfrac": st["clipfrac_active"],
         "actor/ppo_kl": st["approx_kl_k1"],
         "actor/pg_clipfrac_lower": st["dual_clipfrac"],
@@ -124,11 +132,12 @@ PRESET = Preset(
                  "whiten_eps": 1e-8, "whiten_eps_mode": "add", "whiten_mask": "mask",
                  "shift_mean": True,
                  "value_clip_form": "clamp", "use_kl_loss": False},
-    tolerances=float32_roundings(1),
+    tolerances={"float64": (float32_roundings(1)["float64"][0], 4 * FLOAT32_ROUNDING)},
     tolerance_note="verl rounds the Bessel factor n / (n - 1) (verl/utils/torch_functional.py "
                    "masked_var: integer mask sums divided in torch) and each clip fraction "
                    "(core_algos.py: masked_mean of .float() booleans) to float32: one "
-                   "float32 rounding, 2^-24 relative, on top of the float64 rtol",
+                   "float32 rounding, 2^-24 relative, on top of the float64 rtol; atol 4 "
+                   "2^-24 where the KL loss cancels part of the policy term it scales",
     sources=(
         "volcengine/verl: verl/trainer/ppo/core_algos.py (compute_gae_advantage_return, "
         "kl_penalty_forward, compute_policy_loss_vanilla, agg_loss, compute_value_loss), "

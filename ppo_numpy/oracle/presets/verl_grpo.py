@@ -16,6 +16,7 @@ from ...group_advantages import (
 from ...objective import PolicyLossOptions, policy_loss_kernel
 from ...rollout import Rollout
 from ._common import (
+    FLOAT32_ROUNDING,
     GROUP_INPUT_NAMES,
     Preset,
     at_last_token,
@@ -36,7 +37,7 @@ KL_TYPES = {"kl": ("k1", None), "k1": ("k1", None), "abs": ("abs", None),
 
 
 def _verl_grpo(x: Rollout, p: dict) -> dict:
-    """verl's critic-free pipeline (volcengine/verl ``verl/trainer/ppo/core_algos.py``:
+    """verl's critic-free pipeline (volcengine/verl 0.9.1, ``verl/trainer/ppo/core_algos.py``:
     ``compute_grpo_outcome_advantage``, ``compute_rloo_outcome_advantage``,
     ``compute_reinforce_plus_plus_outcome_advantage``,
     ``compute_reinforce_plus_plus_baseline_outcome_advantage``,
@@ -47,7 +48,8 @@ def _verl_grpo(x: Rollout, p: dict) -> dict:
       column 0, as in the ``verl`` preset); with ``use_kl_in_reward`` minus ``kl_coef`` times
       the ``kl_penalty`` estimate of (logp_old, logp_ref) at every token. The sequence score
       is their sum over the response.
-    * ``adv_estimator``: ``grpo`` (s - mean) / (std + 1e-6), ddof 1, in float32; a group of
+    * ``adv_estimator``: ``grpo`` (s - mean) / (std + 1e-6), ddof 1, in float32 (verl's
+      reward tensor; float64 with ``use_kl_in_reward``, the KL's dtype); a group of
       one has mean 0 and std 1; ``norm_adv_by_std_in_grpo=False`` drops the division.
       ``rloo``: s - the mean of the others (a group of one keeps its score).
       ``reinforce_plus_plus``: returns-to-go of the token rewards (``gamma``), whitened over
@@ -57,11 +59,18 @@ def _verl_grpo(x: Rollout, p: dict) -> dict:
       broadcast over the response tokens.
     * ``loss_mode``: ``vanilla`` (log-ratio clamped to [-20, 20], ``clip_ratio_low`` /
       ``clip_ratio_high``, dual clip ``clip_ratio_c`` = 3, ``loss_agg_mode``); ``gspo`` (the
-      sequence log-ratio, capped at 10, no dual clip, always ``seq-mean-token-mean``);
+      sequence log-ratio, capped at 10, no dual clip, ``loss_agg_mode``: in 0.9.1 the mode
+      of the actor, token-mean by default, not the seq-mean-token-mean of earlier commits);
       ``cispo`` (log-ratio clamped to [-20, 20]; -clip(rho, 1 - low, 1 + high) A logp, the
       weight not differentiated; ``loss_agg_mode``).
     * ``use_kl_loss``: ``kl_loss_coef`` times ``kl_loss_type`` (``low_var_kl``: k3 clamped to
       [-10, 10]) of (logp, logp_ref), aggregated by ``loss_agg_mode``.
+    * ``loss_agg_mode`` ``seq-mean-token-sum-norm`` divides the sum over every token by the
+      number of sequences times T (``agg_loss`` in 0.9.1, ``loss_scale_factor`` unset: T);
+      the commits of early 2026 divided by T only.
+    * Tolerance: verl computes the outcome estimators in float32 (its reward tensor) and its
+      clip fractions as float32 means: float64 rtol and atol 32 u_32 (scores of order 1 to
+      5, a few float32 roundings each; the group-normalised advantages are of order 1).
     * Statistics: ``actor/pg_loss`` (without the KL term), ``actor/pg_clipfrac``,
       ``actor/pg_clipfrac_lower`` (dual clip active), ``actor/ppo_kl``, with the KL loss
       ``actor/kl_loss`` and ``actor/kl_coef``; ``critic/score/mean``,
@@ -85,8 +94,11 @@ def _verl_grpo(x: Rollout, p: dict) -> dict:
     est = p["adv_estimator"]
     if est == "grpo":
         scale = "group" if p["norm_adv_by_std_in_grpo"] else "none"
+        # why: verl 0.9.1 computes in the dtype of token_level_rewards: float32 scores
+        # (reward_manager/naive.py), promoted to the log-probs' float64 by the KL penalty
+        dtype = np.float64 if p["use_kl_in_reward"] else np.float32
         A = broadcast(grpo_advantages(s, x.groups, scale=scale, eps=1e-6, singleton="raw",
-                                      dtype=np.float32), m)
+                                      dtype=dtype), m)
     elif est == "rloo":
         A = broadcast(rloo_advantages(s, x.groups, singleton="raw"), m)
     elif est == "reinforce_plus_plus":
@@ -103,8 +115,9 @@ def _verl_grpo(x: Rollout, p: dict) -> dict:
                   kl_agg=agg)
     # the options of each loss_mode besides the clip bounds and the KL term
     mode = {"vanilla": dict(dual_clip=p["clip_ratio_c"], log_ratio_clamp=20.0, agg=agg),
-            "gspo": dict(importance_level="sequence", log_ratio_max=10.0,
-                         agg="seq-mean-token-mean"),
+            # why: verl 0.9.1 compute_policy_loss_gspo aggregates by the loss_agg_mode it is
+            # given (workers/utils/losses.py ppo_loss passes actor.loss_agg_mode)
+            "gspo": dict(importance_level="sequence", log_ratio_max=10.0, agg=agg),
             "cispo": dict(loss_type="cispo", log_ratio_clamp=20.0, agg=agg)}[p["loss_mode"]]
     opts = PolicyLossOptions(epsilon=p["clip_ratio_low"], epsilon_high=p["clip_ratio_high"],
                              **mode, **kl)
@@ -126,8 +139,9 @@ def _verl_grpo(x: Rollout, p: dict) -> dict:
 
 PRESET = Preset(
     name="verl-grpo",
-    description="verl's critic-free estimators (adv_estimator grpo by default: std + 1e-6, "
-                "float32, a group of one mean 0 std 1) with the vanilla, gspo or cispo loss.",
+    description="verl's critic-free estimators (verl 0.9.1; adv_estimator grpo by default: "
+                "std + 1e-6, float32, a group of one mean 0 std 1) with the vanilla, gspo or "
+                "cispo loss.",
     defaults={"adv_estimator": "grpo", "norm_adv_by_std_in_grpo": True, "gamma": 1.0,
               "loss_agg_mode": "token-mean", "loss_mode": "vanilla", "clip_ratio_low": 0.2,
               "clip_ratio_high": 0.2, "clip_ratio_c": 3.0, "use_kl_loss": False,
@@ -138,11 +152,19 @@ PRESET = Preset(
         "compute_rloo_outcome_advantage, compute_reinforce_plus_plus_outcome_advantage, "
         "compute_reinforce_plus_plus_baseline_outcome_advantage, "
         "compute_remax_outcome_advantage, compute_policy_loss_vanilla, "
-        "compute_policy_loss_gspo, compute_policy_loss_cispo, agg_loss, kl_penalty)",
-        "volcengine/verl: verl/utils/torch_functional.py (masked_whiten)",
-        "volcengine/verl: verl/trainer/ppo/ray_trainer.py (apply_kl_penalty)",
-        "volcengine/verl: verl/trainer/config/actor/actor.yaml (policy_loss, kl_loss_*)",
+        "compute_policy_loss_gspo, compute_policy_loss_cispo, agg_loss, kl_penalty), 0.9.1",
+        "volcengine/verl: verl/utils/torch_functional.py (masked_whiten), 0.9.1",
+        "volcengine/verl: verl/trainer/ppo/ray_trainer.py (apply_kl_penalty, "
+        "compute_advantage), 0.9.1",
+        "volcengine/verl: verl/workers/utils/losses.py (ppo_loss), 0.9.1",
+        "volcengine/verl: verl/workers/reward_manager/naive.py (float32 reward tensor), 0.9.1",
+        "volcengine/verl: verl/trainer/config/actor/actor.yaml (policy_loss, kl_loss_*), 0.9.1",
     ),
+    tolerances={"float64": (32 * FLOAT32_ROUNDING, 32 * FLOAT32_ROUNDING)},
+    tolerance_note="verl computes the outcome estimators in the dtype of its float32 reward "
+                   "tensor (verl/workers/reward_manager/naive.py) and the clip fractions as "
+                   "float32 means of .float() booleans: rtol and atol 32 2^-24 for outputs of "
+                   "order 1 to 5 after a few float32 roundings",
     pipeline=_verl_grpo,
     input_names=GROUP_INPUT_NAMES,
 )

@@ -1,0 +1,156 @@
+"""OpenRLHF 0.11.2's own functions on the presets' cases: presets ``openrlhf`` and
+``openrlhf-grpo``.
+
+Called: ``openrlhf.models.utils.compute_approx_kl`` (the rollout KL, as ``make_experience``
+calls it, and the KL loss as ``ppo_actor.py`` does), ``RemoteExperienceMaker.
+compute_advantages_and_returns`` on a stand-in experience maker (its ``strategy.args``,
+``kl_ctl`` and ``advantage_estimator``; the real ``get_advantages_and_returns`` and
+``get_cumulative_returns`` bound to it) and real ``Experience`` objects, which runs
+``compute_reward``, GAE or the returns-to-go and the batch normalisation;
+``openrlhf.models.PolicyLoss``, ``ValueLoss`` and ``aggregate_loss``. Gradients: autograd.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import torch
+from openrlhf.models import PolicyLoss, ValueLoss, aggregate_loss
+from openrlhf.models.utils import compute_approx_kl, compute_reward, masked_mean
+from openrlhf.trainer.ppo_utils.experience import Experience
+from openrlhf.trainer.ppo_utils.experience_maker import RemoteExperienceMaker
+
+from .harness import grad_of, item, numpy, params_of, tensor
+
+VERSION = "0.11.2"
+
+
+class ExperienceMaker:
+    """The stand-in for ``RemoteExperienceMaker``: the attributes its
+    ``compute_advantages_and_returns`` reads, and its own methods."""
+
+    compute_advantages_and_returns = RemoteExperienceMaker.compute_advantages_and_returns
+    get_advantages_and_returns = RemoteExperienceMaker.get_advantages_and_returns
+    get_cumulative_returns = RemoteExperienceMaker.get_cumulative_returns
+
+    def __init__(self, *, estimator, gamma, lambd, kl_coef, n_samples, clip_range):
+        args = SimpleNamespace(
+            rollout=SimpleNamespace(n_samples_per_prompt=n_samples),
+            algo=SimpleNamespace(advantage=SimpleNamespace(estimator=estimator, gamma=gamma,
+                                                           lambd=lambd, no_std_norm=False)),
+            reward=SimpleNamespace(clip_range=clip_range, overlong_buffer_len=None,
+                                   stop_properly_penalty_coef=None))
+        self.strategy = SimpleNamespace(args=args)
+        self.kl_ctl = SimpleNamespace(value=kl_coef)
+        self.advantage_estimator = estimator
+
+
+def experience(x: dict, kl, *, index, values=None) -> Experience:
+    mask = tensor(x["mask"], dtype=torch.bool)
+    return Experience(action_mask=mask, rewards=tensor(x["scores"]), kl=kl,
+                      values=None if values is None else tensor(values), index=list(index))
+
+
+def rollout_kl(x: dict, estimator: str):
+    """The KL of ``make_experience``: compute_approx_kl(rollout log-probs, reference's)."""
+    return compute_approx_kl(tensor(x["logp_old"]), tensor(x["logp_ref"]),
+                             kl_estimator=estimator)
+
+
+def openrlhf_ppo(case: dict) -> dict:
+    """Preset ``openrlhf``: PPO with GAE and a critic."""
+    p = params_of("openrlhf", case)
+    x = case["inputs"]
+    B = x["mask"].shape[0]
+    kl = rollout_kl(x, p["kl_estimator"])
+    exp = experience(x, kl, index=range(B), values=x["old_values"])
+    maker = ExperienceMaker(estimator="gae", gamma=p["gamma"], lambd=p["lam"],
+                            kl_coef=p["beta"], n_samples=1,
+                            clip_range=tuple(p["reward_clip_range"]))
+    # (the rewards compute_reward makes there are local to its loop: the same call again)
+    rewards = compute_reward(tensor(x["scores"]), p["beta"], kl, action_mask=exp.action_mask,
+                             reward_clip_range=tuple(p["reward_clip_range"]))
+    info_kl = masked_mean(kl, exp.action_mask, dim=-1)
+    (exp,) = maker.compute_advantages_and_returns([exp])
+    eps_high = p["epsilon"] if p["epsilon_high"] is None else p["epsilon_high"]
+    loss_fn = PolicyLoss(clip_eps_low=p["epsilon"], clip_eps_high=eps_high,
+                         dual_clip=p["dual_clip"],
+                         token_level_loss=p["loss_agg_mode"] == "token-mean")
+    logp = tensor(x["logp"], grad=True)
+    pl, clip_ratio, ppo_kl, _, _ = loss_fn(logp, tensor(x["logp_old"]), exp.advantages,
+                                           action_mask=exp.action_mask)
+    values = tensor(x["values"], grad=True)
+    vl = ValueLoss(p["value_clip"])(values, tensor(x["old_values"]), exp.returns,
+                                    action_mask=exp.action_mask)
+    m = exp.action_mask
+    out = {"rewards": numpy(rewards * m), "advantages": numpy(exp.advantages),
+           "returns": numpy(exp.returns), "policy_loss": item(pl), "value_loss": item(vl),
+           "dlogp": grad_of(pl, logp), "dvalues": grad_of(vl, values),
+           "stat/policy_loss": item(pl), "stat/ppo_clip_ratio": item(clip_ratio),
+           "stat/ppo_kl": item(ppo_kl), "stat/critic_loss": item(vl),
+           "stat/values": item(masked_mean(values, m)),
+           "stat/kl": item(info_kl.mean()), "stat/reward": item(tensor(x["scores"]).mean())}
+    return out
+
+
+def grouped_index(groups) -> list:
+    """Experience.index: each row's position in the prompt-major order OpenRLHF reshapes to
+    (``rewards[indices] = raw_rewards`` then ``reshape(-1, n_samples_per_prompt)``)."""
+    order = np.argsort(np.asarray(groups), kind="stable")
+    index = np.empty(len(order), dtype=np.int64)
+    index[order] = np.arange(len(order))
+    return index.tolist()
+
+
+def openrlhf_grpo(case: dict) -> dict:
+    """Preset ``openrlhf-grpo``: the critic-free estimators, ``PolicyLoss`` ppo or gspo."""
+    p = params_of("openrlhf-grpo", case)
+    x = case["inputs"]
+    groups = np.asarray(x["groups"])
+    _, counts = np.unique(groups, return_counts=True)
+    est = p["advantage_estimator"]
+    use_kl_loss = p["use_kl_loss"]
+    kl = (torch.zeros_like(tensor(x["logp"])) if use_kl_loss
+          else rollout_kl(x, p["kl_estimator"]))
+    # groups of unequal sizes (the preset takes them for reinforce, which ignores groups) are
+    # not an OpenRLHF layout: there every response is its own prompt (n_samples_per_prompt 1)
+    n_samples = int(counts[0]) if np.all(counts == counts[0]) else 1
+    index = grouped_index(groups) if n_samples > 1 else range(len(groups))
+    exp = experience(x, kl, index=index)
+    # (--algo.advantage.gamma applies to reinforce only: the others set it to 1, with a warning)
+    maker = ExperienceMaker(estimator=est, gamma=p["gamma"], lambd=1.0,
+                            kl_coef=p["init_kl_coef"], n_samples=n_samples,
+                            clip_range=tuple(p["reward_clip_range"]))
+    info_kl = masked_mean(kl, exp.action_mask, dim=-1)
+    (exp,) = maker.compute_advantages_and_returns([exp])
+    eps_high = p["epsilon"] if p["epsilon_high"] is None else p["epsilon_high"]
+    loss_fn = PolicyLoss(clip_eps_low=p["epsilon"], clip_eps_high=eps_high,
+                         dual_clip=p["dual_clip"], token_level_loss=True,
+                         policy_loss_type=p["policy_loss_type"])
+    logp = tensor(x["logp"], grad=True)
+    m = exp.action_mask
+    pl, clip_ratio, ppo_kl, _, _ = loss_fn(logp, tensor(x["logp_old"]), exp.advantages,
+                                           action_mask=m)
+    total = pl
+    stats = {"policy_loss": item(pl), "ppo_clip_ratio": item(clip_ratio),
+             "ppo_kl": item(ppo_kl), "reward": item(tensor(x["scores"]).mean()),
+             "return": item(exp.info["return"].mean())}
+    if "group_reward_std" in exp.info:
+        stats["group_reward_std"] = item(exp.info["group_reward_std"].mean())
+    if use_kl_loss:
+        # ppo_actor.py: the KL loss of the current policy against the reference (zeros for
+        # init_coef 0), aggregated as the policy loss (a token mean)
+        kl_now = (compute_approx_kl(logp, tensor(x["logp_ref"]),
+                                    log_probs_old=tensor(x["logp_old"]),
+                                    kl_estimator=p["kl_estimator"])
+                  if p["init_kl_coef"] > 0 else torch.zeros_like(logp))
+        kl_loss = aggregate_loss(kl_now, m)
+        total = pl + kl_loss * p["init_kl_coef"]
+        stats["kl"] = item(kl_loss)
+    else:
+        stats["kl"] = item(info_kl.mean())
+    out = {"advantages": numpy(exp.advantages), "policy_loss": item(total),
+           "dlogp": grad_of(total, logp)}
+    out.update({f"stat/{k}": v for k, v in stats.items()})
+    return out

@@ -1,0 +1,393 @@
+"""``make conformance``: every preset against its framework's released code, written to
+``docs/conformance.md``.
+
+    python -m tests.conformance.run [--random N] [--report docs/conformance.md]
+    python -m tests.conformance.run --preset trl-0.11 --json FILE   # one preset (subprocess)
+
+Runs in ``.venv-conformance`` (``make conformance`` builds it from
+``requirements-conformance.txt``). The legacy TRL preset runs in a subprocess whose
+``sys.path`` starts with ``.venv-conformance/trl-0.11.4`` (two TRL versions cannot share one
+environment). Exit 0 when every preset that has a released package matched it; 1 with one
+line ``conformance: FAILED: <preset>: <outputs>`` per failing preset, or ``conformance: FAILED:
+<package>: <error>`` for a framework that could not be imported or run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import platform
+import subprocess
+import sys
+import time
+import traceback
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+from . import stubs
+
+ROOT = Path(__file__).resolve().parents[2]
+LEGACY_TRL_DIR = ROOT / ".venv-conformance" / "trl-0.11.4"
+
+#: outputs whose comparison decides a tie at a clip bound: in the ``-ties`` cases a
+#: mismatch there is counted apart (torch splits the gradient of min/max at a tie, and which
+#: side of the bound a tied token falls on is a rounding the probes cannot bracket)
+def tie_sensitive(output: str) -> bool:
+    return output in ("dlogp", "dvalues") or "clip" in output
+
+
+NAN_PADDING = ("garbage-in-padding: NaN and +-inf at padding; the framework multiplies padding "
+               "by the mask (NaN * 0 = NaN), and its own tensors hold finite numbers there, "
+               "which the random cases put at padding instead")
+
+
+def f32(*names):
+    """A case transform: the inputs ``names`` rounded to float32 values (stored exactly in
+    float64), for a framework that stores them in float32."""
+    def transform(case):
+        inputs = dict(case["inputs"])
+        for n in names:
+            if n in inputs:
+                inputs[n] = np.asarray(inputs[n], np.float32).astype(np.float64)
+        return {**case, "inputs": inputs}
+    transform.names = names
+    return transform
+
+
+def _candidate(name):
+    """The framework's code for preset ``name`` as a function case -> outputs."""
+    if name in ("verl", "verl-grpo"):
+        from . import verl_runner as r
+        return r.verl_ppo if name == "verl" else r.verl_grpo
+    if name in ("openrlhf", "openrlhf-grpo"):
+        from . import openrlhf_runner as r
+        return r.openrlhf_ppo if name == "openrlhf" else r.openrlhf_grpo
+    if name == "trl-grpo":
+        from ppo_numpy.oracle.presets import get_preset
+
+        from . import trl_runner as r
+        preset = get_preset("trl-grpo")
+
+        def trl_grpo(case):
+            # the preset's advantages (B,): TRL computes its own inline (see SPECS)
+            A, m = preset(case)["advantages"], case["inputs"]["mask"] == 1
+            return r.trl_grpo(case, A[np.arange(len(A)), np.argmax(m, axis=-1)])
+        return trl_grpo
+    if name == "trl-0.11":
+        from . import trl_runner as r
+        return r.trl_legacy_ppo
+    raise KeyError(name)
+
+
+SPECS = {
+    "verl": {
+        "framework": "verl", "package": "verl==0.9.1",
+        "functions": ["ray_trainer.apply_kl_penalty", "ray_trainer.compute_advantage",
+                      "core_algos.compute_gae_advantage_return (via compute_advantage)",
+                      "core_algos.get_policy_loss_fn('vanilla')", "core_algos.kl_penalty",
+                      "core_algos.agg_loss", "core_algos.compute_value_loss",
+                      "core_algos.FixedKLController", "workers.config.ActorConfig"],
+        "options": {"use_kl_in_reward": [False, True], "kl_estimator": ["k1", "k2", "abs", "k3"],
+                    "beta": [0.001, 0.05], "epsilon": [0.2, 0.1], "epsilon_high": [0.2, 0.28],
+                    "dual_clip": [3.0, 2.0], "value_clip": [0.5, 0.2],
+                    "loss_agg_mode": ["token-mean", "seq-mean-token-sum",
+                                      "seq-mean-token-mean", "seq-mean-token-sum-norm"],
+                    "use_kl_loss": [False, True]},
+        "inputs": f32("scores"),
+        "exclude": {"garbage-in-padding": NAN_PADDING},
+        "not_compared": [
+            "the statistics of metric_utils.compute_data_metrics (critic/score/mean, "
+            "critic/rewards/mean, critic/advantages/mean, critic/returns/mean, "
+            "critic/values/mean, critic/vf_explained_var) and critic/vpred_mean: they are "
+            "computed from a whole DataProto (prompts, responses, attention masks)",
+            "workers/utils/losses.ppo_loss itself (it takes a TensorDict, a stub here): its "
+            "composition of the policy loss, kl_penalty and agg_loss is called piece by piece",
+            "the reward manager (naive.py): needs a tokenizer; the suite writes the float32 "
+            "token_level_scores at the last response token, its index rule for right padding",
+            "log_ratio_clamp other than 20 and the diagnosis's convention switches: verl has "
+            "no setting for them"],
+    },
+    "verl-grpo": {
+        "framework": "verl", "package": "verl==0.9.1",
+        "functions": ["ray_trainer.apply_kl_penalty", "ray_trainer.compute_advantage",
+                      "core_algos.compute_grpo_outcome_advantage",
+                      "core_algos.compute_rloo_outcome_advantage",
+                      "core_algos.compute_reinforce_plus_plus_outcome_advantage",
+                      "core_algos.compute_reinforce_plus_plus_baseline_outcome_advantage",
+                      "core_algos.compute_remax_outcome_advantage",
+                      "core_algos.get_policy_loss_fn (vanilla, gspo, cispo)",
+                      "core_algos.kl_penalty", "core_algos.agg_loss"],
+        "options": {"adv_estimator": ["grpo", "rloo", "reinforce_plus_plus",
+                                      "reinforce_plus_plus_baseline", "remax"],
+                    "norm_adv_by_std_in_grpo": [True, False], "gamma": [1.0, 0.9],
+                    "loss_mode": ["vanilla", "gspo", "cispo"],
+                    "loss_agg_mode": ["token-mean", "seq-mean-token-sum",
+                                      "seq-mean-token-mean", "seq-mean-token-sum-norm"],
+                    "clip_ratio_low": [0.2, 0.1], "clip_ratio_high": [0.2, 0.28],
+                    "clip_ratio_c": [3.0, 2.0], "use_kl_loss": [False, True],
+                    "kl_loss_coef": [0.001, 0.1],
+                    "kl_loss_type": ["low_var_kl", "kl", "mse", "abs", "k3", "k1", "k2"],
+                    "use_kl_in_reward": [False, True], "kl_coef": [0.001, 0.1],
+                    "kl_penalty": ["kl", "abs", "mse", "low_var_kl", "k1", "k2", "k3"]},
+        "inputs": f32("scores", "baseline_scores"),
+        "exclude": {},
+        "not_compared": [
+            "the statistics of metric_utils.compute_data_metrics (critic/score/mean, "
+            "critic/rewards/mean, critic/advantages/mean): computed from a whole DataProto",
+            "GSPO_TOKEN_GRADIENT"],
+    },
+    "openrlhf": {
+        "framework": "OpenRLHF", "package": "openrlhf==0.11.2",
+        "functions": ["models.utils.compute_approx_kl", "models.utils.compute_reward",
+                      "RemoteExperienceMaker.compute_advantages_and_returns",
+                      "RemoteExperienceMaker.get_advantages_and_returns",
+                      "models.PolicyLoss", "models.ValueLoss", "models.utils.masked_mean",
+                      "trainer.ppo_utils.experience.Experience"],
+        "options": {"kl_estimator": ["k1", "k2", "k3"], "beta": [0.01, 0.1],
+                    "epsilon": [0.2, 0.1], "epsilon_high": [None, 0.28],
+                    "dual_clip": [None, 3.0], "value_clip": [0.5, 0.2],
+                    "loss_agg_mode": ["token-mean", "seq-mean-token-mean"],
+                    "reward_clip_range": [(-10.0, 10.0), (-1.0, 1.0)]},
+        "inputs": f32("logp", "logp_old", "logp_ref", "scores"),
+        "exclude": {
+            "garbage-in-padding": NAN_PADDING,
+            "one-valid-token": "one valid token: OpenRLHF 0.11.2 takes the normalisation's mean "
+                               "of .float() advantages, so a float64 advantage A becomes "
+                               "(A - fl32(A)) / sqrt(1e-8), about 1e-4, where the preset (and "
+                               "OpenRLHF in float32) give 0",
+            "tiny-advantage-variance": "a variance of the order of the floor 1e-8: the float32 "
+                                       "mean's rounding is multiplied by up to 1e4"},
+        "not_compared": [
+            "the diagnosis's convention switches and log_ratio_clamp other than 20: OpenRLHF "
+            "has no setting for them"],
+    },
+    "openrlhf-grpo": {
+        "framework": "OpenRLHF", "package": "openrlhf==0.11.2",
+        "functions": ["models.utils.compute_approx_kl", "models.utils.compute_reward",
+                      "RemoteExperienceMaker.compute_advantages_and_returns",
+                      "RemoteExperienceMaker.get_cumulative_returns", "models.PolicyLoss",
+                      "models.aggregate_loss", "trainer.ppo_utils.experience.Experience"],
+        "options": {"advantage_estimator": ["group_norm", "rloo", "reinforce",
+                                            "reinforce_baseline", "dr_grpo"],
+                    "gamma": [1.0, 0.9], "init_kl_coef": [0.01, 0.0, 0.1],
+                    "kl_estimator": ["k1", "k2", "k3"], "use_kl_loss": [False, True],
+                    "reward_clip_range": [(-10.0, 10.0), (-2.0, 2.0)],
+                    "epsilon": [0.2, 0.1], "epsilon_high": [None, 0.28],
+                    "dual_clip": [None, 3.0], "policy_loss_type": ["ppo", "gspo"]},
+        "inputs": f32("logp", "logp_old", "logp_ref", "scores"),
+        "equal_sizes": True,
+        "exclude": {},
+        "not_compared": [
+            "rewards: compute_reward's result is local to compute_advantages_and_returns (the "
+            "returns and advantages built on it are compared)",
+            "group_reward_std where the groups are of unequal sizes (reinforce only): no "
+            "OpenRLHF layout; there each response is its own prompt and nothing is logged"],
+    },
+    "trl-grpo": {
+        "framework": "TRL", "package": "trl==1.16.0",
+        "functions": ["GRPOTrainer._compute_loss (on a stand-in trainer)",
+                      "trl.trainer.utils.nanmin, nanmax (its metrics)"],
+        "options": {"loss_type": ["dapo", "grpo", "bnpo", "dr_grpo", "cispo"],
+                    "importance_sampling_level": ["token", "sequence"],
+                    "epsilon": [0.2, 0.1], "epsilon_high": [None, 0.28], "delta": [None, 1.5],
+                    "beta": [0.0, 0.04], "max_completion_length": [512, 16],
+                    "num_items_in_batch": [None, 37],
+                    "scale_rewards": ["group", "batch", "none"]},
+        "inputs": None,
+        "exclude": {},
+        "not_compared": [
+            "advantages, reward, reward_std, frac_reward_zero_std (so scale_rewards only "
+            "through the advantages the loss is given): TRL computes them inline in "
+            "GRPOTrainer._generate_and_score_completions, with generation and the reward "
+            "functions, which cannot be called alone; the loss is fed the preset's advantages",
+            "entropy: needs logits"],
+    },
+    "trl-0.11": {
+        "framework": "TRL (legacy PPOTrainer)", "package": "trl==0.11.4", "subprocess": True,
+        "functions": ["PPOTrainer.compute_rewards", "PPOTrainer._kl_penalty",
+                      "PPOTrainer.compute_advantages", "PPOTrainer.loss",
+                      "PPOTrainer.record_step_stats", "trl.core.stack_dicts"],
+        "options": {"kl_estimator": ["k1", "k2", "abs"], "beta": [0.2, 0.05],
+                    "epsilon": [0.2, 0.1], "value_clip": [0.2, 0.5], "vf_coef": [0.1, 1.0],
+                    "ratio_threshold": [10.0, 1.05]},
+        "inputs": None,
+        "exclude": {"garbage-in-padding": NAN_PADDING},
+        "not_compared": [
+            "score_clip other than None: PPOTrainer.step clips the scores inline (a "
+            "full step needs models); whiten_rewards=True: the preset refuses it",
+            "ppo/val/var_explained (1 - error / var) and ppo/loss/total (policy + vf_coef "
+            "value): their parts are compared; the float32 rounding of TRL's Bessel factor in "
+            "one part, relative to the result, grows by the cancellation (by |1 - v| / |v| for "
+            "var_explained)", "ppo/policy/entropy: needs logits"],
+    },
+}
+
+#: presets without a released package to run, and why (their rows in the report)
+NOT_RUN = {
+    "seed": "ppo_numpy's own convention (docs/objective.md): no framework",
+    "trl": "TRL's PPOTrainer of 0.20.0: TRL 1.16.0 (the release pinned) ships no PPO trainer, "
+           "and 0.20.0's PPOTrainer.train computes rewards, GAE, whitening and the losses "
+           "inline in its training loop, with no function to call alone; source-read "
+           "(trl 0.20.0 wheel, docs/frameworks.md)",
+    "deepspeed-chat": "not an installable package; source-read at microsoft/DeepSpeedExamples "
+                      "3b458596 (applications/DeepSpeed-Chat/dschat/rlhf/ppo_trainer.py)",
+    "lm-human-preferences": "not an installable package; source-read at "
+                            "openai/lm-human-preferences 1ab856db (train_policy.py) and "
+                            "f774e89b (utils/core.py)",
+}
+
+
+def run_one(name: str, n_random: int, seed: int = 0) -> dict:
+    from . import harness
+
+    spec = SPECS[name]
+    candidate = _candidate(name)
+    transform = spec["inputs"]
+    exclude = spec["exclude"]
+
+    from ppo_numpy.oracle.presets import get_preset
+    p = get_preset(name).parameters
+    eps = p.get("epsilon", p.get("clip_ratio_low", 0.2))
+    if "groups" in get_preset(name).input_names:
+        def random_cases(rng, n):
+            return harness.random_group_cases(rng, n, eps=eps,
+                                              equal_sizes=spec.get("equal_sizes", False))
+    else:
+        def random_cases(rng, n):
+            return harness.random_ppo_cases(rng, n, eps=eps, value_clip=p.get("value_clip"))
+
+    rng = np.random.default_rng([seed, sum(map(ord, name))])
+    oracle = [c for c in harness.oracle_cases(name, spec["options"], rng, seed)
+              if c["name"].split("[", 1)[0] not in exclude]
+    rand = random_cases(rng, n_random)
+    cases = oracle + harness.with_options(rand, harness.option_combinations(
+        spec["options"], rng, len(rand)))
+    if transform is not None:
+        cases = [transform(c) for c in cases]
+    from ppo_numpy.oracle.compare import compare
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        report = compare(candidate, name, cases, "float64")
+    summary = harness.summarise(name, report, len(oracle), len(rand))
+    # a mismatch in a ties case on a tie-sensitive output is counted apart, not failed
+    tie_rows = [r for r in report.failures if "-ties" in r.case and tie_sensitive(r.output)]
+    real = [r for r in report.failures if r not in tie_rows]
+    summary["tie_mismatches"] = len(tie_rows)
+    summary["tie_comparisons"] = sum(1 for r in report.rows if "-ties" in r.case
+                                     and tie_sensitive(r.output))
+    summary["passed"] = not real
+    summary["failed_outputs"] = sorted({r.output for r in real})
+    summary["failures"] = [r.describe() for r in sorted(real, key=harness._ratio,
+                                                        reverse=True)[:3]]
+    for o, row in summary["outputs"].items():
+        row["failed"] = sum(1 for r in real if r.output == o)
+        row["tie_mismatches"] = sum(1 for r in tie_rows if r.output == o)
+    summary["excluded"] = exclude
+    summary["input_rounding"] = list(transform.names) if transform else []
+    summary["version"] = version_of(spec["package"].split("==")[0])
+    return summary
+
+
+def version_of(package: str) -> str:
+    """The installed version of ``package`` (its metadata: OpenRLHF has no __version__)."""
+    if package == "trl":
+        import trl  # the legacy one in its subprocess: importlib.metadata sees only 1.16
+        return trl.__version__
+    from importlib.metadata import version
+    return version(package)
+
+
+class Subprocess:
+    """One preset in a fresh interpreter whose sys.path starts with the legacy TRL directory,
+    started at once (it runs beside the others: two cores) and collected by :meth:`result`."""
+
+    def __init__(self, name: str, n_random: int):
+        import tempfile
+        self.tmp = tempfile.TemporaryDirectory()
+        self.out = Path(self.tmp.name) / "summary.json"
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+            [str(LEGACY_TRL_DIR), str(ROOT), os.environ.get("PYTHONPATH", "")])}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.conformance.run", "--preset", name, "--random",
+             str(n_random), "--json", str(self.out)], cwd=ROOT, env=env,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def result(self) -> dict:
+        stdout, stderr = self.proc.communicate()
+        try:
+            if self.proc.returncode != 0 or not self.out.exists():
+                tail = (stderr or stdout).strip().splitlines()[-1:] or ["no output"]
+                raise RuntimeError(f"subprocess failed: {tail[0]}")
+            return json.loads(self.out.read_text())
+        finally:
+            self.tmp.cleanup()
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.conformance.run")
+    parser.add_argument("--random", type=int, default=1000, help="random cases per preset")
+    parser.add_argument("--preset", action="append", help="only these presets")
+    parser.add_argument("--json", help="write the summaries as JSON (with one --preset)")
+    parser.add_argument("--report", default=str(ROOT / "docs" / "conformance.md"))
+    args = parser.parse_args(argv)
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    # the frameworks' import-time notices (optional engines, no GPU) are not results
+    warnings.filterwarnings("ignore")
+    logging.disable(logging.WARNING)
+    stubs.install()
+    import torch
+    torch.set_num_threads(1)
+    names = args.preset or list(SPECS)
+    if args.json:
+        (name,) = names
+        summary = run_one(name, args.random)
+        Path(args.json).write_text(json.dumps(summary))
+        return 0
+    t0 = time.time()
+    summaries, errors = {}, {}
+    started = {n: (Subprocess(n, args.random), time.time()) for n in names
+               if SPECS[n].get("subprocess")}
+    # (the subprocesses first, so that their results come last, as the report lists them)
+    for name in [n for n in names if n not in started] + list(started):
+        spec = SPECS[name]
+        t = started[name][1] if name in started else time.time()
+        try:
+            if name in started:
+                summaries[name] = started[name][0].result()
+            else:
+                summaries[name] = run_one(name, args.random)
+        except Exception as err:  # a framework that cannot be imported or run: a failure
+            errors[name] = f"{spec['package']}: {type(err).__name__}: {err}"
+            traceback.print_exc(file=sys.stderr)
+            continue
+        s = summaries[name]
+        s["seconds"] = round(time.time() - t, 1)
+        print(f"conformance: {name}: {'ok' if s['passed'] else 'FAILED'} "
+              f"({s['cases']} cases, {s['comparisons']} comparisons, {s['seconds']} s)",
+              flush=True)
+    elapsed = time.time() - t0
+    if args.preset is None:
+        from .report import write_report
+        write_report(Path(args.report), summaries, errors, SPECS, NOT_RUN, elapsed,
+                     stubbed=stubs.stubbed(), python=platform.python_version(),
+                     torch_version=torch.__version__, n_random=args.random)
+        print(f"conformance: wrote {Path(args.report).relative_to(ROOT)}")
+    failed = False
+    for name, err in errors.items():
+        print(f"conformance: FAILED: {name}: {err}")
+        failed = True
+    for name, s in summaries.items():
+        if not s["passed"]:
+            print(f"conformance: FAILED: {name}: {', '.join(s['failed_outputs'])}")
+            for line in s["failures"][:1]:
+                print("    " + line.replace("\n", "\n    "))
+            failed = True
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,181 @@
+"""verl 0.9.1's own functions on the presets' cases: presets ``verl`` and ``verl-grpo``.
+
+Called: ``verl.trainer.ppo.ray_trainer.apply_kl_penalty`` and ``compute_advantage`` (on a
+stand-in for the DataProto batch: a dict of tensors), the advantage estimators of
+``verl.trainer.ppo.core_algos`` behind them, ``get_policy_loss_fn(loss_mode)`` (vanilla,
+gspo, cispo) with a real ``ActorConfig``, ``kl_penalty`` and ``agg_loss`` for the KL loss
+(composed as ``verl.workers.utils.losses.ppo_loss`` composes them: that function itself takes
+a TensorDict, a stub here), and ``compute_value_loss``. Gradients: autograd of those losses.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from verl.trainer.config import AlgoConfig
+from verl.trainer.ppo import core_algos
+from verl.trainer.ppo.ray_trainer import apply_kl_penalty, compute_advantage
+from verl.workers.config import ActorConfig, PolicyLossConfig
+
+from .harness import grad_of, item, numpy, params_of, tensor
+
+VERSION = "0.9.1"
+
+#: the estimators whose advantages vary along a response
+TOKEN_ADVANTAGES = ("reinforce_plus_plus", "remax")
+GSPO_TOKEN_GRADIENT = (
+    "dlogp of loss_mode gspo with adv_estimator reinforce_plus_plus or remax (advantages "
+    "that vary along a response): verl 0.9.1 writes the sequence ratio as sg[s_i] pi_t / "
+    "sg[pi_t] (compute_policy_loss_gspo), whose gradient at token t is -A_t s_i w_t; the "
+    "preset differentiates s_i itself, -(sum_u w_u A_u) s_i / n_i. They agree when A is "
+    "constant along the response (every other estimator) and the loss values agree; "
+    "ppo_numpy's policy loss has no option for the token form, so this is left open")
+
+#: the preset's kl_estimator -> verl's kl_penalty name
+KL_NAMES = {"k1": "kl", "k2": "mse", "abs": "abs", "k3": "low_var_kl"}
+
+
+class Batch(dict):
+    """The stand-in for a DataProto's ``batch`` (a TensorDict): a dict with ``batch_size``."""
+
+    def __init__(self, B, **tensors):
+        super().__init__(**tensors)
+        self.batch_size = [B]
+
+
+class Data:
+    """The stand-in for a DataProto: ``batch`` and ``non_tensor_batch``."""
+
+    def __init__(self, batch: Batch, non_tensor_batch=None):
+        self.batch = batch
+        self.non_tensor_batch = non_tensor_batch or {}
+
+
+def scores_at_last_token(scores, mask):
+    """token_level_scores as verl's reward manager makes them (verl/workers/reward_manager/
+    naive.py): a float32 tensor, each score at index (number of attended response tokens) - 1,
+    its row's last response token for the presets' right-padded rows. (The reward manager
+    itself needs a tokenizer and a DataProto and is not called; the suite's cases hold scores
+    that float32 stores exactly, see ``run.py``.)"""
+    m = np.asarray(mask) == 1
+    out = np.zeros(m.shape)
+    last = m.shape[1] - 1 - np.argmax(m[:, ::-1], axis=1)
+    out[np.arange(m.shape[0]), last] = scores
+    return tensor(out, dtype=torch.float32)
+
+
+def response_mask(mask):
+    """The response mask as verl has it: an int64 tensor (a slice of the attention mask).
+    With it ``masked_var`` divides two integer sums in float32 and ``masked_mean``'s
+    ``n + 1e-8`` is a float32 n: the roundings the ``verl`` preset's tolerance carries."""
+    return tensor(mask, dtype=torch.int64)
+
+
+def actor_config(eps_low, eps_high, clip_ratio_c, agg, loss_mode, use_kl_loss, kl_coef,
+                 kl_type) -> ActorConfig:
+    return ActorConfig(strategy="fsdp", rollout_n=1, ppo_micro_batch_size_per_gpu=1,
+                       clip_ratio=eps_low, clip_ratio_low=eps_low, clip_ratio_high=eps_high,
+                       clip_ratio_c=clip_ratio_c, loss_agg_mode=agg, use_kl_loss=use_kl_loss,
+                       kl_loss_coef=kl_coef, kl_loss_type=kl_type,
+                       policy_loss=PolicyLossConfig(loss_mode=loss_mode))
+
+
+def policy_loss(cfg: ActorConfig, x: dict, advantages, mask_bool):
+    """verl's policy loss (``ppo_loss``'s composition): the loss function of ``loss_mode``,
+    plus ``kl_loss_coef`` times ``agg_loss(kl_penalty(logp, ref, kl_loss_type))`` with the
+    KL loss. Returns (total loss, pg_loss, metrics, logp tensor, kl_loss or None)."""
+    logp = tensor(x["logp"], grad=True)
+    fn = core_algos.get_policy_loss_fn(cfg.policy_loss.loss_mode)
+    pg_loss, metrics = fn(old_log_prob=tensor(x["logp_old"]), log_prob=logp,
+                          advantages=advantages, response_mask=mask_bool,
+                          loss_agg_mode=cfg.loss_agg_mode, config=cfg)
+    total, kl_loss = pg_loss, None
+    if cfg.use_kl_loss:
+        kld = core_algos.kl_penalty(logprob=logp, ref_logprob=tensor(x["logp_ref"]),
+                                    kl_penalty=cfg.kl_loss_type)
+        kl_loss = core_algos.agg_loss(loss_mat=kld, loss_mask=mask_bool,
+                                      loss_agg_mode=cfg.loss_agg_mode, **cfg.global_batch_info)
+        total = pg_loss + kl_loss * cfg.kl_loss_coef
+    return total, pg_loss, metrics, logp, kl_loss
+
+
+def verl_ppo(case: dict) -> dict:
+    """Preset ``verl``: the PPO pipeline with GAE and a critic."""
+    p = params_of("verl", case)
+    x = case["inputs"]
+    B = x["mask"].shape[0]
+    mask_t = response_mask(x["mask"])
+    scores = scores_at_last_token(x["scores"], x["mask"])
+    data = Data(Batch(B, response_mask=mask_t, token_level_scores=scores,
+                      old_log_probs=tensor(x["logp_old"]), ref_log_prob=tensor(x["logp_ref"]),
+                      values=tensor(x["old_values"])))
+    out, stats = {}, {}
+    if p["use_kl_in_reward"]:
+        data, kl_metrics = apply_kl_penalty(data, core_algos.FixedKLController(p["beta"]),
+                                            kl_penalty=KL_NAMES[p["kl_estimator"]])
+        stats.update(kl_metrics)
+    else:
+        data.batch["token_level_rewards"] = scores
+    algo = AlgoConfig(gamma=p["gamma"], lam=p["lam"], adv_estimator="gae",
+                      use_kl_in_reward=p["use_kl_in_reward"])
+    data = compute_advantage(data, core_algos.AdvantageEstimator.GAE, gamma=p["gamma"],
+                             lam=p["lam"], config=algo)
+    advantages, returns = data.batch["advantages"], data.batch["returns"]
+    mask_bool = mask_t.to(bool)
+    cfg = actor_config(p["epsilon"], p["epsilon_high"], p["dual_clip"], p["loss_agg_mode"],
+                       "vanilla", p["use_kl_loss"], p["beta"], "low_var_kl")
+    total, pg_loss, metrics, logp, _ = policy_loss(cfg, x, advantages, mask_bool)
+    values = tensor(x["values"], grad=True)
+    vf_loss, vf_clipfrac = core_algos.compute_value_loss(
+        vpreds=values, returns=returns, values=tensor(x["old_values"]), response_mask=mask_bool,
+        cliprange_value=p["value_clip"], loss_agg_mode=p["loss_agg_mode"])
+    stats.update(metrics)
+    stats.update({"actor/pg_loss": item(pg_loss), "critic/vf_loss": item(vf_loss),
+                  "critic/vf_clipfrac": item(vf_clipfrac)})
+    out.update(rewards=numpy(data.batch["token_level_rewards"]), advantages=numpy(advantages),
+               returns=numpy(returns), policy_loss=item(total), value_loss=item(vf_loss),
+               dlogp=grad_of(total, logp), dvalues=grad_of(vf_loss, values))
+    out.update({f"stat/{k}": float(v) for k, v in stats.items()})
+    return out
+
+
+def verl_grpo(case: dict) -> dict:
+    """Preset ``verl-grpo``: the critic-free estimators and losses."""
+    p = params_of("verl-grpo", case)
+    x = case["inputs"]
+    B = x["mask"].shape[0]
+    mask_t = response_mask(x["mask"])
+    scores = scores_at_last_token(x["scores"], x["mask"])
+    data = Data(Batch(B, response_mask=mask_t, token_level_scores=scores,
+                      old_log_probs=tensor(x["logp_old"]), ref_log_prob=tensor(x["logp_ref"]),
+                      reward_baselines=tensor(x["baseline_scores"])),
+                {"uid": np.asarray(x["groups"]).astype(np.int64).astype(object)})
+    stats = {}
+    if p["use_kl_in_reward"]:
+        data, _ = apply_kl_penalty(data, core_algos.FixedKLController(p["kl_coef"]),
+                                   kl_penalty=p["kl_penalty"])
+    else:
+        data.batch["token_level_rewards"] = scores
+    algo = AlgoConfig(gamma=p["gamma"], adv_estimator=p["adv_estimator"],
+                      norm_adv_by_std_in_grpo=p["norm_adv_by_std_in_grpo"],
+                      use_kl_in_reward=p["use_kl_in_reward"], kl_penalty=p["kl_penalty"])
+    if p["adv_estimator"] != "remax":
+        del data.batch["reward_baselines"]  # compute_advantage passes it when present
+    data = compute_advantage(data, p["adv_estimator"], gamma=p["gamma"],
+                             norm_adv_by_std_in_grpo=p["norm_adv_by_std_in_grpo"], config=algo)
+    advantages = data.batch["advantages"]
+    cfg = actor_config(p["clip_ratio_low"], p["clip_ratio_high"], p["clip_ratio_c"],
+                       p["loss_agg_mode"], p["loss_mode"], p["use_kl_loss"], p["kl_loss_coef"],
+                       p["kl_loss_type"])
+    total, pg_loss, metrics, logp, kl_loss = policy_loss(cfg, x, advantages,
+                                                         mask_t.to(bool))
+    stats.update(metrics)
+    stats["actor/pg_loss"] = item(pg_loss)
+    if kl_loss is not None:
+        stats.update({"actor/kl_loss": item(kl_loss), "actor/kl_coef": cfg.kl_loss_coef})
+    out = {"rewards": numpy(data.batch["token_level_rewards"]), "advantages": numpy(advantages),
+           "policy_loss": item(total), "dlogp": grad_of(total, logp)}
+    if cfg.policy_loss.loss_mode == "gspo" and p["adv_estimator"] in TOKEN_ADVANTAGES:
+        del out["dlogp"]  # a difference left open: see GSPO_TOKEN_GRADIENT
+    out.update({f"stat/{k}": float(v) for k, v in stats.items()})
+    return out
