@@ -50,7 +50,7 @@ def test_the_demo_runs_critic_learns(seed):
 
 
 def test_a_critic_without_value_loss_fails_the_criterion():
-    c = history_to_columns(train(PPOConfig(c_v=0.0, iterations=30)))
+    c = history_to_columns(train(PPOConfig(c_v=0.0, iterations=30, value_hidden=0)))
     s = critic_summary(c)
     ratio = np.median(c["value_loss"] / (c["return_variance"] / 2))
     assert s["value_loss_drop"] < 1 and ratio > 3 and s["ev_learning"] < -0.2, (ratio, s)
@@ -87,3 +87,119 @@ def test_critic_summary_of_a_run_without_a_value_head_is_nan_without_a_warning()
     # nothing after the learning phase: NaN too
     assert math.isnan(critic_summary({**cols, "score_frac": np.zeros(3)}, start=1,
                                      end=1)["ev_after"])
+
+
+# ---- issue 25: a critic that earns its keep -------------------------------------------
+#
+# Measured (docs/training.md, "What the critic buys"): on `target` the critic with its own
+# layer (value_hidden 64, the default) has a median explained variance of 0.735, 0.652,
+# 0.626 over iterations 1-40 (the first half of the default 80) on seeds 0, 1, 2, and a
+# value loss 0.31, 0.35, 0.34 times Var(R) / 2; the v1 critic (value_hidden 0) 0.40 on
+# seed 0. 40 iterations of `target` take about 2 CPU seconds.
+
+def _first_half(**fields):
+    from ppo_numpy.training.config import config_for_task
+    from ppo_numpy.training.metrics import critic_vs_constant
+
+    return critic_vs_constant(history_to_columns(train(config_for_task(iterations=40,
+                                                                       **fields),
+                                                       plot=False)), fraction=1.0)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_the_critic_predicts_on_target_while_the_policy_learns(seed):
+    s = _first_half(task="target", seed=seed)
+    assert s["iterations"] == 40
+    assert s["ev_median"] >= 0.5, s
+    assert s["value_loss_ratio"] <= 0.6, s           # well below a constant's loss (1)
+
+
+def test_the_v1_critic_and_an_untrained_one_fail_that_criterion():
+    v1 = _first_half(task="target", seed=0, value_hidden=0)
+    assert v1["ev_median"] < 0.5, v1
+    untrained = _first_half(task="target", seed=0, c_v=0.0)
+    assert untrained["ev_median"] < 0 and untrained["value_loss_ratio"] > 1, untrained
+
+
+def test_critic_vs_constant_by_hand_and_bad_input():
+    from ppo_numpy.training.metrics import critic_verdict, critic_vs_constant
+
+    cols = {"value_loss": [0.05, 0.15, 0.5, 0.5, 0.5], "return_variance": [0.4, 0.2, 1, 1, 1],
+            "explained_variance": [0.9, 0.5, -1, -1, -1]}
+    s = critic_vs_constant(cols)                      # first int(5 * 0.5) = 2 iterations
+    # mean loss 0.1 over mean Var(R) / 2 = 0.15; median of 0.9 and 0.5
+    assert s["iterations"] == 2
+    assert s["value_loss_ratio"] == pytest.approx(0.1 / 0.15, rel=1e-12)
+    assert s["ev_median"] == pytest.approx(0.7, rel=1e-12)
+    assert critic_verdict(s) == ("V beats a constant: loss 0.67x Var(R) / 2 (iterations 1-2)",
+                                 "V is predicting: median 0.70 (iterations 1-2)")
+    nan = {k: [math.nan] * 2 for k in cols}
+    assert critic_verdict(critic_vs_constant(nan))[1] == "no value head: nothing to explain"
+    with pytest.raises(ValueError, match="fraction"):
+        critic_vs_constant(cols, fraction=0)
+    with pytest.raises(ValueError, match="one length"):
+        critic_vs_constant({**cols, "value_loss": [0.1]})
+
+
+@pytest.mark.parametrize("model", ["mlp", "transformer"])
+def test_the_critic_layer_gradients_match_finite_differences(model):
+    from ppo_numpy.policy import MLPPolicy, TransformerPolicy
+
+    rng = np.random.default_rng(3)
+    if model == "mlp":
+        m = MLPPolicy(7, 3, 4, 5, rng, max_len=8, value_hidden=6)
+    else:
+        m = TransformerPolicy(7, rng, d_model=8, n_heads=2, n_layers=1, max_len=6,
+                              value_hidden=5)
+    tokens = np.array([[1, 3, 4, 2, 5], [1, 5, 5, 6, 3]])
+    up = np.random.default_rng(4)
+    A = up.normal(size=(2, 5, 7))
+    A[..., :2] = 0.0                                  # PAD and BOS logits are constants
+    W = up.normal(size=(2, 5))
+
+    def f(params):                                    # sum A * logits + sum W * V^2
+        logits, values, _ = m.forward(tokens, params)
+        return float((A * np.where(A == 0, 0.0, logits)).sum() + (W * values**2).sum())
+
+    _, values, cache = m.forward(tokens)
+    grads = m.backward(cache, A, 2 * W * values)
+    assert {"W1_v", "b1_v"} <= set(grads) and grads["w_v"].shape == (m.value_hidden,)
+    h = 1e-6
+    for name, p in m.params.items():
+        for idx in list(np.ndindex(p.shape))[:: max(1, p.size // 5)]:
+            plus = {k: v.copy() for k, v in m.params.items()}
+            minus = {k: v.copy() for k, v in m.params.items()}
+            plus[name][idx] += h
+            minus[name][idx] -= h
+            fd = (f(plus) - f(minus)) / (2 * h)
+            rel = abs(fd - grads[name][idx]) / max(abs(fd), abs(grads[name][idx]), 1e-6)
+            assert rel < 1e-6, (name, idx, fd, grads[name][idx])
+
+
+def test_the_critic_layer_changes_only_the_values():
+    from ppo_numpy.policy import MLPPolicy
+
+    tokens = np.array([[1, 3, 4, 2, 5]])
+    old = MLPPolicy(7, 3, 4, 5, np.random.default_rng(0), max_len=8)
+    new = MLPPolicy(7, 3, 4, 5, np.random.default_rng(0), max_len=8, value_hidden=6)
+    # the policy's parameters are drawn first, as they always were: the policy is the same
+    for name in old.params:
+        if name not in ("w_v", "b_v"):
+            np.testing.assert_array_equal(old.params[name], new.params[name])
+    (lo, vo, _), (ln, vn, _) = old.forward(tokens), new.forward(tokens)
+    np.testing.assert_array_equal(lo, ln)
+    assert not np.allclose(vo, vn)
+    # V = tanh(x W1_v + b1_v) . w_v + b_v, by hand at the last position
+    x = new.forward(tokens)[2]["x"][0, -1]
+    p = new.params
+    want = float(np.tanh(x @ p["W1_v"] + p["b1_v"]) @ p["w_v"] + p["b_v"])
+    assert vn[0, -1] == pytest.approx(want, rel=1e-12)
+    with pytest.raises(ValueError, match="value_hidden"):
+        MLPPolicy(7, 3, 4, 5, np.random.default_rng(0), value_hidden=-1)
+
+
+def test_critic_free_runs_ignore_value_hidden():
+    a = train(PPOConfig(algo="grpo", iterations=3, value_hidden=0), plot=False)
+    b = train(PPOConfig(algo="grpo", iterations=3, value_hidden=64), plot=False)
+    assert a == b or all(np.array_equal(np.array(list(x.values())), np.array(list(y.values())),
+                                        equal_nan=True) for x, y in zip(a, b))

@@ -51,6 +51,10 @@ class PPOConfig:
     context: int = _f(8, "", "tokens the MLP sees (the last `context` of prompt + response)")
     d_embed: int = _f(16, "", "MLP embedding width")
     d_hidden: int = _f(64, "", "MLP hidden width")
+    value_hidden: int = _f(64, "H_v", "ppo: width of the critic's own tanh layer (mlp: on "
+                                      "the window x; transformer: on its last h); 0: a "
+                                      "linear value head on the policy's features, as "
+                                      "before issue 25 (docs/training.md)")
     d_model: int = _f(32, "", "transformer width (residual stream)")
     n_heads: int = _f(4, "", "transformer attention heads (must divide d_model)")
     n_layers: int = _f(2, "", "transformer blocks")
@@ -185,7 +189,7 @@ def check_config(c: PPOConfig) -> None:
                  "kl_target", "kl_horizon"):
         if getattr(c, name) <= 0:
             raise ValueError(f"{name}: must be > 0, got {getattr(c, name)}")
-    for name in ("seed", "iterations", "warmup_steps", "beta", "c_v", "c_H", "eps",
+    for name in ("seed", "iterations", "warmup_steps", "value_hidden", "beta", "c_v", "c_H", "eps",
                  "kl_loss_coef", "grpo_eps"):
         if getattr(c, name) < 0:
             raise ValueError(f"{name}: must be >= 0, got {getattr(c, name)}")

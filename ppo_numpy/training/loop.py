@@ -83,12 +83,16 @@ class RunState:
 
 def make_policy(config: PPOConfig, task: Task, rng: np.random.Generator):
     """A fresh policy of the configured architecture, initialised from ``rng``."""
+    # the critic-free algos use no value head: no critic layer for them
+    value_hidden = 0 if config.algo in CRITIC_FREE else config.value_hidden
     if config.model == "mlp":
-        return MLPPolicy(task.vocab_size, config.context, config.d_embed, config.d_hidden, rng)
+        return MLPPolicy(task.vocab_size, config.context, config.d_embed, config.d_hidden, rng,
+                         value_hidden=value_hidden)
     if config.model == "transformer":
         return TransformerPolicy(task.vocab_size, rng, d_model=config.d_model,
                                  n_heads=config.n_heads, n_layers=config.n_layers,
-                                 max_len=task.prompt_length + task.max_new_tokens - 1)
+                                 max_len=task.prompt_length + task.max_new_tokens - 1,
+                                 value_hidden=value_hidden)
     return BigramPolicy(task.vocab_size, rng)
 
 
