@@ -203,3 +203,61 @@ def test_critic_free_runs_ignore_value_hidden():
     b = train(PPOConfig(algo="grpo", iterations=3, value_hidden=64), plot=False)
     assert a == b or all(np.array_equal(np.array(list(x.values())), np.array(list(y.values())),
                                         equal_nan=True) for x, y in zip(a, b))
+
+
+def test_the_value_warm_up_moves_only_the_critic_and_fits_the_scores():
+    from ppo_numpy.policy import MLPPolicy
+    from ppo_numpy.training.tasks import make_task
+    from ppo_numpy.training.warmup import warm_up_value
+
+    task = make_task("length")
+    model = MLPPolicy(task.vocab_size, 8, 8, 16, np.random.default_rng(0), value_hidden=16)
+    before = {k: v.copy() for k, v in model.params.items()}
+    losses = warm_up_value(model, task, np.random.default_rng(1), 60, 1e-2, 64)
+    moved = {k for k in model.params if not np.array_equal(model.params[k], before[k])}
+    assert moved == {"W1_v", "b1_v", "w_v", "b_v"}
+    assert np.mean(losses[-10:]) < 0.8 * np.mean(losses[:5]), losses     # measured 0.70
+    # the loss of step 1, by hand from its own rollout: 1/2 mean over tokens of (V - score)^2
+    from ppo_numpy.policy.sampling import sample
+
+    fresh = MLPPolicy(task.vocab_size, 8, 8, 16, np.random.default_rng(0), value_hidden=16)
+    rng = np.random.default_rng(1)
+    x = task.sample_prompts(rng, 64)
+    r = sample(fresh, x, rng, task.max_new_tokens)
+    s = task.score(x, r.responses, r.mask)
+    errs = [(r.old_values[i, t] - s[i]) ** 2 for i in range(64) for t in range(r.mask.shape[1])
+            if r.mask[i, t]]
+    assert losses[0] == pytest.approx(0.5 * sum(errs) / len(errs), rel=1e-12)
+    assert warm_up_value(fresh, task, rng, 0, 1e-2, 64) == []
+
+
+def test_value_warm_up_with_gamma_discounts_the_score_by_the_tokens_to_go():
+    from ppo_numpy.policy import BigramPolicy
+    from ppo_numpy.policy.sampling import sample
+    from ppo_numpy.training.tasks import make_task
+    from ppo_numpy.training.warmup import warm_up_value
+
+    task = make_task("length")
+    model = BigramPolicy(task.vocab_size, np.random.default_rng(0))
+    loss = warm_up_value(model, task, np.random.default_rng(5), 1, 1e-2, 8, gamma=0.5)[0]
+    fresh = BigramPolicy(task.vocab_size, np.random.default_rng(0))
+    rng = np.random.default_rng(5)
+    x = task.sample_prompts(rng, 8)
+    r = sample(fresh, x, rng, task.max_new_tokens)
+    s = task.score(x, r.responses, r.mask)
+    errs = []
+    for i in range(8):
+        n = int(r.mask[i].sum())
+        for t in range(n):                     # R_t = 0.5^(n - 1 - t) score
+            errs.append((r.old_values[i, t] - 0.5 ** (n - 1 - t) * s[i]) ** 2)
+    assert loss == pytest.approx(0.5 * sum(errs) / len(errs), rel=1e-12)
+
+
+def test_the_value_warm_up_leaves_the_policy_equal_to_the_reference():
+    from ppo_numpy.training.loop import new_run
+
+    state = new_run(PPOConfig(value_warmup_steps=5, iterations=1))
+    for name, p in state.reference.params.items():
+        if name not in ("W1_v", "b1_v", "w_v", "b_v"):
+            np.testing.assert_array_equal(p, state.policy.params[name])
+    assert not np.array_equal(state.reference.params["w_v"], state.policy.params["w_v"])

@@ -240,6 +240,21 @@ def readout_rows(tasks=CAUSE_TASKS, seed=0, iteration=20, batch=2048) -> list[di
     return rows
 
 
+def criterion_rows(tasks=("length", "target", "reverse", "sort", "add"), seeds=(0, 1, 2),
+                   **fields) -> list[dict]:
+    """Issue 25's criterion on the default run of each task (``python -m ppo_numpy train
+    --task T``, its task defaults): :func:`critic_vs_constant` over the first half, and the
+    final score, per seed."""
+    rows = []
+    for task in tasks:
+        for seed in seeds:
+            c = history_to_columns(train(config_for_task(task=task, seed=seed, **fields),
+                                         plot=False))
+            rows.append({"task": task, "seed": seed, **critic_vs_constant(c),
+                         "final": statistics.fmean(c["score_frac"][-10:])})
+    return rows
+
+
 def linear_readout_ev(F1, R1, F2, R2) -> float:
     """Explained variance on (F2, R2) of the least-squares fit R ~ [F, 1] w on (F1, R1)."""
     A1, A2 = np.c_[F1, np.ones(len(F1))], np.c_[F2, np.ones(len(F2))]
@@ -283,7 +298,18 @@ def main(argv=None) -> int:
     parser.add_argument("--causes", action="store_true",
                         help="instead: the measurements of why the v1 critic was no better "
                              "than a constant (docs/training.md)")
+    parser.add_argument("--criterion", action="store_true",
+                        help="instead: value loss / (Var(R)/2) and median explained variance "
+                             "over the first half of the default run of each of --tasks, "
+                             "seeds 0 .. N-1")
     args = parser.parse_args(argv)
+    if args.criterion:
+        print("| task | seed | value loss / (Var(R)/2), first half | median EV, first half | "
+              "final score / optimum |\n|---|---:|---:|---:|---:|")
+        for r in criterion_rows(args.tasks.split(","), range(args.seeds)):
+            print(f"| {r['task']} | {r['seed']} | {r['value_loss_ratio']:.2f} | "
+                  f"{r['ev_median']:.2f} | {r['final']:.3f} |", flush=True)
+        return 0
     if args.causes:
         print(causes())
         return 0

@@ -56,7 +56,7 @@ from .config import CRITIC_FREE, PPOConfig, responses_per_prompt
 from .kl_controllers import AdaptiveKLController, FixedKLController
 from .metrics import COLUMNS, explained_variance, return_variance
 from .tasks import Task, make_task, response_lengths
-from .warmup import warm_up
+from .warmup import warm_up, warm_up_value
 
 
 class RatioNotOneError(RuntimeError):
@@ -111,6 +111,10 @@ def new_run(config: PPOConfig) -> RunState:
     losses = warm_up(policy, task, rng, config.warmup_steps, config.warmup_lr,
                      config.warmup_batch)
     reference = copy.deepcopy(policy)
+    if config.value_warmup_steps and config.algo not in CRITIC_FREE:
+        # V fitted to pi_ref's returns; the policy's parameters are untouched (= pi_ref)
+        warm_up_value(policy, task, rng, config.value_warmup_steps, config.warmup_lr,
+                      config.warmup_batch, config.gamma)
     optimizer = Adam(policy.params, lr=config.lr)
     return RunState(config, task, rng, policy, reference, optimizer,
                     make_kl_controller(config), 0, losses)
