@@ -261,3 +261,61 @@ def test_the_value_warm_up_leaves_the_policy_equal_to_the_reference():
         if name not in ("W1_v", "b1_v", "w_v", "b_v"):
             np.testing.assert_array_equal(p, state.policy.params[name])
     assert not np.array_equal(state.reference.params["w_v"], state.policy.params["w_v"])
+
+
+def test_monte_carlo_values_agree_with_exact_enumeration():
+    """V^pi(s_t) on a bigram policy and `length` with 2 content tokens (T = 3), computed
+    exactly by enumerating every continuation from the bigram's table, against the
+    Monte Carlo estimate with 4000 continuations (within 4 standard errors)."""
+    import itertools
+
+    from ppo_numpy.policy import BigramPolicy
+    from ppo_numpy.policy.vocab import EOS
+    from ppo_numpy.training.tasks import LengthTask
+    from ppo_numpy.training.value_ceiling import monte_carlo_values
+
+    task = LengthTask(n_content=2)                  # tokens: EOS 2, a 3, b 4; T = 3
+    pi = BigramPolicy(task.vocab_size, np.random.default_rng(0))
+    ref = BigramPolicy(task.vocab_size, np.random.default_rng(1))
+    beta = 0.1
+
+    def probs(model, prev):
+        z = model.params["W"][prev] + model.logit_bias
+        e = np.exp(z - z.max())
+        return e / e.sum()
+
+    def exact(prompt, prefix):
+        """sum over continuations of pi's probability x (score - beta sum_{s >= t} k1_s)."""
+        t, total = len(prefix), 0.0
+        for k in range(1, task.max_new_tokens - t + 1):
+            for cont in itertools.product([EOS, 3, 4], repeat=k):
+                if EOS in cont[:-1] or (k < task.max_new_tokens - t and cont[-1] != EOS):
+                    continue                        # ends at its first EOS, or fills T slots
+                seq = [*prompt, *prefix, *cont]
+                p, kl = 1.0, 0.0
+                for j in range(len(prompt) + t, len(seq)):
+                    q, q_ref = probs(pi, seq[j - 1])[seq[j]], probs(ref, seq[j - 1])[seq[j]]
+                    p *= q
+                    kl += np.log(q) - np.log(q_ref)
+                y = np.array([[*prefix, *cont]])
+                score = task.score(np.array([prompt]), y, np.ones_like(y))[0]
+                total += p * (score - beta * kl)
+        return total
+
+    x = np.array([[1, 3], [1, 4]])
+    y = np.array([[3, 4, 2], [4, 2, 0]])
+    m = np.array([[1, 1, 1], [1, 1, 0]], dtype=bool)
+    n = 4000
+    V = monte_carlo_values(pi, ref, task, x, y, m, beta, np.random.default_rng(2), n)
+    wants = []
+    for i in range(2):
+        for t in range(3):
+            if not m[i, t]:
+                assert V[i, t] == 0.0
+                continue
+            want = exact(list(x[i]), list(y[i, :t]))
+            # the return lies in [-beta * 10, 1] here; its sd is at most about 0.6
+            assert abs(V[i, t] - want) < 4 * 0.6 / np.sqrt(n), (i, t, V[i, t], want)
+            wants.append(want)
+    # the states' values differ by far more than the tolerance: a misplaced state would fail
+    assert np.ptp(wants) > 0.2, wants               # 0.04 .. 0.29 here
