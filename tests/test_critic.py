@@ -28,6 +28,7 @@ variance over the learning phase at least -0.1. A value head that is not trained
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -319,3 +320,67 @@ def test_monte_carlo_values_agree_with_exact_enumeration():
             wants.append(want)
     # the states' values differ by far more than the tolerance: a misplaced state would fail
     assert np.ptp(wants) > 0.2, wants               # 0.04 .. 0.29 here
+
+
+def _cols(n, **given):
+    from ppo_numpy.training.metrics import COLUMNS
+
+    return [{c: float(given[c][k]) if c in given else float(k + 1) for c in COLUMNS}
+            for k in range(n)]
+
+
+def test_the_dashboard_says_in_words_whether_V_beats_a_constant_and_predicts():
+    from ppo_numpy.plotting.training import plot_training
+
+    # 4 iterations, the first half = iterations 1-2: loss mean 0.1 against Var(R)/2 = 0.2
+    rows = _cols(4, score=[0.2, 0.5, 0.95, 1.0], value_loss=[0.1, 0.1, 9, 9],
+                 return_variance=[0.4, 0.4, 1, 1], explained_variance=[0.6, 0.8, -3, -3])
+    fig = plot_training(rows)
+    loss, ev = fig.axes[7], fig.axes[8]
+    assert [t.get_text() for t in loss.texts] == [
+        "V beats a constant: loss 0.50x Var(R) / 2 (iterations 1-2)"]
+    assert [t.get_text() for t in ev.texts] == ["V is predicting: median 0.70 (iterations 1-2)"]
+    # the constant predictor is drawn on both panels: Var(R) / 2 and explained variance 0
+    assert any("constant" in line.get_label() for line in loss.lines)
+    assert any("constant" in line.get_label() and set(line.get_ydata()) == {0.0}
+               for line in ev.lines)
+    worse = _cols(4, score=[0.2, 0.5, 0.95, 1.0], value_loss=[0.3, 0.3, 9, 9],
+                  return_variance=[0.4, 0.4, 1, 1], explained_variance=[-0.2, 0.0, 1, 1])
+    fig = plot_training(worse)
+    assert fig.axes[7].texts[0].get_text().startswith("V does not beat a constant: loss 1.50x")
+    assert fig.axes[8].texts[0].get_text().startswith("V is not predicting: no better than a "
+                                                      "constant, median -0.10")
+
+
+def test_the_family_comparison_table_and_figure_from_runs_by_hand():
+    from ppo_numpy.plotting.training import plot_critic_comparison
+    from ppo_numpy.programs.critic import markdown_table, results_json, summary_rows
+
+    def run(seed, it, final, ratio):
+        return {"seed": seed, "iteration_90": it, "responses_90": None if it is None else 64 * it,
+                "cpu_90": None if it is None else 0.1 * it, "cpu_total": 1.0, "final": final,
+                "value_loss_ratio": ratio, "ev_median": 0.5,
+                "score_frac": [0.5, 0.95 if it == 2 else 0.6, 0.95]}
+
+    results = {"target": {"PPO": [run(0, 2, 0.9, 0.4), run(1, 3, 0.8, 0.6), run(2, None, 0.7, 0.5)],
+                          "GRPO": [run(0, 3, 0.9, math.nan), run(1, 3, 0.9, math.nan),
+                                   run(2, 3, 0.9, math.nan)]}}
+    ppo, grpo = summary_rows(results)
+    # medians over the seeds that reached 90% (2 and 3: 2.5), over all seeds otherwise
+    assert (ppo["reached"], ppo["iteration_90"], ppo["responses_90"]) == (2, 2.5, 160)
+    assert ppo["final"] == 0.8 and ppo["value_loss_ratio"] == 0.5
+    assert grpo["value_loss_ratio"] is None                  # no critic: NaN left out
+    table = markdown_table([ppo, grpo])
+    assert "| target | PPO | 2/3 | 2, 3, - | 2.5 | 160 |" in table
+    assert "| target | GRPO | 3/3 | 3, 3, 3 | 3 | 192 |" in table
+    assert json.loads(results_json(results))["target"]["PPO"][0]["score_frac"] == [0.5, 0.95,
+                                                                                     0.95]
+    fig = plot_critic_comparison(results)
+    left, right = fig.axes[:2]
+    # median over seeds per iteration: [0.5, 0.6, 0.95] for PPO
+    np.testing.assert_allclose(left.lines[0].get_ydata(), [0.5, 0.6, 0.95])
+    # the dots of PPO are the seeds that reached 90%; the one that did not sits at the edge
+    assert list(right.lines[0].get_xdata()) == [2, 3]
+    assert list(right.lines[1].get_xdata()) == [3] and right.lines[1].get_mfc() == "none"
+    with pytest.raises(ValueError, match="results"):
+        plot_critic_comparison({})

@@ -284,6 +284,23 @@ def causes(seeds=(0, 1)) -> str:
     return "\n".join(out)
 
 
+def results_json(results) -> str:
+    """``results`` as compact JSON (docs/data/critic_comparison.json): scores to 6 digits,
+    CPU seconds to 3; one line per run."""
+    def run(r):
+        out = {k: (round(v, 3) if k.startswith("cpu") and v is not None else v)
+               for k, v in r.items()}
+        out["score_frac"] = [round(x, 6) for x in r["score_frac"]]
+        return json.dumps(out, separators=(",", ":"))
+
+    lines = []
+    for task, by_variant in results.items():
+        variants = [json.dumps(label) + ": [\n" + ",\n".join(run(r) for r in runs) + "]"
+                    for label, runs in by_variant.items()]
+        lines.append(json.dumps(task) + ": {\n" + ",\n".join(variants) + "}")
+    return "{\n" + ",\n".join(lines) + "}\n"
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m ppo_numpy critic",
@@ -322,7 +339,7 @@ def main(argv=None) -> int:
         parser.error(str(err))
     print(markdown_table(summary_rows(results)))
     if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=1) + "\n")
+        Path(args.json).write_text(results_json(results))
     if args.figure:
         from ..plotting.training import plot_critic_comparison
 
