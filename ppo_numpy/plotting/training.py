@@ -277,9 +277,9 @@ def plot_critic_comparison(results, *, path=None) -> Figure:
     """PPO at several lambdas, PPO with V = 0, GRPO and RLOO, side by side (notebook 10).
 
     One row per task. Left: the median over seeds of score / optimum per iteration, one
-    line per variant, with the 90% line. Right: the iteration at which each seed first
-    reaches 90% (one dot per seed; a seed that never does is drawn at the right edge as
-    an open circle), the median as a bar.
+    line per variant, with the 90% line. Right: the iteration at which each run first
+    reaches 90% (one dot per run, i.e. per random seed; a run that never does is drawn at
+    the right edge as an open circle), the median as a bar.
 
     Parameters
     ----------

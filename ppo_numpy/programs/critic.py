@@ -1,6 +1,6 @@
 """``python -m ppo_numpy critic``: what the critic buys, PPO against the critic-free family.
 
-Each variant is trained on each task and seed with the same rollout budget (B = 64
+Each variant is trained on each task and random seed with the same rollout budget (B = 64
 sampled responses per iteration; GRPO and RLOO as 8 prompts x G = 8):
 
 * PPO with GAE at lambda 0, 0.5, 0.9, 0.95, 1 (the learned critic, ``value_hidden``);
@@ -83,7 +83,7 @@ def run_one(config) -> dict:
 
 
 def compare(tasks, seeds, variants=VARIANTS, iterations=80) -> dict:
-    """``{task: {label: [run, ...]}}``, one :func:`run_one` per seed."""
+    """``{task: {label: [run, ...]}}``, one :func:`run_one` per random seed."""
     results = {}
     for task in tasks:
         results[task] = {}
@@ -244,7 +244,7 @@ def criterion_rows(tasks=("length", "target", "reverse", "sort", "add"), seeds=(
                    **fields) -> list[dict]:
     """Issue 25's criterion on the default run of each task (``python -m ppo_numpy train
     --task T``, its task defaults): :func:`critic_vs_constant` over the first half, and the
-    final score, per seed."""
+    final score, per random seed."""
     rows = []
     for task in tasks:
         for seed in seeds:
