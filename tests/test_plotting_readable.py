@@ -79,6 +79,10 @@ CASES = {f"concepts.{name}": call for name, call in CONCEPT_CASES.items()} | {
     "training.plot_beta_sweep": lambda: training.plot_beta_sweep(
         {0.0: _history(5), 0.1: _history(5)}, last=2),
     "training.plot_runs": lambda: training.plot_runs({"a": _history(5), "b": _history(4)}),
+    "training.plot_critic_comparison": lambda: training.plot_critic_comparison(
+        {"target": {"PPO": [{"score_frac": [0.5, 0.95, 1.0], "iteration_90": 2},
+                            {"score_frac": [0.5, 0.6, 0.8], "iteration_90": None}],
+                    "GRPO": [{"score_frac": [0.4, 0.7, 0.95], "iteration_90": 3}]}}),
     "overoptimisation.plot_overoptimisation": lambda: overoptimisation.plot_overoptimisation(
         _oo_rows(), smooth=2),
     "overoptimisation.plot_reward_model_fit": lambda: overoptimisation.plot_reward_model_fit(

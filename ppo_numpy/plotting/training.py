@@ -10,7 +10,13 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from .._validation import check_int
-from ..training.metrics import COLUMNS, critic_summary, history_to_columns
+from ..training.metrics import (
+    COLUMNS,
+    critic_summary,
+    critic_verdict,
+    critic_vs_constant,
+    history_to_columns,
+)
 from .style import figure, finish, legend_outside, saved
 
 
@@ -112,13 +118,20 @@ def plot_training(metrics, *, optimum=1.0, random_score=None, title=None, path=N
     ax[7].set_title(f"value loss fell {critic['value_loss_drop']:.0f}x, with Var(R)\n"
                     "(below the dashed line: V beats a constant)")
     ax[7].set_ylabel("reward units^2 (log scale)")
+    # the regime, in words, over the first half of the run (docs/training.md, "What the
+    # critic buys"); a critic-free run has no value loss (NaN) and says so instead
+    half = critic_vs_constant(c)
+    words_loss, words_ev = critic_verdict(half)
+    for a, words in ((ax[7], words_loss), (ax[8], words_ev)):
+        a.text(0.02, 0.97, words, transform=a.transAxes, ha="left", va="top", fontsize=8,
+               bbox={"facecolor": "white", "alpha": 0.8, "lw": 0})
 
     ev = c["explained_variance"]
     ax[8].plot(it, ev, color="C5", label="explained variance")
     low = ev < -1
     ax[8].plot(it[low], np.full(int(low.sum()), -1.05), "v", color="C5", ms=4,
                label=f"below -1 ({int(low.sum())} it.)")
-    ax[8].axhline(0.0, color="k", lw=0.5)
+    ax[8].axhline(0.0, color="k", lw=0.5, label="a constant V (the mean of R): 0")
     ax[8].set_ylim(-1.1, 1.0)
     ax[8].set_title(f"explained variance: median {critic['ev_learning']:.2f} while\n"
                     + ("learning; after it Var(R) ~ 0: noise" if reached else "learning"))
@@ -257,4 +270,59 @@ def plot_runs(runs, *, columns=RUN_COLUMNS, ncols=3, path=None) -> Figure:
     # one legend for every panel, above them: the runs share colours
     fig.legend(handles=axes[0].lines, loc="outside upper center", ncols=len(data),
                fontsize=9, frameon=False)
+    return saved(fig, path)
+
+
+def plot_critic_comparison(results, *, path=None) -> Figure:
+    """PPO at several lambdas, PPO with V = 0, GRPO and RLOO, side by side (notebook 10).
+
+    One row per task. Left: the median over seeds of score / optimum per iteration, one
+    line per variant, with the 90% line. Right: the iteration at which each run first
+    reaches 90% (one dot per run, i.e. per random seed; a run that never does is drawn at
+    the right edge as an open circle), the median as a bar.
+
+    Parameters
+    ----------
+    results : dict task -> dict label -> list of runs
+        The output of :func:`ppo_numpy.programs.critic.compare` (or its JSON): each run
+        a dict with ``score_frac`` (one value per iteration) and ``iteration_90``
+        (None when 90% is never reached).
+    path : str or Path, optional
+        Save a PNG there.
+    """
+    if not results or not all(results.values()):
+        raise ValueError("results: no task or no variant to plot")
+    tasks = list(results)
+    fig, axes = figure(len(tasks), 2, width=13, height=4.2 * len(tasks) + 0.6)
+    axes = np.atleast_2d(axes)
+    for row, task in zip(axes, tasks):
+        left, right = row
+        labels = list(results[task])
+        for k, label in enumerate(labels):
+            runs = results[task][label]
+            if not runs:
+                raise ValueError(f"results[{task!r}][{label!r}]: no run")
+            curves = np.array([r["score_frac"] for r in runs], dtype=np.float64)
+            left.plot(np.arange(1, curves.shape[1] + 1), np.median(curves, axis=0),
+                      color=f"C{k}", label=label, lw=1.2)
+            n_it = curves.shape[1]
+            hits = [r["iteration_90"] for r in runs]
+            got = [h for h in hits if h is not None]
+            if got:
+                right.barh(k, float(np.median(got)), color=f"C{k}", alpha=0.35)
+            right.plot(got, [k] * len(got), "o", color=f"C{k}", ms=4)
+            missed = len(hits) - len(got)
+            if missed:
+                right.plot([n_it] * missed, [k] * missed, "o", mfc="none", color=f"C{k}", ms=6)
+        left.axhline(0.9, color="g", ls="--", lw=0.8, label="90% of the optimum")
+        left.set_title(f"{task}: score / optimum, median over {len(runs)} seeds")
+        left.set_xlabel("PPO iteration (64 sampled responses each)")
+        left.set_ylabel("score / optimum")
+        legend_outside(left, ncols=3)
+        right.set_yticks(range(len(labels)), labels, fontsize=8)
+        right.invert_yaxis()
+        right.set_xlim(0, n_it + 2)
+        right.set_title(f"{task}: first iteration at 90% (dots: seeds, bar: median;\n"
+                        "open circle at the right edge: never reached)")
+        right.set_xlabel("iteration (x 64 = sampled responses)")
     return saved(fig, path)

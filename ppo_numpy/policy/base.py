@@ -111,23 +111,33 @@ class ToyPolicy(Parameterised):
             raise ValueError(f"dvalues: expected shape {(B, L)}, got {dvalues.shape}")
         return dlogits, dvalues
 
-    def heads(self, h, p):
+    def heads(self, h, p, g=None):
         """The policy and value heads on the last hidden state h (B, L, H).
 
             logits = h W_pi + b_pi + bias,    V = h . w_v + b_v
 
+        or V = g . w_v + b_v when the critic's own features g (B, L, H_v) are given.
         Returns logits (B, L, K) and values (B, L).
         """
-        return h @ p["W_pi"] + p["b_pi"] + self.logit_bias, h @ p["w_v"] + p["b_v"]
+        v_in = h if g is None else g
+        return h @ p["W_pi"] + p["b_pi"] + self.logit_bias, v_in @ p["w_v"] + p["b_v"]
 
     @staticmethod
-    def heads_backward(h, p, dlogits, dvalues):
-        """Gradients of the heads' parameters ``W_pi, b_pi, w_v, b_v`` and dh (B, L, H)."""
+    def heads_backward(h, p, dlogits, dvalues, g=None):
+        """Gradients of the heads' parameters ``W_pi, b_pi, w_v, b_v`` and dh (B, L, H).
+
+        With the critic's own features ``g`` (as in :meth:`heads`) the value head reads g,
+        so dh holds the policy head's part only; the caller back-propagates
+        dg = dV w_v through its critic.
+        """
+        v_in = h if g is None else g
         grads = {"W_pi": wgrad(h, dlogits),  # (H, K)
                  "b_pi": dlogits.sum(axis=(0, 1)),  # (K,)
-                 "w_v": (h * dvalues[..., None]).sum(axis=(0, 1)),  # (H,)
+                 "w_v": (v_in * dvalues[..., None]).sum(axis=(0, 1)),  # (H,) or (H_v,)
                  "b_v": np.array(dvalues.sum())}  # ()
-        dh = dlogits @ p["W_pi"].T + dvalues[..., None] * p["w_v"]  # (B, L, H)
+        dh = dlogits @ p["W_pi"].T  # (B, L, H)
+        if g is None:
+            dh = dh + dvalues[..., None] * p["w_v"]
         return grads, dh
 
     @staticmethod

@@ -14,6 +14,10 @@ For a (B, L) batch with D = ``d_model``, H = ``n_heads``, d = D / H, F = ``d_mlp
     logits    = h W_pi + b_pi + bias                                (B, L, K)
     V         = h . w_v + b_v                                       (B, L)
 
+With ``value_hidden`` H_v > 0 the value head is a tanh layer on the same h:
+g = tanh(h W1_v + b1_v) (B, L, H_v), V = g . w_v + b_v (docs/training.md, "What the
+critic buys").
+
 GELU is the tanh form, GELU(u) = u/2 (1 + tanh(sqrt(2/pi) (u + 0.044715 u^3))): smooth, so
 finite differences never straddle a kink (ReLU's would), and it is PyTorch's
 ``gelu(approximate="tanh")`` for the cross-check. LayerNorm uses the population variance
@@ -112,6 +116,9 @@ class TransformerPolicy(ToyPolicy):
         F, hidden width of each block's MLP. Default 4 D.
     max_len : int
         Longest sequence the position table covers. Default 24.
+    value_hidden : int
+        H_v: 0 (default) for a linear value head on h; > 0 for a tanh layer of that
+        width between h and the value.
 
     Attributes
     ----------
@@ -120,7 +127,8 @@ class TransformerPolicy(ToyPolicy):
         ``ln1_g, ln1_b (D,)``, ``W_qkv (D, 3D)``, ``b_qkv (3D,)``, ``W_o (D, D)``,
         ``b_o (D,)``, ``ln2_g, ln2_b (D,)``, ``W_fc (D, F)``, ``b_fc (F,)``,
         ``W_proj (F, D)``, ``b_proj (D,)``; then ``lnf_g, lnf_b (D,)``,
-        ``W_pi (D, K)``, ``b_pi (K,)``, ``w_v (D,)``, ``b_v ()``.
+        ``W_pi (D, K)``, ``b_pi (K,)``, ``w_v (D,)``, ``b_v ()``; with ``value_hidden``
+        H_v > 0 also ``W1_v (D, H_v)``, ``b1_v (H_v,)``, and ``w_v`` is (H_v,).
 
     Notes
     -----
@@ -142,7 +150,7 @@ class TransformerPolicy(ToyPolicy):
     """
 
     def __init__(self, vocab_size, rng, *, d_model=32, n_heads=4, n_layers=2, d_mlp=None,
-                 max_len=24):
+                 max_len=24, value_hidden=0):
         super().__init__(vocab_size)
         check_rng(rng)
         self.d_model = D = check_int(d_model, "d_model")
@@ -152,6 +160,7 @@ class TransformerPolicy(ToyPolicy):
         self.n_layers = check_int(n_layers, "n_layers")
         self.d_mlp = F = 4 * D if d_mlp is None else check_int(d_mlp, "d_mlp")
         self.max_len = check_int(max_len, "max_len")
+        self.value_hidden = Hv = check_int(value_hidden, "value_hidden", 0)
         self.d_head = D // H
         K = self.vocab_size
         out_scale = 1.0 / np.sqrt(2 * self.n_layers)
@@ -177,8 +186,13 @@ class TransformerPolicy(ToyPolicy):
         p.update({
             "lnf_g": gain(D), "lnf_b": bias(D),
             "W_pi": rng.normal(0.0, 0.3 / np.sqrt(D), (D, K)), "b_pi": bias(K),
-            "w_v": rng.normal(0.0, 0.3 / np.sqrt(D), (D,)), "b_v": np.array(rng.normal(0.0, 0.1)),
+            "w_v": rng.normal(0.0, 0.3 / np.sqrt(Hv or D), (Hv or D,)),
+            "b_v": np.array(rng.normal(0.0, 0.1)),
         })
+        if Hv:
+            # drawn after the others: value_hidden = 0 draws exactly what it always did
+            p["W1_v"] = rng.normal(0.0, 1.0 / np.sqrt(D), (D, Hv))
+            p["b1_v"] = bias(Hv)
         self.params = p
 
     def _split_heads(self, t):
@@ -232,9 +246,11 @@ class TransformerPolicy(ToyPolicy):
             blocks.append(c)
         # h = LN(x; g_f, b_f)
         h, lnf = layer_norm(x, p["lnf_g"], p["lnf_b"])  # (B, L, D)
-        # logits = h W_pi + b_pi + bias;  V = h . w_v + b_v
-        logits, values = self.heads(h, p)  # (B, L, K), (B, L)
-        cache = {"tokens": tokens, "blocks": blocks, "h": h, "lnf": lnf, "params": p}
+        # the value head's own layer (value_hidden > 0): g = tanh(h W1_v + b1_v)
+        g = np.tanh(h @ p["W1_v"] + p["b1_v"]) if self.value_hidden else None  # (B, L, H_v)
+        # logits = h W_pi + b_pi + bias;  V = h . w_v + b_v  (or g . w_v + b_v)
+        logits, values = self.heads(h, p, g)  # (B, L, K), (B, L)
+        cache = {"tokens": tokens, "blocks": blocks, "h": h, "g": g, "lnf": lnf, "params": p}
         return logits, values, cache
 
     def backward(self, cache, dlogits, dvalues):
@@ -253,8 +269,14 @@ class TransformerPolicy(ToyPolicy):
         dlogits, dvalues = self.check_upstream(cache, dlogits, dvalues)
         tokens, h, p = cache["tokens"], cache["h"], cache["params"]
         scale = 1.0 / np.sqrt(self.d_head)
-        # heads: logits = h W_pi + b_pi, V = h . w_v + b_v
-        grads, dh = self.heads_backward(h, p, dlogits, dvalues)  # dh (B, L, D)
+        # heads: logits = h W_pi + b_pi, V = h . w_v + b_v  (or g . w_v + b_v)
+        g = cache["g"]
+        grads, dh = self.heads_backward(h, p, dlogits, dvalues, g)  # dh (B, L, D)
+        if g is not None:
+            # g = tanh(h W1_v + b1_v): dgpre = (1 - g^2) dV w_v
+            dgpre = (1.0 - g**2) * (dvalues[..., None] * p["w_v"])  # (B, L, H_v)
+            grads["W1_v"], grads["b1_v"], dh_v = linear_backward(h, p["W1_v"], dgpre)
+            dh = dh + dh_v  # h feeds both heads
         # h = LN(x; g_f, b_f)
         dx, grads["lnf_g"], grads["lnf_b"] = layer_norm_backward(dh, cache["lnf"])  # (B, L, D)
         for layer in reversed(range(self.n_layers)):

@@ -52,6 +52,10 @@ class PPOConfig:
     context: int = _f(8, "", "tokens the MLP sees (the last `context` of prompt + response)")
     d_embed: int = _f(16, "", "MLP embedding width")
     d_hidden: int = _f(64, "", "MLP hidden width")
+    value_hidden: int = _f(64, "H_v", "ppo: width of the critic's own tanh layer (mlp: on "
+                                      "the window x; transformer: on its last h); 0: a "
+                                      "linear value head on the policy's features, as "
+                                      "before issue 25 (docs/training.md)")
     d_model: int = _f(32, "", "transformer width (residual stream)")
     n_heads: int = _f(4, "", "transformer attention heads (must divide d_model)")
     n_layers: int = _f(2, "", "transformer blocks")
@@ -59,6 +63,9 @@ class PPOConfig:
                                     "(the result is frozen as pi_ref)")
     warmup_lr: float = _f(1e-2, "", "Adam learning rate of the warm-up")
     warmup_batch: int = _f(64, "", "prior responses per warm-up step")
+    value_warmup_steps: int = _f(0, "", "ppo: Adam steps (lr warmup_lr) fitting the value "
+                                        "head alone to the scores of pi_ref's own rollouts "
+                                        "(warmup_batch each) before the first iteration")
     # 1. rollout
     batch_size: int = _f(64, "B", "sampled responses per iteration (B / G prompts, each "
                                   "answered G times)")
@@ -136,7 +143,10 @@ def field_kind(f) -> tuple[type, bool]:
 TASK_DEFAULTS = {
     # docs/training.md, "The add task": 3 seeds, each under 2 minutes on 2 cores
     "add": {"model": "transformer", "iterations": 150, "warmup_steps": 1500,
-            "warmup_lr": 3e-3, "lr": 3e-4},
+            "warmup_lr": 3e-3, "lr": 3e-4,
+            # docs/training.md, "What the critic buys": without it the randomly initialised
+            # value head loses to a constant over the first 10 iterations (1.26x Var(R)/2)
+            "value_warmup_steps": 50},
 }
 
 
@@ -185,7 +195,8 @@ def check_config(c: PPOConfig) -> None:
                  "kl_target", "kl_horizon"):
         if getattr(c, name) <= 0:
             raise ValueError(f"{name}: must be > 0, got {getattr(c, name)}")
-    for name in ("seed", "iterations", "warmup_steps", "beta", "c_v", "c_H", "eps",
+    for name in ("seed", "iterations", "warmup_steps", "value_hidden", "value_warmup_steps",
+                 "beta", "c_v", "c_H", "eps",
                  "kl_loss_coef", "grpo_eps"):
         if getattr(c, name) < 0:
             raise ValueError(f"{name}: must be >= 0, got {getattr(c, name)}")

@@ -56,7 +56,7 @@ from .config import CRITIC_FREE, PPOConfig, responses_per_prompt
 from .kl_controllers import AdaptiveKLController, FixedKLController
 from .metrics import COLUMNS, explained_variance, return_variance
 from .tasks import Task, make_task, response_lengths
-from .warmup import warm_up
+from .warmup import warm_up, warm_up_value
 
 
 class RatioNotOneError(RuntimeError):
@@ -83,12 +83,16 @@ class RunState:
 
 def make_policy(config: PPOConfig, task: Task, rng: np.random.Generator):
     """A fresh policy of the configured architecture, initialised from ``rng``."""
+    # the critic-free algos use no value head: no critic layer for them
+    value_hidden = 0 if config.algo in CRITIC_FREE else config.value_hidden
     if config.model == "mlp":
-        return MLPPolicy(task.vocab_size, config.context, config.d_embed, config.d_hidden, rng)
+        return MLPPolicy(task.vocab_size, config.context, config.d_embed, config.d_hidden, rng,
+                         value_hidden=value_hidden)
     if config.model == "transformer":
         return TransformerPolicy(task.vocab_size, rng, d_model=config.d_model,
                                  n_heads=config.n_heads, n_layers=config.n_layers,
-                                 max_len=task.prompt_length + task.max_new_tokens - 1)
+                                 max_len=task.prompt_length + task.max_new_tokens - 1,
+                                 value_hidden=value_hidden)
     return BigramPolicy(task.vocab_size, rng)
 
 
@@ -107,6 +111,10 @@ def new_run(config: PPOConfig) -> RunState:
     losses = warm_up(policy, task, rng, config.warmup_steps, config.warmup_lr,
                      config.warmup_batch)
     reference = copy.deepcopy(policy)
+    if config.value_warmup_steps and config.algo not in CRITIC_FREE:
+        # V fitted to pi_ref's returns; the policy's parameters are untouched (= pi_ref)
+        warm_up_value(policy, task, rng, config.value_warmup_steps, config.warmup_lr,
+                      config.warmup_batch, config.gamma)
     optimizer = Adam(policy.params, lr=config.lr)
     return RunState(config, task, rng, policy, reference, optimizer,
                     make_kl_controller(config), 0, losses)

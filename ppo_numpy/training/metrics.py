@@ -130,6 +130,70 @@ def critic_summary(columns, threshold=0.9, start=5, end=10) -> dict:
     return out
 
 
+def critic_vs_constant(columns, fraction=0.5) -> dict:
+    """Does V beat a constant while the policy learns? Over the first ``fraction`` of a run.
+
+    ``value_loss_ratio``: the mean value loss over those iterations divided by the mean of
+    Var(R) / 2, the loss of the best constant V (the batch mean of R); below 1, V beats
+    it. ``ev_median``: the median explained variance over them. ``iterations``: how many
+    (at least 1). Both NaN for a run without a value head (the critic-free algos log NaN).
+    The issue 25 criterion (docs/training.md, "What the critic buys").
+
+    Iterations 1-2 of 4: value loss [0.1, 0.3] against Var(R) / 2 = [0.2, 0.2], so
+    0.2 / 0.2 = 1; explained variance [0.2, 0.6], median 0.4:
+
+    >>> s = critic_vs_constant({"value_loss": [0.1, 0.3, 9, 9], "return_variance":
+    ...                         [0.4, 0.4, 9, 9], "explained_variance": [0.2, 0.6, 9, 9]})
+    >>> s["iterations"], round(s["value_loss_ratio"], 12), round(s["ev_median"], 12)
+    (2, 1.0, 0.4)
+    """
+    if not 0 < fraction <= 1:
+        raise ValueError(f"fraction: must be in (0, 1], got {fraction}")
+    loss = np.asarray(columns["value_loss"], dtype=np.float64)
+    var_R = np.asarray(columns["return_variance"], dtype=np.float64)
+    ev = np.asarray(columns["explained_variance"], dtype=np.float64)
+    if not loss.size or loss.shape != var_R.shape or loss.shape != ev.shape:
+        raise ValueError("columns: value_loss, return_variance and explained_variance must be "
+                         f"non-empty and of one length, got {loss.shape}, {var_R.shape}, "
+                         f"{ev.shape}")
+    n = max(1, int(len(loss) * fraction))
+    constant = float(np.mean(var_R[:n])) / 2
+    ratio = float(np.mean(loss[:n])) / constant if constant > 0 else math.nan
+    return {"iterations": n, "value_loss_ratio": ratio, "ev_median": _nanmedian(ev[:n])}
+
+
+#: median explained variance from which V counts as predicting the returns (issue 25)
+EV_PREDICTING = 0.5
+
+
+def critic_verdict(summary) -> tuple[str, str]:
+    """Two sentences on a :func:`critic_vs_constant` summary: does V beat a constant (its
+    loss against Var(R) / 2), and is it predicting (its median explained variance)?
+
+    >>> loss, ev = critic_verdict({"iterations": 40, "value_loss_ratio": 0.31,
+    ...                            "ev_median": 0.73})
+    >>> loss
+    'V beats a constant: loss 0.31x Var(R) / 2 (iterations 1-40)'
+    >>> ev
+    'V is predicting: median 0.73 (iterations 1-40)'
+    >>> critic_verdict({"iterations": 40, "value_loss_ratio": 1.04, "ev_median": -0.02})[1]
+    'V is not predicting: no better than a constant, median -0.02 (iterations 1-40)'
+    """
+    n, ratio, ev = summary["iterations"], summary["value_loss_ratio"], summary["ev_median"]
+    span = f"(iterations 1-{n})"
+    if ratio != ratio:  # NaN: no value head
+        return "no value loss: no critic", "no value head: nothing to explain"
+    loss = (f"V beats a constant: loss {ratio:.2f}x Var(R) / 2 {span}" if ratio < 1 else
+            f"V does not beat a constant: loss {ratio:.2f}x Var(R) / 2 {span}")
+    if ev >= EV_PREDICTING:
+        words = f"V is predicting: median {ev:.2f} {span}"
+    elif ev > 0:
+        words = f"V predicts a little: median {ev:.2f} {span}"
+    else:
+        words = f"V is not predicting: no better than a constant, median {ev:.2f} {span}"
+    return loss, words
+
+
 def format_value(x) -> str:
     """``repr`` of a float (exact round trip), ``str`` of an int."""
     if isinstance(x, (int, np.integer)) and not isinstance(x, bool):

@@ -296,5 +296,8 @@ def beta_sweep(betas, config: PPOConfig | None = None, callback=None) -> dict:
     return results
 
 
-#: a small, quick configuration for sweeps (notebook 10)
-SWEEP_CONFIG = PPOConfig(task="target", iterations=40)
+#: a small, quick configuration for sweeps (notebook 10). Its value head is the first
+#: version's (``value_hidden`` 0, the default before issue 25), which notebook 10's sweep
+#: and docs/training.md's beta table were measured with; notebook 10 sets it beside the
+#: critic with its own layer in "What the critic buys"
+SWEEP_CONFIG = PPOConfig(task="target", iterations=40, value_hidden=0)

@@ -16,9 +16,11 @@ forward pass over prompt + response, as in ``ppo_numpy.policy.sampling``).
 
 from __future__ import annotations
 
+import numpy as np
+
 from ..policy.loss import logits_grad_from_logp, response_backward
 from ..policy.optim import Adam
-from ..policy.sampling import evaluate
+from ..policy.sampling import evaluate, evaluate_kernel, sample
 
 
 def cross_entropy_and_grads(model, prompts, responses, mask, params=None):
@@ -78,4 +80,40 @@ def warm_up(model, task, rng, steps, lr, batch_size):
         loss, grads = cross_entropy_and_grads(model, prompts, responses, mask)
         optimizer.step(grads)
         losses.append(loss)
+    return losses
+
+
+#: the value head's parameters in the toy policies (those a model has): the MLP's and the
+#: transformer's ``w_v, b_v`` and their critic layer ``W1_v, b1_v``, the bigram's table ``v``
+CRITIC_PARAMS = ("W1_v", "b1_v", "w_v", "b_v", "v")
+
+
+def warm_up_value(model, task, rng, steps, lr, batch_size, gamma=1.0):
+    """Fit the value head alone to the returns of ``model``'s own rollouts; the losses per step.
+
+    Run right after the reference is frozen, when pi_theta = pi_ref: the KL penalty is 0
+    on every token, so the return of response token t is gamma^(n - 1 - t) score, for a
+    response of n tokens. Each step samples ``batch_size`` prompts and responses and takes
+    an Adam step on the token-mean value loss 1/2 (V - R)^2 over the parameters in
+    :data:`CRITIC_PARAMS` only: the policy's parameters, the logits and so pi_theta are
+    unchanged. (verl's ``trainer.critic_warmup`` also trains the critic alone first.)
+    """
+    names = [name for name in CRITIC_PARAMS if name in model.params]
+    optimizer = Adam({name: model.params[name] for name in names}, lr=lr)
+    losses = []
+    for _ in range(steps):
+        prompts = task.sample_prompts(rng, batch_size)
+        rollout = sample(model, prompts, rng, task.max_new_tokens)
+        m = rollout.mask
+        scores = task.score(prompts, rollout.responses, m)
+        # R_t = gamma^(n - 1 - t) score: the score at the last token, no KL (pi = pi_ref)
+        to_go = m.sum(axis=1, keepdims=True) - 1 - np.arange(m.shape[1])  # (B, T)
+        R = np.where(m, float(gamma) ** np.maximum(to_go, 0) * scores[:, None], 0.0)
+        ev = evaluate_kernel(model, prompts, rollout.responses, m, 1.0)
+        n = m.sum()
+        # L = (1/n) sum m 1/2 (V - R)^2;  dL/dV = m (V - R) / n
+        err = np.where(m, ev.values - R, 0.0)
+        losses.append(float(0.5 * (err**2).sum() / n))
+        grads = response_backward(model, ev, np.zeros_like(ev.logits), err / n)
+        optimizer.step({name: grads[name] for name in names})
     return losses
