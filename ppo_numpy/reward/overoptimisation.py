@@ -93,9 +93,12 @@ class OveroptimisationConfig:
 
     def ppo_config(self, beta: float | None = None) -> PPOConfig:
         """The :class:`PPOConfig` of the PPO runs (``beta``: the first of ``betas``)."""
+        # value_hidden=0: the critic of the first version (a linear head on the policy's
+        # features), the one docs/overoptimisation.md was measured with (issue 25 made a
+        # critic layer of its own the training default)
         return PPOConfig(task=self.task, seed=self.seed, iterations=self.iterations,
                          batch_size=self.batch_size, warmup_steps=self.warmup_steps,
-                         beta=self.betas[0] if beta is None else beta)
+                         beta=self.betas[0] if beta is None else beta, value_hidden=0)
 
     def replace(self, **changes) -> OveroptimisationConfig:
         return dataclasses.replace(self, **changes)
