@@ -4,8 +4,9 @@
 does), then, for every output that fails, re-runs the preset with each alternative value
 of each convention switch registered for it (:mod:`ppo_numpy.oracle.switches`) and keeps
 the switches under which that output matches the candidate's on every case. Single
-switches first; for an output no single switch explains, pairs of the most plausible
-ones (those that make the output match on more cases than the preset's own choice).
+switches first; for an output no single switch explains, every pair of settings of two
+switches (the most plausible first, at most :data:`MAX_PAIRS`); the report says how many
+settings it tried.
 The report says, per output, e.g.::
 
     advantages, policy_loss, dlogp match the verl preset with whiten_ddof=0 on every case
@@ -38,13 +39,16 @@ from .compare import (
     compare_output,
     compared,
     tolerance_for,
+    with_params,
 )
 from .switches import explain_switch, switches_for
 
 __all__ = ["Diagnosis", "Explanation", "diagnose"]
 
-MAX_PLAUSIBLE = 8
-"""Pairs are formed among at most this many plausible single switches."""
+MAX_PAIRS = 2000
+"""At most this many pairs of switch settings are tried (the most plausible first: those
+whose single settings make the failing outputs match on the most cases). Every registered
+preset has fewer (``tests/test_diagnose_grpo.py``), so every pair is tried."""
 
 
 @dataclass(frozen=True)
@@ -85,6 +89,7 @@ class Diagnosis:
     report: ComparisonReport
     outputs: dict = field(default_factory=dict)
     tried: int = 0
+    pairs_left: int = 0
 
     @property
     def passed(self) -> bool:
@@ -100,6 +105,7 @@ class Diagnosis:
     def summary(self) -> str:
         """The diagnosis lines alone (``str()`` prepends the comparison report)."""
         failing = [d for d in self.outputs.values() if not d.passed]
+        missing = self._missing()
         if not self.outputs:
             r = self.report
             if r.rows:  # only the "(candidate)" rows of its exceptions
@@ -109,10 +115,13 @@ class Diagnosis:
                 if r.unchecked:
                     why += f"; outputs not returned: {', '.join(r.unchecked)}"
             return f"diagnosis: nothing compared ({why})"
-        if not failing:
+        if not failing and not missing:
             return f"diagnosis: every output matches preset {self.preset!r}"
+        if not failing:
+            return f"diagnosis: every output returned matches preset {self.preset!r}; {missing}"
+        left = f"; {self.pairs_left} pairs not tried" if self.pairs_left else ""
         lines = [f"diagnosis against preset {self.preset!r} ({self.tried} settings of its "
-                 "switches tried):"]
+                 f"switches tried: single switches and pairs{left}):"]
         groups = {}
         for d in failing:
             key = tuple(e.settings for e in d.explanations[:1])
@@ -140,7 +149,20 @@ class Diagnosis:
         passing = [d.output for d in self.outputs.values() if d.passed]
         if passing:
             lines.append(f"match the preset as it is: {', '.join(passing)}")
+        hint = self.report.precision_hint()
+        if hint and not any(d.explanations for d in failing):
+            lines.append(hint)
+        if missing:
+            lines.append(missing)
         return "\n".join(lines)
+
+    def _missing(self) -> str:
+        """The outputs the candidate did not return, in one sentence ("" for none)."""
+        if not self.report.unchecked:
+            return ""
+        return (f"not returned by the candidate (the comparison does not pass; pass "
+                f"outputs=[...] to compare only those it returns): "
+                f"{', '.join(self.report.unchecked)}")
 
     def __str__(self) -> str:
         return f"{self.report}\n\n{self.summary()}"
@@ -185,7 +207,7 @@ def _first_difference(name, actual, expected, case, tol) -> str:
 
 
 def diagnose(candidate, preset, cases=None, dtype="float64", *, outputs=None, tolerance=None,
-             probes: int = 8, pairs: bool = True) -> Diagnosis:
+             probes: int = 8, pairs: bool = True, params: dict | None = None) -> Diagnosis:
     """Compare ``candidate`` with ``preset`` and name the conventions that explain each
     failing output.
 
@@ -202,7 +224,11 @@ def diagnose(candidate, preset, cases=None, dtype="float64", *, outputs=None, to
         preset's, :func:`~ppo_numpy.oracle.group_cases.cases_for`; ``tolerance`` default:
         the preset's own for ``dtype``; ``probes`` for the first comparison only).
     pairs : bool
-        Also try pairs of switches for outputs no single switch explains. Default True.
+        Also try pairs of switch settings (among every registered switch, not only those
+        that fix a case alone: Dr. GRPO's normalisation with its constant changes nothing
+        alone) for outputs no single switch explains. Default True.
+    params : dict, optional
+        Parameter overrides added to every case (:func:`~ppo_numpy.oracle.compare.compare`).
 
     Returns
     -------
@@ -218,7 +244,7 @@ def diagnose(candidate, preset, cases=None, dtype="float64", *, outputs=None, to
                         f"{type(preset).__name__}")
     if cases is None:
         cases = cases_for(preset, 0)
-    cases = list(cases)
+    cases = with_params(cases, params)
     names = [c.get("name") for c in cases]
     if len(set(names)) != len(names):
         raise ValueError("cases: the diagnosis needs one name per case; two cases share "
@@ -279,10 +305,49 @@ def diagnose(candidate, preset, cases=None, dtype="float64", *, outputs=None, to
     if not failing:
         return diagnosis
 
+    def explains(overrides, ds):
+        """Run the preset with ``overrides``, the cases where an output of ``ds`` failed
+        first, and stop at the first case where every output of ``ds`` has differed. It
+        explains each output of ``ds`` that it makes match on every case it is compared on,
+        among them every case where the output failed. Returns ``{output: number of cases
+        on which it matches}`` (of the cases run)."""
+        diagnosis.tried += 1
+        failed = set().union(*(d.failed_cases for d in ds))
+        order = sorted(usable, key=lambda u: u[0]["name"] not in failed)
+        alive = {d.output: d for d in ds}
+        matched = {d.output: 0 for d in ds}
+        rows = {d.output: [] for d in ds}
+        for ref, actual in order:
+            if not alive:
+                break
+            try:
+                expected = preset(ref, **overrides)
+            except ValueError:
+                expected = {}
+            for out, d in list(alive.items()):
+                if out not in actual:
+                    continue
+                if out not in expected:
+                    if ref["name"] in d.failed_cases:
+                        del alive[out]
+                    continue
+                row = _matches(out, actual[out], expected[out], ref, tol)
+                if row.passed:
+                    matched[out] += 1
+                    rows[out].append((row, ref, actual[out], expected[out]))
+                else:
+                    del alive[out]
+        for out, d in alive.items():
+            if rows[out]:
+                d.explanations.append(Explanation(
+                    tuple(overrides.items()), max(r.max_abs_err for r, *_ in rows[out]),
+                    max(_rel_err(a, e, ref, tol) for _, ref, a, e in rows[out]),
+                    tuple(explain_switch(preset, k, v) for k, v in overrides.items())))
+        return matched
+
     def attempt(overrides, ds):
-        """Run the preset with ``overrides``; it explains each output of ``ds`` that it makes
-        match on every case it is compared on, among them every case where the output
-        failed. Returns ``{output: number of cases on which it matches}``."""
+        """As ``explains``, on every case (no early stop): the counts of matching cases rank
+        the single switches for the pairs."""
         diagnosis.tried += 1
         result = runs(overrides, ds)
         matched = {}
@@ -299,23 +364,24 @@ def diagnose(candidate, preset, cases=None, dtype="float64", *, outputs=None, to
                     tuple(explain_switch(preset, k, v) for k, v in overrides.items())))
         return matched
 
-    plausible = []
+    singles = []
     for param, (alts, _) in switches_for(preset).items():
         for value in alts:
             result = attempt({param: value}, failing)
             # the most cases on which it makes a failing output match that the preset did not
             gained = max(result[d.output] - (d.n_cases - len(d.failed_cases)) for d in failing)
-            if gained > 0:
-                plausible.append((gained, param, value))
+            singles.append((gained, param, value))
 
     unexplained = [d for d in failing if not d.explanations]
     if pairs and unexplained:
-        plausible.sort(key=lambda g: -g[0])
-        top = [(p, v) for _, p, v in plausible[:MAX_PLAUSIBLE]]
-        for (p1, v1), (p2, v2) in itertools.combinations(top, 2):
-            if p1 == p2:
-                continue
-            attempt({p1: v1, p2: v2}, unexplained)
+        # every pair of settings of two different switches, the most plausible first
+        combos = [(g1 + g2, (p1, v1), (p2, v2))
+                  for (g1, p1, v1), (g2, p2, v2) in itertools.combinations(singles, 2)
+                  if p1 != p2]
+        combos.sort(key=lambda c: -c[0])  # (stable: the registration order among equals)
+        for _, (p1, v1), (p2, v2) in combos[:MAX_PAIRS]:
+            explains({p1: v1, p2: v2}, unexplained)
+        diagnosis.pairs_left = max(len(combos) - MAX_PAIRS, 0)
 
     # best first: fewer switches, then the setting that explains the most outputs (one
     # cause for many symptoms), then the smaller error
