@@ -342,7 +342,7 @@ def diagnose(candidate, preset, cases=None, dtype="float64", *, outputs=None, to
                 d.explanations.append(Explanation(
                     tuple(overrides.items()), max(r.max_abs_err for r, *_ in rows[out]),
                     max(_rel_err(a, e, ref, tol) for _, ref, a, e in rows[out]),
-                    tuple(explain_switch(preset, k, v) for k, v in overrides.items())))
+                    tuple(explain_switch(preset, k, v, cases) for k, v in overrides.items())))
         return matched
 
     def attempt(overrides, ds):
@@ -361,11 +361,11 @@ def diagnose(candidate, preset, cases=None, dtype="float64", *, outputs=None, to
                 d.explanations.append(Explanation(
                     tuple(overrides.items()), max(row.max_abs_err for row in rows),
                     max(_rel_err(a, e, ref, tol) for ref, a, e in compared_on),
-                    tuple(explain_switch(preset, k, v) for k, v in overrides.items())))
+                    tuple(explain_switch(preset, k, v, cases) for k, v in overrides.items())))
         return matched
 
     singles = []
-    for param, (alts, _) in switches_for(preset).items():
+    for param, (alts, _) in switches_for(preset, cases).items():
         for value in alts:
             result = attempt({param: value}, failing)
             # the most cases on which it makes a failing output match that the preset did not

@@ -14,6 +14,7 @@ from ._common import (
     GROUP_INPUT_NAMES,
     Preset,
     at_last_token,
+    group_advantages,
     group_std,
     kl_estimate,
     mean_rows,
@@ -49,7 +50,8 @@ def _openrlhf_grpo(x: Rollout, p: dict) -> dict:
       (gamma 1 but for ``reinforce``) are the advantages; ``reinforce`` and
       ``reinforce_baseline`` whiten them over the batch's tokens with the population
       variance floored at 1e-8.
-    * ``policy_loss_type`` ``ppo``: the token ratio (no clamp), eps 0.2
+    * ``policy_loss_type`` ``ppo``: the token ratio, its log clamped to [-20, 20]
+      (``log_ratio_clamp``, openrlhf 0.11.2 ``PolicyLoss``), eps 0.2
       (``eps_clip_low_high`` for two values), ``dual_clip`` off, the token mean; ``gspo``:
       the sequence ratio (no cap), the sequence mean of token means.
     * ``use_kl_loss``: ``init_kl_coef`` times the token mean of ``kl_estimator`` of (logp,
@@ -71,7 +73,7 @@ def _openrlhf_grpo(x: Rollout, p: dict) -> dict:
                        "asserts n_samples_per_prompt > 1 for group_norm, rloo and "
                        "reinforce_baseline")
     if est == "group_norm":
-        r = grpo_advantages(x.scores, x.groups, eps=1e-9)
+        r = group_advantages(x.scores, x.groups, p, singleton="error")
     elif est == "rloo":
         r = rloo_advantages(x.scores, x.groups)
     elif est in ("reinforce_baseline", "dr_grpo"):
@@ -90,6 +92,7 @@ def _openrlhf_grpo(x: Rollout, p: dict) -> dict:
     opts = PolicyLossOptions(epsilon=p["epsilon"], epsilon_high=p["epsilon_high"],
                              dual_clip=p["dual_clip"],
                              importance_level="sequence" if gspo else "token",
+                             log_ratio_clamp=None if gspo else p["log_ratio_clamp"],
                              agg="seq-mean-token-mean" if gspo else "token-mean",
                              kl_coef=p["init_kl_coef"] if p["use_kl_loss"] else 0.0,
                              kl_estimator=p["kl_estimator"], kl_clamp=10.0, kl_agg="token-mean")
@@ -103,7 +106,7 @@ def _openrlhf_grpo(x: Rollout, p: dict) -> dict:
         "kl": pl.kl_loss if p["use_kl_loss"] else mean_rows(rollout_kl.sum(axis=-1) / n_i),
         "reward": mean_rows(x.scores),
         "return": mean_rows(rewards.sum(axis=-1)),
-        "group_reward_std": mean_rows(group_std(x.scores, x.groups)),
+        "group_reward_std": mean_rows(group_std(x.scores, x.groups, ddof=p["std_ddof"])),
     }
     # A and rewards are 0 at padding (returns_to_go, whiten; at_last_token, kl_estimate)
     return policy_result(A, pl, stats, rewards=rewards)
@@ -117,6 +120,11 @@ PRESET = Preset(
               "kl_estimator": "k1", "use_kl_loss": False, "reward_clip_range": (-10.0, 10.0),
               "epsilon": 0.2, "epsilon_high": None, "dual_clip": None,
               "policy_loss_type": "ppo"},
+    # the conventions OpenRLHF does not expose as options (openrlhf 0.11.2
+    # openrlhf/trainer/ppo_utils/experience_maker.py: rewards.std(-1) + 1e-9;
+    # openrlhf/models/loss.py PolicyLoss: ppo's log-ratio clamp(min=-20.0, max=20.0))
+    conventions={"std_ddof": 1, "std_eps": 1e-9, "std_eps_placement": "std",
+                 "log_ratio_clamp": 20.0},
     sources=(
         "OpenRLHF/OpenRLHF: openrlhf/trainer/ppo_utils/experience_maker.py "
         "(compute_advantages_and_returns, get_cumulative_returns)",
