@@ -408,7 +408,9 @@ register_switches("openrlhf-grpo", {
     "advantage_estimator": (("rloo", "dr_grpo"), f"{_ORLHF_ADV}, "
                             "--advantage_estimator group_norm"),
     "std_ddof": ((0,), f"{_ORLHF_ADV}: rewards.std(-1) (unbiased)"),
-    "std_eps": (_STD_EPS, f"{_ORLHF_ADV}: / (rewards.std(-1) + 1e-9)"),
+    # why: no 0.0 (absent) here: OpenRLHF's returns-to-go of the NaN that 0 / 0 gives a
+    # group of equal scores is refused by the preset, so no case could show it matches
+    "std_eps": (_STD_EPS[:3], f"{_ORLHF_ADV}: / (rewards.std(-1) + 1e-9)"),
     "std_eps_placement": (("var",), f"{_ORLHF_ADV}: / (rewards.std(-1) + 1e-9)"),
     "epsilon_high": ((0.28,), f"{_ORLHF_PL}: clamp(1 - clip_eps_low, 1 + clip_eps_high), "
                      "--eps_clip 0.2"),

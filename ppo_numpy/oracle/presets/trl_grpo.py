@@ -70,7 +70,9 @@ def _trl_grpo(x: Rollout, p: dict) -> dict:
     eps_high = p["epsilon"] if p["epsilon_high"] is None else p["epsilon_high"]
     norm = {"dr_grpo": p["max_completion_length"], "dapo": p["num_items_in_batch"]}.get(agg)
     opts = PolicyLossOptions(
-        epsilon=p["epsilon"], epsilon_high=eps_high, delta=p["delta"], importance_level=level,
+        # why: TRL applies delta in the clipped loss types only; cispo ignores it
+        epsilon=p["epsilon"], epsilon_high=eps_high,
+        delta=None if form == "cispo" else p["delta"], importance_level=level,
         loss_type=form, cispo_clip=p["cispo_clip"], agg=agg, norm=norm, kl_coef=p["beta"],
         kl_estimator=p["kl_estimator"], log_ratio_clamp=p["log_ratio_clamp"])
     pl = policy_loss_kernel(xm.logp, xm.logp_old, A, m, opts, xm.logp_ref)
