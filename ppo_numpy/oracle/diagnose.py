@@ -150,7 +150,7 @@ class Diagnosis:
         if passing:
             lines.append(f"match the preset as it is: {', '.join(passing)}")
         hint = self.report.precision_hint()
-        if hint and not any(d.explanations for d in failing):
+        if hint:
             lines.append(hint)
         if missing:
             lines.append(missing)
@@ -263,7 +263,7 @@ def diagnose(candidate, preset, cases=None, dtype="float64", *, outputs=None, to
         return actual
 
     recording.__name__ = getattr(candidate, "__name__", type(candidate).__name__)
-    report = compare(recording, preset, cases, dtype, outputs=outputs, tolerance=tol,
+    report = compare(recording, preset, cases, dtype, outputs=outputs, tolerance=tolerance,
                      probes=probes)
 
     diagnosis = Diagnosis(preset.name, report)
