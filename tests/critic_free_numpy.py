@@ -225,7 +225,10 @@ def verl_grpo(case, **plant):
             bounded = (A < 0) & (dual < loss_t)
             loss_t = np.where(bounded, dual, loss_t)
             dloss_t = np.where(bounded, 0.0, dloss_t)
-    w = aggregate_weights(m, p["loss_agg_mode"])
+    # why: verl 0.9.1's compute_policy_loss_gspo aggregates by loss_agg_mode; the preset
+    # (and so this transcription, to plant into) always by seq-mean-token-mean: issue 24
+    # (conformance) owns that difference
+    w = aggregate_weights(m, "seq-mean-token-mean" if mode == "gspo" else p["loss_agg_mode"])
     loss = float((w * loss_t * m).sum())
     dlogp = w * dloss_t * m
     # the logged mean of -(log-ratio), clamped as the loss clamps it (GSPO: not clamped)
@@ -235,8 +238,9 @@ def verl_grpo(case, **plant):
     if p["use_kl_loss"]:
         kind = {"low_var_kl": "k3"}.get(p["kl_loss_type"], p["kl_loss_type"])
         kl, dkl = kl_and_grad(logp, ref, kind)
-        loss += p["kl_loss_coef"] * float((w * kl * m).sum())
-        dlogp = dlogp + p["kl_loss_coef"] * w * dkl * m
+        wk = aggregate_weights(m, p["loss_agg_mode"])
+        loss += p["kl_loss_coef"] * float((wk * kl * m).sum())
+        dlogp = dlogp + p["kl_loss_coef"] * wk * dkl * m
     return {"advantages": A, "policy_loss": loss, "dlogp": dlogp, "stat/actor/ppo_kl": ppo_kl}
 
 

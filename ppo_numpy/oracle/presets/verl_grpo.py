@@ -61,8 +61,7 @@ def _verl_grpo(x: Rollout, p: dict) -> dict:
       broadcast over the response tokens.
     * ``loss_mode``: ``vanilla`` (log-ratio clamped to [-20, 20], ``clip_ratio_low`` /
       ``clip_ratio_high``, dual clip ``clip_ratio_c`` = 3, ``loss_agg_mode``); ``gspo`` (the
-      sequence log-ratio, capped at 10, no dual clip, ``loss_agg_mode`` as verl 0.9.1
-      ``compute_policy_loss_gspo`` aggregates it);
+      sequence log-ratio, capped at 10, no dual clip, always ``seq-mean-token-mean``);
       ``cispo`` (log-ratio clamped to [-20, 20]; -clip(rho, 1 - low, 1 + high) A logp, the
       weight not differentiated; ``loss_agg_mode``).
     * ``use_kl_loss``: ``kl_loss_coef`` times ``kl_loss_type`` (``low_var_kl``: k3 clamped to
@@ -109,7 +108,8 @@ def _verl_grpo(x: Rollout, p: dict) -> dict:
     # the options of each loss_mode besides the clip bounds and the KL term
     clamp = p["log_ratio_clamp"]
     mode = {"vanilla": dict(dual_clip=p["clip_ratio_c"], log_ratio_clamp=clamp, agg=agg),
-            "gspo": dict(importance_level="sequence", log_ratio_max=10.0, agg=agg),
+            "gspo": dict(importance_level="sequence", log_ratio_max=10.0,
+                         agg="seq-mean-token-mean"),
             "cispo": dict(loss_type="cispo", log_ratio_clamp=clamp, agg=agg,
                           cispo_clip=p["cispo_clip"])}[p["loss_mode"]]
     opts = PolicyLossOptions(epsilon=p["clip_ratio_low"], epsilon_high=p["clip_ratio_high"],
