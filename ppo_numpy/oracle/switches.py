@@ -11,7 +11,8 @@ A new preset registers its switches with :func:`register_switches` (a switch tha
 yet in :data:`SWITCHES` is added with :func:`add_switch`)::
 
     register_switches("verl-grpo", {
-        "grpo_ddof": ((0,), "verl/trainer/ppo/core_algos.py compute_grpo_outcome_advantage"),
+        "clip_ratio_c": ((10.0,), "verl 0.9.1 verl/trainer/ppo/core_algos.py "
+                                  "compute_policy_loss_vanilla, clip_ratio_c=3"),
     })
 """
 
