@@ -28,6 +28,7 @@ from ppo_numpy.oracle.switches import (
     register_switches,
     switches_for,
 )
+from tests._helpers import CachedPreset
 
 
 @pytest.fixture(scope="module")
@@ -39,28 +40,6 @@ CASES = {name: cases_for(preset, 0) for name, preset in PRESETS.items()}
 # (with the cases: beta=0.0 is TRL's default and an alternative on the case that sets 0.04)
 PLANTED = [(name, param, value) for name, preset in PRESETS.items()
            for param, (alts, _) in switches_for(preset, CASES[name]).items() for value in alts]
-
-
-class CachedPreset:
-    """A preset whose outputs are remembered per (case, overrides): the plantings of one
-    preset re-run the same settings on the same cases (a test-speed device only)."""
-
-    def __init__(self, preset):
-        self.preset, self.name, self.cache = preset, preset.name, {}
-        self.parameters, self.tolerances = preset.parameters, preset.tolerances
-
-    def __call__(self, case, **overrides):
-        key = (case["name"], case["inputs"]["logp"].tobytes(),
-               tuple(sorted(overrides.items(), key=lambda kv: kv[0])))
-        if key not in self.cache:
-            try:
-                self.cache[key] = self.preset(case, **overrides)
-            except ValueError as err:
-                self.cache[key] = err
-        out = self.cache[key]
-        if isinstance(out, ValueError):
-            raise out
-        return out
 
 
 CACHED = {name: CachedPreset(preset) for name, preset in PRESETS.items()}

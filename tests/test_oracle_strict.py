@@ -64,8 +64,7 @@ FAILURES = {
     "a missing output": (_missing, ["FAIL: not returned by the candidate: dlogp (3 cases)"]),
     "a wrong shape": (_wrong_shape, ["does not match the expected shape"]),
     "NaN": (_nan, ["policy_loss", "got nan"]),
-    "bfloat16 tensors at float64": (_bfloat16, ["matches at bfloat16 tolerance: pass "
-                                                "dtype='bfloat16'"]),
+    "bfloat16 tensors at float64": (_bfloat16, ["FAILED"]),
 }
 
 ERRORS = {
@@ -89,7 +88,7 @@ def test_a_bad_candidate_fails_everywhere_it_is_compared(what):
     text = str(report)
     for s in says:
         assert s in text, (s, text)
-    d = diagnose(candidate, PRESET, CASES, probes=0)
+    d = diagnose(candidate, PRESET, CASES, probes=0, pairs=False)
     assert not d.passed
     with pytest.raises(AssertionError):
         assert_matches(candidate(CASES[0]), PRESET(CASES[0]), case=CASES[0])
@@ -100,7 +99,7 @@ def test_a_return_that_is_not_a_dict_of_numbers_is_a_clear_error(what):
     candidate, says = ERRORS[what]
     candidate.__name__ = "mine"
     for run in (lambda: compare(candidate, PRESET, CASES),
-                lambda: diagnose(candidate, PRESET, CASES, probes=0),
+                lambda: diagnose(candidate, PRESET, CASES, probes=0, pairs=False),
                 lambda: assert_matches(candidate(CASES[0]), PRESET(CASES[0]),
                                        case=CASES[0])):
         with pytest.raises(TypeError, match=says.replace("(", r"\(").replace(")", r"\)")):
@@ -112,6 +111,10 @@ def test_a_return_that_is_not_a_dict_of_numbers_is_a_clear_error(what):
 def test_bfloat16_tensors_are_numbers_and_pass_at_bfloat16():
     torch = pytest.importorskip("torch")
     assert compare(_bfloat16, PRESET, CASES, "bfloat16").passed
+    # one dtype too strict: the hint; two: none (the next looser dtype only)
+    assert compare(_bfloat16, PRESET, CASES, "float32").precision_hint() == \
+        "matches at bfloat16 tolerance: pass dtype='bfloat16'"
+    assert compare(_bfloat16, PRESET, CASES, "float64").precision_hint() == ""
     out = {"policy_loss": torch.tensor(0.5, dtype=torch.bfloat16),
            "dlogp": torch.zeros(2, dtype=torch.int64)}
     assert assert_matches(out, {"policy_loss": 0.5, "dlogp": np.zeros(2)}).passed
@@ -234,3 +237,21 @@ def test_cli_param_reaches_the_preset_and_the_candidate(candidate_file, capsys):
     code, out, _ = _cli(capsys, "diagnose", f"{candidate_file}:good", *base,
                         "--param", "beta=0.04")
     assert code == 0, out
+
+
+def test_golden_verify_is_strict_on_names(tmp_path):
+    import json
+
+    from ppo_numpy.oracle.golden import export, verify
+
+    path = export(tmp_path, PRESET, CASES[:1])
+    manifest = json.loads(path.read_text())
+    scalars = manifest["cases"][0]["expected_scalars"]
+    scalars["policy_los"] = scalars.pop("policy_loss")  # a stored name the preset lacks
+    path.write_text(json.dumps(manifest))
+    report, problems = verify(tmp_path)
+    assert not report.passed
+    text = str(report)
+    assert "'policy_loss' is not an output of the reference; closest known: 'policy_los'" in text
+    assert "policy_los: not returned by the candidate" in text
+    assert any("no expected value for policy_loss" in p for p in problems)

@@ -40,6 +40,16 @@ gives rho to +-13%: no tolerance of this table applies there.
 
 Conventions of the comparison:
 
+* Strict names and types. The candidate returns a dict of numbers, arrays or torch
+  tensors (:func:`check_candidate_outputs`: anything else is a TypeError naming it, the
+  case and the type). A name the reference never produces fails, naming the closest known
+  names; an output the reference produces that the candidate lacks is listed in
+  ``unchecked`` and the report does not pass, unless ``outputs=`` restricts the
+  comparison to the outputs the candidate returns.
+* A failure line gives the worst element (the largest error over its allowance) with its
+  own expected and returned values and its own absolute and relative error; a failing
+  report whose failures all pass at a looser dtype's tolerance says so
+  (:meth:`ComparisonReport.precision_hint`).
 * The candidate gets the case's inputs rounded to its dtype (bfloat16:
   float32 arrays whose values are rounded to 8 significant bits by
   :func:`to_bfloat16`), and the reference gets *the same rounded values* in
@@ -413,8 +423,10 @@ def closest_names(name: str, known) -> str:
 
 
 def looser_dtypes(dtype: str) -> list:
-    """The dtypes of :data:`DTYPES` after ``dtype`` (float64 -> float32 -> bfloat16)."""
-    return list(DTYPES[DTYPES.index(check_dtype(dtype)) + 1:])
+    """The next looser dtype of :data:`DTYPES` (float64 -> float32 -> bfloat16), as a list
+    (empty for bfloat16): the one the precision hint tries. (Not two steps: a candidate
+    within bfloat16's 5% of a float64 reference has more than a rounding wrong.)"""
+    return list(DTYPES[DTYPES.index(check_dtype(dtype)) + 1:][:1])
 
 
 def _inputs_at(inputs: dict, index: tuple, mask_shape: tuple) -> dict:

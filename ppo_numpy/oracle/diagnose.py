@@ -150,7 +150,7 @@ class Diagnosis:
         if passing:
             lines.append(f"match the preset as it is: {', '.join(passing)}")
         hint = self.report.precision_hint()
-        if hint:
+        if hint and any(not d.explanations for d in failing):
             lines.append(hint)
         if missing:
             lines.append(missing)

@@ -29,7 +29,7 @@ import json
 import sys
 
 from ..oracle.cases import EDGE_CASES, N_RANDOM, generate_cases
-from ..oracle.group_cases import cases_for, generate_group_cases
+from ..oracle.group_cases import PRESET_CASES, cases_for, generate_group_cases
 from ..oracle.presets import DEFAULT_PRESET, PRESETS, get_preset
 
 
@@ -48,6 +48,11 @@ def cmd_list(args) -> int:
     print("\ncases of the critic-free presets (trl-grpo, verl-grpo, openrlhf-grpo):")
     for case in generate_group_cases(args.seed):
         print(f"  {case['name']:<22} {case['description']}")
+    for name, (_, by_preset) in PRESET_CASES.items():
+        for preset, params in by_preset.items():
+            case = generate_group_cases(args.seed, [name], preset=preset)[0]
+            values = ", ".join(f"{k}={v!r}" for k, v in params.items())
+            print(f"  {name:<22} {case['description']} [{preset}: {values}]")
     return 0
 
 
