@@ -305,69 +305,54 @@ def diagnose(candidate, preset, cases=None, dtype="float64", *, outputs=None, to
     if not failing:
         return diagnosis
 
-    def explains(overrides, ds):
-        """Run the preset with ``overrides``, the cases where an output of ``ds`` failed
-        first, and stop at the first case where every output of ``ds`` has differed. It
-        explains each output of ``ds`` that it makes match on every case it is compared on,
-        among them every case where the output failed. Returns ``{output: number of cases
-        on which it matches}`` (of the cases run)."""
+    def attempt(overrides, ds, *, stop_early):
+        """Run the preset with ``overrides``; it explains each output of ``ds`` that it makes
+        match on every case it is compared on, among them every case where the output
+        failed. ``stop_early``: the cases where an output of ``ds`` failed first, and stop
+        at the first case where every output of ``ds`` has differed (the pairs); else every
+        case (the single settings, whose counts rank them for the pairs). Returns
+        ``{output: number of cases on which it matches}`` (of the cases run)."""
         diagnosis.tried += 1
-        failed = set().union(*(d.failed_cases for d in ds))
-        order = sorted(usable, key=lambda u: u[0]["name"] not in failed)
-        alive = {d.output: d for d in ds}
+        order = usable
+        if stop_early:
+            failed = set().union(*(d.failed_cases for d in ds))
+            order = sorted(usable, key=lambda u: u[0]["name"] not in failed)
+        alive = {d.output for d in ds}
         matched = {d.output: 0 for d in ds}
         rows = {d.output: [] for d in ds}
         for ref, actual in order:
-            if not alive:
+            if stop_early and not alive:
                 break
             try:
                 expected = preset(ref, **overrides)
             except ValueError:
                 expected = {}
-            for out, d in list(alive.items()):
-                if out not in actual:
+            for d in ds:
+                out = d.output
+                if out not in actual or (stop_early and out not in alive):
                     continue
-                if out not in expected:
+                if out not in expected:  # rejected, or not produced under the overrides
                     if ref["name"] in d.failed_cases:
-                        del alive[out]
+                        alive.discard(out)
                     continue
                 row = _matches(out, actual[out], expected[out], ref, tol)
                 if row.passed:
                     matched[out] += 1
                     rows[out].append((row, ref, actual[out], expected[out]))
                 else:
-                    del alive[out]
-        for out, d in alive.items():
-            if rows[out]:
-                d.explanations.append(Explanation(
-                    tuple(overrides.items()), max(r.max_abs_err for r, *_ in rows[out]),
-                    max(_rel_err(a, e, ref, tol) for _, ref, a, e in rows[out]),
-                    tuple(explain_switch(preset, k, v, cases) for k, v in overrides.items())))
-        return matched
-
-    def attempt(overrides, ds):
-        """As ``explains``, on every case (no early stop): the counts of matching cases rank
-        the single switches for the pairs."""
-        diagnosis.tried += 1
-        result = runs(overrides, ds)
-        matched = {}
+                    alive.discard(out)
         for d in ds:
-            compared_on = [(ref, a, e) for ref, a, e in result[d.output] if e is not None]
-            rows = [_matches(d.output, a, e, ref, tol) for ref, a, e in compared_on]
-            matched[d.output] = sum(row.passed for row in rows)
-            lacking = any(e is None and ref["name"] in d.failed_cases
-                          for ref, _, e in result[d.output])
-            if rows and not lacking and all(row.passed for row in rows):
+            if d.output in alive and rows[d.output]:
                 d.explanations.append(Explanation(
-                    tuple(overrides.items()), max(row.max_abs_err for row in rows),
-                    max(_rel_err(a, e, ref, tol) for ref, a, e in compared_on),
+                    tuple(overrides.items()), max(r.max_abs_err for r, *_ in rows[d.output]),
+                    max(_rel_err(a, e, ref, tol) for _, ref, a, e in rows[d.output]),
                     tuple(explain_switch(preset, k, v, cases) for k, v in overrides.items())))
         return matched
 
     singles = []
     for param, (alts, _) in switches_for(preset, cases).items():
         for value in alts:
-            result = attempt({param: value}, failing)
+            result = attempt({param: value}, failing, stop_early=False)
             # the most cases on which it makes a failing output match that the preset did not
             gained = max(result[d.output] - (d.n_cases - len(d.failed_cases)) for d in failing)
             singles.append((gained, param, value))
@@ -380,7 +365,7 @@ def diagnose(candidate, preset, cases=None, dtype="float64", *, outputs=None, to
                   if p1 != p2]
         combos.sort(key=lambda c: -c[0])  # (stable: the registration order among equals)
         for _, (p1, v1), (p2, v2) in combos[:MAX_PAIRS]:
-            explains({p1: v1, p2: v2}, unexplained)
+            attempt({p1: v1, p2: v2}, unexplained, stop_early=True)
         diagnosis.pairs_left = max(len(combos) - MAX_PAIRS, 0)
 
     # best first: fewer switches, then the setting that explains the most outputs (one
