@@ -14,6 +14,7 @@ from ppo_numpy.oracle.compare import (
     cast_case,
     compare,
     compare_output,
+    compare_outputs,
     to_bfloat16,
 )
 from ppo_numpy.oracle.group_cases import generate_group_cases
@@ -130,9 +131,13 @@ def test_shape_mismatch_and_unreadable_output_fail():
 def test_missing_outputs_listed_or_failed():
     case = toy_case()
     expected = {"policy_loss": 1.0, "value_loss": 2.0}
-    report = assert_matches({"policy_loss": 1.0}, expected, case=case)
-    assert report.unchecked == {"value_loss": ["toy"]}
-    assert "not returned by the candidate, not compared: value_loss" in str(report)
+    report = compare_outputs({"policy_loss": 1.0}, expected, case=case)
+    assert report.unchecked == {"value_loss": ["toy"]} and not report.passed
+    assert "FAIL: not returned by the candidate: value_loss" in str(report)
+    with pytest.raises(AssertionError, match="did not return every output"):
+        assert_matches({"policy_loss": 1.0}, expected, case=case)
+    # restricted to what it returns, it passes
+    assert assert_matches({"policy_loss": 1.0}, expected, case=case, outputs=["policy_loss"])
     with pytest.raises(AssertionError, match="value_loss: not returned by the candidate"):
         assert_matches({"policy_loss": 1.0}, expected, case=case, outputs=["value_loss"])
 

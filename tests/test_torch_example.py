@@ -102,7 +102,7 @@ def test_torch_tensors_are_accepted_as_outputs():
     actual = {"advantages": torch.tensor(expected["advantages"], requires_grad=True),
               "returns": torch.tensor(expected["returns"]).to(torch.bfloat16),
               "policy_loss": torch.tensor(expected["policy_loss"])}
-    report = assert_matches(actual, expected, "bfloat16", case=case)
+    report = assert_matches(actual, expected, "bfloat16", case=case, outputs=list(actual))
     assert {r.output for r in report.rows} == {"advantages", "returns", "policy_loss"}
     assert report.max_errors()["advantages"] == (0.0, 0.0)
     assert 0 < report.max_errors()["returns"][0] < 2**-8 * 4

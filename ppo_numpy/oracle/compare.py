@@ -40,6 +40,16 @@ gives rho to +-13%: no tolerance of this table applies there.
 
 Conventions of the comparison:
 
+* Strict names and types. The candidate returns a dict of numbers, arrays or torch
+  tensors (:func:`check_candidate_outputs`: anything else is a TypeError naming it, the
+  case and the type). A name the reference never produces fails, naming the closest known
+  names; an output the reference produces that the candidate lacks is listed in
+  ``unchecked`` and the report does not pass, unless ``outputs=`` restricts the
+  comparison to the outputs the candidate returns.
+* A failure line gives the worst element (the largest error over its allowance) with its
+  own expected and returned values and its own absolute and relative error; a failing
+  report whose failures all pass at a looser dtype's tolerance says so
+  (:meth:`ComparisonReport.precision_hint`).
 * The candidate gets the case's inputs rounded to its dtype (bfloat16:
   float32 arrays whose values are rounded to 8 significant bits by
   :func:`to_bfloat16`), and the reference gets *the same rounded values* in
@@ -69,6 +79,8 @@ Conventions of the comparison:
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -206,14 +218,19 @@ class OutputComparison:
     n_compared: int = 0
     n_kinks: int = 0
     note: str = ""
+    worst_abs_err: float = float("nan")
+    worst_rel_err: float = float("nan")
+    passes_at: str = ""
 
     def describe(self) -> str:
-        """Several lines: what was expected, what came out, and the inputs that produced it."""
+        """Several lines: what was expected, what came out (the worst element's own values and
+        its own absolute and relative error), and the inputs that produced it."""
         where = f" at {self.worst_index}" if self.worst_index else ""
         lines = [f"{self.case} / {self.output}{where}: " + (
             self.note if self.note and np.isnan(self.max_abs_err) else
             f"expected {self.expected!r}, got {self.actual!r} "
-            f"(abs err {self.max_abs_err:.3g}, allowed {self.allowed:.3g})")]
+            f"(abs err {self.worst_abs_err:.3g}, rel err {self.worst_rel_err:.3g}, "
+            f"allowed {self.allowed:.3g})")]
         if self.inputs:
             lines.append("    inputs" + where + ": " + ", ".join(
                 f"{k}={v!r}" for k, v in self.inputs.items()))
@@ -221,6 +238,8 @@ class OutputComparison:
             lines.append("    params: " + ", ".join(f"{k}={v!r}" for k, v in self.params.items()))
         if self.note and not np.isnan(self.max_abs_err):
             lines.append("    " + self.note)
+        if self.passes_at:
+            lines.append(f"    matches at {self.passes_at} tolerance")
         return "\n".join(lines)
 
 
@@ -234,10 +253,23 @@ class ComparisonReport:
     rejected: dict = field(default_factory=dict)
     unchecked: dict = field(default_factory=dict)
     title: str = "candidate vs reference"
+    not_produced: dict = field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
-        return all(r.passed for r in self.rows)
+        """Every comparison passed and the candidate returned every output the reference
+        produces (``unchecked`` is empty: with ``outputs=`` it lists none)."""
+        return all(r.passed for r in self.rows) and not self.unchecked
+
+    def precision_hint(self) -> str:
+        """``"matches at float32 tolerance: pass dtype='float32'"`` when every failing
+        comparison passes at one looser dtype's tolerance; else ``""``."""
+        fails = self.failures
+        looser = {r.passes_at for r in fails}
+        if not fails or self.unchecked or "" in looser:
+            return ""
+        dtype = max(looser, key=DTYPES.index)  # the loosest any of them needs
+        return f"matches at {dtype} tolerance: pass dtype={dtype!r}"
 
     @property
     def failures(self) -> list:
@@ -268,6 +300,8 @@ class ComparisonReport:
         self.rejected.update(other.rejected)
         for k, v in other.unchecked.items():
             self.unchecked.setdefault(k, []).extend(v)
+        for k, v in other.not_produced.items():
+            self.not_produced.setdefault(k, []).extend(v)
 
     def __str__(self) -> str:
         t = self.tolerance
@@ -285,13 +319,22 @@ class ComparisonReport:
                          f"{str(w.worst_index):<12} {n_kinks:>5}  {'ok' if ok else 'FAIL'}")
         for name, reason in self.rejected.items():
             lines.append(f"rejected by the reference, not compared: {name}: {reason}")
+        for output, names in self.not_produced.items():
+            lines.append(f"returned by the candidate, not produced by the reference on "
+                         f"{len(names)} case(s), not compared: {output}")
         for output, names in self.unchecked.items():
-            lines.append(f"not returned by the candidate, not compared: {output} "
-                         f"({len(names)} cases)")
+            lines.append(f"FAIL: not returned by the candidate: {output} ({len(names)} cases)")
+        if self.unchecked:
+            lines.append("FAILED: the candidate did not return every output the reference "
+                         "produces; pass outputs=[...] (--outputs) to compare only those it "
+                         "returns")
         if n_fail:
             lines.append(f"FAILED: {n_fail} of {len(self.rows)} output comparisons")
             lines += [r.describe() for r in sorted(self.failures, key=error_ratio, reverse=True)]
-        else:
+            hint = self.precision_hint()
+            if hint:
+                lines.append(hint)
+        elif not self.unchecked:
             lines.append(f"passed: {len(self.rows)} output comparisons")
         return "\n".join(lines)
 
@@ -317,6 +360,75 @@ def _as_output(x) -> np.ndarray:
     return np.array(x, dtype=np.float64)
 
 
+def _numeric_kind(x) -> str:
+    """``""`` for an output value that is numeric (a real number, an array of them, a torch
+    tensor of them), else the name of what it is."""
+    if hasattr(x, "detach") and hasattr(x, "dtype"):
+        # a torch tensor: its dtype's name, e.g. torch.bool, torch.complex64
+        dt = str(x.dtype).removeprefix("torch.")
+        return "" if x.dtype.is_floating_point or dt.startswith(("int", "uint")) else \
+            f"torch tensor of {dt}"
+    if x is None or isinstance(x, (str, bytes, bool, np.bool_)):
+        return type(x).__name__
+    if isinstance(x, (int, float, np.integer, np.floating)):
+        return ""
+    try:
+        arr = np.asarray(x)
+    except Exception:  # an object NumPy cannot read at all
+        return type(x).__name__
+    if arr.dtype.kind in "iuf":
+        return ""
+    return f"{type(x).__name__} of {arr.dtype}"
+
+
+def check_candidate_outputs(actual, candidate: str = "candidate", case: str = "case") -> Mapping:
+    """``actual`` after checking that it is a mapping of output names to numbers or arrays.
+
+    TypeError naming ``candidate``, ``case`` and the type otherwise: a list, a tuple, None
+    or a number instead of a dict; a name that is not a string; a value that is a string,
+    a bool, None or an array of objects or bools. Nothing is converted: ``"0.1"`` is not
+    the number 0.1.
+
+    >>> check_candidate_outputs([1.0], "mine", "toy")
+    Traceback (most recent call last):
+    ...
+    TypeError: mine returned a list on case 'toy'; expected a dict of output name -> array or float
+    >>> check_candidate_outputs({"policy_loss": "0.1"}, "mine", "toy")
+    Traceback (most recent call last):
+    ...
+    TypeError: mine: output 'policy_loss' on case 'toy' is a str, not a number or array of numbers
+    """
+    if not isinstance(actual, Mapping):
+        kind = type(actual).__name__
+        article = "an" if kind[0] in "aeiou" else "a"
+        raise TypeError(f"{candidate} returned {article} {kind} on case {case!r}; expected a "
+                        "dict of output name -> array or float")
+    for name, value in actual.items():
+        if not isinstance(name, str):
+            raise TypeError(f"{candidate}: output name {name!r} on case {case!r} is a "
+                            f"{type(name).__name__}, not a string")
+        kind = _numeric_kind(value)
+        if kind:
+            raise TypeError(f"{candidate}: output {name!r} on case {case!r} is a {kind}, not "
+                            "a number or array of numbers")
+    return actual
+
+
+def closest_names(name: str, known) -> str:
+    """``"; closest known: 'a', 'b'"`` (difflib) or ``"; known: ..."`` for no close one."""
+    close = difflib.get_close_matches(name, list(known), n=3, cutoff=0.5)
+    if close:
+        return "; closest known: " + ", ".join(map(repr, close))
+    return "; known: " + ", ".join(map(repr, sorted(known)))
+
+
+def looser_dtypes(dtype: str) -> list:
+    """The next looser dtype of :data:`DTYPES` (float64 -> float32 -> bfloat16), as a list
+    (empty for bfloat16): the one the precision hint tries. (Not two steps: a candidate
+    within bfloat16's 5% of a float64 reference has more than a rounding wrong.)"""
+    return list(DTYPES[DTYPES.index(check_dtype(dtype)) + 1:][:1])
+
+
 def _inputs_at(inputs: dict, index: tuple, mask_shape: tuple) -> dict:
     if not inputs or not index:
         return {}
@@ -339,8 +451,12 @@ def compared(shape, mask) -> np.ndarray:
 
 
 def compare_output(name: str, actual, expected, *, alternatives=(), mask=None, inputs=None,
-                   params=None, case_name: str = "", tolerance: Tolerance) -> OutputComparison:
-    """Compare one output (array or scalar) with the expected one and its probe alternatives."""
+                   params=None, case_name: str = "", tolerance: Tolerance,
+                   looser=()) -> OutputComparison:
+    """Compare one output (array or scalar) with the expected one and its probe alternatives.
+
+    ``looser``: ``(dtype, Tolerance)`` pairs, loosest last; a failing row records in
+    ``passes_at`` the first under whose tolerance it would pass."""
     row = OutputComparison(case=case_name, output=name, passed=False, params=dict(params or {}))
     e = _as_output(expected)
     try:
@@ -383,7 +499,19 @@ def compare_output(name: str, actual, expected, *, alternatives=(), mask=None, i
     row.expected = float(e[idx]) if e.ndim else float(e)
     row.actual = float(a[idx]) if a.ndim else float(a)
     row.allowed = float(allowed[idx]) if e.ndim else float(allowed)
+    # the worst element's own errors (not the largest over the output, which the table gives)
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        own = 0.0 if row.expected == row.actual else abs(row.actual - row.expected)
+        row.worst_abs_err = float(own)
+        row.worst_rel_err = 0.0 if own == 0 else float(own / abs(row.expected)) \
+            if row.expected != 0 else float("inf")
     row.passed = bool(np.all(ratio[valid] <= 1.0))
+    if not row.passed:
+        for dtype, tol in looser:
+            if compare_output(name, a, e, alternatives=alts, mask=mask,
+                              tolerance=tol).passed:
+                row.passes_at = dtype
+                break
     row.n_kinks = int(np.sum(valid & kink))
     if mask is not None:
         row.inputs = _inputs_at(inputs or {}, row.worst_index, np.shape(mask))
@@ -400,21 +528,46 @@ def _output_names(outputs) -> list:
 
 
 def compare_outputs(actual: dict, expected: dict, *, dtype="float64", case=None, outputs=None,
-                    tolerance: Tolerance | None = None, alternatives=()) -> ComparisonReport:
-    """Compare two output dicts of one case; the report of :func:`assert_matches`."""
+                    tolerance: Tolerance | None = None, alternatives=(), known=None,
+                    looser=None, candidate: str = "candidate") -> ComparisonReport:
+    """Compare two output dicts of one case; the report of :func:`assert_matches`.
+
+    Strict on names: a name of ``actual`` that is not in ``known`` (default: the names of
+    ``expected``) is a failing row naming the closest known names; one in ``known`` but
+    not in ``expected`` (an output the reference produces on other cases only) is listed
+    in ``not_produced``. An expected output that ``actual`` lacks is listed in
+    ``unchecked`` (the report then does not pass) unless ``outputs`` restricts the
+    comparison, in which case each name of ``outputs`` must be returned and match.
+    ``actual`` must be a mapping of numbers (:func:`check_candidate_outputs`).
+    ``looser``: ``(dtype, Tolerance)`` pairs for the precision hint (default: those of
+    :data:`TOLERANCES` looser than ``dtype``, when ``tolerance`` is not given).
+    """
     dtype = check_dtype(dtype)
     tol = tolerance or TOLERANCES[dtype]
+    if looser is None:
+        looser = [] if tolerance else [(d, TOLERANCES[d]) for d in looser_dtypes(dtype)]
     report = ComparisonReport(dtype, tol)
     case = case or {}
     name = case.get("name", "case")
+    check_candidate_outputs(actual, candidate, name)
     inputs = case.get("inputs", {})
     mask = inputs.get("mask")
+    known = set(expected) if known is None else set(known) | set(expected)
     names = list(expected) if outputs is None else _output_names(outputs)
+    for out in actual:
+        if out not in known:
+            report.rows.append(OutputComparison(
+                name, out, False, note=f"{out!r} is not an output of the reference"
+                + closest_names(out, known)))
+        elif out not in expected and out not in names:
+            report.not_produced.setdefault(out, []).append(name)
     for out in names:
         if out not in actual and outputs is None:  # (out is an expected output)
             report.unchecked.setdefault(out, []).append(name)
             continue
-        missing = ("not in the expected outputs" if out not in expected else
+        missing = ((f"{out!r} is not an output of the reference" + closest_names(out, known))
+                   if out not in known else
+                   "not produced by the reference on this case" if out not in expected else
                    "not returned by the candidate" if out not in actual else "")
         if missing:
             report.rows.append(OutputComparison(name, out, False, note=missing))
@@ -422,7 +575,7 @@ def compare_outputs(actual: dict, expected: dict, *, dtype="float64", case=None,
         alts = [alt[out] for alt in alternatives if out in alt]
         report.rows.append(compare_output(out, actual[out], expected[out], alternatives=alts,
                                           mask=mask, inputs=inputs, params=case.get("params"),
-                                          case_name=name, tolerance=tol))
+                                          case_name=name, tolerance=tol, looser=looser))
     return report
 
 
@@ -441,9 +594,14 @@ def assert_matches(actual: dict, expected: dict, dtype="float64", case=None, *, 
         response tokens, and its inputs are printed for the worst element.
     outputs : list of str, optional
         Outputs that must be present and match. ``None``: every expected
-        output the candidate returned.
+        output, which the candidate must return (one it lacks is listed and
+        the report does not pass).
     tolerance : Tolerance, optional
         Overrides the dtype's tolerance.
+
+    A name of ``actual`` that ``expected`` lacks fails, naming the closest expected
+    names; ``actual`` must be a dict of numbers or arrays (TypeError otherwise, see
+    :func:`check_candidate_outputs`).
 
     Examples
     --------
@@ -453,8 +611,8 @@ def assert_matches(actual: dict, expected: dict, dtype="float64", case=None, *, 
     >>> actual = {"advantages": np.array([[0.5, 0.25, np.nan]]), "policy_loss": -0.375}
     >>> assert_matches(actual, expected, case=case).passed
     True
-    >>> assert_matches({"advantages": np.array([[0.5, 0.3, 0.0]])}, expected, case=case)
-    ... # doctest: +ELLIPSIS
+    >>> assert_matches({"advantages": np.array([[0.5, 0.3, 0.0]]), "policy_loss": -0.375},
+    ...                expected, case=case)  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
     AssertionError: oracle comparison, candidate vs reference: dtype float64 (rtol 1e-09, ...
@@ -467,7 +625,8 @@ def assert_matches(actual: dict, expected: dict, dtype="float64", case=None, *, 
 
 
 def compare(candidate, reference, cases=None, dtype="float64", *, outputs=None,
-            tolerance: Tolerance | None = None, probes: int = 8) -> ComparisonReport:
+            tolerance: Tolerance | None = None, probes: int = 8,
+            params: dict | None = None) -> ComparisonReport:
     """Run ``candidate`` and ``reference`` on every case and compare their outputs.
 
     Parameters
@@ -475,8 +634,10 @@ def compare(candidate, reference, cases=None, dtype="float64", *, outputs=None,
     candidate : callable ``case -> dict``
         The implementation under test. It receives the case with inputs
         rounded to ``dtype`` (NumPy arrays: float64, float32, or float32 holding
-        bfloat16 values) and ``case["params"]``, and returns outputs named as
-        the presets name them (``"advantages"``, ``"dlogp"``, ``"stat/..."``).
+        bfloat16 values) and ``case["params"]``, and returns a dict of outputs named
+        as the presets name them (``"advantages"``, ``"dlogp"``, ``"stat/..."``):
+        numbers, arrays or torch tensors (bfloat16 too). Anything else (None, a list,
+        a string value) is a TypeError naming the candidate, the case and the type.
     reference : callable ``case -> dict``, or a preset name
         Usually a preset of :mod:`ppo_numpy.oracle.presets`. It receives the
         same rounded inputs in float64.
@@ -489,8 +650,9 @@ def compare(candidate, reference, cases=None, dtype="float64", *, outputs=None,
         and the tolerance.
     outputs : list of str, optional
         Outputs that must be returned and match. ``None``: every output the
-        reference returns that the candidate also returns (the others are
-        listed in the report as not compared).
+        reference produces, which the candidate must return: one it does not is
+        listed and the report does not pass. A name the candidate returns that
+        the reference never produces fails, naming the closest known names.
     tolerance : Tolerance, optional
         Default: the preset's own tolerance for ``dtype`` where it has one
         (:func:`tolerance_for`: e.g. verl's float64 rtol 1e-9 + 2^-24, from the
@@ -498,10 +660,15 @@ def compare(candidate, reference, cases=None, dtype="float64", *, outputs=None,
     probes : int >= 0
         Number of perturbed reference runs per case used to recognise kinks
         (module docstring). 0 turns the check off.
+    params : dict, optional
+        Parameter overrides added to every case's ``params`` (the candidate sees them
+        there too): e.g. ``{"beta": 0.04}``.
 
     Returns
     -------
-    ComparisonReport; ``report.passed`` and ``print(report)``.
+    ComparisonReport; ``report.passed`` and ``print(report)``. A failing report says
+    when the candidate matches at a looser dtype's tolerance
+    (:meth:`ComparisonReport.precision_hint`).
     """
     from .group_cases import cases_for
     from .presets import as_preset
@@ -514,16 +681,23 @@ def compare(candidate, reference, cases=None, dtype="float64", *, outputs=None,
         outputs = _output_names(outputs)
     if cases is None:
         cases = cases_for(reference, 0)
+    cases = with_params(cases, params)
     tol = tolerance or tolerance_for(reference, dtype)
-    report = ComparisonReport(dtype, tol, title=f"{_label(candidate)} vs {_label(reference)}")
+    looser = [] if tolerance else [(d, tolerance_for(reference, d))
+                                   for d in looser_dtypes(dtype)]
+    label = _label(candidate)
+    report = ComparisonReport(dtype, tol, title=f"{label} vs {_label(reference)}")
+    # the reference first, on every case: the names it produces on any of them are known
+    runs = []
     for case in cases:
         cast = cast_case(case, dtype)
         ref_case = cast_case(cast, "float64")
         try:
-            expected = reference(ref_case)
+            runs.append((case, cast, ref_case, reference(ref_case)))
         except ValueError as err:
             report.rejected[case["name"]] = f"{type(err).__name__}: {err}"
-            continue
+    known = set().union(*(expected for *_, expected in runs))
+    for case, cast, ref_case, expected in runs:
         try:
             actual = candidate(cast)
         except Exception as err:  # reported as a failure with the case, not raised
@@ -531,6 +705,7 @@ def compare(candidate, reference, cases=None, dtype="float64", *, outputs=None,
                 case["name"], "(candidate)", False, params=dict(case.get("params", {})),
                 note=f"candidate raised {type(err).__name__}: {err}"))
             continue
+        check_candidate_outputs(actual, label, case["name"])
         alternatives = []
         for probe in probe_cases(ref_case, dtype, probes) if probes else ():
             try:
@@ -538,8 +713,20 @@ def compare(candidate, reference, cases=None, dtype="float64", *, outputs=None,
             except ValueError:
                 continue
         report.extend(compare_outputs(actual, expected, dtype=dtype, case=ref_case,
-                                      outputs=outputs, tolerance=tol, alternatives=alternatives))
+                                      outputs=outputs, tolerance=tol, alternatives=alternatives,
+                                      known=known, looser=looser, candidate=label))
     return report
+
+
+def with_params(cases, params) -> list:
+    """``cases`` with ``params`` added to each case's ``params`` (new dicts; ``cases`` as they
+    are for ``None``)."""
+    if not params:
+        return list(cases)
+    if not isinstance(params, Mapping):
+        raise TypeError(f"params: expected a dict of parameter overrides, got "
+                        f"{type(params).__name__}")
+    return [{**c, "params": {**dict(c.get("params") or {}), **params}} for c in cases]
 
 
 def _label(fn) -> str:

@@ -4,8 +4,9 @@
 does), then, for every output that fails, re-runs the preset with each alternative value
 of each convention switch registered for it (:mod:`ppo_numpy.oracle.switches`) and keeps
 the switches under which that output matches the candidate's on every case. Single
-switches first; for an output no single switch explains, pairs of the most plausible
-ones (those that make the output match on more cases than the preset's own choice).
+switches first; for an output no single switch explains, every pair of settings of two
+switches (the most plausible first, at most :data:`MAX_PAIRS`); the report says how many
+settings it tried.
 The report says, per output, e.g.::
 
     advantages, policy_loss, dlogp match the verl preset with whiten_ddof=0 on every case
@@ -38,13 +39,16 @@ from .compare import (
     compare_output,
     compared,
     tolerance_for,
+    with_params,
 )
 from .switches import explain_switch, switches_for
 
 __all__ = ["Diagnosis", "Explanation", "diagnose"]
 
-MAX_PLAUSIBLE = 8
-"""Pairs are formed among at most this many plausible single switches."""
+MAX_PAIRS = 2000
+"""At most this many pairs of switch settings are tried (the most plausible first: those
+whose single settings make the failing outputs match on the most cases). Every registered
+preset has fewer (``tests/test_diagnose_grpo.py``), so every pair is tried."""
 
 
 @dataclass(frozen=True)
@@ -85,6 +89,7 @@ class Diagnosis:
     report: ComparisonReport
     outputs: dict = field(default_factory=dict)
     tried: int = 0
+    pairs_left: int = 0
 
     @property
     def passed(self) -> bool:
@@ -100,6 +105,7 @@ class Diagnosis:
     def summary(self) -> str:
         """The diagnosis lines alone (``str()`` prepends the comparison report)."""
         failing = [d for d in self.outputs.values() if not d.passed]
+        missing = self._missing()
         if not self.outputs:
             r = self.report
             if r.rows:  # only the "(candidate)" rows of its exceptions
@@ -109,10 +115,13 @@ class Diagnosis:
                 if r.unchecked:
                     why += f"; outputs not returned: {', '.join(r.unchecked)}"
             return f"diagnosis: nothing compared ({why})"
-        if not failing:
+        if not failing and not missing:
             return f"diagnosis: every output matches preset {self.preset!r}"
+        if not failing:
+            return f"diagnosis: every output returned matches preset {self.preset!r}; {missing}"
+        left = f"; {self.pairs_left} pairs not tried" if self.pairs_left else ""
         lines = [f"diagnosis against preset {self.preset!r} ({self.tried} settings of its "
-                 "switches tried):"]
+                 f"switches tried: single switches and pairs{left}):"]
         groups = {}
         for d in failing:
             key = tuple(e.settings for e in d.explanations[:1])
@@ -140,7 +149,20 @@ class Diagnosis:
         passing = [d.output for d in self.outputs.values() if d.passed]
         if passing:
             lines.append(f"match the preset as it is: {', '.join(passing)}")
+        hint = self.report.precision_hint()
+        if hint and any(not d.explanations for d in failing):
+            lines.append(hint)
+        if missing:
+            lines.append(missing)
         return "\n".join(lines)
+
+    def _missing(self) -> str:
+        """The outputs the candidate did not return, in one sentence ("" for none)."""
+        if not self.report.unchecked:
+            return ""
+        return (f"not returned by the candidate (the comparison does not pass; pass "
+                f"outputs=[...] to compare only those it returns): "
+                f"{', '.join(self.report.unchecked)}")
 
     def __str__(self) -> str:
         return f"{self.report}\n\n{self.summary()}"
@@ -185,7 +207,7 @@ def _first_difference(name, actual, expected, case, tol) -> str:
 
 
 def diagnose(candidate, preset, cases=None, dtype="float64", *, outputs=None, tolerance=None,
-             probes: int = 8, pairs: bool = True) -> Diagnosis:
+             probes: int = 8, pairs: bool = True, params: dict | None = None) -> Diagnosis:
     """Compare ``candidate`` with ``preset`` and name the conventions that explain each
     failing output.
 
@@ -202,7 +224,11 @@ def diagnose(candidate, preset, cases=None, dtype="float64", *, outputs=None, to
         preset's, :func:`~ppo_numpy.oracle.group_cases.cases_for`; ``tolerance`` default:
         the preset's own for ``dtype``; ``probes`` for the first comparison only).
     pairs : bool
-        Also try pairs of switches for outputs no single switch explains. Default True.
+        Also try pairs of switch settings (among every registered switch, not only those
+        that fix a case alone: Dr. GRPO's normalisation with its constant changes nothing
+        alone) for outputs no single switch explains. Default True.
+    params : dict, optional
+        Parameter overrides added to every case (:func:`~ppo_numpy.oracle.compare.compare`).
 
     Returns
     -------
@@ -218,7 +244,7 @@ def diagnose(candidate, preset, cases=None, dtype="float64", *, outputs=None, to
                         f"{type(preset).__name__}")
     if cases is None:
         cases = cases_for(preset, 0)
-    cases = list(cases)
+    cases = with_params(cases, params)
     names = [c.get("name") for c in cases]
     if len(set(names)) != len(names):
         raise ValueError("cases: the diagnosis needs one name per case; two cases share "
@@ -237,7 +263,7 @@ def diagnose(candidate, preset, cases=None, dtype="float64", *, outputs=None, to
         return actual
 
     recording.__name__ = getattr(candidate, "__name__", type(candidate).__name__)
-    report = compare(recording, preset, cases, dtype, outputs=outputs, tolerance=tol,
+    report = compare(recording, preset, cases, dtype, outputs=outputs, tolerance=tolerance,
                      probes=probes)
 
     diagnosis = Diagnosis(preset.name, report)
@@ -279,43 +305,68 @@ def diagnose(candidate, preset, cases=None, dtype="float64", *, outputs=None, to
     if not failing:
         return diagnosis
 
-    def attempt(overrides, ds):
+    def attempt(overrides, ds, *, stop_early):
         """Run the preset with ``overrides``; it explains each output of ``ds`` that it makes
         match on every case it is compared on, among them every case where the output
-        failed. Returns ``{output: number of cases on which it matches}``."""
+        failed. ``stop_early``: the cases where an output of ``ds`` failed first, and stop
+        at the first case where every output of ``ds`` has differed (the pairs); else every
+        case (the single settings, whose counts rank them for the pairs). Returns
+        ``{output: number of cases on which it matches}`` (of the cases run)."""
         diagnosis.tried += 1
-        result = runs(overrides, ds)
-        matched = {}
+        order = usable
+        if stop_early:
+            failed = set().union(*(d.failed_cases for d in ds))
+            order = sorted(usable, key=lambda u: u[0]["name"] not in failed)
+        alive = {d.output for d in ds}
+        matched = {d.output: 0 for d in ds}
+        rows = {d.output: [] for d in ds}
+        for ref, actual in order:
+            if stop_early and not alive:
+                break
+            try:
+                expected = preset(ref, **overrides)
+            except ValueError:
+                expected = {}
+            for d in ds:
+                out = d.output
+                if out not in actual or (stop_early and out not in alive):
+                    continue
+                if out not in expected:  # rejected, or not produced under the overrides
+                    if ref["name"] in d.failed_cases:
+                        alive.discard(out)
+                    continue
+                row = _matches(out, actual[out], expected[out], ref, tol)
+                if row.passed:
+                    matched[out] += 1
+                    rows[out].append((row, ref, actual[out], expected[out]))
+                else:
+                    alive.discard(out)
         for d in ds:
-            compared_on = [(ref, a, e) for ref, a, e in result[d.output] if e is not None]
-            rows = [_matches(d.output, a, e, ref, tol) for ref, a, e in compared_on]
-            matched[d.output] = sum(row.passed for row in rows)
-            lacking = any(e is None and ref["name"] in d.failed_cases
-                          for ref, _, e in result[d.output])
-            if rows and not lacking and all(row.passed for row in rows):
+            if d.output in alive and rows[d.output]:
                 d.explanations.append(Explanation(
-                    tuple(overrides.items()), max(row.max_abs_err for row in rows),
-                    max(_rel_err(a, e, ref, tol) for ref, a, e in compared_on),
-                    tuple(explain_switch(preset, k, v) for k, v in overrides.items())))
+                    tuple(overrides.items()), max(r.max_abs_err for r, *_ in rows[d.output]),
+                    max(_rel_err(a, e, ref, tol) for _, ref, a, e in rows[d.output]),
+                    tuple(explain_switch(preset, k, v, cases) for k, v in overrides.items())))
         return matched
 
-    plausible = []
-    for param, (alts, _) in switches_for(preset).items():
+    singles = []
+    for param, (alts, _) in switches_for(preset, cases).items():
         for value in alts:
-            result = attempt({param: value}, failing)
+            result = attempt({param: value}, failing, stop_early=False)
             # the most cases on which it makes a failing output match that the preset did not
             gained = max(result[d.output] - (d.n_cases - len(d.failed_cases)) for d in failing)
-            if gained > 0:
-                plausible.append((gained, param, value))
+            singles.append((gained, param, value))
 
     unexplained = [d for d in failing if not d.explanations]
     if pairs and unexplained:
-        plausible.sort(key=lambda g: -g[0])
-        top = [(p, v) for _, p, v in plausible[:MAX_PLAUSIBLE]]
-        for (p1, v1), (p2, v2) in itertools.combinations(top, 2):
-            if p1 == p2:
-                continue
-            attempt({p1: v1, p2: v2}, unexplained)
+        # every pair of settings of two different switches, the most plausible first
+        combos = [(g1 + g2, (p1, v1), (p2, v2))
+                  for (g1, p1, v1), (g2, p2, v2) in itertools.combinations(singles, 2)
+                  if p1 != p2]
+        combos.sort(key=lambda c: -c[0])  # (stable: the registration order among equals)
+        for _, (p1, v1), (p2, v2) in combos[:MAX_PAIRS]:
+            attempt({p1: v1, p2: v2}, unexplained, stop_early=True)
+        diagnosis.pairs_left = max(len(combos) - MAX_PAIRS, 0)
 
     # best first: fewer switches, then the setting that explains the most outputs (one
     # cause for many symptoms), then the smaller error

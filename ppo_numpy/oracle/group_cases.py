@@ -20,6 +20,22 @@ length-bias             one very long and one very short response per group:
                         per-sequence and per-token normalisation differ most
 clip-bounds             log-ratios beyond the clip range and the dual-clip
                         bound (e^2, e^-2) and extreme ones (+-20), in most rows
+tiny-score-spread       a group whose scores differ by 1e-5 (variance 1e-10,
+                        below every eps): where eps goes changes them by O(1)
+large-log-ratios        log-ratios of +-25 (beyond the clamp at 20) and a row
+                        whose mean log-ratio is 12 (beyond GSPO's cap at 10)
+======================  ======================================================
+
+The cases of :data:`PRESET_CASES` carry parameters of one preset (the names differ
+between frameworks), so that the switches that change nothing at the defaults are
+exercised by the default case set:
+
+======================  ======================================================
+kl-in-loss              the KL term in the loss, coefficient 0.04 (TRL
+                        ``beta``; verl and OpenRLHF ``use_kl_loss``)
+cispo-loss              the CISPO loss (TRL ``loss_type="cispo"`` with
+                        ``epsilon_high=5``; verl ``loss_mode="cispo"``)
+dr-grpo-loss            TRL's ``loss_type="dr_grpo"`` (its constant length)
 ======================  ======================================================
 
 Every case draws from its own generator, seeded by ``(seed, crc32(name))``.
@@ -104,38 +120,102 @@ def _clip_bounds(rng):
             "+-0.5; mixed-sign advantages", inputs)
 
 
+def _large_log_ratios(rng):
+    inputs = group_inputs(rng, [0, 0, 0, 1, 1, 1], [5, 3, 5, 4, 5, 2], 5, binary=False)
+    shifts = np.array([[25.0, -25.0, 0.3, -0.3, 25.0],
+                       [-25.0, 0.2, 25.0, 0.0, 0.0],
+                       [12.0, 12.0, 12.0, 12.0, 12.0],
+                       [0.1, -25.0, -0.1, 25.0, 0.0],
+                       [-12.0, -12.0, -12.0, -12.0, -12.0],
+                       [25.0, -0.5, 0.0, 0.0, 0.0]])
+    m = inputs["mask"] == 1
+    inputs["logp"] = np.where(m, np.minimum(inputs["logp_old"] + shifts, -1e-4), 0.0)
+    inputs["logp_old"] = np.where(m, inputs["logp"] - shifts, 0.0)
+    inputs["logp_ref"] = np.where(m, np.minimum(inputs["logp_old"]
+                                                + rng.normal(0.0, 0.3, m.shape), -1e-4), 0.0)
+    return ("log-ratios of +-25 (beyond a clamp at 20) and rows whose mean log-ratio is +-12 "
+            "(beyond GSPO's cap at 10)", inputs)
+
+
+def _tiny_score_spread(rng):
+    inputs = group_inputs(rng, [0, 0, 0, 1, 1, 1], rng.integers(1, 6, 6), 5, binary=False)
+    inputs["scores"] = np.array([1e-5, -1e-5, 0.0, 1.0, -0.5, 0.25])
+    return ("prompt 0's scores differ by 1e-5 (variance 1e-10, below every eps): eps added to "
+            "the std and inside the square root differ by O(1)", inputs)
+
+
+def _policy_case(description, log_ratio_std=0.4):
+    def build(rng):
+        groups = np.repeat(np.arange(3), 4)
+        lengths = rng.integers(1, 9, size=12)
+        return description, group_inputs(rng, groups, lengths, 8, binary=False,
+                                         log_ratio_std=log_ratio_std)
+    return build
+
+
 EDGE_CASES = {
     "group-of-one": _group_of_one,
     "equal-scores": _equal_scores,
     "interleaved-groups": _interleaved,
     "length-bias": _length_bias,
     "clip-bounds": _clip_bounds,
+    "tiny-score-spread": _tiny_score_spread,
+    "large-log-ratios": _large_log_ratios,
 }
 
+PRESET_CASES = {
+    "kl-in-loss": (_policy_case("3 prompts x 4 responses, log-ratios of std 0.4, the KL term "
+                                "in the loss (coefficient 0.04)"),
+                   {"trl-grpo": {"beta": 0.04},
+                    "verl-grpo": {"use_kl_loss": True, "kl_loss_coef": 0.04},
+                    "openrlhf-grpo": {"use_kl_loss": True, "init_kl_coef": 0.04}}),
+    "cispo-loss": (_policy_case("3 prompts x 4 responses, log-ratios of std 1, the CISPO loss",
+                                log_ratio_std=1.0),
+                   {"trl-grpo": {"loss_type": "cispo", "epsilon_high": 5.0},
+                    "verl-grpo": {"loss_mode": "cispo"}}),
+    "dr-grpo-loss": (_policy_case("3 prompts x 4 responses, TRL's dr_grpo normalisation"),
+                     {"trl-grpo": {"loss_type": "dr_grpo"}}),
+}
+"""name -> (builder, {preset name: its params}): cases for the presets listed only."""
 
-def group_case_names(n_random: int = N_RANDOM) -> list:
-    return [f"group-random-{k}" for k in range(n_random)] + list(EDGE_CASES)
+
+def group_case_names(n_random: int = N_RANDOM, preset: str | None = None) -> list:
+    """The default group cases: random, edge, and those of :data:`PRESET_CASES` for
+    ``preset``."""
+    own = [n for n, (_, by_preset) in PRESET_CASES.items() if preset in by_preset]
+    return [f"group-random-{k}" for k in range(n_random)] + list(EDGE_CASES) + own
 
 
-def generate_group_cases(seed: int = 0, names=None, *, n_random: int = N_RANDOM) -> list:
-    """The group cases ``group-random-0`` ... then the edge cases (module docstring).
+def generate_group_cases(seed: int = 0, names=None, *, n_random: int = N_RANDOM,
+                         preset: str | None = None) -> list:
+    """The group cases ``group-random-0`` ... then the edge cases, then the cases of
+    :data:`PRESET_CASES` for ``preset`` (module docstring); a case of :data:`PRESET_CASES`
+    named in ``names`` carries ``preset``'s parameters (none for another preset).
 
     >>> cases = generate_group_cases(0, ["interleaved-groups"])
     >>> cases[0]["inputs"]["groups"].tolist()
     [0.0, 1.0, 2.0, 0.0, 1.0, 2.0, 0.0, 1.0, 2.0]
+    >>> [c["params"] for c in generate_group_cases(0, ["kl-in-loss"], preset="trl-grpo")]
+    [{'beta': 0.04}]
     """
-    names = check_names(names, group_case_names(n_random))
+    names = check_names(names, group_case_names(n_random, preset))
     cases = []
     for name in names:
+        params = {}
         if name.startswith("group-random-") and name[13:].isdigit():
             build = _random(int(name[13:]))
         elif name in EDGE_CASES:
             build = EDGE_CASES[name]
+        elif name in PRESET_CASES:
+            build, by_preset = PRESET_CASES[name]
+            params = by_preset.get(preset, {})
         else:
             raise ValueError(f"names: unknown group case {name!r}; valid ones are "
-                             f"'group-random-K' and {', '.join(EDGE_CASES)}")
+                             f"'group-random-K', {', '.join(EDGE_CASES)} and "
+                             f"{', '.join(PRESET_CASES)}")
         description, inputs = build(case_rng(seed, name))
-        cases.append(make_case(name, description, inputs, input_names=GROUP_INPUT_NAMES))
+        cases.append(make_case(name, description, inputs, params,
+                               input_names=GROUP_INPUT_NAMES))
     return cases
 
 
@@ -145,5 +225,5 @@ def cases_for(preset, seed: int = 0, names=None) -> list:
     from .cases import generate_cases
 
     if "groups" in getattr(preset, "input_names", ()):
-        return generate_group_cases(seed, names)
+        return generate_group_cases(seed, names, preset=getattr(preset, "name", None))
     return generate_cases(seed, names)

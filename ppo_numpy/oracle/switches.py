@@ -11,7 +11,8 @@ A new preset registers its switches with :func:`register_switches` (a switch tha
 yet in :data:`SWITCHES` is added with :func:`add_switch`)::
 
     register_switches("verl-grpo", {
-        "grpo_ddof": ((0,), "verl/trainer/ppo/core_algos.py compute_grpo_outcome_advantage"),
+        "clip_ratio_c": ((10.0,), "verl 0.9.1 verl/trainer/ppo/core_algos.py "
+                                  "compute_policy_loss_vanilla, clip_ratio_c=3"),
     })
 """
 
@@ -121,7 +122,44 @@ for _s in (
                                             "gspo": "has the sequence's ratio (GSPO)"}),
     Switch("policy_loss_type", "the policy loss", {"ppo": "has a ratio per token",
                                                    "gspo": "has the sequence's ratio (GSPO)"}),
-    Switch("loss_type", "the loss normalisation", {}),
+    Switch("loss_type", "the loss normalisation",
+           {"grpo": "is the mean over responses of each response's token mean",
+            "bnpo": "is the token mean over the batch",
+            "dr_grpo": "is the token sum over B times a constant length (Dr. GRPO)",
+            "dapo": "is the token sum over the batch's token count (DAPO)",
+            "cispo": "is CISPO's (the weight min(rho, epsilon_high) not differentiated)"}),
+    # the conventions of the critic-free presets that no framework exposes as an option
+    Switch("std_ddof", "the group std",
+           {0: "is the population std (divides by n, ddof 0)",
+            1: "has Bessel's correction (divides by n - 1, ddof 1, torch.std)"}),
+    Switch("std_eps", "the group advantage's eps", {0.0: "is absent (0 / 0 for equal scores)"},
+           default="is {v:g}"),
+    Switch("std_eps_placement", "where the group advantage's eps goes",
+           {"std": "adds it to the std: (s - mean) / (std + eps)",
+            "var": "puts it inside the square root: (s - mean) / sqrt(var + eps)"}),
+    Switch("singleton", "a group of one response",
+           {"zero": "gets advantage 0 (its own mean is its baseline)",
+            "raw": "keeps its score (mean 0, std 1)"}),
+    Switch("clip_ratio_high", "the upper clip bound", {}, default="is 1 + {v:g}"),
+    Switch("delta", "the unclipped ratio", {None: "is not bounded"},
+           default="is bounded above by delta = {v:g} (two-sided clipping)"),
+    Switch("beta", "the KL coefficient in the loss", {0.0: "is 0 (no KL term)"},
+           default="is {v:g}"),
+    Switch("kl_loss_coef", "the KL loss coefficient", {0.0: "is 0 (no KL term)"},
+           default="is {v:g}"),
+    Switch("init_kl_coef", "the KL coefficient", {0.0: "is 0 (no KL term)"},
+           default="is {v:g}"),
+    Switch("kl_loss_type", "the KL loss's estimator",
+           {"kl": "is k1 = logp - logp_ref", "k1": "is k1 = logp - logp_ref",
+            "abs": "is |logp - logp_ref|", "mse": "is k2 = (logp - logp_ref)^2 / 2",
+            "k2": "is k2 = (logp - logp_ref)^2 / 2",
+            "low_var_kl": "is k3 clamped to [-10, 10] (low_var_kl)",
+            "k3": "is k3 clamped to [-10, 10] (as low_var_kl)"}),
+    Switch("max_completion_length", "Dr. GRPO's constant length",
+           {None: "is the batch's padded width T"}, default="is {v!r}"),
+    Switch("cispo_clip", "CISPO's weight",
+           {"max": "is min(rho, epsilon_high): epsilon_high is the bound itself",
+            "range": "is clip(rho, 1 - epsilon, 1 + epsilon_high)"}),
     Switch("value_clip_form", "the clipped value",
            {"offset": "is V_old + clip(V - V_old, -c, c)",
             "clamp": "is clamp(V, V_old - c, V_old + c)"}),
@@ -147,30 +185,44 @@ def register_switches(preset: str, switches: dict) -> None:
     PRESET_SWITCHES.setdefault(preset, {}).update(switches)
 
 
-def switches_for(preset) -> dict:
+def switches_for(preset, cases=()) -> dict:
     """``{param: (alternatives, source)}`` registered for ``preset`` (a Preset or a name), the
-    alternatives restricted to values other than the preset's own."""
+    alternatives restricted to values other than the preset's own, but for a value that
+    differs from what one of ``cases`` sets in its params (``beta=0.0`` is TRL's default,
+    and still an alternative on a case that sets ``beta=0.04``)."""
     name = preset if isinstance(preset, str) else preset.name
     own = {} if isinstance(preset, str) else preset.parameters
     out = {}
     for param, (alternatives, source) in PRESET_SWITCHES.get(name, {}).items():
-        alts = tuple(a for a in alternatives if param not in own or a != own[param])
+        set_by_cases = {_key(c.get("params", {})[param]) for c in cases
+                        if param in c.get("params", {})}
+        alts = tuple(a for a in alternatives if param not in own or a != own[param]
+                     or any(v != _key(a) for v in set_by_cases))
         if alts:
             out[param] = (alts, source)
     return out
 
 
-def explain_switch(preset, param: str, value) -> str:
+def _key(value):
+    """A hashable stand-in for a parameter value (a list of bounds becomes a tuple)."""
+    return tuple(value) if isinstance(value, list) else value
+
+
+def explain_switch(preset, param: str, value, cases=()) -> str:
     """The sentence: what code with ``param=value`` does and what ``preset`` does, with its
     source, e.g. "the whitening's variance: yours is the population variance (divides by n,
     ddof 0); verl's has Bessel's correction (divides by n - 1, ddof 1)
-    (verl/utils/torch_functional.py masked_var)"."""
+    (verl/utils/torch_functional.py masked_var)"; ``cases`` that set ``param`` add what
+    they set."""
     switch = SWITCHES[param]
     own = preset.parameters[param]
     source = PRESET_SWITCHES.get(preset.name, {}).get(param, ((), ""))[1]
     where = f" ({source})" if source else ""
+    set_by = {_key(c["params"][param]) for c in cases if param in c.get("params", {})}
+    also = "".join(f", and {switch.phrase(v)} on the cases that set it" for v in
+                   sorted(set_by, key=repr) if v != own)
     return (f"{switch.topic}: yours {switch.phrase(value)}; {preset.name}'s "
-            f"{switch.phrase(own)}{where}")
+            f"{switch.phrase(own)}{also}{where}")
 
 
 def markdown_table() -> str:
@@ -296,27 +348,79 @@ register_switches("lm-human-preferences", {
     "value_clip_form": (("offset",), "lm_human_preferences/train_policy.py loss: "
                         "tf.clip_by_value(vpred, values - c, values + c)"),
 })
-_TRL_GRPO = "trl/trainer/grpo_trainer.py"
+# The critic-free presets: facts from the released wheels (trl 1.16.0, verl 0.9.1, openrlhf
+# 0.11.2), file and function named in each source line
+_TRL_GRPO = "trl 1.16.0 trl/trainer/grpo_trainer.py"
+_TRL_ADV = f"{_TRL_GRPO} _generate_and_score_completions"
+_TRL_LOSS = f"{_TRL_GRPO} _compute_loss"
+_STD_EPS = (1e-4, 1e-6, 1e-8, 0.0)
 register_switches("trl-grpo", {
-    "scale_rewards": (("batch", "none"), f"{_TRL_GRPO} _generate_and_score_completions, "
-                      "scale_rewards='group'"),
-    "importance_sampling_level": (("sequence",), f"{_TRL_GRPO} _compute_loss, "
-                                  "importance_sampling_level='token'"),
+    "scale_rewards": (("batch", "none"), f"{_TRL_ADV}, GRPOConfig.scale_rewards='group'"),
+    "std_ddof": ((0,), "trl 1.16.0 trl/trainer/utils.py nanstd: Bessel's correction "
+                 "count / (count - 1)"),
+    "std_eps": (_STD_EPS, f"{_TRL_ADV}: advantages / (std_rewards + 1e-4)"),
+    "std_eps_placement": (("var",), f"{_TRL_ADV}: advantages / (std_rewards + 1e-4)"),
+    "singleton": (("raw",), f"{_TRL_ADV}: a group of one is its own mean (advantage 0)"),
+    "epsilon_high": ((0.28,), f"{_TRL_LOSS}: clamp(coef_1, 1 - epsilon_low, 1 + "
+                     "epsilon_high), GRPOConfig.epsilon_high=None (= epsilon)"),
+    "delta": ((1.5,), f"{_TRL_LOSS}: GRPOConfig.delta=None (no two-sided clipping)"),
+    "importance_sampling_level": (("sequence",), f"{_TRL_LOSS}, "
+                                  "GRPOConfig.importance_sampling_level='token'"),
     # why: bnpo is dapo for one batch on one process (both divide by the batch's tokens)
-    "loss_type": (("grpo", "dr_grpo"), f"{_TRL_GRPO} _compute_loss, loss_type='dapo'"),
+    "loss_type": (("grpo", "dr_grpo"), f"{_TRL_LOSS}, GRPOConfig.loss_type='dapo'"),
+    "max_completion_length": ((None, 16), f"{_TRL_LOSS}: dr_grpo divides by size(0) * "
+                              "max_completion_length, GRPOConfig.max_completion_length=512"),
+    "beta": ((0.0, 0.1), f"{_TRL_LOSS}: per_token_loss + beta * per_token_kl, "
+             "GRPOConfig.beta=0.0"),
+    "kl_estimator": (("k1", "k2"), f"{_TRL_LOSS}: per_token_kl = exp(ref - logp) - (ref - "
+                     "logp) - 1 (k3)"),
+    "log_ratio_clamp": ((20.0,), f"{_TRL_LOSS}: coef_1 = exp(log_ratio), no clamp"),
+    "cispo_clip": (("range",), f"{_TRL_LOSS}: clamp(coef_1, max=epsilon_high).detach()"),
 })
+_VERL = "verl 0.9.1 verl/trainer/ppo/core_algos.py"
+_VERL_GRPO_ADV = f"{_VERL} compute_grpo_outcome_advantage"
 register_switches("verl-grpo", {
-    "norm_adv_by_std_in_grpo": ((False,), f"{_VERL_ALGOS} compute_grpo_outcome_advantage, "
-                                "norm_adv_by_std_in_grpo=True"),
-    "adv_estimator": (("rloo",), f"{_VERL_ALGOS}, algorithm.adv_estimator='grpo'"),
-    "loss_mode": (("gspo",), _VERL_VANILLA),
-    "use_kl_loss": ((True,), "actor.use_kl_loss=False"),
-    "use_kl_in_reward": ((True,), "algorithm.use_kl_in_reward=False"),
-    "loss_agg_mode": _VERL_AGG,
+    "norm_adv_by_std_in_grpo": ((False,), f"{_VERL_GRPO_ADV}, norm_adv_by_std_in_grpo=True"),
+    "std_ddof": ((0,), f"{_VERL_GRPO_ADV}: torch.std (unbiased)"),
+    "std_eps": (_STD_EPS, f"{_VERL_GRPO_ADV}: / (id2std + epsilon), epsilon=1e-6"),
+    "std_eps_placement": (("var",), f"{_VERL_GRPO_ADV}: / (id2std + epsilon)"),
+    "singleton": (("zero",), f"{_VERL_GRPO_ADV}: a group of one has id2mean 0, id2std 1"),
+    "adv_estimator": (("rloo",), f"{_VERL}, algorithm.adv_estimator='grpo'"),
+    "clip_ratio_high": ((0.28,), f"{_VERL} compute_policy_loss_vanilla, "
+                        "actor.clip_ratio_high=0.2"),
+    "loss_mode": (("gspo",), f"{_VERL} compute_policy_loss_vanilla, "
+                  "actor.policy_loss.loss_mode='vanilla'"),
+    "loss_agg_mode": (_AGG, f"{_VERL} agg_loss, actor.loss_agg_mode='token-mean'"),
+    "use_kl_loss": ((True,), "verl 0.9.1 actor.use_kl_loss=False"),
+    "kl_loss_coef": ((0.0, 0.1), "verl 0.9.1 actor.kl_loss_coef=0.001"),
+    "kl_loss_type": (("k1", "k2", "abs"), f"{_VERL} kl_penalty_forward, "
+                     "actor.kl_loss_type='low_var_kl'"),
+    "use_kl_in_reward": ((True,), "verl 0.9.1 verl/trainer/ppo/ray_trainer.py "
+                         "apply_kl_penalty, algorithm.use_kl_in_reward=False"),
+    "log_ratio_clamp": ((None,), f"{_VERL} compute_policy_loss_vanilla: "
+                        "clamp(negative_approx_kl, min=-20.0, max=20.0)"),
+    "cispo_clip": (("max",), f"{_VERL} compute_policy_loss_cispo: clamp(ratio, 1 - "
+                   "clip_ratio_low, 1 + clip_ratio_high)"),
 })
+_ORLHF = "openrlhf 0.11.2 openrlhf"
+_ORLHF_ADV = f"{_ORLHF}/trainer/ppo_utils/experience_maker.py compute_advantages_and_returns"
+_ORLHF_PL = f"{_ORLHF}/models/loss.py PolicyLoss"
 register_switches("openrlhf-grpo", {
-    "advantage_estimator": (("rloo", "dr_grpo"), "openrlhf/trainer/ppo_utils/"
-                            "experience_maker.py, --advantage_estimator group_norm"),
-    "policy_loss_type": (("gspo",), f"{_OPENRLHF_PL}, --policy_loss_type ppo"),
-    "dual_clip": ((3.0,), f"{_OPENRLHF_PL}, --dual_clip None"),
+    "advantage_estimator": (("rloo", "dr_grpo"), f"{_ORLHF_ADV}, "
+                            "--advantage_estimator group_norm"),
+    "std_ddof": ((0,), f"{_ORLHF_ADV}: rewards.std(-1) (unbiased)"),
+    # why: no 0.0 (absent) here: OpenRLHF's returns-to-go of the NaN that 0 / 0 gives a
+    # group of equal scores is refused by the preset, so no case could show it matches
+    "std_eps": (_STD_EPS[:3], f"{_ORLHF_ADV}: / (rewards.std(-1) + 1e-9)"),
+    "std_eps_placement": (("var",), f"{_ORLHF_ADV}: / (rewards.std(-1) + 1e-9)"),
+    "epsilon_high": ((0.28,), f"{_ORLHF_PL}: clamp(1 - clip_eps_low, 1 + clip_eps_high), "
+                     "--eps_clip 0.2"),
+    "policy_loss_type": (("gspo",), f"{_ORLHF_PL}, --policy_loss_type ppo"),
+    "dual_clip": ((3.0,), f"{_ORLHF_PL}, --dual_clip None"),
+    "use_kl_loss": ((True,), f"{_ORLHF_ADV}: the KL in the rewards (compute_reward) "
+                    "unless --use_kl_loss"),
+    "init_kl_coef": ((0.0, 0.1), f"{_ORLHF_ADV}: kl_ctl.value, --init_kl_coef 0.01"),
+    "kl_estimator": (("k2", "k3"), f"{_ORLHF}/models/utils.py compute_approx_kl, "
+                     "--kl_estimator k1"),
+    "log_ratio_clamp": ((None,), f"{_ORLHF_PL}: ppo's log-ratio clamp(min=-20.0, max=20.0)"),
 })

@@ -3,14 +3,22 @@
     python -m ppo_numpy oracle list
     python -m ppo_numpy oracle export DIR --preset NAME [--seed S] [--cases NAME ...]
     python -m ppo_numpy oracle verify DIR
+    python -m ppo_numpy oracle compare FILE.py:FUNCTION --preset NAME [--dtype D] [--cases ...]
+                                   [--outputs ...] [--param NAME=VALUE ...]
     python -m ppo_numpy oracle diagnose FILE.py:FUNCTION --preset NAME [--dtype D] [--cases ...]
+                                   [--outputs ...] [--param NAME=VALUE ...]
 
 ``verify`` exits 0 verified, 1 not verified, 2 when DIR is missing or a file in
 it is damaged (one line ``oracle verify: error: <file>: <what>`` on stderr).
-``diagnose`` compares a candidate ``case -> outputs`` (a function in a Python file, or
-``package.module:function``) with a preset and names the conventions that explain each
-failing output; it exits 0 when every output matches, 1 when some do not, 2 on bad input
-(one line ``oracle diagnose: error: <what>``).
+``compare`` compares a candidate ``case -> outputs`` (a function in a Python file, or
+``package.module:function``) with a preset; ``diagnose`` does too and names the
+conventions that explain each failing output. Both exit 0 when every output matches,
+1 when one does not, 2 on bad input (one line ``oracle compare: error: <what>``): an
+unknown preset, case or parameter, a candidate that cannot be loaded or returns something
+that is not a dict of numbers, a preset that rejects every case. ``--param beta=0.04``
+sets a preset parameter on every case (the candidate sees it in ``case["params"]``); the
+value is read as a Python literal (``0.04``, ``None``, ``True``, ``'k3'``), else kept as
+the string.
 See ``docs/oracle.md`` for the file format and how to check your own code.
 """
 
@@ -21,7 +29,7 @@ import json
 import sys
 
 from ..oracle.cases import EDGE_CASES, N_RANDOM, generate_cases
-from ..oracle.group_cases import cases_for, generate_group_cases
+from ..oracle.group_cases import PRESET_CASES, cases_for, generate_group_cases
 from ..oracle.presets import DEFAULT_PRESET, PRESETS, get_preset
 
 
@@ -40,6 +48,11 @@ def cmd_list(args) -> int:
     print("\ncases of the critic-free presets (trl-grpo, verl-grpo, openrlhf-grpo):")
     for case in generate_group_cases(args.seed):
         print(f"  {case['name']:<22} {case['description']}")
+    for name, (_, by_preset) in PRESET_CASES.items():
+        for preset, params in by_preset.items():
+            case = generate_group_cases(args.seed, [name], preset=preset)[0]
+            values = ", ".join(f"{k}={v!r}" for k, v in params.items())
+            print(f"  {name:<22} {case['description']} [{preset}: {values}]")
     return 0
 
 
@@ -116,22 +129,63 @@ def load_candidate(spec: str):
     return fn
 
 
-def cmd_diagnose(args) -> int:
+def parse_params(items, preset) -> dict:
+    """``--param NAME=VALUE`` items as a dict; ValueError for a name ``preset`` lacks (with
+    the closest names) or an item without ``=``."""
+    import ast
+    import difflib
+
+    params = {}
+    for item in items or ():
+        name, sep, text = item.partition("=")
+        if not sep or not name:
+            raise ValueError(f"--param {item!r}: expected NAME=VALUE")
+        if name not in preset.parameters:
+            close = difflib.get_close_matches(name, list(preset.parameters), n=3, cutoff=0.5)
+            hint = f"; closest: {', '.join(close)}" if close else ""
+            raise ValueError(f"--param {name}: preset {preset.name!r} has no parameter "
+                             f"{name!r}{hint}; valid ones are {', '.join(preset.parameters)}")
+        try:
+            params[name] = ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            params[name] = text
+    return params
+
+
+def _run_candidate(args, command: str):
+    """The comparison or diagnosis of ``args``, or the one error line (exit 2)."""
+    from ..oracle.compare import compare
     from ..oracle.diagnose import diagnose
 
+    preset = get_preset(args.preset or DEFAULT_PRESET)
+    candidate = load_candidate(args.candidate)
+    params = parse_params(args.param, preset)
+    cases = cases_for(preset, args.seed, args.cases)
+    if args.probes < 0:
+        raise ValueError(f"--probes must be >= 0, got {args.probes}")
+    if command == "diagnose":
+        result = diagnose(candidate, preset, cases, args.dtype, outputs=args.outputs,
+                          probes=args.probes, pairs=not args.no_pairs, params=params)
+        report = result.report
+    else:
+        result = report = compare(candidate, preset, cases, args.dtype, outputs=args.outputs,
+                                  probes=args.probes, params=params)
+    if report.rejected and not report.rows and not report.unchecked:
+        first = next(iter(report.rejected.values()))
+        raise ValueError(f"preset {preset.name!r} rejected every case ({first})")
+    return result, report
+
+
+def cmd_candidate(args) -> int:
+    command = args.command
     try:
-        preset = get_preset(args.preset or DEFAULT_PRESET)
-        candidate = load_candidate(args.candidate)
-        cases = cases_for(preset, args.seed, args.cases)
-        if args.probes < 0:
-            raise ValueError(f"--probes must be >= 0, got {args.probes}")
-        d = diagnose(candidate, preset, cases, args.dtype, outputs=args.outputs,
-                     probes=args.probes, pairs=not args.no_pairs)
+        result, report = _run_candidate(args, command)
     except (TypeError, ValueError) as err:
-        print(f"oracle diagnose: error: {err}", file=sys.stderr)
+        print(f"oracle {command}: error: {err}", file=sys.stderr)
         return 2
-    print(d)
-    return 0 if d.passed else 1
+    print(result)
+    passed = result.passed if command == "diagnose" else report.passed and bool(report.rows)
+    return 0 if passed else 1
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -155,23 +209,33 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--preset", default=None,
                    help="recompute with this preset instead of the manifest's")
     p.set_defaults(run=cmd_verify)
-    p = sub.add_parser("diagnose", help="compare a candidate with a preset and name the "
-                                        "conventions that explain its differences")
-    p.add_argument("candidate", help="FILE.py:FUNCTION or package.module:FUNCTION, a "
-                                     "function case -> outputs (docs/oracle.md)")
-    p.add_argument("--preset", default=None, help="preset name (default: the default preset)")
-    p.add_argument("--dtype", default="float64", choices=("float64", "float32", "bfloat16"),
-                   help="the precision the candidate computes in (default float64)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the cases (default 0)")
-    p.add_argument("--cases", nargs="+", default=None, metavar="NAME",
-                   help="only these cases: edge case names, random-K, 'random' or 'edge' (a "
-                        "critic-free preset's: group-random-K and its edge cases; `oracle list`)")
-    p.add_argument("--outputs", nargs="+", default=None, metavar="NAME",
-                   help="outputs that must be returned (default: those the candidate returns)")
-    p.add_argument("--probes", type=int, default=8,
-                   help="perturbed reference runs per case for kinks (default 8)")
-    p.add_argument("--no-pairs", action="store_true", help="try single switches only")
-    p.set_defaults(run=cmd_diagnose)
+    for command, what in (("compare", "compare a candidate with a preset, output by output"),
+                          ("diagnose", "compare a candidate with a preset and name the "
+                                       "conventions that explain its differences")):
+        p = sub.add_parser(command, help=what)
+        p.add_argument("candidate", help="FILE.py:FUNCTION or package.module:FUNCTION, a "
+                                         "function case -> outputs (docs/oracle.md)")
+        p.add_argument("--preset", default=None,
+                       help="preset name (default: the default preset)")
+        p.add_argument("--dtype", default="float64",
+                       choices=("float64", "float32", "bfloat16"),
+                       help="the precision the candidate computes in (default float64)")
+        p.add_argument("--seed", type=int, default=0, help="seed of the cases (default 0)")
+        p.add_argument("--cases", nargs="+", default=None, metavar="NAME",
+                       help="only these cases: edge case names, random-K, 'random' or 'edge' "
+                            "(a critic-free preset's: group-random-K and its edge cases; "
+                            "`oracle list`)")
+        p.add_argument("--outputs", nargs="+", default=None, metavar="NAME",
+                       help="compare only these outputs (default: every output the preset "
+                            "produces, which the candidate must return)")
+        p.add_argument("--param", action="append", default=None, metavar="NAME=VALUE",
+                       help="a preset parameter on every case, e.g. --param beta=0.04 "
+                            "(repeatable; the value is a Python literal or a string)")
+        p.add_argument("--probes", type=int, default=8,
+                       help="perturbed reference runs per case for kinks (default 8)")
+        if command == "diagnose":
+            p.add_argument("--no-pairs", action="store_true", help="try single switches only")
+        p.set_defaults(run=cmd_candidate)
     return parser
 
 

@@ -15,10 +15,17 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..._validation import as_array, as_mask, check_bounds, check_scalar, where_valid
+from ..._validation import (
+    as_array,
+    as_mask,
+    check_bounds,
+    check_choice,
+    check_scalar,
+    where_valid,
+)
 from ...aggregation import aggregate_kernel, aggregation_weights, mode_norm
 from ...gae import gae_kernel
-from ...group_advantages import _group_sums
+from ...group_advantages import _group_sums, grpo_advantages
 from ...kl import (
     kl_estimate_kernel,
     kl_shaped_rewards_kernel,
@@ -169,14 +176,23 @@ def check_params(p: dict) -> dict:
         p["value_clip_form"] = check_value_clip_form(p["value_clip_form"], "value_clip_form")
     choices = {"score_position": SCORE_POSITIONS, "whiten_mask": ("mask", "all"),
                "gae_holes": ("skip", "decay"), "whiten_eps_mode": ("add", "floor"),
-               "kl_in": ("reward", "loss")}
+               "kl_in": ("reward", "loss"), "singleton": ("zero", "raw")}
     for name, allowed in choices.items():
         if name in p and p[name] not in allowed:
             raise ValueError(f"{name}: expected one of {', '.join(map(repr, allowed))}, got "
                              f"{p[name]!r}")
-    if "whiten_ddof" in p and (isinstance(p["whiten_ddof"], bool)
-                               or p["whiten_ddof"] not in (0, 1)):
-        raise ValueError(f"whiten_ddof: must be 0 or 1, got {p['whiten_ddof']!r}")
+    for name in ("whiten_ddof", "std_ddof"):
+        if name in p and (isinstance(p[name], bool) or p[name] not in (0, 1)):
+            raise ValueError(f"{name}: must be 0 or 1, got {p[name]!r}")
+    if "std_eps" in p:
+        p["std_eps"] = check_scalar(p["std_eps"], "std_eps", low=0, allow_exact=False)
+    if "std_eps_placement" in p:
+        check_choice(p["std_eps_placement"], "std_eps_placement", STD_EPS_PLACEMENTS,
+                     "placement")
+    if p.get("log_ratio_clamp") is not None and "std_eps" in p:
+        # (a critic-free preset's clamp; the PPO presets' is checked by PolicyLossOptions)
+        p["log_ratio_clamp"] = check_scalar(p["log_ratio_clamp"], "log_ratio_clamp", low=0,
+                                            low_open=True, allow_exact=False)
     for name in ("shift_mean", "use_kl_loss"):
         if name in p and not isinstance(p[name], (bool, np.bool_)):
             raise ValueError(f"{name}: must be True or False, got {p[name]!r}")
@@ -372,10 +388,15 @@ def require_finite(name: str, arrays: dict, where: np.ndarray, why: str) -> None
 
 
 def require_choice(name: str, p: dict, key: str, allowed) -> None:
-    """ValueError unless the parameter ``p[key]`` is one of ``allowed``, the framework's options."""
-    if p[key] not in allowed:
-        raise ValueError(f"{name}: {key} must be one of {', '.join(map(str, allowed))}, got "
-                         f"{p[key]!r}")
+    """ValueError unless the parameter ``p[key]`` is one of ``allowed``, the framework's
+    options (:func:`~ppo_numpy._validation.check_choice` for strings; ``allowed`` may also
+    hold the bools of an older option, as TRL's ``scale_rewards``)."""
+    value = p[key]
+    if isinstance(value, (bool, np.bool_)) and value in [a for a in allowed
+                                                          if isinstance(a, bool)]:
+        return
+    check_choice(value, f"{name}: {key}", tuple(a for a in allowed if isinstance(a, str)),
+                 "option")
 
 
 def check_estimator(name: str, estimator, allowed: tuple) -> None:
@@ -401,16 +422,54 @@ def at_last_token(scores, m):
     return out
 
 
-def group_std(scores, groups, *, dtype=np.float64):
-    """Per response, the (ddof 1) standard deviation of its group's scores; 0 for a group of
-    one (the ``reward_std`` TRL and OpenRLHF log)."""
+def group_std(scores, groups, *, dtype=np.float64, ddof=1):
+    """Per response, the standard deviation (divisor n - ``ddof``) of its group's scores; 0 for
+    a group of one (the ``reward_std`` TRL and OpenRLHF log)."""
+    return np.sqrt(_group_var(scores, groups, dtype, ddof)).astype(np.float64)
+
+
+def _group_var(scores, groups, dtype, ddof):
+    """Per response, its group's score variance (divisor n - ddof) in ``dtype``; 0 for a
+    group of one."""
     s = np.asarray(scores, dtype=dtype)
     ids, inverse, counts = np.unique(groups, return_inverse=True, return_counts=True)
     mean = (_group_sums(s, inverse, len(ids)) / counts.astype(dtype))[inverse]
     sq = _group_sums((s - mean) ** 2, inverse, len(ids))
     with np.errstate(divide="ignore", invalid="ignore"):
-        std = np.sqrt(sq / (counts - 1).astype(dtype))[inverse]
-    return np.where(counts[inverse] > 1, std, 0.0).astype(np.float64)
+        var = (sq / (counts - ddof).astype(dtype))[inverse]
+    return np.where(counts[inverse] > 1, var, dtype(0)).astype(dtype)
+
+
+STD_EPS_PLACEMENTS = ("std", "var")
+"""Where the group advantage's eps goes: added to the std, or inside the square root."""
+
+
+def group_advantages(scores, groups, p: dict, *, scale="group", singleton="zero",
+                     dtype=np.float64):
+    """(s_i - mean_g) / (std + eps) with the preset's ``std_ddof``, ``std_eps`` and
+    ``std_eps_placement`` (``"std"``: std + eps; ``"var"``: sqrt(var + eps)); ``scale`` and
+    ``singleton`` as for :func:`ppo_numpy.group_advantages.grpo_advantages`, which computes
+    the frameworks' own form (eps > 0 added to the std). The other forms: the centred scores
+    divided in ``dtype``; without eps a group of equal scores gives NaN (0 / 0), as in
+    torch."""
+    eps, ddof, placement = p["std_eps"], p["std_ddof"], p["std_eps_placement"]
+    if scale == "none" or (placement == "std" and eps > 0):
+        return grpo_advantages(scores, groups, scale=scale, eps=eps, ddof=ddof,
+                               singleton=singleton, dtype=dtype)
+    centred = grpo_advantages(scores, groups, scale="none", singleton=singleton,
+                              dtype=dtype).astype(dtype)
+    if scale == "group":
+        var = _group_var(scores, groups, dtype, ddof)
+        _, inverse, counts = np.unique(groups, return_inverse=True, return_counts=True)
+        var = np.where(counts[inverse] > 1, var, dtype(1))  # a group of one: std 1 (verl)
+    else:
+        s = np.asarray(scores, dtype=dtype)
+        var = np.full(s.shape, np.sum((s - np.mean(s)) ** 2, dtype=dtype)
+                      / dtype(s.shape[0] - ddof), dtype=dtype)
+    e = dtype(eps)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        denom = np.sqrt(var + e) if placement == "var" else np.sqrt(var) + e
+        return (centred / denom).astype(np.float64)
 
 
 def policy_result(advantages, pl, dlogp, stats: dict, **arrays) -> dict:

@@ -15,6 +15,7 @@ from ._common import (
     GROUP_INPUT_NAMES,
     Preset,
     at_last_token,
+    group_advantages,
     group_std,
     kl_estimate,
     mean_rows,
@@ -50,7 +51,8 @@ def _openrlhf_grpo(x: Rollout, p: dict) -> dict:
       (gamma 1 but for ``reinforce``) are the advantages; ``reinforce`` and
       ``reinforce_baseline`` whiten them over the batch's tokens with the population
       variance floored at 1e-8.
-    * ``policy_loss_type`` ``ppo``: the token ratio, its log clamped to [-20, 20], eps 0.2
+    * ``policy_loss_type`` ``ppo``: the token ratio, its log clamped to [-20, 20]
+      (``log_ratio_clamp``, openrlhf 0.11.2 ``PolicyLoss``), eps 0.2
       (``eps_clip_low_high`` for two values), ``dual_clip`` off, the token mean; ``gspo``:
       the sequence ratio (no cap), the sequence mean of token means. (Checked against the
       released openrlhf 0.11.2 by ``make conformance``, docs/conformance.md.)
@@ -76,7 +78,7 @@ def _openrlhf_grpo(x: Rollout, p: dict) -> dict:
                        "asserts n_samples_per_prompt > 1 for group_norm, rloo and "
                        "reinforce_baseline")
     if est == "group_norm":
-        r = grpo_advantages(x.scores, x.groups, eps=1e-9)
+        r = group_advantages(x.scores, x.groups, p, singleton="error")
     elif est == "rloo":
         r = rloo_advantages(x.scores, x.groups)
     elif est in ("reinforce_baseline", "dr_grpo"):
@@ -97,10 +99,11 @@ def _openrlhf_grpo(x: Rollout, p: dict) -> dict:
     gspo = p["policy_loss_type"] == "gspo"
     opts = PolicyLossOptions(epsilon=p["epsilon"], epsilon_high=p["epsilon_high"],
                              dual_clip=p["dual_clip"],
-                             # why: openrlhf/models/loss.py (0.11.2) PolicyLoss clamps the token
-                             # log-ratio to [-20, 20] for "ppo"; the gspo sequence ratio is not
-                             log_ratio_clamp=None if gspo else 20.0,
                              importance_level="sequence" if gspo else "token",
+                             # why: openrlhf/models/loss.py (0.11.2) PolicyLoss clamps the token
+                             # log-ratio to [-20, 20] for "ppo" (the convention log_ratio_clamp);
+                             # the gspo sequence ratio is not clamped
+                             log_ratio_clamp=None if gspo else p["log_ratio_clamp"],
                              agg="seq-mean-token-mean" if gspo else "token-mean",
                              kl_coef=p["init_kl_coef"] if p["use_kl_loss"] else 0.0,
                              kl_estimator=p["kl_estimator"], kl_clamp=10.0, kl_agg="token-mean")
@@ -115,7 +118,7 @@ def _openrlhf_grpo(x: Rollout, p: dict) -> dict:
         # why: OpenRLHF 0.11.2 logs info["return"] = reward.sum(-1) over every column: its
         # compute_reward leaves -beta KL at the padding positions (padding is in it)
         "return": mean_rows(rewards.sum(axis=-1) - padding_kl),
-        "group_reward_std": mean_rows(group_std(x.scores, x.groups)),
+        "group_reward_std": mean_rows(group_std(x.scores, x.groups, ddof=p["std_ddof"])),
     }
     # A and rewards are 0 at padding (returns_to_go, whiten; at_last_token, kl_estimate)
     return policy_result(A, pl, dlogp, stats, rewards=rewards)
@@ -130,6 +133,11 @@ PRESET = Preset(
               "kl_estimator": "k1", "use_kl_loss": False, "reward_clip_range": (-10.0, 10.0),
               "epsilon": 0.2, "epsilon_high": None, "dual_clip": None,
               "policy_loss_type": "ppo"},
+    # the conventions OpenRLHF does not expose as options (openrlhf 0.11.2
+    # openrlhf/trainer/ppo_utils/experience_maker.py: rewards.std(-1) + 1e-9;
+    # openrlhf/models/loss.py PolicyLoss: ppo's log-ratio clamp(min=-20.0, max=20.0))
+    conventions={"std_ddof": 1, "std_eps": 1e-9, "std_eps_placement": "std",
+                 "log_ratio_clamp": 20.0},
     sources=(
         "OpenRLHF/OpenRLHF: openrlhf/trainer/ppo_utils/experience_maker.py "
         "(compute_advantages_and_returns, get_cumulative_returns), 0.11.2",

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...group_advantages import grpo_advantages
 from ...objective import PolicyLossOptions, policy_loss_kernel
 from ...rollout import Rollout
 from ._common import (
@@ -13,6 +12,7 @@ from ._common import (
     Preset,
     broadcast,
     float32_roundings,
+    group_advantages,
     group_std,
     mean_rows,
     policy_result,
@@ -30,6 +30,9 @@ def _trl_grpo(x: Rollout, p: dict) -> dict:
     ``_generate_and_score_completions`` and ``_compute_loss``; defaults of ``GRPOConfig``).
 
     * Advantages: A_i = (s_i - mean_g) / (std_g + 1e-4), torch.std (ddof 1) in float32
+      (the conventions ``std_ddof``, ``std_eps``, ``std_eps_placement`` "std" or "var":
+      sqrt(var + eps); ``singleton``, ``kl_estimator``, ``log_ratio_clamp`` and
+      ``cispo_clip`` are TRL's fixed choices, overridable to name another code's)
       (``scale_rewards="group"``, the default; ``"batch"``: the std of every score of the
       batch, the mean still per group; ``"none"``: no division, Dr. GRPO; the bools of
       older versions: True = "group", False = "none"). A group of one gets 0 (its std is
@@ -40,7 +43,8 @@ def _trl_grpo(x: Rollout, p: dict) -> dict:
     * The loss (``loss_type``): -min(rho A, clip(rho, 1 - epsilon, 1 + epsilon_high) A)
       per token, plus ``beta`` * k3 (no clamp) per token, then the normalisation:
       ``"grpo"`` sequence mean of token means over every row, ``"bnpo"`` local token
-      mean, ``"dr_grpo"`` sum / (B * ``max_completion_length``), ``"dapo"`` (default) sum /
+      mean, ``"dr_grpo"`` sum / (B * ``max_completion_length``; None: the batch's width
+      T), ``"dapo"`` (default) sum /
       ``num_items_in_batch`` (default: this batch's token count, one process);
       ``"cispo"``: -min(rho, epsilon_high) A logp with the weight not differentiated,
       normalised as dapo. ``epsilon_high`` None means ``epsilon``.
@@ -64,14 +68,16 @@ def _trl_grpo(x: Rollout, p: dict) -> dict:
     require_choice(name, p, "scale_rewards", SCALES)
     agg, form = LOSS_TYPES[p["loss_type"]]
     level = p["importance_sampling_level"]
-    A = broadcast(grpo_advantages(x.scores, x.groups, scale=SCALES[p["scale_rewards"]],
-                                  eps=1e-4, ddof=1, singleton="zero", dtype=np.float32), m)
+    A = broadcast(group_advantages(x.scores, x.groups, p, scale=SCALES[p["scale_rewards"]],
+                                   singleton=p["singleton"], dtype=np.float32), m)
     eps_high = p["epsilon"] if p["epsilon_high"] is None else p["epsilon_high"]
     norm = {"dr_grpo": p["max_completion_length"], "dapo": p["num_items_in_batch"]}.get(agg)
     opts = PolicyLossOptions(
-        epsilon=p["epsilon"], epsilon_high=eps_high, delta=p["delta"], importance_level=level,
-        loss_type=form, cispo_clip="max", agg=agg, norm=norm, kl_coef=p["beta"],
-        kl_estimator="k3")
+        # why: TRL applies delta in the clipped loss types only; cispo ignores it
+        epsilon=p["epsilon"], epsilon_high=eps_high,
+        delta=None if form == "cispo" else p["delta"], importance_level=level,
+        loss_type=form, cispo_clip=p["cispo_clip"], agg=agg, norm=norm, kl_coef=p["beta"],
+        kl_estimator=p["kl_estimator"], log_ratio_clamp=p["log_ratio_clamp"])
     pl, _, dlogp = policy_loss_kernel(xm.logp, xm.logp_old, A, m, opts, xm.logp_ref)
     n = max(int(m.sum()), 1)
 
@@ -94,9 +100,10 @@ def _trl_grpo(x: Rollout, p: dict) -> dict:
     if form == "cispo":
         stats["cispo_clip_ratio"] = batch_mean((pl.rho > eps_high) & (A > 0))
     else:
-        # min(rho, delta) below the range with A < 0, above it with A > 0
+        # min(rho, delta) below the range with A < 0, above it with A > 0 (the delta of
+        # the loss: none for cispo)
         lo, hi = opts.bounds()
-        rho = pl.rho if p["delta"] is None else np.minimum(pl.rho, p["delta"])
+        rho = pl.rho if opts.delta is None else np.minimum(pl.rho, opts.delta)
         low, high = (rho < lo) & (A < 0), (rho > hi) & (A > 0)
         # why: TRL 1.16.0 _compute_loss logs nanmin / nanmax over the sequences (gathered
         # over processes) of each sequence's clipped fraction
@@ -105,7 +112,7 @@ def _trl_grpo(x: Rollout, p: dict) -> dict:
                       "clip_ratio/high_mean": batch_mean(high),
                       "clip_ratio/high_max": float(np.max(per_sequence(high))),
                       "clip_ratio/region_mean": batch_mean(low | high)})
-    std = group_std(x.scores, x.groups, dtype=np.float32)
+    std = group_std(x.scores, x.groups, dtype=np.float32, ddof=p["std_ddof"])
     stats.update({"reward": mean_rows(x.scores), "reward_std": mean_rows(std),
                   "frac_reward_zero_std": mean_rows(np.isclose(std, 0.0))})
     return policy_result(A, pl, dlogp, stats)  # A is 0 at padding (broadcast)
@@ -119,6 +126,11 @@ PRESET = Preset(
               "importance_sampling_level": "token", "epsilon": 0.2, "epsilon_high": None,
               "delta": None, "beta": 0.0, "max_completion_length": 512,
               "num_items_in_batch": None},
+    # the conventions TRL does not expose as options (trl 1.16.0 trl/trainer/grpo_trainer.py
+    # _generate_and_score_completions, _compute_loss; trl/trainer/utils.py nanstd)
+    conventions={"std_ddof": 1, "std_eps": 1e-4, "std_eps_placement": "std",
+                 "singleton": "zero", "kl_estimator": "k3", "log_ratio_clamp": None,
+                 "cispo_clip": "max"},
     sources=(
         "huggingface/trl: trl/trainer/grpo_trainer.py (GRPOTrainer."
         "_generate_and_score_completions, _compute_loss), 1.16.0",

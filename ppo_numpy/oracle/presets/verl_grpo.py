@@ -7,7 +7,6 @@ from __future__ import annotations
 import numpy as np
 
 from ...group_advantages import (
-    grpo_advantages,
     reinforce_plus_plus_advantages,
     reinforce_plus_plus_baseline_advantages,
     remax_advantages,
@@ -21,6 +20,7 @@ from ._common import (
     Preset,
     at_last_token,
     broadcast,
+    group_advantages,
     kl_estimate,
     masked_mean,
     mean_rows,
@@ -50,7 +50,10 @@ def _verl_grpo(x: Rollout, p: dict) -> dict:
       is their sum over the response.
     * ``adv_estimator``: ``grpo`` (s - mean) / (std + 1e-6), ddof 1, in float32 (verl's
       reward tensor; float64 with ``use_kl_in_reward``, the KL's dtype); a group of
-      one has mean 0 and std 1; ``norm_adv_by_std_in_grpo=False`` drops the division.
+      one has mean 0 and std 1 (the conventions ``std_ddof``, ``std_eps``,
+      ``std_eps_placement``, ``singleton``, ``log_ratio_clamp`` and ``cispo_clip`` are
+      verl's fixed choices, overridable to name another code's);
+      ``norm_adv_by_std_in_grpo=False`` drops the division.
       ``rloo``: s - the mean of the others (a group of one keeps its score).
       ``reinforce_plus_plus``: returns-to-go of the token rewards (``gamma``), whitened over
       the batch's tokens (ddof 1, eps 1e-8 inside the square root).
@@ -97,8 +100,8 @@ def _verl_grpo(x: Rollout, p: dict) -> dict:
         # why: verl 0.9.1 computes in the dtype of token_level_rewards: float32 scores
         # (reward_manager/naive.py), promoted to the log-probs' float64 by the KL penalty
         dtype = np.float64 if p["use_kl_in_reward"] else np.float32
-        A = broadcast(grpo_advantages(s, x.groups, scale=scale, eps=1e-6, singleton="raw",
-                                      dtype=dtype), m)
+        A = broadcast(group_advantages(s, x.groups, p, scale=scale, singleton=p["singleton"],
+                                       dtype=dtype), m)
     elif est == "rloo":
         A = broadcast(rloo_advantages(s, x.groups, singleton="raw"), m)
     elif est == "reinforce_plus_plus":
@@ -114,11 +117,13 @@ def _verl_grpo(x: Rollout, p: dict) -> dict:
         kl = dict(kl_coef=p["kl_loss_coef"], kl_estimator=kl_est, kl_clamp=kl_clamp,
                   kl_agg=agg)
     # the options of each loss_mode besides the clip bounds and the KL term
-    mode = {"vanilla": dict(dual_clip=p["clip_ratio_c"], log_ratio_clamp=20.0, agg=agg),
+    clamp = p["log_ratio_clamp"]
+    mode = {"vanilla": dict(dual_clip=p["clip_ratio_c"], log_ratio_clamp=clamp, agg=agg),
             # why: verl 0.9.1 compute_policy_loss_gspo aggregates by the loss_agg_mode it is
             # given (workers/utils/losses.py ppo_loss passes actor.loss_agg_mode)
             "gspo": dict(importance_level="sequence", log_ratio_max=10.0, agg=agg),
-            "cispo": dict(loss_type="cispo", log_ratio_clamp=20.0, agg=agg)}[p["loss_mode"]]
+            "cispo": dict(loss_type="cispo", log_ratio_clamp=clamp, agg=agg,
+                          cispo_clip=p["cispo_clip"])}[p["loss_mode"]]
     opts = PolicyLossOptions(epsilon=p["clip_ratio_low"], epsilon_high=p["clip_ratio_high"],
                              **mode, **kl)
     pl, st, dlogp = policy_loss_kernel(xm.logp, xm.logp_old, A, m, opts, xm.logp_ref)
@@ -147,6 +152,11 @@ PRESET = Preset(
               "clip_ratio_high": 0.2, "clip_ratio_c": 3.0, "use_kl_loss": False,
               "kl_loss_coef": 0.001, "kl_loss_type": "low_var_kl", "use_kl_in_reward": False,
               "kl_penalty": "kl", "kl_coef": 0.001},
+    # the conventions verl does not expose as options (verl 0.9.1
+    # verl/trainer/ppo/core_algos.py compute_grpo_outcome_advantage, epsilon=1e-6;
+    # compute_policy_loss_vanilla and _cispo: clamp(negative_approx_kl, -20, 20))
+    conventions={"std_ddof": 1, "std_eps": 1e-6, "std_eps_placement": "std",
+                 "singleton": "raw", "log_ratio_clamp": 20.0, "cispo_clip": "range"},
     sources=(
         "volcengine/verl: verl/trainer/ppo/core_algos.py (compute_grpo_outcome_advantage, "
         "compute_rloo_outcome_advantage, compute_reinforce_plus_plus_outcome_advantage, "
