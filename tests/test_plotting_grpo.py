@@ -81,7 +81,7 @@ def test_training_curves_draw_every_seed_and_their_mean():
     assert ys[4] == [0.1, 0.3] and ys[5] == [0.9, 0.9]
     assert [line.get_lw() for line in score.lines[:4]] == [0.7, 0.7, 0.7, 1.8]
     assert [t.get_text() for t in score.get_legend().get_texts()] == [
-        "ppo (3 seeds, mean)", "grpo", "90% of optimum"]
+        "ppo (mean of 3 random seeds)", "grpo", "90% of optimum"]
 
 
 @pytest.mark.parametrize("call, message", [

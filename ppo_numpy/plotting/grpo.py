@@ -13,7 +13,7 @@ plot_std_scaling       1 / std of a group against its fraction solved, and
 plot_length_bias       per-token push A_i x weight of each response, by
                        aggregation mode (per-sequence vs token mean)
 plot_training_curves   score and KL to the reference of several runs, each
-                       one line per seed and their mean
+                       one line per random seed and their mean
 =====================  ==================================================
 """
 
@@ -103,9 +103,9 @@ def plot_training_curves(runs, *, optimum=1.0, columns=("score", "kl_ref")):
 
     Parameters
     ----------
-    runs : dict label -> history, or label -> list of histories (one per seed)
+    runs : dict label -> history, or label -> list of histories (one per random seed)
         A history is the list of per-iteration rows ``train`` returns. With several
-        seeds each is drawn thin and their mean over the seeds thick, in one colour.
+        random seeds each is drawn thin and their mean over the seeds thick, in one colour.
     optimum : float
         The task's optimum; the score panel draws 0.9 * optimum.
     columns : sequence of str
@@ -132,7 +132,7 @@ def plot_training_curves(runs, *, optimum=1.0, columns=("score", "kl_ref")):
                 raise ValueError(f"runs[{label!r}]: no column {missing[0]!r}")
         n = min(len(h) for h in histories)
         it = [row["iteration"] for row in histories[0][:n]]
-        seeds = f" ({len(histories)} seeds, mean)" if len(histories) > 1 else ""
+        seeds = f" (mean of {len(histories)} random seeds)" if len(histories) > 1 else ""
         for ax, name in zip(axes, columns):
             ys = np.array([[row[name] for row in h[:n]] for h in histories], dtype=float)
             if len(histories) > 1:
