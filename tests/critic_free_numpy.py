@@ -189,12 +189,14 @@ def verl_grpo(case, **plant):
     if p["use_kl_in_reward"]:
         kind = {"low_var_kl": "k3"}.get(p["kl_penalty"], p["kl_penalty"])
         rewards = rewards - p["kl_coef"] * kl_and_grad(logp_old, ref, kind)[0] * m
-    seq = rewards.astype(np.float32).sum(axis=1)  # verl's token_level_rewards: float32
+    # verl 0.9.1's token_level_rewards: float32 scores, promoted to float64 by the KL penalty
+    dtype = np.float64 if p["use_kl_in_reward"] else np.float32
+    seq = rewards.astype(dtype).sum(axis=1)
     if p["adv_estimator"] == "grpo":
         A_i = group_normalise(seq, groups, scale="group" if p["norm_adv_by_std_in_grpo"]
                               else "none", eps=p["std_eps"], ddof=p["std_ddof"],
                               placement=p["std_eps_placement"], singleton=p["singleton"],
-                              dtype=np.float32)
+                              dtype=dtype)
     else:  # rloo: s - the mean of the others; a group of one keeps its score
         A_i = np.zeros(B)
         for i in range(B):
@@ -225,10 +227,8 @@ def verl_grpo(case, **plant):
             bounded = (A < 0) & (dual < loss_t)
             loss_t = np.where(bounded, dual, loss_t)
             dloss_t = np.where(bounded, 0.0, dloss_t)
-    # why: verl 0.9.1's compute_policy_loss_gspo aggregates by loss_agg_mode; the preset
-    # (and so this transcription, to plant into) always by seq-mean-token-mean: issue 24
-    # (conformance) owns that difference
-    w = aggregate_weights(m, "seq-mean-token-mean" if mode == "gspo" else p["loss_agg_mode"])
+    # verl 0.9.1's compute_policy_loss_gspo aggregates by loss_agg_mode, as the others do
+    w = aggregate_weights(m, p["loss_agg_mode"])
     loss = float((w * loss_t * m).sum())
     dlogp = w * dloss_t * m
     # the logged mean of -(log-ratio), clamped as the loss clamps it (GSPO: not clamped)
