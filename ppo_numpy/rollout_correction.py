@@ -155,17 +155,10 @@ def rollout_importance_weights(logp_old, logp_rollout, mask=None, *, level="toke
     lo = -np.inf if clip_min is None else clip_min
     hi = np.inf if clip_max is None else clip_max
 
-    if level == "sequence":
-        # log w_i = sum_t log w_t   (B, 1), clamped to [-b, b] before exp
-        log_w = log_w.sum(axis=-1, keepdims=True)
-    if b is not None:
-        log_w = np.clip(log_w, -b, b)
-    w = np.exp(log_w)  # (B, T), or (B, 1) at the sequence level
+    stat, w = is_statistic_kernel(log_w, m, level, b)
     if level == "geometric":
-        # g_i = exp((1/n_i) sum_t log w_t): keep the response if lo <= g_i <= hi
-        n = np.maximum(m.sum(axis=-1, keepdims=True), 1)
-        g = np.exp(log_w.sum(axis=-1, keepdims=True) / n)
-        w = np.where((g >= lo) & (g <= hi), w, 0.0)
+        # keep the response if lo <= g_i <= hi, with its token ratios
+        w = np.where((stat >= lo) & (stat <= hi), w, 0.0)
     elif mode == "truncate":
         w = np.minimum(np.maximum(w, lo), hi)
     else:
@@ -184,6 +177,27 @@ def rollout_importance_weights(logp_old, logp_rollout, mask=None, *, level="toke
         if mean > 1e-8:
             w = w / mean
     return w.reshape(shape) + 0.0
+
+
+def is_statistic_kernel(log_w, m, level: str, b=None):
+    """``(statistic, w)`` of checked log-ratios ``log_w`` (B, T), 0 at padding (kernel).
+
+    The statistic is what a level compares with the bounds: the token ratio (B, T), the
+    sequence ratio exp(sum_t log w_t) (B, 1) or the geometric mean exp(mean_t log w_t)
+    (B, 1); ``w`` is the weight before the bounds: the statistic itself, or the token ratios
+    at the geometric level. ``b``: the log-ratio bound (each token's, or the sum's).
+    """
+    if level == "sequence":
+        # log w_i = sum_t log w_t   (B, 1), clamped to [-b, b] before exp
+        log_w = log_w.sum(axis=-1, keepdims=True)
+    if b is not None:
+        log_w = np.clip(log_w, -b, b)
+    w = np.exp(log_w)  # (B, T), or (B, 1) at the sequence level
+    if level != "geometric":
+        return w, w
+    # g_i = exp((1/n_i) sum_t log w_t)   (B, 1)
+    n = np.maximum(m.sum(axis=-1, keepdims=True), 1)
+    return np.exp(log_w.sum(axis=-1, keepdims=True) / n), w
 
 
 def rollout_rejection_mask(logp_old, logp_rollout, mask=None, *, criterion, low=None,
