@@ -25,7 +25,7 @@ toy policies           MLPPolicy, BigramPolicy,    ppo_numpy.policy
 loss + grads (params)  ppo_loss_and_grads          ppo_numpy.policy.loss
 group baselines        grpo_advantages, ...        ppo_numpy.group_advantages
 rollout batch          Rollout                     ppo_numpy.rollout
-sampler-trainer gap    rollout_importance_weights, ppo_numpy.rollout_correction
+sampler-trainer gap    rollout_importance_weights  ppo_numpy.rollout_correction
                        rollout_rejection_mask
 loss options           PolicyLossOptions           ppo_numpy.objective
 =====================  ==========================  ===========================

@@ -107,7 +107,7 @@ def rollout_importance_weights(logp_old, logp_rollout, mask=None, *, level="toke
     log_ratio_bound : float > 0, optional
         Clamp the log-ratio to [-b, b] before exp: each token's (token and geometric
         levels) or the sequence's sum (sequence level). verl always uses 20
-        (:data:`SAFETY_BOUND`); TRL and OpenRLHF none. Default ``None``: none.
+        (``SAFETY_BOUND``); TRL and OpenRLHF none. Default ``None``: none.
 
     Returns
     -------
@@ -205,7 +205,7 @@ def rollout_rejection_mask(logp_old, logp_rollout, mask=None, *, criterion, low=
     """verl 0.9.1's rejection sampling (``rollout_rs``): True where a token is kept, (B, T).
 
     With log w_t = logp_old_t - logp_rollout_t clamped to [-20, 20] (verl's
-    :data:`SAFETY_BOUND`, always applied) and the per-token estimators
+    ``SAFETY_BOUND``, always applied) and the per-token estimators
 
         k1_t = -log w_t,    k2_t = (log w_t)^2 / 2,    k3_t = (w_t - 1) - log w_t
 
@@ -229,7 +229,7 @@ def rollout_rejection_mask(logp_old, logp_rollout, mask=None, *, criterion, low=
     logp_old, logp_rollout, mask
         As in :func:`rollout_importance_weights`.
     criterion : str
-        One of :data:`CRITERIA` (required).
+        One of ``CRITERIA`` (required).
     low : float > 0, optional
         k1 criteria only: the lower bound; ``None``: 1 / high (verl's single threshold).
         verl's ``"low_upper"`` string is ``low=..., high=...``. The k2 and k3 criteria take

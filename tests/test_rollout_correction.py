@@ -687,3 +687,61 @@ def test_rollout_carries_logp_rollout():
         Rollout(mask=[[1, 0]], logp_rollout=[[-1.0]])
     with pytest.raises(ValueError, match="logp_rollout: non-finite value nan at valid"):
         Rollout(mask=[[1, 0]], logp_rollout=[[float("nan"), 0.0]])
+
+
+# -------------------------------------------- docs/conventions.md, section 14: worked numbers
+
+DOCS = __import__("pathlib").Path(__file__).resolve().parents[1] / "docs" / "conventions.md"
+D_OLD = np.log([[0.8, 0.2, 0.5], [0.8, 0.5, 0.5], [0.75, 0.75, 0.5]])
+D_ROLL = np.log([[0.2, 0.5, 0.8], [0.1, 0.5, 0.5], [0.3, 0.3, 0.5]])
+D_MASK = np.array([[1, 1, 1], [1, 0, 0], [1, 1, 0]], dtype=bool)
+N12 = 12 / 9.025  # verl TIS weights 2, 0.4, 0.625, 2, 2, 2: token mean 9.025 / 6
+DOC_ROWS = [
+    # (setting as the docs name it, keywords, the weights by hand, row by row)
+    ("TRL `sequence_mask` (the default), clip_max 3",
+     dict(level="sequence", mode="mask", clip_max=3.0), [[1, 1, 1], [0], [0, 0]]),
+    ("TRL `token_truncate`, clip_max 3", dict(level="token", mode="truncate", clip_max=3.0),
+     [[3, 0.4, 0.625], [3], [2.5, 2.5]]),
+    ("verl `rollout_is=token`, threshold 2", dict(clip_max=2.0, log_ratio_bound=20.0),
+     [[2, 0.4, 0.625], [2], [2, 2]]),
+    ("verl `rollout_is=sequence`, threshold 2",
+     dict(level="sequence", clip_max=2.0, log_ratio_bound=20.0), [[1, 1, 1], [2], [2, 2]]),
+    ('verl `rollout_is=token`, threshold `"0.5_5"` (IcePop)',
+     dict(mode="mask", clip_min=0.5, clip_max=5.0, log_ratio_bound=20.0),
+     [[4, 0, 0.625], [0], [2.5, 2.5]]),
+    ("verl `rollout_is=token`, threshold 2, `rollout_is_batch_normalize`",
+     dict(clip_max=2.0, log_ratio_bound=20.0, batch_normalize=True),
+     [[N12, 0.4 * N12 / 2, 0.625 * N12 / 2], [N12], [N12, N12]]),
+    ("OpenRLHF `token`, `clip`, [0.5, 5]", dict(clip_min=0.5, clip_max=5.0),
+     [[4, 0.5, 0.625], [5], [2.5, 2.5]]),
+    ("OpenRLHF `token`, `mask`, [0.5, 5]", dict(mode="mask", clip_min=0.5, clip_max=5.0),
+     [[4, 0, 0.625], [0], [2.5, 2.5]]),
+    ("OpenRLHF `seq`, `mask`, [0.5, 5]",
+     dict(level="geometric", mode="mask", clip_min=0.5, clip_max=5.0),
+     [[4, 0.4, 0.625], [0], [2.5, 2.5]]),
+]
+
+
+def test_docs_worked_numbers():
+    text = DOCS.read_text()
+    A = np.ones((3, 3))
+    for name, kw, hand in DOC_ROWS:
+        w = rollout_importance_weights(D_OLD, D_ROLL, D_MASK, **kw)
+        got = [w[i][D_MASK[i]].tolist() for i in range(3)]
+        for g, h in zip(got, hand):
+            assert_close(g, h, rtol=1e-12, atol=1e-15, setting=name)
+        # at rho = 1 and A = 1 the token-mean loss is minus the token mean of the weights
+        loss = ppo_policy_loss(D_OLD, D_OLD, A, D_MASK, is_weights=w)[0]
+        assert loss == pytest.approx(-sum(map(sum, hand)) / 6, rel=1e-12), name
+        cells = " / ".join(", ".join(f"{x:.4g}" for x in row) for row in got)
+        line = f"| {name} | {cells} | {loss:.6f} |"
+        assert line in text, f"docs/conventions.md section 14 lacks or differs from:\n{line}"
+    # verl's rejection: seq_mean_k1, threshold 2, keeps the first response only
+    keep = rollout_rejection_mask(D_OLD, D_ROLL, D_MASK, criterion="seq_mean_k1", high=2.0)
+    assert keep.tolist() == [[True] * 3, [False] * 3, [False] * 3]
+    w = rollout_importance_weights(D_OLD, D_ROLL, D_MASK, clip_max=2.0, log_ratio_bound=20.0)
+    replaced = ppo_policy_loss(D_OLD, D_OLD, A, keep, is_weights=w)[0]
+    zeroed = ppo_policy_loss(D_OLD, D_OLD, A, D_MASK, is_weights=w * keep)[0]
+    assert replaced == pytest.approx(-(2 + 0.4 + 0.625) / 3, rel=1e-12)
+    assert zeroed == pytest.approx(-(2 + 0.4 + 0.625) / 6, rel=1e-12)
+    assert f"= {replaced:.6f}" in text and f": {zeroed:.6f}." in text
