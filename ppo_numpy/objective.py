@@ -563,8 +563,8 @@ def policy_loss_kernel(logp, logp_old, A, m, opts: PolicyLossOptions, logp_ref=N
     :func:`ppo_numpy.policy_loss_and_grad` use it).
 
     At the sequence level with one advantage per response, at least
-    :data:`ppo_numpy.gspo_rowwise.ROWWISE_FROM` entries and no ``is_weights`` it takes the
-    fast form of :mod:`ppo_numpy.gspo_rowwise` (the same numbers to rounding); else the
+    ``ppo_numpy.gspo_rowwise.ROWWISE_FROM`` entries and no ``is_weights`` it takes the
+    fast form of ``ppo_numpy.gspo_rowwise`` (the same numbers to rounding); else the
     readable one (importance weights vary per token: the per-response form has no place for
     them)."""
     A_row = None if is_weights is not None else gspo_rowwise.use_rowwise(A, m, opts)

@@ -16,6 +16,8 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from ppo_numpy import (
     Rollout,
@@ -26,7 +28,7 @@ from ppo_numpy import (
     rollout_rejection_mask,
 )
 from ppo_numpy.rollout_correction import CRITERIA, SAFETY_BOUND
-from tests._helpers import assert_close, assert_same, show
+from tests._helpers import FAST, assert_close, assert_same, finite, padded_batches, show
 
 # ratios pi_old / pi_rollout [4, 1/2, 1/2] (product 1, geometric mean 1), a one-token
 # response with ratio 8, and a response of two tokens with ratios [5/2, 5/2]
@@ -745,3 +747,23 @@ def test_docs_worked_numbers():
     assert replaced == pytest.approx(-(2 + 0.4 + 0.625) / 3, rel=1e-12)
     assert zeroed == pytest.approx(-(2 + 0.4 + 0.625) / 6, rel=1e-12)
     assert f"= {replaced:.6f}" in text and f": {zeroed:.6f}." in text
+
+
+# --------------------------------------------- properties over padded batches (hypothesis)
+
+
+@FAST
+@given(padded_batches([finite(-4.0, 0.0), finite(-4.0, 0.0)]),
+       st.sampled_from(LEVEL_MODES), st.sampled_from(CRITERIA))
+def test_any_placement_and_garbage_equals_rows_one_by_one(pb, level_mode, criterion):
+    level, mode = level_mode
+    lp_old, lp_roll = pb.arrays
+    kw = dict(level=level, mode=mode, clip_min=0.5, clip_max=2.0)
+    w = rollout_importance_weights(lp_old, lp_roll, pb.mask, **kw)
+    high = 1.5 if criterion.endswith("k1") else 0.2
+    keep = rollout_rejection_mask(lp_old, lp_roll, pb.mask, criterion=criterion, high=high)
+    assert np.all(w[pb.mask == 0] == 0) and not np.any(keep[pb.mask == 0])
+    for i, (row_old, row_roll) in enumerate(pb.rows):
+        assert_same(pb.valid(w, i), rollout_importance_weights(row_old, row_roll, **kw), row=i)
+        assert (pb.valid(keep, i).tolist() == rollout_rejection_mask(
+            row_old, row_roll, criterion=criterion, high=high).tolist()), (criterion, i)
