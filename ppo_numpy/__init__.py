@@ -25,6 +25,8 @@ toy policies           MLPPolicy, BigramPolicy,    ppo_numpy.policy
 loss + grads (params)  ppo_loss_and_grads          ppo_numpy.policy.loss
 group baselines        grpo_advantages, ...        ppo_numpy.group_advantages
 rollout batch          Rollout                     ppo_numpy.rollout
+sampler-trainer gap    rollout_importance_weights  ppo_numpy.rollout_correction
+                       rollout_rejection_mask
 loss options           PolicyLossOptions           ppo_numpy.objective
 =====================  ==========================  ===========================
 """
@@ -67,6 +69,7 @@ from .policy import (
 )
 from .ratio import probability_ratio
 from .rollout import Rollout
+from .rollout_correction import rollout_importance_weights, rollout_rejection_mask
 from .td import td_errors
 from .training.kl_controllers import AdaptiveKLController, FixedKLController
 from .value_loss import value_loss
@@ -114,6 +117,8 @@ __all__ = [
     "remax_advantages",
     "returns_to_go",
     "rloo_advantages",
+    "rollout_importance_weights",
+    "rollout_rejection_mask",
     "save_checkpoint",
     "td_errors",
     "value_loss",

@@ -18,7 +18,8 @@ with its (B, 1) sequence ratio. ``policy_loss_kernel`` (and so
 :func:`ppo_numpy.policy_loss_and_grad`) takes it by the rule of ``use_rowwise``; the
 two forms agree to rounding (the same numbers summed in another order:
 ``tests/test_gspo_rowwise.py`` bounds the difference by 4 ulps of each output's scale, and
-the clip counts exactly).
+the clip counts exactly). With ``is_weights`` (the rollout correction's per-token
+weights) the kernel always takes the readable form.
 """
 
 from __future__ import annotations

@@ -50,6 +50,7 @@ from .entropy import log_softmax_kernel, prepare_logits
 from .kl import _check_estimator, check_kl_clamp, kl_estimate_grad_kernel
 from .objective import (
     _checked,
+    check_is_weights,
     loss_options,
     policy_loss_backward,
     policy_loss_forward,
@@ -105,7 +106,7 @@ def _weights(m: np.ndarray, mode: str, norm) -> np.ndarray:
 
 
 def policy_loss_grad(logp, logp_old, advantages, mask=None, epsilon=0.2, agg="token-mean", *,
-                     logp_ref=None, **options):
+                     logp_ref=None, is_weights=None, **options):
     """d/d logp of the policy loss of :func:`ppo_policy_loss` (same arguments).
 
     The loss is -sum_{i,t} w_{i,t} term_{i,t} with term = min(rho A, clip(rho, lo, hi) A)
@@ -118,14 +119,21 @@ def policy_loss_grad(logp, logp_old, advantages, mask=None, epsilon=0.2, agg="to
         drho/dlogp = rho                        (0 where |logp - logp_old| > log_ratio_clamp)
         dloss/dlogp = -w dterm/drho rho
 
+and with importance weights (``is_weights``, constants) every token's term, so its
+derivative, is scaled by its weight: dloss/dlogp = -w is_w dterm/drho rho. At the sequence
+level (GSPO) the token terms share log s_i = (1/n_i) sum_t log rho_t, so token t gets
+(1/n_i) sum_t' (-w_t' is_w_t' dterm_t'/ds_i s_i): each token's weight times the
+derivative of the sequence ratio, summed over the response (verl's per-token form).
+
     So the gradient is exactly 0 where the clipped branch is active. At the
     kinks the bound counts as inside the trust region (module docstring). The
     backward pass itself: ``policy_loss_backward``.
 
     Parameters
     ----------
-    logp, logp_old, advantages, mask, epsilon, agg, logp_ref, **options
-        Exactly as in :func:`ppo_policy_loss` (GSPO, delta, CISPO, a KL term included).
+    logp, logp_old, advantages, mask, epsilon, agg, logp_ref, is_weights, **options
+        Exactly as in :func:`ppo_policy_loss` (GSPO, delta, CISPO, a KL term, importance
+        weights included).
 
     Returns
     -------
@@ -140,15 +148,23 @@ def policy_loss_grad(logp, logp_old, advantages, mask=None, epsilon=0.2, agg="to
     >>> d = policy_loss_grad(np.log([1.5, 0.5, 1.1]), [0.0, 0.0, 0.0], [2.0, -1.0, 1.0])
     >>> [round(float(v), 12) for v in d]
     [0.0, 0.0, -0.366666666667]
+
+    With importance weights [0.5, 1, 2] the third token's gradient doubles:
+
+    >>> d = policy_loss_grad(np.log([1.5, 0.5, 1.1]), [0.0, 0.0, 0.0], [2.0, -1.0, 1.0],
+    ...                      is_weights=[0.5, 1.0, 2.0])
+    >>> [round(float(v), 12) for v in d]
+    [0.0, 0.0, -0.733333333333]
     """
     opts = loss_options(epsilon, agg, **options)
     (logp, logp_old, A, *ref), m = _checked(logp, logp_old, advantages, mask, logp_ref)
-    f = policy_loss_forward(logp, logp_old, A, m, opts, *ref)
+    w = check_is_weights(is_weights, logp, "logp", m)
+    f = policy_loss_forward(logp, logp_old, A, m, opts, *ref, is_weights=w)
     return policy_loss_backward(f, A, m, opts, *ref)
 
 
 def policy_loss_and_grad(logp, logp_old, advantages, mask=None, epsilon=0.2, agg="token-mean",
-                         *, logp_ref=None, **options):
+                         *, logp_ref=None, is_weights=None, **options):
     """:func:`ppo_policy_loss` and :func:`policy_loss_grad` of one call: ``(loss, stats, dlogp)``.
 
     The arguments are checked once and the forward pass is made once: the same numbers,
@@ -165,7 +181,8 @@ def policy_loss_and_grad(logp, logp_old, advantages, mask=None, epsilon=0.2, agg
     """
     opts = loss_options(epsilon, agg, **options)
     (logp, logp_old, A, *ref), m = _checked(logp, logp_old, advantages, mask, logp_ref)
-    f, stats, dlogp = policy_loss_kernel(logp, logp_old, A, m, opts, *ref)
+    w = check_is_weights(is_weights, logp, "logp", m)
+    f, stats, dlogp = policy_loss_kernel(logp, logp_old, A, m, opts, *ref, is_weights=w)
     return f.loss, stats, dlogp
 
 

@@ -18,6 +18,12 @@ intermediate has a name, its gradient is ``d<name>``):
 * ``policy_loss_forward``: log rho -> rho -> term -> loss (+ the KL term);
 * ``policy_loss_backward``: d loss / d logp, back through the same names;
 * ``policy_loss_stats``: the statistics frameworks log, computed apart.
+
+``is_weights=`` (B, T), optional, on every policy-loss function: importance weights for
+the mismatch between the sampler and the trainer (:mod:`ppo_numpy.rollout_correction`),
+which multiply each token's term before aggregation, term_t = w_t surrogate_t, as
+constants (no gradient flows through them). The KL term is not weighted (TRL multiplies
+the policy term and adds beta KL_t after; verl's KL loss is apart).
 """
 
 from __future__ import annotations
@@ -28,7 +34,15 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from . import gspo_rowwise
-from ._validation import check_choice, check_scalar, prepare, where_valid
+from ._validation import (
+    as_array,
+    check_choice,
+    check_finite,
+    check_same_shape,
+    check_scalar,
+    prepare,
+    where_valid,
+)
 from .aggregation import aggregate_kernel, aggregation_weights, check_mode, mode_norm
 from .clipping import UNCLIPPED, check_dual_clip, clip_bounds, clip_case, surrogate_term
 from .kl import _check_estimator, check_kl_clamp, kl_estimate_grad_kernel, kl_estimate_kernel
@@ -252,8 +266,20 @@ def _checked(logp, logp_old, advantages, mask, logp_ref=None):
     return out, m
 
 
+def check_is_weights(is_weights, like: np.ndarray, like_name: str, m: np.ndarray):
+    """``is_weights`` checked against the checked array ``like`` and its mask ``m``: ``None``,
+    or a new float64 array of ``like``'s shape, finite and >= 0 at the response tokens, 0 at
+    padding (whatever it held there)."""
+    if is_weights is None:
+        return None
+    w = as_array(is_weights, "is_weights", exact=False)
+    check_same_shape(like, like_name, w, "is_weights")
+    check_finite(w, "is_weights", m, nonnegative="importance weights")
+    return where_valid(m, w)
+
+
 def ppo_policy_loss(logp, logp_old, advantages, mask=None, epsilon=0.2, agg="token-mean", *,
-                    logp_ref=None, **options):
+                    logp_ref=None, is_weights=None, **options):
     """Policy loss -aggregate(min(rho A, clip(rho) A)) and the statistics frameworks log.
 
     Parameters
@@ -269,6 +295,14 @@ def ppo_policy_loss(logp, logp_old, advantages, mask=None, epsilon=0.2, agg="tok
         ``"seq-mean-token-sum"`` gives exactly ``-ppo_objective``.
     logp_ref : array, same shape, optional
         log pi_ref of the tokens, for a KL term in the loss (``kl_coef > 0``).
+    is_weights : array, same shape, >= 0, optional
+        Importance weights w_t for the sampler-trainer mismatch
+        (:func:`ppo_numpy.rollout_importance_weights`): the loss is
+        -aggregate(w_t min(...)), w_t a constant of the gradient. With
+        ``importance_level="sequence"`` and weights that vary along a response, each token
+        keeps its own weight times the sequence term (verl's form: the gradient at token t
+        sums w_t' d term / d log s_i over the response's tokens t'). The statistics are of
+        the unweighted surrogate. ``None`` (default): all 1.
     **options
         Any other field of :class:`PolicyLossOptions`: ``epsilon_high``, ``dual_clip``
         (see :func:`clipped_surrogate`), ``norm`` (the divisor of the modes that take one),
@@ -319,10 +353,18 @@ def ppo_policy_loss(logp, logp_old, advantages, mask=None, epsilon=0.2, agg="tok
     ...                               importance_level="sequence")
     >>> round(loss, 12), stats["clipfrac_active"]
     (-1.2, 1.0)
+
+    Importance weights [0.5, 1, 2] on the first example: -(0.5 * 2.4 - 0.8 + 2 * 1.1)/3:
+
+    >>> loss, _ = ppo_policy_loss(np.log([1.5, 0.5, 1.1]), [0.0, 0.0, 0.0], [2.0, -1.0, 1.0],
+    ...                           is_weights=[0.5, 1.0, 2.0])
+    >>> round(loss, 12)
+    -0.866666666667
     """
     opts = loss_options(epsilon, agg, **options)
     (logp, logp_old, A, *ref), m = _checked(logp, logp_old, advantages, mask, logp_ref)
-    f = policy_loss_forward(logp, logp_old, A, m, opts, *ref)
+    w = check_is_weights(is_weights, logp, "logp", m)
+    f = policy_loss_forward(logp, logp_old, A, m, opts, *ref, is_weights=w)
     return f.loss, policy_loss_stats(f, A, m, opts)
 
 
@@ -339,19 +381,26 @@ class PolicyLossForward:
     rho: np.ndarray           # exp(log_w) at every response token
     lo: float                 # 1 - eps
     hi: float                 # 1 + eps_high
-    term: np.ndarray          # the per-token objective term (to maximise)
+    term: np.ndarray          # the per-token objective term (to maximise): is_weights surrogate
     kl: np.ndarray | None     # the KL term's KL_t (kl_coef > 0), else None
     policy_loss: float        # -aggregate(term)
     kl_loss: float            # aggregate(KL_t), 0.0 without a KL term
     loss: float               # policy_loss + kl_coef kl_loss
+    surrogate: np.ndarray | None = None   # min(rho A, clip(rho) A) (CISPO's term), unweighted
+    is_weights: np.ndarray | None = None  # w_t of is_weights=, None: all 1
+
+    def __post_init__(self):
+        if self.surrogate is None:  # no importance weights: the term is the surrogate
+            object.__setattr__(self, "surrogate", self.term)
 
 
-def policy_loss_forward(logp, logp_old, A, m, opts: PolicyLossOptions, logp_ref=None):
+def policy_loss_forward(logp, logp_old, A, m, opts: PolicyLossOptions, logp_ref=None, *,
+                        is_weights=None):
     """The policy loss on checked arrays (unchecked kernel), every intermediate named.
 
-    ``logp``, ``logp_old``, ``A`` (and ``logp_ref`` when ``opts.kl_coef > 0``) float64
-    (B, T) or (T,) arrays, 0 at padding; ``m`` the bool mask; ``opts`` checked. Returns
-    a ``PolicyLossForward``.
+    ``logp``, ``logp_old``, ``A`` (and ``logp_ref`` when ``opts.kl_coef > 0``, and
+    ``is_weights`` when given) float64 (B, T) or (T,) arrays, 0 at padding; ``m`` the bool
+    mask; ``opts`` checked. Returns a ``PolicyLossForward``.
 
     >>> f = policy_loss_forward(np.log([1.5, 0.5, 1.1]), np.zeros(3), np.array([2.0, -1, 1]),
     ...                         np.ones(3, bool), PolicyLossOptions())
@@ -379,10 +428,12 @@ def policy_loss_forward(logp, logp_old, A, m, opts: PolicyLossOptions, logp_ref=
     rho = np.where(m, np.exp(log_w), 0.0)
     if opts.loss_type == "cispo":
         # CISPO: sg(w_t) A_t logp_t, the weight w_t = clip(rho_t) a constant of the gradient
-        term = cispo_weight(rho, lo, hi, opts) * A * logp
+        surrogate = cispo_weight(rho, lo, hi, opts) * A * logp
     else:
         # min( rho_t A_t , clip(rho_t, 1 - eps, 1 + eps_high) A_t )
-        term = surrogate_term(rho, A, lo, hi, opts.dual_clip, opts.delta)
+        surrogate = surrogate_term(rho, A, lo, hi, opts.dual_clip, opts.delta)
+    # term_t = is_weights_t surrogate_t   (the rollout correction, a constant)
+    term = surrogate if is_weights is None else is_weights * surrogate
     # loss = -aggregate(term)   (0 at padding: rho and A are)
     policy_loss = -float(aggregate_kernel(term, m, opts.agg, opts.norm))
     kl, kl_loss = None, 0.0
@@ -395,7 +446,7 @@ def policy_loss_forward(logp, logp_old, A, m, opts: PolicyLossOptions, logp_ref=
         kl_loss = float(aggregate_kernel(kl, m, *_kl_agg(opts)))
     loss = policy_loss + opts.kl_coef * kl_loss if opts.kl_coef > 0 else policy_loss
     return PolicyLossForward(logp, log_ratio, log_rho, log_w_raw, log_w, rho, lo, hi, term, kl,
-                             policy_loss, kl_loss, loss)
+                             policy_loss, kl_loss, loss, surrogate, is_weights)
 
 
 def cispo_weight(rho, lo, hi, opts: PolicyLossOptions):
@@ -425,13 +476,15 @@ def policy_loss_backward(f: PolicyLossForward, A, m, opts: PolicyLossOptions, lo
     """
     # loss = -aggregate(term) = -sum w_t term_t
     dterm = -aggregation_weights(m, opts.agg, opts.norm)
+    # term = is_weights surrogate: the weights scale the gradient, nothing flows through them
+    dsurrogate = dterm if f.is_weights is None else dterm * f.is_weights
     if opts.loss_type == "cispo":
-        # term = sg(w_t) A_t logp_t: d term / d logp = w_t A_t (nothing flows through w_t)
-        dlogp = dterm * cispo_weight(f.rho, f.lo, f.hi, opts) * A
+        # surrogate = sg(w_t) A_t logp_t: d / d logp = w_t A_t (nothing flows through w_t)
+        dlogp = dsurrogate * cispo_weight(f.rho, f.lo, f.hi, opts) * A
     else:
-        # term = rho A where unclipped, a constant where clipped (clip_case)
+        # surrogate = rho A where unclipped, a constant where clipped (clip_case)
         case = clip_case(f.rho, A, f.lo, f.hi, opts.dual_clip, opts.delta)
-        drho = dterm * np.where(case == UNCLIPPED, A, 0.0)
+        drho = dsurrogate * np.where(case == UNCLIPPED, A, 0.0)
         # rho = exp(log_w)
         dlog_w = drho * f.rho
         if opts.log_ratio_max is not None:
@@ -479,10 +532,10 @@ def policy_loss_stats(f: PolicyLossForward, A, m, opts: PolicyLossOptions) -> di
         clipped = frac(cispo_weight(rho, lo, hi, opts) != rho)
     else:
         # counted from the values, as TRL and verl count (pg_losses2 > pg_losses)
-        clipped = frac(f.term < rho_unclipped * A)
+        clipped = frac(f.surrogate < rho_unclipped * A)
     dual = 0.0
     if opts.dual_clip is not None:
-        dual = frac(f.term > surrogate_term(rho, A, lo, hi, None, opts.delta))
+        dual = frac(f.surrogate > surrogate_term(rho, A, lo, hi, None, opts.delta))
     stats = {
         "clipfrac_active": clipped,
         "clipfrac_outside": frac((rho > hi) | (rho < lo)),
@@ -503,16 +556,19 @@ def policy_loss_stats(f: PolicyLossForward, A, m, opts: PolicyLossOptions) -> di
     return stats
 
 
-def policy_loss_kernel(logp, logp_old, A, m, opts: PolicyLossOptions, logp_ref=None):
+def policy_loss_kernel(logp, logp_old, A, m, opts: PolicyLossOptions, logp_ref=None, *,
+                       is_weights=None):
     """``(forward, stats, dlogp)`` of checked arrays: the forward's names, the statistics and
     d loss / d logp in one call (unchecked kernel: the toy policy's loss, the presets and
     :func:`ppo_numpy.policy_loss_and_grad` use it).
 
-    At the sequence level with one advantage per response and at least
-    ``ppo_numpy.gspo_rowwise.ROWWISE_FROM`` entries it takes the fast form of
-    ``ppo_numpy.gspo_rowwise`` (the same numbers to rounding); else the readable one."""
-    A_row = gspo_rowwise.use_rowwise(A, m, opts)
+    At the sequence level with one advantage per response, at least
+    ``ppo_numpy.gspo_rowwise.ROWWISE_FROM`` entries and no ``is_weights`` it takes the
+    fast form of ``ppo_numpy.gspo_rowwise`` (the same numbers to rounding); else the
+    readable one (importance weights vary per token: the per-response form has no place for
+    them)."""
+    A_row = None if is_weights is not None else gspo_rowwise.use_rowwise(A, m, opts)
     if A_row is not None:
         return gspo_rowwise.gspo_rowwise_kernel(logp, logp_old, A_row, m, opts, logp_ref)
-    f = policy_loss_forward(logp, logp_old, A, m, opts, logp_ref)
+    f = policy_loss_forward(logp, logp_old, A, m, opts, logp_ref, is_weights=is_weights)
     return f, policy_loss_stats(f, A, m, opts), policy_loss_backward(f, A, m, opts, logp_ref)

@@ -15,6 +15,9 @@ mask                    (B, T) bool  1 for response tokens (EOS included), 0 for
 logp                    (B, T)       log pi_theta(y_t | x, y_<t), the policy being trained
 logp_old                (B, T)       log pi_theta_old(y_t | x, y_<t), at rollout time
 logp_ref                (B, T)       log pi_ref(y_t | x, y_<t), the frozen reference
+logp_rollout            (B, T)       log pi_rollout(y_t | x, y_<t), the inference engine's
+                                     log-probs of the sampled tokens (vLLM, SGLang), for
+                                     the corrections of ppo_numpy.rollout_correction
 values                  (B, T)       V(s_t) of the value head being trained
 old_values              (B, T)       V(s_t) at rollout time
 advantages, returns     (B, T)       A_hat_t and R_t
@@ -44,8 +47,8 @@ from ._validation import as_array, as_mask, check_finite, check_scalar, where_va
 __all__ = ["TOKEN_FIELDS", "Rollout"]
 
 #: the (B, T) float fields
-TOKEN_FIELDS = ("logp", "logp_old", "logp_ref", "values", "old_values", "advantages",
-                "returns")
+TOKEN_FIELDS = ("logp", "logp_old", "logp_ref", "logp_rollout", "values", "old_values",
+                "advantages", "returns")
 
 
 def _int_array(x, name: str, ndim: int) -> np.ndarray:
@@ -65,7 +68,8 @@ class Rollout:
     Parameters
     ----------
     mask : array (B, T) of 0/1 or bool
-    logp, logp_old, logp_ref, values, old_values, advantages, returns : array (B, T), optional
+    logp, logp_old, logp_ref, logp_rollout : array (B, T), optional
+    values, old_values, advantages, returns : array (B, T), optional
     scores, baseline_scores : array (B,), optional
     groups : int array (B,), optional
     prompts : int array (B, P), optional
@@ -94,6 +98,7 @@ class Rollout:
     logp: np.ndarray | None = None
     logp_old: np.ndarray | None = None
     logp_ref: np.ndarray | None = None
+    logp_rollout: np.ndarray | None = None
     values: np.ndarray | None = None
     old_values: np.ndarray | None = None
     advantages: np.ndarray | None = None

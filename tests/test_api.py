@@ -36,6 +36,8 @@ CORE = {
     "reinforce_plus_plus_baseline_advantages": "ppo_numpy.group_advantages",
     "remax_advantages": "ppo_numpy.group_advantages",
     "PolicyLossOptions": "ppo_numpy.objective",
+    "rollout_importance_weights": "ppo_numpy.rollout_correction",
+    "rollout_rejection_mask": "ppo_numpy.rollout_correction",
 }
 
 

@@ -23,6 +23,7 @@ from ppo_numpy.explain import (
     ratio_table,
     render,
     rewards_table,
+    rollout_is_table,
 )
 from ppo_numpy.programs.explain import main
 from ppo_numpy.programs.hand_calculations import REGENERATE, render_docs
@@ -402,6 +403,17 @@ def test_cli_ppo(capsys):
     (["ppo", "--score", "1", "--logp-old", "0", "--logp-ref", "0", "--values", "0",
       "--beta", "0"], "one of the arguments --rho --logp is required"),
     (["variance"], "invalid choice: 'variance'"),
+    (["rollout-is", "--logp-old", "0,0", "--logp-rollout", "0"],
+     "--logp-rollout: expected 2 numbers to match --logp-old, got 1"),
+    (["rollout-is", "--logp-old", "0", "--logp-rollout", "0", "--clip-min", "3"],
+     "--clip-min: must be <= clip_max"),
+    (["rollout-is", "--logp-old", "0", "--logp-rollout", "0", "--clip-max", "-1"],
+     "--clip-max: must be > 0"),
+    (["rollout-is", "--logp-old", "0", "--logp-rollout", "0", "--level", "geometric"],
+     "--mode: level='geometric'"),
+    (["rollout-is", "--logp-old", "0", "--logp-rollout", "0", "--level", "seq"],
+     "argument --level: invalid choice"),
+    (["rollout-is", "--logp-old", "0"], "the following arguments are required: --logp-rollout"),
 ])
 def test_cli_errors_exit_2_naming_the_option(argv, message, capsys):
     assert main(argv) == 2
@@ -477,3 +489,51 @@ def test_exact_table_with_nan_and_inf_at_padding():
     assert_exact([tab.column("A_hat_t")[i] for i in (1, 2)], fr("1/2", "19/40"), "A_hat_t")
     pad = tab.text().splitlines()[4]
     assert pad.startswith("3 (pad)") and "nan" in pad and "inf" in pad and "~" not in pad
+
+
+# ---------------------------------------------------------------- rollout importance weights
+
+RIS = fr("-1", "-2", "-0.5"), fr("-1.8", "-1.5", "-0.4")
+
+
+def test_rollout_is_table_token_truncate_exact_log_ratios():
+    # log w = -1 + 9/5, -2 + 3/2, -1/2 + 2/5 = 4/5, -1/2, -1/10; w = e^0.8 > 2 is truncated
+    tab = rollout_is_table(*RIS)
+    assert_exact(tab.column("log w_t = logp_old_t - logp_rollout_t"), fr("4/5", "-1/2", "-1/10"))
+    assert tab.column("case") == ["truncated to clip_max = 2", "inside", "inside"]
+    w = tab.column("weight w_t")
+    assert w[0] == 2 and w[1] == pytest.approx(math.exp(-0.5), rel=1e-15)
+    assert w[2] == pytest.approx(math.exp(-0.1), rel=1e-15)
+    assert tab.column("w_t = exp(log w_t)")[0] == pytest.approx(math.exp(0.8), rel=1e-15)
+
+
+def test_rollout_is_table_mask_sequence_geometric_and_padding():
+    tab = rollout_is_table(*RIS, mode="mask", clip_min=F("0.7"))
+    assert tab.column("case") == ["masked: above clip_max = 2", "masked: below clip_min = 7/10",
+                                  "inside"]
+    assert tab.column("weight w_t")[:2] == [0, 0]
+    # the sum of the log-ratios is 1/5: e^0.2 = 1.2214 > 1.1 at every token
+    tab = rollout_is_table(*RIS, level="sequence", clip_max=F("1.1"))
+    assert tab.column("exp(sum_t log w_t)") == [pytest.approx(math.exp(0.2), rel=1e-15)] * 3
+    assert tab.column("weight w_t") == [F(11, 10)] * 3
+    # the geometric mean e^(1/15) is in [1/2, 5]: the token ratios are kept, unclamped
+    tab = rollout_is_table(*RIS, level="geometric", mode="mask", clip_min=F(1, 2), clip_max=5)
+    assert tab.column("g = exp(mean_t log w_t)")[0] == pytest.approx(math.exp(1 / 15),
+                                                                     rel=1e-15)
+    assert tab.column("weight w_t")[0] == pytest.approx(math.exp(0.8), rel=1e-15)
+    # padding: the third token is not read; the sum is 3/10 over the two others
+    tab = rollout_is_table(*RIS, level="sequence", clip_max=None, mask=[1, 1, 0])
+    assert tab.column("weight w_t")[:2] == [pytest.approx(math.exp(0.3), rel=1e-15)] * 2
+    assert tab.rows[2][0] == "3 (pad)"
+
+
+def test_cli_rollout_is(capsys):
+    assert main(["rollout-is", "--logp-old", "-1,-2,-0.5", "--logp-rollout", "-1.8,-1.5,-0.4",
+                 "--level", "sequence", "--mode", "mask", "--clip-max", "1.2", "--exact"]) == 0
+    out = capsys.readouterr().out
+    # e^0.2 = 1.2214 > 1.2: masked at every token
+    assert out.count("masked: above clip_max = 6/5") == 3 and "~1.221402758" in out
+    assert main(["rollout-is", "--logp-old", "0", "--logp-rollout", "-30", "--clip-max", "none",
+                 "--log-ratio-bound", "20"]) == 0
+    out = capsys.readouterr().out
+    assert f"{math.exp(20):.10g}" in out and "clamped to [-20, 20]" in out

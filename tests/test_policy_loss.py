@@ -179,3 +179,81 @@ def test_batch_as_object_and_missing_field():
         ppo_loss_and_grads(model, batch, agg="sum")
     with pytest.raises(ValueError, match="advantages"):
         ppo_loss_and_grads(model, dict(batch, advantages=batch["advantages"][:, :2]))
+
+
+# ------------------------------------------------------- the rollout correction's weights
+
+@pytest.mark.parametrize("model_name", MODELS)
+@pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-mean"])
+@pytest.mark.parametrize("level", ["token", "sequence"])
+def test_is_weights_gradient_matches_finite_differences(model_name, agg, level):
+    model = MODELS[model_name]()
+    batch = make_batch(model)
+    w = np.random.default_rng(5).uniform(0.3, 1.7, batch["mask"].shape)
+    kw = dict(epsilon=EPS, agg=agg, temperature=TEMP, c_v=0.3, importance_level=level,
+              is_weights=w)
+    loss, grads, stats = ppo_loss_and_grads(model, batch, **kw)
+
+    def f(p):
+        return ppo_loss_and_grads(model, batch, params=p, **kw)[0]
+
+    report = gradcheck(f, model.params, grads, n_coords=6, rng=np.random.default_rng(4))
+    bad = [str(c) for c in report.values() if not c.close]
+    assert not bad, f"{model_name} {agg} {level}:\n" + "\n".join(bad)
+    # the weights scale the policy loss only: the value loss is the same
+    plain = ppo_loss_and_grads(model, batch, **{k: v for k, v in kw.items()
+                                                if k != "is_weights"})[2]
+    assert stats["value_loss"] == plain["value_loss"]
+    assert stats["policy_loss"] != plain["policy_loss"]
+
+
+def test_rollout_is_reads_logp_rollout_from_the_batch():
+    from ppo_numpy import Rollout, rollout_importance_weights
+
+    model = mlp()
+    batch = make_batch(model)
+    rng = np.random.default_rng(6)
+    batch["logp_rollout"] = batch["logp_old"] + rng.normal(0, 0.3, batch["mask"].shape)
+    correction = dict(level="sequence", mode="mask", clip_max=1.5)
+    w = rollout_importance_weights(batch["logp_old"], batch["logp_rollout"], batch["mask"],
+                                   **correction)
+    assert 0 < np.count_nonzero(w) < batch["mask"].sum()  # the mask drops some responses
+    got = ppo_loss_and_grads(model, batch, temperature=TEMP, rollout_is=correction)
+    want = ppo_loss_and_grads(model, batch, temperature=TEMP, is_weights=w)
+    assert got[0] == want[0] and got[2] == want[2]
+    for k in got[1]:
+        np.testing.assert_array_equal(got[1][k], want[1][k])
+    # the same from a Rollout
+    r = Rollout(**{k: batch[k] for k in ("prompts", "responses", "mask", "logp_old",
+                                         "old_values", "advantages", "returns",
+                                         "logp_rollout")})
+    assert ppo_loss_and_grads(model, r, temperature=TEMP, rollout_is=correction)[0] == got[0]
+    # logp_rollout = logp_old: weights 1, the loss of no correction
+    same = dict(batch, logp_rollout=batch["logp_old"])
+    assert (ppo_loss_and_grads(model, same, temperature=TEMP, rollout_is=True)[0]
+            == ppo_loss_and_grads(model, batch, temperature=TEMP)[0])
+
+
+def test_rollout_is_without_logp_rollout_is_an_error():
+    from ppo_numpy import Rollout
+
+    model = mlp()
+    batch = make_batch(model)
+    with pytest.raises(ValueError, match="^rollout_is: the rollout correction needs "
+                                         "logp_rollout"):
+        ppo_loss_and_grads(model, batch, rollout_is=dict(level="token"))
+    r = Rollout(**{k: batch[k] for k in ("prompts", "responses", "mask", "logp_old",
+                                         "old_values", "advantages", "returns")})
+    with pytest.raises(ValueError, match="^rollout_is: the rollout correction needs "
+                                         "logp_rollout"):
+        ppo_loss_and_grads(model, r, rollout_is=True)
+    with pytest.raises(ValueError, match="^rollout_is: give either rollout_is"):
+        ppo_loss_and_grads(model, dict(batch, logp_rollout=batch["logp_old"]), rollout_is=True,
+                           is_weights=np.ones(batch["mask"].shape))
+    with pytest.raises(TypeError, match="^rollout_is: expected a dict"):
+        ppo_loss_and_grads(model, batch, rollout_is="token")
+    with pytest.raises(ValueError, match="^is_weights: shape"):
+        ppo_loss_and_grads(model, batch, is_weights=np.ones((1, 1)))
+    with pytest.raises(ValueError, match="^clip_max: must be > 0"):
+        ppo_loss_and_grads(model, dict(batch, logp_rollout=batch["logp_old"]),
+                           rollout_is=dict(clip_max=-1.0))

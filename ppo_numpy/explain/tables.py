@@ -12,7 +12,10 @@ formula out on paper, in the order they would write it:
   added, r~_t;
 * :func:`ppo_tables`: all of them for one response, and its L_PPO;
 * :func:`grpo_table`, :func:`rloo_table`: the group baselines of a batch, one row per
-  response: score, group mean (or the others' mean), deviation, std, advantage.
+  response: score, group mean (or the others' mean), deviation, std, advantage;
+* :func:`rollout_is_table`: the rollout correction's importance weights of one response:
+  log w_t = logp_old_t - logp_rollout_t, the statistic its level reads, the case of its
+  mode and the weight.
 
 The numbers come from the core functions (``td_errors``, ``gae``,
 ``clipped_surrogate``, ``kl_estimate``, ``kl_shaped_rewards``,
@@ -40,7 +43,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from .._validation import as_array, is_exact, prepare, scalar_for
+from .._validation import as_array, is_exact, prepare, scalar_for, zero_like
 from ..aggregation import aggregate
 from ..clipping import (
     CASE_NAMES,
@@ -62,6 +65,7 @@ from ..group_advantages import (
 )
 from ..kl import kl_estimate, kl_shaped_rewards, last_valid_index
 from ..ratio import probability_ratio
+from ..rollout_correction import is_statistic_kernel, rollout_importance_weights
 from ..td import next_valid_values, td_errors
 
 PAD = "-"
@@ -642,3 +646,97 @@ def rloo_table(scores, groups) -> Table:
     notes += _number_notes(exact, any_float=False)
     return Table("RLOO advantages: `A_i = s_i - (sum_g(i) - s_i) / (n_g(i) - 1)`", columns, rows,
                  tuple(notes), exact)
+
+
+ROLLOUT_IS_STATISTIC = {
+    "token": "w_t = exp(log w_t)",
+    "sequence": "exp(sum_t log w_t)",
+    "geometric": "g = exp(mean_t log w_t)",
+}
+
+
+def rollout_is_table(logp_old, logp_rollout, *, level="token", mode="truncate", clip_max=2.0,
+                     clip_min=None, log_ratio_bound=None, mask=None) -> Table:
+    """The importance weights of :func:`ppo_numpy.rollout_importance_weights` for one response.
+
+    Columns: t, logp_old_t, logp_rollout_t, log w_t = logp_old_t - logp_rollout_t (exact for
+    Fractions), the statistic the level compares with the bounds (the token ratio, the exp of
+    the response's sum, or OpenRLHF's geometric mean, a float), the case (``inside``,
+    ``truncated to ...``, ``masked: above ...``) and the weight w_t (from the core function).
+
+    Parameters
+    ----------
+    logp_old, logp_rollout : array (T,)
+        The trainer's and the inference engine's log-probs of the sampled tokens.
+    level, mode, clip_max, clip_min, log_ratio_bound, mask
+        As in :func:`ppo_numpy.rollout_importance_weights`.
+
+    Returns
+    -------
+    Table
+
+    Examples
+    --------
+    Token ratios 4, 1/2, 1/2 (logp_old - logp_rollout = log 4, -log 2, -log 2):
+
+    >>> import numpy as np
+    >>> tab = rollout_is_table(np.log([0.8, 0.2, 0.4]), np.log([0.2, 0.4, 0.8]))
+    >>> tab.column("case"), [round(w, 12) for w in tab.column("weight w_t")]
+    (['truncated to clip_max = 2', 'inside', 'inside'], [2.0, 0.5, 0.5])
+    """
+    w = rollout_importance_weights(logp_old, logp_rollout, mask, level=level, mode=mode,
+                                   clip_max=clip_max, clip_min=clip_min,
+                                   log_ratio_bound=log_ratio_bound)
+    (lp_old, lp_roll), m = prepare({"logp_old": logp_old, "logp_rollout": logp_rollout}, mask,
+                                   ranks=(1,))
+    exact = _exact(lp_old)
+    # log w_t = logp_old_t - logp_rollout_t
+    log_w = lp_old - lp_roll
+    b = log_ratio_bound
+    # the statistic the level compares with the bounds, at every token   (T,)
+    stat = np.broadcast_to(is_statistic_kernel(_to_float(log_w)[None], m[None], level,
+                                               None if b is None else float(b))[0],
+                           (1, len(m)))[0]
+    hi = np.inf if clip_max is None else float(clip_max)
+    lo = -np.inf if clip_min is None else float(clip_min)
+
+    def case(i):
+        """(the case's name, the weight: the core's, or the bound itself, exact in an exact
+        table, where truncation or the mask put it)."""
+        x = stat[i]
+        if lo <= x <= hi:
+            return "inside", float(w[i])
+        name, bound = ("clip_max", clip_max) if x > hi else ("clip_min", clip_min)
+        bound = scalar_for(bound, log_w)
+        side = "above" if x > hi else "below"
+        if mode == "truncate":
+            return f"truncated to {name} = {format_number(bound)}", bound
+        return f"masked: {side} {name} = {format_number(bound)}", zero_like(log_w)
+    stat_name = ROLLOUT_IS_STATISTIC[level]
+    columns = ("t", "logp_old_t", "logp_rollout_t", "log w_t = logp_old_t - logp_rollout_t",
+               stat_name, "case", "weight w_t")
+    rows = _token_rows(m, len(columns), lambda i: (
+        _cell(lp_old[i]), _cell(lp_roll[i]), _cell(log_w[i]), float(stat[i]), *case(i)))
+    bounds = ", ".join(f"`{name} = {'none' if v is None else format_number(v)}`"
+                       for name, v in (("clip_min", clip_min), ("clip_max", clip_max)))
+    title = f"Rollout importance weights: level `{level}`, mode `{mode}`, {bounds}"
+    notes = ["`w_t = pi_old(y_t) / pi_rollout(y_t) = exp(logp_old_t - logp_rollout_t)`: the "
+             "trainer's probability of the sampled token over the inference engine's."]
+    if level == "sequence":
+        notes.append("Sequence level: one weight per response, `exp(sum_t log w_t)`, at each "
+                     "of its tokens.")
+    if level == "geometric":
+        notes.append("Geometric level (OpenRLHF's sequence gate): the response is kept when "
+                     "its geometric mean `g` is inside the bounds, and then keeps its own "
+                     "token ratios `exp(log w_t)`, unclamped.")
+    elif mode == "truncate":
+        notes.append("truncate: `w_t = clip(statistic, clip_min, clip_max)` (TIS).")
+    else:
+        notes.append("mask: `w_t = statistic` inside the bounds, 0 outside (MIS, IcePop).")
+    if b is not None:
+        what = "the sum" if level == "sequence" else "each log w_t"
+        notes.append(f"log_ratio_bound: {what} clamped to `[-{format_number(b)}, "
+                     f"{format_number(b)}]` before exp (verl: 20).")
+    notes += _number_notes(exact, any_float=True, what="the statistic and the weight (exp is "
+                                                       "not rational)")
+    return Table(title, columns, rows, tuple(notes), exact)

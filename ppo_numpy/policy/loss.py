@@ -22,8 +22,9 @@ import numpy as np
 from .._validation import check_scalar, where_valid
 from ..aggregation import aggregate_kernel, aggregation_weights
 from ..loss_grads import entropy_grad_kernel
-from ..objective import PolicyLossOptions, loss_options, policy_loss_kernel
+from ..objective import PolicyLossOptions, check_is_weights, loss_options, policy_loss_kernel
 from ..rollout import Rollout
+from ..rollout_correction import rollout_importance_weights
 from ..value_loss import check_value_clip, value_loss_grad_kernel, value_loss_kernel
 from .sampling import _check_prompts, check_temperature, evaluate_kernel
 
@@ -31,11 +32,13 @@ BATCH_FIELDS = ("prompts", "responses", "mask", "logp_old", "old_values", "advan
                 "returns")
 
 
-def as_rollout(batch, model, *, kl: bool = False) -> Rollout:
+def as_rollout(batch, model, *, kl: bool = False, rollout: bool = False) -> Rollout:
     """``batch`` (a :class:`~ppo_numpy.rollout.Rollout`, a mapping or an object with the
-    :data:`BATCH_FIELDS` as attributes, and ``logp_ref`` when ``kl``) as a checked Rollout
-    whose tokens are checked against ``model``'s vocabulary."""
-    names = BATCH_FIELDS + (("logp_ref",) if kl else ())
+    :data:`BATCH_FIELDS` as attributes, ``logp_ref`` when ``kl``, ``logp_rollout`` when
+    ``rollout``) as a checked Rollout whose tokens are checked against ``model``'s
+    vocabulary."""
+    names = (BATCH_FIELDS + (("logp_ref",) if kl else ())
+             + (("logp_rollout",) if rollout else ()))
     if isinstance(batch, Rollout):
         r = batch
         r.require(*names, why=f"the loss needs {', '.join(names)}")
@@ -96,7 +99,7 @@ def response_backward(model, ev, dz, dvalues=0.0):
 
 
 def ppo_loss_and_grads(model, batch, *, c_v=0.5, c_H=0.0, value_clip=None, temperature=1.0,
-                       params=None, **options):
+                       params=None, is_weights=None, rollout_is=None, **options):
     """PPO loss of ``model`` on ``batch``, its gradient w.r.t. every parameter, and statistics.
 
     Parameters
@@ -117,6 +120,14 @@ def ppo_loss_and_grads(model, batch, *, c_v=0.5, c_H=0.0, value_clip=None, tempe
         The rollout temperature; logp are of softmax(logits / temperature).
     params : dict, optional
         Evaluate at these parameters instead of ``model.params``.
+    is_weights : array (B, T), >= 0, optional
+        Importance weights of the policy loss's tokens (as in :func:`ppo_policy_loss`):
+        constants, no gradient through them. The value loss and entropy are not weighted.
+    rollout_is : dict or True, optional
+        Compute ``is_weights`` from the batch's ``logp_old`` and ``logp_rollout`` with
+        :func:`ppo_numpy.rollout_importance_weights` and these keywords (``True``: its
+        defaults, token-level truncation at 2). Needs ``logp_rollout`` in the batch; not
+        together with ``is_weights``.
     **options
         The policy loss's options, as in :func:`ppo_policy_loss`: ``epsilon`` (0.2),
         ``agg`` (``"token-mean"``: the aggregation of every term), ``epsilon_high``,
@@ -147,19 +158,58 @@ def ppo_loss_and_grads(model, batch, *, c_v=0.5, c_H=0.0, value_clip=None, tempe
     >>> loss, grads, stats = ppo_loss_and_grads(model, batch, c_v=0.5)
     >>> round(loss, 12), stats["ratio_mean"], sorted(grads)  # 0.5 * 1/2 (V - (V + 1))^2
     (0.25, 1.0, ['W', 'v'])
+
+    A rollout correction needs the inference engine's log-probs:
+
+    >>> ppo_loss_and_grads(model, batch, rollout_is=dict(level="sequence"))
+    ... # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: rollout_is: the rollout correction needs logp_rollout (...) in the batch; ...
     """
     opts = loss_options(**options)
     c_v = check_scalar(c_v, "c_v", low=0, allow_exact=False)
     c_H = check_scalar(c_H, "c_H", low=0, allow_exact=False)
     value_clip = check_value_clip(value_clip)
     temperature = check_temperature(temperature)
-    rollout = as_rollout(batch, model, kl=opts.kl_coef > 0)
+    correction = _rollout_is_options(rollout_is, is_weights)
+    if correction is not None and not _has_field(batch, "logp_rollout"):
+        raise ValueError("rollout_is: the rollout correction needs logp_rollout (the inference "
+                         "engine's log-probs) in the batch; it has none")
+    rollout = as_rollout(batch, model, kl=opts.kl_coef > 0, rollout=correction is not None)
+    if correction is not None:
+        w = rollout_importance_weights(rollout.logp_old, rollout.logp_rollout, rollout.mask,
+                                       **correction)
+    else:
+        w = check_is_weights(is_weights, rollout.logp_old, "logp_old", rollout.mask)
     return loss_and_grads_kernel(model, rollout, opts, c_v=c_v, c_H=c_H, value_clip=value_clip,
-                                 temperature=temperature, params=params)
+                                 temperature=temperature, params=params, is_weights=w)
+
+
+def _has_field(batch, name: str) -> bool:
+    """Whether ``batch`` (a Rollout, a mapping or an object) holds a non-None ``name``."""
+    if isinstance(batch, Mapping):
+        return batch.get(name) is not None
+    return getattr(batch, name, None) is not None
+
+
+def _rollout_is_options(rollout_is, is_weights):
+    """``rollout_is`` as the keywords of :func:`rollout_importance_weights` (None: off)."""
+    if rollout_is is None or rollout_is is False:
+        return None
+    if is_weights is not None:
+        raise ValueError("rollout_is: give either rollout_is (weights computed from "
+                         "logp_rollout) or is_weights, not both")
+    if rollout_is is True:
+        return {}
+    if not isinstance(rollout_is, Mapping):
+        raise TypeError(f"rollout_is: expected a dict of rollout_importance_weights keywords "
+                        f"or True, got {type(rollout_is).__name__}")
+    return dict(rollout_is)
 
 
 def loss_and_grads_kernel(model, batch: Rollout, opts: PolicyLossOptions, *, c_v=0.5, c_H=0.0,
-                          value_clip=None, temperature=1.0, params=None):
+                          value_clip=None, temperature=1.0, params=None, is_weights=None):
     """:func:`ppo_loss_and_grads` of a checked :class:`Rollout` and checked options
     (unchecked kernel: the training loop calls it on its minibatches)."""
     m = batch.mask
@@ -168,7 +218,8 @@ def loss_and_grads_kernel(model, batch: Rollout, opts: PolicyLossOptions, *, c_v
 
     # 1. forward: each term aggregated with agg
     pl, stats, dlogp = policy_loss_kernel(ev.logp, batch.logp_old, batch.advantages, m, opts,
-                                          batch.logp_ref if opts.kl_coef > 0 else None)
+                                          batch.logp_ref if opts.kl_coef > 0 else None,
+                                          is_weights=is_weights)
     L_V = float(aggregate_kernel(where_valid(m, value_loss_kernel(
         ev.values, batch.old_values, batch.returns, value_clip)), m, agg, norm))
     H = float(aggregate_kernel(ev.entropy, m, agg, norm))

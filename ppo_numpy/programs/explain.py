@@ -8,6 +8,8 @@
         --values 0.5,0.6,0.7 --beta 0.1 --rho 1.1,1.5,0.7 --exact
     python -m ppo_numpy explain grpo --scores 1,0,0,1 --groups 0,0,1,1 --scale none --exact
     python -m ppo_numpy explain rloo --scores 1,0,0,1 --groups 0,0,1,1 --exact
+    python -m ppo_numpy explain rollout-is --logp-old -1,-2,-0.5 --logp-rollout -1.5,-1.8,-0.4 \\
+        --level sequence --mode mask --clip-max 3 --exact
 
 The last command is the running example of ``docs/objective.md`` (``python -m ppo_numpy
 walkthrough`` prints it in floats).
@@ -38,9 +40,11 @@ from ..explain.tables import (
     render,
     rewards_table,
     rloo_table,
+    rollout_is_table,
 )
 from ..group_advantages import SCALES
 from ..kl import ESTIMATORS
+from ..rollout_correction import IS_LEVELS, IS_MODES
 
 PROG = "python -m ppo_numpy explain"
 
@@ -50,6 +54,8 @@ OPTION_OF = {
     "mask": "--mask", "rho": "--rho", "advantages": "--advantages", "epsilon": "--eps",
     "epsilon_high": "--eps-high", "dual_clip": "--dual-clip", "logp": "--logp",
     "logp_old": "--logp-old", "logp_ref": "--logp-ref", "beta": "--beta", "scores": "--score",
+    "logp_rollout": "--logp-rollout", "level": "--level", "mode": "--mode",
+    "clip_max": "--clip-max", "clip_min": "--clip-min", "log_ratio_bound": "--log-ratio-bound",
 }
 # the group baselines take one score per response
 GROUP_OPTION_OF = {"scores": "--scores", "groups": "--groups", "eps": "--eps", "ddof": "--ddof"}
@@ -146,6 +152,8 @@ def build_parser():
         "ppo": "rewards -> GAE -> clipped surrogate -> L_PPO for one response",
         "grpo": "GRPO advantages of a batch: score, group mean, deviation, std, advantage",
         "rloo": "RLOO advantages of a batch: score, the others' mean, advantage",
+        "rollout-is": "the rollout correction's importance weights pi_old / pi_rollout of one "
+                      "response",
     }
     subs = {}
     for name, help_ in specs.items():
@@ -218,6 +226,23 @@ def build_parser():
                                               "1e-4); always a float")
     q.add_value("--ddof", choices=("0", "1"), default="1",
                 help="divisor n - ddof of the variance (default 1, as torch.std)")
+
+    w = subs["rollout-is"]
+    w.add_value("--logp-old", required=True, metavar=LIST,
+                help="the trainer's log pi_old of the sampled tokens")
+    w.add_value("--logp-rollout", required=True, metavar=LIST,
+                help="the inference engine's log pi_rollout of the same tokens")
+    w.add_value("--level", choices=IS_LEVELS, default="token",
+                help="one weight per token (default), per response (sequence), or OpenRLHF's "
+                     "gate on the geometric mean (geometric, with --mode mask)")
+    w.add_value("--mode", choices=IS_MODES, default="truncate",
+                help="clip the weight to the bounds (truncate, default) or zero it outside "
+                     "them (mask)")
+    w.add_value("--clip-max", default="2", help="upper bound (default 2, verl's; 'none': no "
+                                               "bound)")
+    w.add_value("--clip-min", help="lower bound (default: none)")
+    w.add_value("--log-ratio-bound", help="clamp the log-ratio (or its sum) to [-b, b] before "
+                                          "exp (verl: 20; default: none)")
     return parser, subs
 
 
@@ -338,6 +363,14 @@ def _tables(args) -> list:
         A = lst("--advantages", logp, "--logp")
         return ratio_clip_tables(logp, logp_old, A, num("--eps"), mask=mask(logp, "--logp"),
                                  **clip_options)
+    if args.quantity == "rollout-is":
+        logp_old = lst("--logp-old")
+        logp_rollout = lst("--logp-rollout", logp_old, "--logp-old")
+        clip_max = None if args.clip_max.strip().lower() == "none" else num("--clip-max")
+        return [rollout_is_table(logp_old, logp_rollout, level=args.level, mode=args.mode,
+                                 clip_max=clip_max, clip_min=num("--clip-min"),
+                                 log_ratio_bound=num("--log-ratio-bound"),
+                                 mask=mask(logp_old, "--logp-old"))]
     if args.quantity == "rewards":
         logp = lst("--logp")
         logp_ref = lst("--logp-ref", logp, "--logp")

@@ -56,6 +56,13 @@ How to read the tables:
 """
 
 
+RIS = ["rollout-is", "--logp-old", "-1,-2,-0.5", "--logp-rollout", "-1.8,-1.5,-0.4"]
+RIS_TOKEN = RIS + ["--exact"]
+RIS_MASK = RIS + ["--mode", "mask", "--clip-min", "0.7", "--exact"]
+RIS_GEOMETRIC = RIS + ["--level", "geometric", "--mode", "mask", "--clip-min", "0.5",
+                       "--clip-max", "5", "--exact"]
+
+
 def _example(argv, *, text: bool = False) -> str:
     """The command in a code block, then its output (Markdown tables, or plain text)."""
     command = "python -m ppo_numpy explain " + shlex.join(argv)
@@ -268,6 +275,23 @@ def render_docs() -> str:
         "By hand: group 0 holds rows 1, 4, 6 with scores 3, 1, 0, so b_1 = (1 + 0) / 2 = 1/2 "
         "and A_1 = 5/2; b_4 = (3 + 0) / 2 = 3/2 and A_4 = -1/2; b_6 = 2, A_6 = -2. Check with "
         "the identity: mean 4/3, n / (n - 1) = 3/2, and (3/2)(3 - 4/3) = 5/2.",
+        "## 10. Rollout importance weights: the inference engine's log-probs",
+        "The inference engine that sampled the response (vLLM, SGLang) gives the sampled tokens "
+        "log-probs `logp_rollout` that differ from the trainer's `logp_old`. The correction "
+        "weighs each token's loss by w_t = exp(logp_old_t - logp_rollout_t), bounded "
+        "(`ppo_numpy.rollout_importance_weights`; the frameworks side by side in "
+        "[conventions.md](conventions.md), section 14). The log-ratios are exact; the weights "
+        "need exp. verl's default, token-level truncation at 2:",
+        _example(RIS_TOKEN),
+        "By hand: log w = 4/5, -1/2, -1/10 and w = e^0.8 = 2.2255..., e^-0.5 = 0.6065..., "
+        "e^-0.1 = 0.9048...; the first is truncated to 2. Masking with the band [0.7, 2] "
+        "drops the first two tokens instead (a weight of 0):",
+        _example(RIS_MASK),
+        "At the sequence level the one weight is exp(4/5 - 1/2 - 1/10) = e^0.2 = 1.2214 at "
+        "every token. OpenRLHF's sequence gate reads the geometric mean, e^(0.2/3) = "
+        "1.068939106, inside its default band [0.5, 5], so the response keeps its token "
+        "ratios, 2.2255 included (no truncation):",
+        _example(RIS_GEOMETRIC),
     ]
     return "\n\n".join(parts) + "\n"
 
