@@ -112,7 +112,8 @@ def _openrlhf_grpo(x: Rollout, p: dict) -> dict:
     stats = {
         "policy_loss": pl.policy_loss,
         "ppo_clip_ratio": st["clipfrac_active"],
-        "ppo_kl": st["approx_kl_k1"],
+        # why: openrlhf 0.11.2 PolicyLoss logs ppo_kl from the raw log-ratio, before its clamp
+        "ppo_kl": float(np.where(m, -pl.log_ratio, 0.0).sum() / max(int(m.sum()), 1)),
         "kl": pl.kl_loss if p["use_kl_loss"] else mean_rows(rollout_kl.sum(axis=-1) / n_i),
         "reward": mean_rows(x.scores),
         # why: OpenRLHF 0.11.2 logs info["return"] = reward.sum(-1) over every column: its
