@@ -50,7 +50,8 @@ def _verl_grpo(x: Rollout, p: dict) -> dict:
       is their sum over the response.
     * ``adv_estimator``: ``grpo`` (s - mean) / (std + 1e-6), ddof 1, in float32; a group of
       one has mean 0 and std 1 (the conventions ``std_ddof``, ``std_eps``,
-      ``std_eps_placement``, ``singleton``, ``log_ratio_clamp`` and ``cispo_clip`` are
+      ``std_eps_placement``, ``singleton``, ``log_ratio_clamp``, ``log_ratio_max`` (GSPO's
+      cap) and ``cispo_clip`` are
       verl's fixed choices, overridable to name another code's);
       ``norm_adv_by_std_in_grpo=False`` drops the division.
       ``rloo``: s - the mean of the others (a group of one keeps its score).
@@ -108,7 +109,7 @@ def _verl_grpo(x: Rollout, p: dict) -> dict:
     # the options of each loss_mode besides the clip bounds and the KL term
     clamp = p["log_ratio_clamp"]
     mode = {"vanilla": dict(dual_clip=p["clip_ratio_c"], log_ratio_clamp=clamp, agg=agg),
-            "gspo": dict(importance_level="sequence", log_ratio_max=10.0,
+            "gspo": dict(importance_level="sequence", log_ratio_max=p["log_ratio_max"],
                          agg="seq-mean-token-mean"),
             "cispo": dict(loss_type="cispo", log_ratio_clamp=clamp, agg=agg,
                           cispo_clip=p["cispo_clip"])}[p["loss_mode"]]
@@ -142,9 +143,11 @@ PRESET = Preset(
               "kl_penalty": "kl", "kl_coef": 0.001},
     # the conventions verl does not expose as options (verl 0.9.1
     # verl/trainer/ppo/core_algos.py compute_grpo_outcome_advantage, epsilon=1e-6;
-    # compute_policy_loss_vanilla and _cispo: clamp(negative_approx_kl, -20, 20))
+    # compute_policy_loss_vanilla and _cispo: clamp(negative_approx_kl, -20, 20); _gspo:
+    # clamp(log_seq_importance_ratio, max=10.0))
     conventions={"std_ddof": 1, "std_eps": 1e-6, "std_eps_placement": "std",
-                 "singleton": "raw", "log_ratio_clamp": 20.0, "cispo_clip": "range"},
+                 "singleton": "raw", "log_ratio_clamp": 20.0, "cispo_clip": "range",
+                 "log_ratio_max": 10.0},
     sources=(
         "volcengine/verl: verl/trainer/ppo/core_algos.py (compute_grpo_outcome_advantage, "
         "compute_rloo_outcome_advantage, compute_reinforce_plus_plus_outcome_advantage, "
