@@ -28,7 +28,8 @@ VERL = {"adv_estimator": "grpo", "norm_adv_by_std_in_grpo": True, "loss_agg_mode
         "clip_ratio_c": 3.0, "use_kl_loss": False, "kl_loss_coef": 0.001,
         "kl_loss_type": "low_var_kl", "use_kl_in_reward": False, "kl_penalty": "kl",
         "kl_coef": 0.001, "std_ddof": 1, "std_eps": 1e-6, "std_eps_placement": "std",
-        "singleton": "raw", "log_ratio_clamp": 20.0, "cispo_clip": "range"}
+        "singleton": "raw", "log_ratio_clamp": 20.0, "cispo_clip": "range",
+        "log_ratio_max": 10.0}
 OPENRLHF = {"advantage_estimator": "group_norm", "init_kl_coef": 0.01, "kl_estimator": "k1",
             "use_kl_loss": False, "epsilon": 0.2, "epsilon_high": None, "dual_clip": None,
             "policy_loss_type": "ppo", "std_ddof": 1, "std_eps": 1e-9,
@@ -208,8 +209,9 @@ def verl_grpo(case, **plant):
     if mode == "gspo":
         lw = ((logp - logp_old) * m).sum(axis=1, keepdims=True) / m.sum(axis=1, keepdims=True)
         lw = lw * np.ones_like(m)
-        rho = np.exp(np.minimum(lw, 10.0))
-        drho = np.where(lw <= 10.0, rho, 0.0)  # the token's own logp, the rest detached
+        cap = np.inf if p["log_ratio_max"] is None else p["log_ratio_max"]
+        rho = np.exp(np.minimum(lw, cap))
+        drho = np.where(lw <= cap, rho, 0.0)  # the token's own logp, the rest detached
         pg1, pg2 = -A * rho, -A * np.clip(rho, 1 - low, 1 + high)
         loss_t = np.maximum(pg1, pg2)
         dloss_t = np.where(pg1 >= pg2, -A * drho,
@@ -277,6 +279,10 @@ def openrlhf_grpo(case, **plant):
         lw = ((logp - logp_old) * m).sum(axis=1, keepdims=True) / n_i
         rho = np.exp(lw) * np.ones_like(m)
         loss_t, g = _clip_terms(rho, rho, A, p["epsilon"], eps_high)
+        if p["dual_clip"] is not None:  # (PolicyLoss applies it to either ratio)
+            dual = -p["dual_clip"] * A
+            bounded = (A < 0) & (dual < loss_t)
+            loss_t, g = np.where(bounded, dual, loss_t), np.where(bounded, 0.0, g)
         w = aggregate_weights(m, "seq-mean-token-mean")
         row = (w * g * m).sum(axis=1, keepdims=True)
         loss = float((w * loss_t * m).sum())

@@ -36,6 +36,8 @@ kl-in-loss              the KL term in the loss, coefficient 0.04 (TRL
 cispo-loss              the CISPO loss (TRL ``loss_type="cispo"`` with
                         ``epsilon_high=5``; verl ``loss_mode="cispo"``)
 dr-grpo-loss            TRL's ``loss_type="dr_grpo"`` (its constant length)
+gspo-large-log-ratios   the sequence ratio (GSPO) on ``large-log-ratios``'s
+                        layout: mean log-ratios of +-12 (beyond verl's cap 10)
 ======================  ======================================================
 
 Every case draws from its own generator, seeded by ``(seed, crc32(name))``.
@@ -175,6 +177,10 @@ PRESET_CASES = {
                     "verl-grpo": {"loss_mode": "cispo"}}),
     "dr-grpo-loss": (_policy_case("3 prompts x 4 responses, TRL's dr_grpo normalisation"),
                      {"trl-grpo": {"loss_type": "dr_grpo"}}),
+    "gspo-large-log-ratios": (_large_log_ratios,
+                              {"trl-grpo": {"importance_sampling_level": "sequence"},
+                               "verl-grpo": {"loss_mode": "gspo"},
+                               "openrlhf-grpo": {"policy_loss_type": "gspo"}}),
 }
 """name -> (builder, {preset name: its params}): cases for the presets listed only."""
 

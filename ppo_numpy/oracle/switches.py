@@ -155,6 +155,8 @@ for _s in (
             "k2": "is k2 = (logp - logp_ref)^2 / 2",
             "low_var_kl": "is k3 clamped to [-10, 10] (low_var_kl)",
             "k3": "is k3 clamped to [-10, 10] (as low_var_kl)"}),
+    Switch("log_ratio_max", "GSPO's sequence log-ratio", {None: "is not capped"},
+           default="is capped at {v:g} before exp"),
     Switch("max_completion_length", "Dr. GRPO's constant length",
            {None: "is the batch's padded width T"}, default="is {v!r}"),
     Switch("cispo_clip", "CISPO's weight",
@@ -401,6 +403,8 @@ register_switches("verl-grpo", {
                         "clamp(negative_approx_kl, min=-20.0, max=20.0)"),
     "cispo_clip": (("max",), f"{_VERL} compute_policy_loss_cispo: clamp(ratio, 1 - "
                    "clip_ratio_low, 1 + clip_ratio_high)"),
+    "log_ratio_max": ((None,), f"{_VERL} compute_policy_loss_gspo: "
+                      "clamp(log_seq_importance_ratio, max=10.0)"),
 })
 _ORLHF = "openrlhf 0.11.2 openrlhf"
 _ORLHF_ADV = f"{_ORLHF}/trainer/ppo_utils/experience_maker.py compute_advantages_and_returns"

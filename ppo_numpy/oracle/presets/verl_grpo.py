@@ -51,7 +51,8 @@ def _verl_grpo(x: Rollout, p: dict) -> dict:
     * ``adv_estimator``: ``grpo`` (s - mean) / (std + 1e-6), ddof 1, in float32 (verl's
       reward tensor; float64 with ``use_kl_in_reward``, the KL's dtype); a group of
       one has mean 0 and std 1 (the conventions ``std_ddof``, ``std_eps``,
-      ``std_eps_placement``, ``singleton``, ``log_ratio_clamp`` and ``cispo_clip`` are
+      ``std_eps_placement``, ``singleton``, ``log_ratio_clamp``, ``log_ratio_max`` (GSPO's
+      cap) and ``cispo_clip`` are
       verl's fixed choices, overridable to name another code's);
       ``norm_adv_by_std_in_grpo=False`` drops the division.
       ``rloo``: s - the mean of the others (a group of one keeps its score).
@@ -121,7 +122,7 @@ def _verl_grpo(x: Rollout, p: dict) -> dict:
     mode = {"vanilla": dict(dual_clip=p["clip_ratio_c"], log_ratio_clamp=clamp, agg=agg),
             # why: verl 0.9.1 compute_policy_loss_gspo aggregates by the loss_agg_mode it is
             # given (workers/utils/losses.py ppo_loss passes actor.loss_agg_mode)
-            "gspo": dict(importance_level="sequence", log_ratio_max=10.0, agg=agg),
+            "gspo": dict(importance_level="sequence", log_ratio_max=p["log_ratio_max"], agg=agg),
             "cispo": dict(loss_type="cispo", log_ratio_clamp=clamp, agg=agg,
                           cispo_clip=p["cispo_clip"])}[p["loss_mode"]]
     opts = PolicyLossOptions(epsilon=p["clip_ratio_low"], epsilon_high=p["clip_ratio_high"],
@@ -154,9 +155,11 @@ PRESET = Preset(
               "kl_penalty": "kl", "kl_coef": 0.001},
     # the conventions verl does not expose as options (verl 0.9.1
     # verl/trainer/ppo/core_algos.py compute_grpo_outcome_advantage, epsilon=1e-6;
-    # compute_policy_loss_vanilla and _cispo: clamp(negative_approx_kl, -20, 20))
+    # compute_policy_loss_vanilla and _cispo: clamp(negative_approx_kl, -20, 20); _gspo:
+    # clamp(log_seq_importance_ratio, max=10.0))
     conventions={"std_ddof": 1, "std_eps": 1e-6, "std_eps_placement": "std",
-                 "singleton": "raw", "log_ratio_clamp": 20.0, "cispo_clip": "range"},
+                 "singleton": "raw", "log_ratio_clamp": 20.0, "cispo_clip": "range",
+                 "log_ratio_max": 10.0},
     sources=(
         "volcengine/verl: verl/trainer/ppo/core_algos.py (compute_grpo_outcome_advantage, "
         "compute_rloo_outcome_advantage, compute_reinforce_plus_plus_outcome_advantage, "
