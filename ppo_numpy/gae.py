@@ -10,7 +10,7 @@ and returns R_t = A_hat_t + V(s_t) (the value head's regression target).
 
 The recursion below is the definition, and what :func:`gae` runs on small
 batches (``method="loop"``). On batches of at least ``BLOCKED_FROM`` tokens it
-runs the fast form of :mod:`ppo_numpy.gae_blocked` (``method="blocked"``: the
+runs the fast form of ``ppo_numpy.gae_blocked`` (``method="blocked"``: the
 same sums, block by block, with matrix products instead of a Python step per
 time index), tested equal to the recursion and to the sum definition in
 ``tests/test_td_gae.py``; measured speed in ``docs/benchmarks.md``.
@@ -54,7 +54,7 @@ def gae(rewards, values, gamma=1.0, lam=0.95, mask=None, *, method=None, block=3
         the recursion runs over response tokens only, and outputs are 0 at padding.
     method : {"loop", "blocked"}, optional
         ``"loop"``: the backward recursion below. ``"blocked"``: its fast form
-        (:mod:`ppo_numpy.gae_blocked`; float64 only, equal up to rounding, see
+        (``ppo_numpy.gae_blocked``; float64 only, equal up to rounding, see
         ``tests/test_td_gae.py``). ``None`` (default): ``"blocked"`` for float input of
         at least ``BLOCKED_FROM`` = 32768 entries, ``"loop"`` otherwise (and always for
         exact Fractions).

@@ -106,6 +106,8 @@ class Linker:
                 new, anchor = f"api/modules/{mod}.rst", ""
             else:
                 new, anchor = self.source(rel), ""
+        elif rel.startswith("docs/figures/") and resolved.suffix in (".png", ".svg"):
+            new = rel  # a figure of the docs: copied beside them by stage()
         elif resolved.is_file():
             new, anchor = self.source(rel), ""
         else:
@@ -143,6 +145,8 @@ def stage(src: Path, linker: Linker) -> None:
                 cell["source"] = linker.rewrite(rel, text).splitlines(keepends=True)
         collapse_solutions(nb)
         (src / rel).write_text(json.dumps(nb, indent=1, ensure_ascii=False), encoding="utf-8")
+    if (ROOT / "docs" / "figures").is_dir():
+        shutil.copytree(ROOT / "docs" / "figures", src / "docs" / "figures")
     home = linker.rewrite("README.md", (ROOT / "README.md").read_text(encoding="utf-8"))
     (src / "index.md").write_text(home + "\n" + sidebar_toctrees(), encoding="utf-8")
     for rel in sorted(linker.sources):

@@ -423,7 +423,7 @@ def closest_names(name: str, known) -> str:
 
 
 def looser_dtypes(dtype: str) -> list:
-    """The next looser dtype of :data:`DTYPES` (float64 -> float32 -> bfloat16), as a list
+    """The next looser dtype of ``DTYPES`` (float64 -> float32 -> bfloat16), as a list
     (empty for bfloat16): the one the precision hint tries. (Not two steps: a candidate
     within bfloat16's 5% of a float64 reference has more than a rounding wrong.)"""
     return list(DTYPES[DTYPES.index(check_dtype(dtype)) + 1:][:1])

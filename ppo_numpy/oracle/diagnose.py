@@ -5,7 +5,7 @@ does), then, for every output that fails, re-runs the preset with each alternati
 of each convention switch registered for it (:mod:`ppo_numpy.oracle.switches`) and keeps
 the switches under which that output matches the candidate's on every case. Single
 switches first; for an output no single switch explains, every pair of settings of two
-switches (the most plausible first, at most :data:`MAX_PAIRS`); the report says how many
+switches (the most plausible first, at most ``MAX_PAIRS``); the report says how many
 settings it tried.
 The report says, per output, e.g.::
 

@@ -182,7 +182,8 @@ PRESET_CASES = {
                                "verl-grpo": {"loss_mode": "gspo"},
                                "openrlhf-grpo": {"policy_loss_type": "gspo"}}),
 }
-"""name -> (builder, {preset name: its params}): cases for the presets listed only."""
+"""Each case name maps to its builder and the presets it is for, each with its params: cases
+for the presets listed only."""
 
 
 def group_case_names(n_random: int = N_RANDOM, preset: str | None = None) -> list:

@@ -73,7 +73,7 @@ def _verl(x: Rollout, p: dict) -> dict:
       2^-24 relative; the float64 rtol is 1e-9 + 2^-24. The whitened advantages are then
       off by up to 2^-25 relative, and so is the policy term of the policy loss and of
       ``dlogp``; where the KL loss (``use_kl_loss``) cancels part of that term, the error is
-      not relative to the result but to the term, of size |A| rho w <= 8 (advantages of at
+      not relative to the result but to the term, of size abs(A) rho w <= 8 (advantages of at
       most 4 standard deviations, rho <= 1.2 where the gradient passes, weights w <= 1/2):
       float64 atol 4 2^-24 (measured against verl 0.9.1 by ``make conformance``).
     """
