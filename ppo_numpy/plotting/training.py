@@ -17,7 +17,7 @@ from ..training.metrics import (
     critic_vs_constant,
     history_to_columns,
 )
-from .style import figure, finish, legend_outside, saved
+from .style import SITE_WIDTH_IN, figure, finish, legend_outside, saved
 
 
 def _columns(metrics):
@@ -293,7 +293,7 @@ def plot_critic_comparison(results, *, path=None) -> Figure:
     if not results or not all(results.values()):
         raise ValueError("results: no task or no variant to plot")
     tasks = list(results)
-    fig, axes = figure(len(tasks), 2, width=13, height=4.2 * len(tasks) + 0.6)
+    fig, axes = figure(len(tasks), 2, width=SITE_WIDTH_IN - 3, height=3.2 * len(tasks) + 0.6)
     axes = np.atleast_2d(axes)
     for row, task in zip(axes, tasks):
         left, right = row
