@@ -12,10 +12,10 @@ row i, and B' the number of rows with at least one response token:
 * ``"seq-mean-token-sum-norm"``: sum_{i,t} m l / (B' * norm), ``norm`` a
   constant (default: T, the padded length), as in Dr. GRPO (TRL's
   ``loss_type="dr_grpo"`` divides by B * max_completion_length,
-  huggingface/trl ``trl/trainer/grpo_trainer.py``). verl's mode of the same
-  name divides by ``norm`` only, not by the number of sequences
-  (volcengine/verl ``verl/trainer/ppo/core_algos.py``, ``agg_loss``): its
-  value is B' times this one.
+  huggingface/trl ``trl/trainer/grpo_trainer.py``). verl 0.9.1's mode of the same
+  name divides by the number of sequences times T as well (``agg_loss`` of
+  ``verl/trainer/ppo/core_algos.py``, ``loss_scale_factor`` unset); its commits of
+  early 2026 divided by ``norm`` only (docs/conformance.md).
 
 Names follow verl's ``loss_agg_mode``. The normalisations of TRL's ``GRPOTrainer``
 (``loss_type``, huggingface/trl ``trl/trainer/grpo_trainer.py``, ``_compute_loss``) are
