@@ -51,8 +51,9 @@ def check_mode(mode, name="mode"):
     return check_choice(mode, name, MODES + TRL_MODES, "aggregation mode")
 
 
-def mode_norm(mode, norm, T):
-    """The divisor ``norm`` of ``"seq-mean-token-sum-norm"`` (default T), checked.
+def mode_norm(mode, norm):
+    """The divisor ``norm`` of the modes that take one, checked; ``None`` stays ``None``, the
+    mode's default, which :func:`divisors` resolves (T, or dapo's token count).
 
     ``norm`` given with another mode is an error: it would be silently ignored.
     """
@@ -62,8 +63,7 @@ def mode_norm(mode, norm, T):
                              f"norm, got norm={norm!r} with mode {mode!r}")
         return None
     if norm is None:
-        # dapo's default: the batch's own token count, resolved by divisors()
-        return None if mode == "dapo" else T
+        return None
     return check_scalar(norm, "norm", low=0, low_open=True)
 
 
@@ -100,7 +100,7 @@ def aggregate(per_token, mask=None, mode="token-mean", *, norm=None):
     """
     check_mode(mode)
     (x,), m = prepare({"per_token": per_token}, mask)
-    return aggregate_kernel(x, m, mode, mode_norm(mode, norm, x.shape[-1]))
+    return aggregate_kernel(x, m, mode, mode_norm(mode, norm))
 
 
 def divisors(m: np.ndarray, mode: str, norm=None, like=None):

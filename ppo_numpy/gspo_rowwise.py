@@ -68,8 +68,7 @@ def gspo_rowwise_kernel(logp, logp_old, A_row, m, opts, logp_ref=None):
     """
     from .objective import PolicyLossForward, _kl_agg
 
-    eps_high = opts.epsilon if opts.epsilon_high is None else opts.epsilon_high
-    lo, hi = 1 - opts.epsilon, 1 + eps_high
+    lo, hi = opts.bounds()
     has = m.any(axis=-1, keepdims=True)  # (B, 1)
     n_i = np.maximum(m.sum(axis=-1, keepdims=True), 1)
     # log rho_t = logp_t - logp_old_t   (clamped with log_ratio_clamp)

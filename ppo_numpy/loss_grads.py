@@ -102,7 +102,7 @@ def aggregate_grad(per_token, mask=None, mode="token-mean", *, norm=None):
 
 def _weights(m: np.ndarray, mode: str, norm) -> np.ndarray:
     """:func:`aggregation_weights` with ``norm`` checked (``None``: the mode's default)."""
-    return aggregation_weights(m, mode, mode_norm(mode, norm, m.shape[-1]))
+    return aggregation_weights(m, mode, mode_norm(mode, norm))
 
 
 def policy_loss_grad(logp, logp_old, advantages, mask=None, epsilon=0.2, agg="token-mean", *,

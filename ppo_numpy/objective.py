@@ -139,8 +139,8 @@ class PolicyLossOptions:
         set_(self, "dual_clip", check_dual_clip(self.dual_clip))
         set_(self, "log_ratio_clamp", check_clamp(self.log_ratio_clamp))
         check_mode(self.agg, "agg")
-        # the mode's own default (T) is resolved per batch: mode_norm(mode, norm, T)
-        mode_norm(self.agg, self.norm, 1)
+        # (the mode's own default, T or dapo's token count, is resolved per batch: divisors)
+        mode_norm(self.agg, self.norm)
         check_level(self.importance_level, "importance_level")
         if self.log_ratio_max is not None:
             set_(self, "log_ratio_max", check_scalar(self.log_ratio_max, "log_ratio_max",
@@ -162,10 +162,6 @@ class PolicyLossOptions:
     def bounds(self, like=None):
         """``(1 - epsilon, 1 + epsilon_high)`` in the arithmetic of ``like`` (float by default)."""
         return clip_bounds(self.epsilon, self.epsilon_high, like=like)
-
-    def norm_for(self, T: int):
-        """The divisor of ``"seq-mean-token-sum-norm"`` for a batch of width T (else None)."""
-        return mode_norm(self.agg, self.norm, T)
 
     @property
     def is_ppo(self) -> bool:

@@ -23,7 +23,7 @@ from ..._validation import (
     check_scalar,
     where_valid,
 )
-from ...aggregation import aggregate_kernel, aggregation_weights, mode_norm
+from ...aggregation import aggregate_kernel, aggregation_weights
 from ...gae import gae_kernel
 from ...group_advantages import _group_sums, grpo_advantages
 from ...kl import (
@@ -233,7 +233,7 @@ def masked_var(x, m, ddof) -> float:
 
 def aggregate(x, m, mode) -> float:
     """``aggregate(x, m, mode)`` (the default norm T for ``"seq-mean-token-sum-norm"``)."""
-    return aggregate_kernel(where_valid(m, x), m, mode, mode_norm(mode, None, m.shape[-1]))
+    return aggregate_kernel(where_valid(m, x), m, mode)
 
 
 def probability_ratio(logp, logp_old, m):
@@ -336,7 +336,7 @@ def losses(x: Rollout, advantages, returns, p: dict, agg: str = "token-mean", *,
         mask, loss_options(p, agg, kl), where_valid(mask, x.logp_ref))
     vm = mask if value_mask is None else value_mask
     PolicyLossOptions(agg=value_agg)  # checks the mode's name
-    norm = mode_norm(value_agg, None, vm.shape[-1])
+    norm = None  # the mode's default (divisors)
     v, v_old, R = (where_valid(vm, a) for a in (x.values, x.old_values, returns))
     c, form = p["value_clip"], p["value_clip_form"]
     # the inputs are 0 outside vm, and so are the loss and its weights there
