@@ -189,6 +189,13 @@ def test_clean_run_rejects_stored_errors():
     assert problems == ["cell 2: stored error output AssertionError: hand value"]
 
 
+def test_clean_run_rejects_a_stored_warning():
+    warning = new_output("stream", name="stderr", text="/x/pylabtools.py:158: UserWarning: ...")
+    stdout = new_output("stream", name="stdout", text="fine")
+    problems = clean_run_problems(_notebook([1, 2], outputs=[[stdout], [warning]]))
+    assert len(problems) == 1 and problems[0].startswith("cell 2: stored stderr output")
+
+
 def test_clean_notebook_removes_outputs_and_counts():
     nb = clean_notebook(_notebook([1, 2]))
     assert all(c.outputs == [] and c.execution_count is None
@@ -242,6 +249,17 @@ def test_volatile_cells_are_not_compared():
     for nb in (stored, fresh):
         nb.cells[1].metadata["tags"] = ["volatile-output"]
     assert stale_outputs(stored, fresh) == []
+
+
+def test_cpu_dependent_cells_are_compared_without_their_numbers():
+    stored, fresh = _printing("score 0.668 after 30 iterations\n"), _printing(
+        "score 0.730 after 30 iterations\n")
+    changed = _printing("score 0.730 after 30 iterations, entropy 0.4\n")
+    assert len(stale_outputs(stored, fresh)) == 1
+    for nb in (stored, fresh, changed):
+        nb.cells[1].metadata["tags"] = ["cpu-dependent"]
+    assert stale_outputs(stored, fresh) == []
+    assert len(stale_outputs(stored, changed)) == 1     # a new label is still seen
 
 
 def test_kernel_env_uses_inline_backend_and_finds_the_package(monkeypatch):

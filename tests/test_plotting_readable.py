@@ -19,6 +19,9 @@ must leave the list.
 from __future__ import annotations
 
 import inspect
+import json
+import warnings
+from pathlib import Path
 
 import matplotlib
 
@@ -54,6 +57,8 @@ from tests.test_plotting_concepts import CASES as CONCEPT_CASES  # noqa: E402
 from tests.test_plotting_policy import _report  # noqa: E402
 from tests.test_plotting_training import _oo_rows  # noqa: E402
 
+ROOT = Path(__file__).resolve().parents[1]
+
 
 def _history(n):
     return [{c: float(k + 1) for c in COLUMNS} | {"score": 0.1 * k} for k in range(n)]
@@ -79,6 +84,9 @@ CASES = {f"concepts.{name}": call for name, call in CONCEPT_CASES.items()} | {
     "training.plot_beta_sweep": lambda: training.plot_beta_sweep(
         {0.0: _history(5), 0.1: _history(5)}, last=2),
     "training.plot_runs": lambda: training.plot_runs({"a": _history(5), "b": _history(4)}),
+    # the stored comparison itself: its labels are long (notebook 10 draws it)
+    "training.plot_critic_comparison[docs data]": lambda: training.plot_critic_comparison(
+        json.loads((ROOT / "docs" / "data" / "critic_comparison.json").read_text())),
     "training.plot_critic_comparison": lambda: training.plot_critic_comparison(
         {"target": {"PPO": [{"score_frac": [0.5, 0.95, 1.0], "iteration_90": 2},
                             {"score_frac": [0.5, 0.6, 0.8], "iteration_90": None}],
@@ -129,7 +137,7 @@ def _close():
 
 
 def test_every_plotting_function_has_a_case():
-    assert _public_plot_functions() == set(CASES)
+    assert _public_plot_functions() == {name.split("[")[0] for name in CASES}
 
 
 def _inside(bbox, x, y):
@@ -170,11 +178,38 @@ def legend_problems(fig) -> list[str]:
 
 
 def _drawn(name):
-    fig = CASES[name]()
-    # a Figure made without pyplot has no renderer yet: give it Agg, then lay it out and draw
-    FigureCanvasAgg(fig) if not isinstance(fig.canvas, FigureCanvasAgg) else None
-    fig.canvas.draw()
+    return _draw(CASES[name])
+
+
+def _draw(make):
+    """The figure ``make()`` returns, laid out and drawn. A layout that cannot fit the
+    figure is an error: constrained layout then gives up with a warning that the axes
+    collapsed, and the panels are drawn where they overlap their labels."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*layout not applied.*")
+        fig = make()
+        # a Figure made without pyplot has no renderer yet: give it Agg, then lay it out
+        FigureCanvasAgg(fig) if not isinstance(fig.canvas, FigureCanvasAgg) else None
+        fig.canvas.draw()
     return fig
+
+
+#: the smallest panel drawn, in inches (width and height; colour bars are not panels)
+MIN_PANEL_IN = 0.5
+
+
+def squeezed_panels(fig) -> list[tuple[str, float, float]]:
+    """(title, width, height) of visible panels smaller than ``MIN_PANEL_IN`` inches."""
+    w_in, h_in = fig.get_size_inches()
+    small = []
+    for ax in fig.axes:
+        if not ax.get_visible() or not ax.axison or getattr(ax, "_colorbar", None):
+            continue
+        box = ax.get_position()
+        w, h = box.width * w_in, box.height * h_in
+        if min(w, h) < MIN_PANEL_IN:
+            small.append((ax.get_title()[:30], round(w, 2), round(h, 2)))
+    return small
 
 
 def _texts(fig):
@@ -232,6 +267,20 @@ def test_figure_is_readable(name):
     assert not small, f"{name}: text below {MIN_FONT_PT} pt: {small[:5]}"
     problems = legend_problems(fig)
     assert not problems, f"{name}: " + "; ".join(problems)
+    squeezed = squeezed_panels(fig)
+    assert not squeezed, f"{name}: panels under {MIN_PANEL_IN} in (title, w, h): {squeezed}"
+
+
+def test_layout_check_finds_a_collapsed_layout_and_a_squeezed_panel():
+    def collapsed():
+        fig, axes = plt.subplots(1, 2, figsize=(3, 2), dpi=MIN_DPI, layout="constrained")
+        axes[0].set_yticks([0, 1], ["a label far too long for a figure three inches wide", "b"])
+        return fig
+
+    with pytest.raises(UserWarning, match="layout not applied"):
+        _draw(collapsed)
+    fig, axes = plt.subplots(2, 1, figsize=(3, 2), dpi=MIN_DPI, height_ratios=[10, 1])
+    assert [h < MIN_PANEL_IN for _, _, h in squeezed_panels(fig)] == [True]
 
 
 def test_legend_check_finds_a_legend_on_a_band_and_on_a_line():

@@ -276,10 +276,10 @@ def plot_runs(runs, *, columns=RUN_COLUMNS, ncols=3, path=None) -> Figure:
 def plot_critic_comparison(results, *, path=None) -> Figure:
     """PPO at several lambdas, PPO with V = 0, GRPO and RLOO, side by side (notebook 10).
 
-    One row per task. Left: the median over seeds of score / optimum per iteration, one
-    line per variant, with the 90% line. Right: the iteration at which each run first
-    reaches 90% (one dot per run, i.e. per random seed; a run that never does is drawn at
-    the right edge as an open circle), the median as a bar.
+    Two panels per task, one above the other. Above: the median over seeds of score /
+    optimum per iteration, one line per variant, with the 90% line. Below: the iteration
+    at which each run first reaches 90% (one dot per run, i.e. per random seed; a run that
+    never does is drawn at the right edge as an open circle), the median as a bar.
 
     Parameters
     ----------
@@ -293,8 +293,14 @@ def plot_critic_comparison(results, *, path=None) -> Figure:
     if not results or not all(results.values()):
         raise ValueError("results: no task or no variant to plot")
     tasks = list(results)
-    fig, axes = figure(len(tasks), 2, width=SITE_WIDTH_IN - 3, height=3.2 * len(tasks) + 0.6)
-    axes = np.atleast_2d(axes)
+    n_var = max(len(v) for v in results.values())
+    # per task two panels, one above the other at the full width: the curves (their
+    # legend below them) and the iteration at 90% (one row per variant, labelled)
+    heights = [ratio for _ in tasks for ratio in (3.0, 0.9 + 0.3 * n_var)]
+    fig, axes = figure(2 * len(tasks), 1, width=SITE_WIDTH_IN,
+                       height=sum(heights) + 1.3 * len(tasks),
+                       gridspec_kw={"height_ratios": heights})
+    axes = np.asarray(axes).reshape(len(tasks), 2)
     for row, task in zip(axes, tasks):
         left, right = row
         labels = list(results[task])
@@ -318,11 +324,11 @@ def plot_critic_comparison(results, *, path=None) -> Figure:
         left.set_title(f"{task}: score / optimum, median over {len(runs)} seeds")
         left.set_xlabel("PPO iteration (64 sampled responses each)")
         left.set_ylabel("score / optimum")
-        legend_outside(left, ncols=3)
+        legend_outside(left, ncols=2)
         right.set_yticks(range(len(labels)), labels, fontsize=8)
         right.invert_yaxis()
         right.set_xlim(0, n_it + 2)
         right.set_title(f"{task}: first iteration at 90% (dots: seeds, bar: median;\n"
-                        "open circle at the right edge: never reached)")
+                        "open circle at the right edge: never reached)", fontsize=9)
         right.set_xlabel("iteration (x 64 = sampled responses)")
     return saved(fig, path)
