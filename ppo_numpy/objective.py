@@ -57,6 +57,8 @@ __all__ = ["CISPO_CLIPS", "LOSS_TYPES", "PolicyLossOptions", "loss_options",
 LOSS_TYPES = ("clip", "cispo", "vespo")
 #: how CISPO bounds its importance weight
 CISPO_CLIPS = ("range", "max")
+#: VESPO's default (k_pos, lambda_pos, k_neg, lambda_neg) (TRL 1.16.0 GRPOConfig)
+VESPO_SHAPES = (2.0, 3.0, 3.0, 2.0)
 
 
 @dataclass(frozen=True)
@@ -161,8 +163,10 @@ class PolicyLossOptions:
         if self.loss_type == "cispo" and (self.dual_clip is not None or self.delta is not None):
             raise ValueError("loss_type: 'cispo' takes no dual_clip or delta (its weight is "
                              "bounded by cispo_clip)")
-        vespo.check_vespo_params(self.vespo_k_pos, self.vespo_lambda_pos, self.vespo_k_neg,
-                                 self.vespo_lambda_neg)
+        shapes = (self.vespo_k_pos, self.vespo_lambda_pos, self.vespo_k_neg,
+                  self.vespo_lambda_neg)
+        if self.loss_type == "vespo" or shapes != VESPO_SHAPES:
+            vespo.check_vespo_params(*shapes)
         if self.loss_type == "vespo" and (self.dual_clip is not None or self.delta is not None
                                           or self.log_ratio_max is not None
                                           or self.importance_level != "token"):
@@ -319,8 +323,10 @@ def ppo_policy_loss(logp, logp_old, advantages, mask=None, epsilon=0.2, agg="tok
         Any other field of :class:`PolicyLossOptions`: ``epsilon_high``, ``dual_clip``
         (see :func:`clipped_surrogate`), ``norm`` (the divisor of the modes that take one),
         ``log_ratio_clamp`` (see :func:`probability_ratio`), and the critic-free family's
-        ``importance_level`` (GSPO), ``log_ratio_max``, ``delta``, ``loss_type`` (CISPO),
-        ``cispo_clip``, ``kl_coef``, ``kl_estimator``, ``kl_clamp``, ``kl_agg``.
+        ``importance_level`` (GSPO), ``log_ratio_max``, ``delta``, ``loss_type`` (CISPO,
+        VESPO), ``cispo_clip``, ``vespo_k_pos`` (and VESPO's other shapes), ``kl_coef``,
+        ``kl_estimator``, ``kl_clamp``, ``kl_agg``; ``agg="luspo"`` with
+        ``importance_level="sequence"`` is TRL's LUSPO.
 
     Returns
     -------
