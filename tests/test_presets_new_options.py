@@ -100,3 +100,21 @@ def test_preset_options_are_checked():
         TRL(CASE, loss_type="vespo", vespo_k_pos=-1.0)
     with pytest.raises(ValueError, match="single response"):
         VERL({**CASE, "groups": np.array([0.0, 0.0, 0.0, 1.0])}, adv_estimator="grpo_passk")
+
+
+def test_the_gdpo_case_carries_its_components_and_the_rollout_checks_them():
+    from ppo_numpy.oracle.group_cases import generate_group_cases
+    from ppo_numpy.rollout import Rollout
+
+    (case,) = generate_group_cases(0, ["gdpo-components"], preset="verl-grpo")
+    c = case["inputs"]["reward_components"]
+    assert c.shape == (12, 2) and case["params"] == {"adv_estimator": "gdpo"}
+    np.testing.assert_array_equal(c.sum(axis=1), case["inputs"]["scores"])
+    assert set(np.unique(c[:, 0])) <= {0.0, 1.0}
+    # the presets that do not read it ignore it
+    other = {k: v for k, v in case["inputs"].items() if k != "reward_components"}
+    assert VERL(case["inputs"])["policy_loss"] == VERL(other)["policy_loss"]
+    with pytest.raises(ValueError, match=r"reward_components: expected shape \(2, K\)"):
+        Rollout(mask=np.ones((2, 3)), reward_components=np.ones(2))
+    with pytest.raises(ValueError, match="reward_components"):
+        Rollout(mask=np.ones((2, 3)), reward_components=[[1.0], [np.inf]])
