@@ -30,7 +30,8 @@ import numpy as np
 
 from ._validation import check_scalar, prepare
 
-__all__ = ["LOG_W_MAX", "LOG_W_MIN", "vespo_weights"]
+__all__ = ["LAMBDA_FLOOR", "LOG_W_MAX", "LOG_W_MIN", "check_vespo_params",
+           "vespo_log_weight_kernel", "vespo_phi_kernel", "vespo_weights"]
 
 #: the bound on each token's log-ratio and on the sequence's log-weight (TRL: 20)
 LOG_W_MAX = 20.0
