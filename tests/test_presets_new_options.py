@@ -118,3 +118,17 @@ def test_the_gdpo_case_carries_its_components_and_the_rollout_checks_them():
         Rollout(mask=np.ones((2, 3)), reward_components=np.ones(2))
     with pytest.raises(ValueError, match="reward_components"):
         Rollout(mask=np.ones((2, 3)), reward_components=[[1.0], [np.inf]])
+
+
+def test_golden_files_keep_the_reward_components(tmp_path):
+    from ppo_numpy.oracle import golden
+    from ppo_numpy.oracle.group_cases import generate_group_cases
+
+    cases = generate_group_cases(0, ["gdpo-components", "equal-scores"], preset="verl-grpo")
+    golden.export(tmp_path, VERL, cases)
+    _, back = golden.load(tmp_path)
+    np.testing.assert_array_equal(back[0]["inputs"]["reward_components"],
+                                  cases[0]["inputs"]["reward_components"])
+    assert "reward_components" not in back[1]["inputs"]
+    np.testing.assert_array_equal(back[0]["expected"]["advantages"],
+                                  VERL(cases[0])["advantages"])
