@@ -27,7 +27,12 @@ counts):
 * ``"dapo"``: sum m l / ``norm``, ``norm`` the token count of the whole (global,
   accumulated) batch; default the local count, where it equals ``"bnpo"``;
 * ``"dr_grpo"``: sum m l / (B * ``norm``), ``norm`` a constant length
-  (``max_completion_length``); default T.
+  (``max_completion_length``); default T;
+* ``"luspo"``: (1/B) sum_i sum_t m l, the sequence mean of token *sums* (TRL 1.16.0's
+  ``loss_type="luspo"``, ``(per_token_loss * mask).sum(-1).mean()``). At the sequence
+  level (GSPO's ratio s_i, the same term l_i at every token of response i) it is
+  (1/B) sum_i n_i l_i: each response's sequence loss scaled by its length, LUSPO's
+  length-unbiased sequence loss (arXiv 2602.05261).
 """
 
 from __future__ import annotations
@@ -42,7 +47,7 @@ __all__ = ["MODES", "NORM_MODES", "TRL_MODES", "aggregate", "aggregate_kernel",
 
 MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 #: TRL GRPOTrainer's ``loss_type`` normalisations (module docstring)
-TRL_MODES = ("grpo", "bnpo", "dapo", "dr_grpo")
+TRL_MODES = ("grpo", "bnpo", "dapo", "dr_grpo", "luspo")
 #: the modes that divide by ``norm``
 NORM_MODES = ("seq-mean-token-sum-norm", "dapo", "dr_grpo")
 
@@ -118,6 +123,7 @@ def divisors(m: np.ndarray, mode: str, norm=None, like=None):
         bnpo                     d = None   D = sum_i n_i
         dapo                     d = None   D = norm (default sum_i n_i)
         dr_grpo                  d = None   D = B * norm
+        luspo                    d = None   D = B
 
     :func:`aggregate` divides by them, :func:`aggregation_weights` (the gradient) is
     m / (d D). ``m``: a bool (B, T) mask; ``norm``: checked (:func:`mode_norm`), ``None``
@@ -143,6 +149,8 @@ def divisors(m: np.ndarray, mode: str, norm=None, like=None):
         return None, scalar_for(norm, like)
     if mode == "dr_grpo":
         return None, scalar_for(B, like) * scalar_for(norm, like)
+    if mode == "luspo":
+        return None, scalar_for(B, like)
     if mode == "seq-mean-token-sum":
         return None, scalar_for(n_seq, like)
     if mode == "seq-mean-token-mean":
