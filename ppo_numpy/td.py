@@ -43,11 +43,13 @@ def late_starts(mask: np.ndarray) -> int:
     return np.count_nonzero(mask[..., 1:] > mask[..., :-1])
 
 
-def has_holes(mask: np.ndarray) -> bool:
-    """True when some row of a bool mask has padding between two response tokens."""
+def has_holes(mask: np.ndarray, late: int | None = None) -> bool:
+    """True when some row of a bool mask has padding between two response tokens (``late``:
+    ``late_starts(mask)`` when already counted)."""
     # a run of response tokens starts at t = 0 or late; every row with a response token has
     # one run, a row with a hole has more
-    runs = late_starts(mask) + np.count_nonzero(mask[..., :1])
+    late = late_starts(mask) if late is None else late
+    runs = late + np.count_nonzero(mask[..., :1])
     return runs > np.count_nonzero(mask.any(axis=-1))
 
 
