@@ -40,10 +40,11 @@ def gae_blocked_kernel(r, v, gamma, lam, m, block=BLOCK):
     kernel): ``r``, ``v`` what they hold at padding is never used (non-finite values there
     are allowed), not written into; ``m`` a bool mask. Returns ``(advantages, returns)``.
 
-    The two outputs are the two halves of one new (2, B, T) array, and the TD errors the
-    only other array of the batch's size: the fewer fresh arrays, the fewer pages a fresh
-    process maps on each call (glibc gives a freed block back to the system once the free
-    space at the top of its heap passes twice the largest block it has mapped).
+    The two outputs are the two halves of one new (2, B, T) array, which holds the TD errors
+    too (right padding; left padding and holes take one more array): the fewer fresh arrays,
+    the fewer pages a fresh process maps on each call (glibc gives a freed block back to the
+    system once the free space at the top of its heap passes twice the largest block it has
+    mapped), and the less memory each pass streams through.
     """
     out = np.empty((2,) + v.shape)
     advantages, returns = out[0], out[1]
@@ -56,7 +57,8 @@ def gae_blocked_kernel(r, v, gamma, lam, m, block=BLOCK):
             _valid_copy(returns, v, padding)
             delta = _td_errors(r, returns, float(gamma), m, holes, padding)
         else:
-            delta = _td_errors_right_padded(r, v, float(gamma), m, padding)
+            # the TD errors in the returns' buffer: read once by the product, then overwritten
+            delta = _td_errors_right_padded(r, v, float(gamma), m, padding, returns)
         _gae_blocked(delta, m, float(gamma * lam), block, holes, late, advantages)
         # R_t = A_t + V(s_t); A is exactly 0 at padding
         np.add(advantages, returns if late else v, out=returns)
@@ -89,16 +91,15 @@ def _shifted(v):
     return out
 
 
-def _td_errors_right_padded(r, v, gamma, m, padding):
+def _td_errors_right_padded(r, v, gamma, m, padding, delta):
     """:func:`_td_errors` for a mask whose rows are runs from t = 0 (right padding), with
     ``r`` and ``v`` anything at padding.
 
     V(s_{t+1}) is v[t + 1], except at a row's last step and at its last response token
     (the value after it is 0, whatever the padding holds), which are written again: the
     sum r_t + V(s_{t+1}) is taken on the flat arrays, in one contiguous pass (the 2-D slices
-    [:, :-1] cost five times as much here).
+    [:, :-1] cost five times as much here). Written into ``delta`` (C-contiguous).
     """
-    delta = np.empty(v.shape)
     flat, v_flat = delta.reshape(-1), v.reshape(-1)
     np.add(r.reshape(-1)[:-1], v_flat[1:] if gamma == 1 else gamma * v_flat[1:],
            out=flat[:-1])
