@@ -149,7 +149,7 @@ def _blocked(method, v) -> bool:
 
 def gae_kernel(r, v, gamma, lam, m, method=None, block=BLOCK):
     """:func:`gae` on checked arrays (unchecked kernel; the training loop's and the presets'):
-    ``r``, ``v`` 0 at padding and this call's own, ``gamma``, ``lam`` in their arithmetic,
+    ``r``, ``v`` 0 at padding (not written into), ``gamma``, ``lam`` in their arithmetic,
     ``m`` a bool mask; ``method`` as in :func:`gae` (None: the same size rule). Returns
     ``(advantages, returns)``."""
     if _blocked(method, v):
