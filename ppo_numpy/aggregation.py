@@ -108,7 +108,7 @@ def aggregate(per_token, mask=None, mode="token-mean", *, norm=None):
     return aggregate_kernel(x, m, mode, mode_norm(mode, norm))
 
 
-def divisors(m: np.ndarray, mode: str, norm=None, like=None):
+def divisors(m: np.ndarray, mode: str, norm=None, like=None, n_tokens=None):
     """The one rule of every mode: aggregate = sum_i (sum_t m x)_i / d_i / D (unchecked kernel).
 
     Returns ``(d, D)``: ``d`` the (B,) per-row divisors (``None`` where every row
@@ -128,17 +128,18 @@ def divisors(m: np.ndarray, mode: str, norm=None, like=None):
     :func:`aggregate` divides by them, :func:`aggregation_weights` (the gradient) is
     m / (d D). ``m``: a bool (B, T) mask; ``norm``: checked (:func:`mode_norm`), ``None``
     the mode's default;
-    ``like``: an exact array makes ``D`` a Fraction.
+    ``like``: an exact array makes ``D`` a Fraction; ``n_tokens``: the (B,) counts
+    ``m.sum(axis=-1)`` when already counted.
     """
     like = m if like is None else like  # (scalar_for: a float unless like is exact)
     if norm is None and mode in ("seq-mean-token-sum-norm", "dr_grpo"):
         norm = m.shape[-1]  # the mode's default: T, the padded length
     if mode in ("token-mean", "bnpo") or (mode == "dapo" and norm is None):
-        total = int(np.count_nonzero(m))
+        total = int(np.count_nonzero(m) if n_tokens is None else n_tokens.sum())
         if total == 0:
             raise ValueError("mask: no response token to aggregate over")
         return None, scalar_for(total, like)
-    n_tokens = m.sum(axis=-1)  # (B,)
+    n_tokens = m.sum(axis=-1) if n_tokens is None else n_tokens  # (B,)
     n_seq = int(np.count_nonzero(n_tokens))
     if n_seq == 0:
         raise ValueError("mask: no response token to aggregate over")
