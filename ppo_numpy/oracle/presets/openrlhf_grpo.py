@@ -18,7 +18,10 @@ from ._common import (
     group_advantages,
     group_std,
     kl_estimate,
+    masked_mean,
     mean_rows,
+    openrlhf_correction,
+    openrlhf_threshold,
     policy_result,
     require_choice,
     whiten,
@@ -107,22 +110,56 @@ def _openrlhf_grpo(x: Rollout, p: dict) -> dict:
                              agg="seq-mean-token-mean" if gspo else "token-mean",
                              kl_coef=p["init_kl_coef"] if p["use_kl_loss"] else 0.0,
                              kl_estimator=p["kl_estimator"], kl_clamp=10.0, kl_agg="token-mean")
-    pl, st, dlogp = policy_loss_kernel(xm.logp, xm.logp_old, A, m, opts, xm.logp_ref)
+    is_w, old, rollout_stats = _rollout_correction(name, x, xm, m, p)
+    pl, st, dlogp = policy_loss_kernel(xm.logp, old, A, m, opts, xm.logp_ref, is_weights=is_w)
     n_i = m.sum(axis=-1)
     stats = {
         "policy_loss": pl.policy_loss,
         "ppo_clip_ratio": st["clipfrac_active"],
         # why: openrlhf 0.11.2 PolicyLoss logs ppo_kl from the raw log-ratio, before its clamp
-        "ppo_kl": float(np.where(m, -pl.log_ratio, 0.0).sum() / max(int(m.sum()), 1)),
+        "ppo_kl": float(np.where(m, xm.logp_old - xm.logp, 0.0).sum() / max(int(m.sum()), 1)),
         "kl": pl.kl_loss if p["use_kl_loss"] else mean_rows(rollout_kl.sum(axis=-1) / n_i),
         "reward": mean_rows(x.scores),
         # why: OpenRLHF 0.11.2 logs info["return"] = reward.sum(-1) over every column: its
         # compute_reward leaves -beta KL at the padding positions (padding is in it)
         "return": mean_rows(rewards.sum(axis=-1) - padding_kl),
         "group_reward_std": mean_rows(group_std(x.scores, x.groups, ddof=p["std_ddof"])),
+        **rollout_stats,
     }
     # A and rewards are 0 at padding (returns_to_go, whiten; at_last_token, kl_estimate)
     return policy_result(A, pl, dlogp, stats, rewards=rewards)
+
+
+def _rollout_correction(name, x: Rollout, xm: Rollout, m, p: dict):
+    """OpenRLHF 0.11.2's ``PolicyLoss`` correction (``--algo.advantage.is_correction_*``):
+    (is_weights or None, the log-probs the ratio is taken against, the statistics).
+
+    * ``policy_loss_type="ppo"``: the coefficient of ``openrlhf_correction`` multiplies each
+      token's loss, the ratio stays pi_theta / pi_old; logged: ``vllm_kl`` (token mean of
+      logp_rollout - logp_old) and ``is_filter_ratio`` (the fraction of units, tokens or
+      responses, outside the band).
+    * ``"gspo"`` with a correction on: no coefficient; the sequence ratio is taken against
+      logp_rollout, exp(mean_t (logp_t - logp_rollout_t)) (OpenRLHF 0.11.2 ``PolicyLoss``),
+      the threshold and gating unused; nothing extra is logged.
+    """
+    gspo = p["policy_loss_type"] == "gspo"
+    w = openrlhf_correction(name, x, m, p, p["policy_loss_type"])
+    if p["is_correction_level"] == "off":
+        return None, xm.logp_old, {}
+    if gspo:
+        return None, np.where(m, x.logp_rollout, 0.0), {}
+    low, high = openrlhf_threshold(name, p["is_correction_threshold"])
+    raw = np.exp(np.where(m, x.logp_old - x.logp_rollout, 0.0))
+    if p["is_correction_mode"] == "clip":
+        filtered = m & ((raw < low) | (raw > high))
+    else:
+        filtered = m & (w == 0)
+    if p["is_correction_level"] == "seq":
+        ratio = float(np.mean(filtered.any(axis=-1)))
+    else:
+        ratio = float(filtered.sum() / m.sum())
+    stats = {"vllm_kl": masked_mean(x.logp_rollout - x.logp_old, m), "is_filter_ratio": ratio}
+    return w, xm.logp_old, stats
 
 
 PRESET = Preset(
@@ -133,7 +170,10 @@ PRESET = Preset(
     defaults={"advantage_estimator": "group_norm", "gamma": 1.0, "init_kl_coef": 0.01,
               "kl_estimator": "k1", "use_kl_loss": False, "reward_clip_range": (-10.0, 10.0),
               "epsilon": 0.2, "epsilon_high": None, "dual_clip": None,
-              "policy_loss_type": "ppo"},
+              "policy_loss_type": "ppo",
+              # --algo.advantage.is_correction_* (openrlhf 0.11.2 cli/train_ppo_ray.py)
+              "is_correction_level": "off", "is_correction_mode": "mask",
+              "is_correction_gating": "ratio", "is_correction_threshold": (0.5, 5.0)},
     # the conventions OpenRLHF does not expose as options (openrlhf 0.11.2
     # openrlhf/trainer/ppo_utils/experience_maker.py: rewards.std(-1) + 1e-9;
     # openrlhf/models/loss.py PolicyLoss: ppo's log-ratio clamp(min=-20.0, max=20.0))
@@ -144,7 +184,7 @@ PRESET = Preset(
         "(compute_advantages_and_returns, get_cumulative_returns), 0.11.2",
         "OpenRLHF/OpenRLHF: openrlhf/models/utils.py (compute_approx_kl, compute_reward), "
         "0.11.2",
-        "OpenRLHF/OpenRLHF: openrlhf/models/loss.py (PolicyLoss), 0.11.2",
+        "OpenRLHF/OpenRLHF: openrlhf/models/loss.py (PolicyLoss, its is_correction_*), 0.11.2",
         "OpenRLHF/OpenRLHF: openrlhf/cli/train_ppo_ray.py (defaults), 0.11.2",
     ),
     pipeline=_openrlhf_grpo,

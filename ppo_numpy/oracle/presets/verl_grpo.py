@@ -26,6 +26,8 @@ from ._common import (
     mean_rows,
     policy_result,
     require_choice,
+    verl_bypass,
+    verl_rollout_correction,
 )
 
 ESTIMATORS = ("grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "remax")
@@ -95,6 +97,9 @@ def _verl_grpo(x: Rollout, p: dict) -> dict:
         est, clamp = KL_TYPES[p["kl_penalty"]]
         rewards = rewards - p["kl_coef"] * kl_estimate(x.logp_old, x.logp_ref, est, m, clamp)
     s = rewards.sum(axis=-1)  # rewards are 0 at padding (at_last_token, kl_estimate)
+    # the rollout correction: rejection replaces the response mask before the advantages
+    corr = _rollout_correction(name, x, m, p)
+    m, xm = corr["mask"], (xm if corr["xm"] is None else corr["xm"])
     est = p["adv_estimator"]
     if est == "grpo":
         scale = "group" if p["norm_adv_by_std_in_grpo"] else "none"
@@ -127,7 +132,11 @@ def _verl_grpo(x: Rollout, p: dict) -> dict:
                           cispo_clip=p["cispo_clip"])}[p["loss_mode"]]
     opts = PolicyLossOptions(epsilon=p["clip_ratio_low"], epsilon_high=p["clip_ratio_high"],
                              **mode, **kl)
-    pl, st, dlogp = policy_loss_kernel(xm.logp, xm.logp_old, A, m, opts, xm.logp_ref)
+    if corr["bypass"]:
+        pl, st, dlogp, m = _bypass_loss(name, x, xm, A, m, opts, p)
+    else:
+        pl, st, dlogp = policy_loss_kernel(xm.logp, xm.logp_old, A, m, opts, xm.logp_ref,
+                                           is_weights=corr["is_weights"])
     stats = {
         "actor/pg_loss": pl.policy_loss,
         "actor/pg_clipfrac": st["clipfrac_active"],
@@ -140,7 +149,80 @@ def _verl_grpo(x: Rollout, p: dict) -> dict:
     if p["use_kl_loss"]:
         stats["actor/kl_loss"] = pl.kl_loss
         stats["actor/kl_coef"] = p["kl_loss_coef"]
+    stats.update(corr["stats"])
     return policy_result(A, pl, dlogp, stats, rewards=rewards)
+
+
+def _rollout_correction(name, x: Rollout, m, p: dict) -> dict:
+    """verl 0.9.1's ``algorithm.rollout_correction`` before the advantages (decoupled mode,
+    ``ray_trainer.py`` ``compute_rollout_correction_and_add_to_batch``, then
+    ``compute_advantage``): {"mask": the response mask after rejection, "xm": the inputs on
+    it (None: unchanged), "is_weights", "bypass", "stats"}.
+
+    * Decoupled (``bypass_mode=False``, the default): the IS weights (``rollout_is``: None
+      by default in verl's trainer YAML; the dataclass's default is "sequence") and the
+      rejection (``rollout_rs``, default None) of logp_old against logp_rollout. The rejected
+      tokens leave the response mask *before* the advantages: they get advantage 0, the
+      estimators that read the mask (reinforce_plus_plus and its whitening) see holes, and
+      the loss aggregates over the kept tokens only. verl skips the whole correction when
+      the batch has no ``rollout_log_probs``; here an option switched on without
+      ``logp_rollout`` is an error.
+    * ``bypass_mode=True``: logp_old is replaced by logp_rollout (two policies), and the
+      correction is computed inside the loss from the current log-probs (``_bypass_loss``).
+    """
+    bypass, _ = verl_bypass(name, x, p)
+    out = {"mask": m, "xm": None, "is_weights": None, "bypass": bypass, "stats": {}}
+    if bypass:
+        out["xm"] = x.on(m).replace_trusted(logp_old=np.where(m, x.logp_rollout, 0.0))
+        return out
+    w, keep = verl_rollout_correction(name, x, m, p)
+    out["is_weights"] = w
+    if x.logp_rollout is not None:
+        # verl's rollout_corr/kl: the token mean of logp_rollout - logp_old
+        out["stats"]["rollout_corr/kl"] = masked_mean(x.logp_rollout - x.logp_old, m)
+    if keep is not m:
+        if not np.any(keep):
+            raise ValueError(f"{name}: rollout_rs rejects every token of the batch (verl's "
+                             f"loss would divide by zero)")
+        out["mask"], out["xm"] = keep, x.on(keep)
+    return out
+
+
+def _bypass_loss(name, x: Rollout, xm: Rollout, A, m, opts, p: dict):
+    """verl 0.9.1 ``compute_policy_loss_bypass_mode``: old = rollout; the IS weights and the
+    rejection of logp (the current policy, no gradient) against logp_rollout, the loss over
+    the kept tokens. ``rollout_loss_type`` (verl's ``rollout_correction.loss_type``)
+    ``"ppo_clip"`` (default): the vanilla loss with ratio pi_theta / pi_rollout and no IS
+    weights (the ratio is the correction); ``"reinforce"``: -A w logp with the IS weights w,
+    aggregated by ``loss_agg_mode`` (gradient -A w times the aggregation weight)."""
+    _, loss_type = verl_bypass(name, x, p)
+    w, keep = verl_rollout_correction(name, x, m, p, logp_old=x.on(m).logp)
+    if not np.any(keep):
+        raise ValueError(f"{name}: rollout_rs rejects every token of the batch")
+    xk = xm.on(keep)
+    A = np.where(keep, A, 0.0)
+    if loss_type == "ppo_clip":
+        pl, st, dlogp = policy_loss_kernel(xk.logp, xk.logp_old, A, keep, opts, xk.logp_ref)
+        return pl, st, dlogp, keep
+    return (*_reinforce_loss(xk, A, keep, opts, w), keep)
+
+
+def _reinforce_loss(xk: Rollout, A, keep, opts, w):
+    """verl's ``compute_policy_loss_reinforce``: loss = agg(-A w logp) (w = 1 without IS),
+    d loss / d logp = -A w times the aggregation weight; ``actor/ppo_kl`` the token mean of
+    logp_rollout - logp. (No KL loss in bypass mode here: verl adds it outside, as usual.)"""
+    from types import SimpleNamespace
+
+    from ...aggregation import aggregate_kernel, aggregation_weights
+
+    weight = np.where(keep, 1.0 if w is None else w, 0.0)
+    term = -A * weight * xk.logp
+    loss = float(aggregate_kernel(term, keep, opts.agg, opts.norm))
+    dlogp = -aggregation_weights(keep, opts.agg, opts.norm) * A * weight + 0.0
+    kl = masked_mean(xk.logp_old - xk.logp, keep)
+    pl = SimpleNamespace(loss=loss, policy_loss=loss, kl_loss=0.0)
+    st = {"clipfrac_active": 0.0, "dual_clipfrac": 0.0, "approx_kl_k1": kl}
+    return pl, st, dlogp
 
 
 PRESET = Preset(
@@ -152,14 +234,20 @@ PRESET = Preset(
               "loss_agg_mode": "token-mean", "loss_mode": "vanilla", "clip_ratio_low": 0.2,
               "clip_ratio_high": 0.2, "clip_ratio_c": 3.0, "use_kl_loss": False,
               "kl_loss_coef": 0.001, "kl_loss_type": "low_var_kl", "use_kl_in_reward": False,
-              "kl_penalty": "kl", "kl_coef": 0.001},
+              "kl_penalty": "kl", "kl_coef": 0.001,
+              # algorithm.rollout_correction (verl 0.9.1 trainer YAML defaults;
+              # rollout_loss_type is its loss_type)
+              "rollout_is": None, "rollout_is_threshold": 2.0,
+              "rollout_is_batch_normalize": False, "rollout_rs": None,
+              "rollout_rs_threshold": None, "bypass_mode": False,
+              "rollout_loss_type": "ppo_clip"},
     # the conventions verl does not expose as options (verl 0.9.1
     # verl/trainer/ppo/core_algos.py compute_grpo_outcome_advantage, epsilon=1e-6;
     # compute_policy_loss_vanilla and _cispo: clamp(negative_approx_kl, -20, 20); _gspo:
     # clamp(log_seq_importance_ratio, max=10.0))
     conventions={"std_ddof": 1, "std_eps": 1e-6, "std_eps_placement": "std",
                  "singleton": "raw", "log_ratio_clamp": 20.0, "cispo_clip": "range",
-                 "log_ratio_max": 10.0},
+                 "log_ratio_max": 10.0, "is_log_ratio_bound": 20.0},
     sources=(
         "volcengine/verl: verl/trainer/ppo/core_algos.py (compute_grpo_outcome_advantage, "
         "compute_rloo_outcome_advantage, compute_reinforce_plus_plus_outcome_advantage, "
@@ -172,6 +260,12 @@ PRESET = Preset(
         "volcengine/verl: verl/workers/utils/losses.py (ppo_loss), 0.9.1",
         "volcengine/verl: verl/workers/reward_manager/naive.py (float32 reward tensor), 0.9.1",
         "volcengine/verl: verl/trainer/config/actor/actor.yaml (policy_loss, kl_loss_*), 0.9.1",
+        "volcengine/verl: verl/trainer/ppo/rollout_corr_helper.py "
+        "(compute_rollout_correction_and_rejection_mask, apply_bypass_mode), 0.9.1",
+        "volcengine/verl: verl/trainer/ppo/core_algos.py (compute_policy_loss_bypass_mode, "
+        "compute_policy_loss_reinforce), 0.9.1",
+        "volcengine/verl: verl/trainer/config/_generated_ppo_trainer.yaml "
+        "(algorithm.rollout_correction), 0.9.1",
     ),
     tolerances={"float64": (32 * FLOAT32_ROUNDING, 32 * FLOAT32_ROUNDING)},
     tolerance_note="verl computes the outcome estimators in the dtype of its float32 reward "
