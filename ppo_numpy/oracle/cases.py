@@ -144,6 +144,17 @@ def _near(rng: np.random.Generator, logp_old, std: float):
     return np.minimum(logp_old + rng.normal(0.0, std, size=np.shape(logp_old)), -1e-4)
 
 
+#: inputs a case may carry, (B, T): the inference engine's log-probs (the rollout correction)
+OPTIONAL_INPUTS = ("logp_rollout",)
+
+
+def rollout_log_probs(rng: np.random.Generator, logp_old, mask, scale: float):
+    """logp_rollout: within N(0, scale^2) of ``logp_old`` at the response tokens (at most
+    -1e-4), 0 at padding: an inference engine's log-probs of the same tokens."""
+    valid = np.asarray(mask) == 1
+    return np.where(valid, _near(rng, np.asarray(logp_old), scale), 0.0)
+
+
 def make_case(name: str, description: str, inputs: dict, params: dict | None = None, *,
               input_names=INPUT_NAMES) -> dict:
     """Assemble a case dict after checking that ``inputs`` has every one of ``input_names``,
@@ -152,11 +163,13 @@ def make_case(name: str, description: str, inputs: dict, params: dict | None = N
     missing = [n for n in input_names if n not in inputs]
     if missing:
         raise ValueError(f"inputs: missing {', '.join(missing)}")
-    arrays = {n: np.array(inputs[n], dtype=np.float64) for n in input_names}
+    # the optional inputs a case may carry besides (logp_rollout: the rollout correction's)
+    names = tuple(input_names) + tuple(n for n in OPTIONAL_INPUTS if inputs.get(n) is not None)
+    arrays = {n: np.array(inputs[n], dtype=np.float64) for n in names}
     shape = arrays["mask"].shape
     if len(shape) != 2:
         raise ValueError(f"mask: expected shape (B, T), got {shape}")
-    for n in input_names:
+    for n in names:
         want = shape[:1] if n in PER_RESPONSE_NAMES else shape
         if arrays[n].shape != want:
             raise ValueError(f"{n}: expected shape {want}, got {arrays[n].shape}")

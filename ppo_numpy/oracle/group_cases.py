@@ -24,6 +24,13 @@ tiny-score-spread       a group whose scores differ by 1e-5 (variance 1e-10,
                         below every eps): where eps goes changes them by O(1)
 large-log-ratios        log-ratios of +-25 (beyond the clamp at 20) and a row
                         whose mean log-ratio is 12 (beyond GSPO's cap at 10)
+rollout-close           ``logp_rollout`` (the inference engine's log-probs, the
+                        rollout correction's input) within 1e-3 to 1e-1 of
+                        logp_old, finite garbage at padding
+rollout-far             ``logp_rollout`` 0.3 to 2 from logp_old: beyond every
+                        threshold of the three frameworks' corrections
+rollout-one-token       one-token responses with ``logp_rollout``
+rollout-nan-padding     ``logp_rollout`` with NaN, +-inf, +-1e30 at padding
 ======================  ======================================================
 
 The cases of :data:`PRESET_CASES` carry parameters of one preset (the names differ
@@ -47,7 +54,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from .cases import case_rng, check_names, make_case, mask_from_lengths, sample_log_probs
+from .cases import (
+    GARBAGE,
+    case_rng,
+    check_names,
+    make_case,
+    mask_from_lengths,
+    rollout_log_probs,
+    sample_log_probs,
+)
 from .presets import GROUP_INPUT_NAMES
 
 N_RANDOM = 6
@@ -155,6 +170,36 @@ def _policy_case(description, log_ratio_std=0.4):
     return build
 
 
+def _rollout_mismatch(scales, description, garbage=(7.5, -3.0, -40.0, 0.0)):
+    """The inference engine's log-probs ``logp_rollout`` near logp_old (each row's own scale
+    of ``scales``, cycled), with ``garbage`` at padding in every log-prob input (finite by
+    default: what a framework's own tensors hold there)."""
+    def build(rng):
+        groups = np.repeat(np.arange(3), 4)
+        lengths = rng.integers(1, 9, size=12)
+        inputs = group_inputs(rng, groups, lengths, 8, binary=False, log_ratio_std=0.1)
+        m = inputs["mask"] == 1
+        row_scale = np.resize(np.asarray(scales, dtype=np.float64), 12)[:, None]
+        noise = rng.normal(0.0, 1.0, m.shape) * row_scale
+        inputs["logp_rollout"] = np.where(
+            m, np.minimum(inputs["logp_old"] + noise, -1e-4), 0.0)
+        for n in ("logp", "logp_old", "logp_ref", "logp_rollout"):
+            junk = rng.choice(np.array(garbage), size=m.shape)
+            inputs[n] = np.where(m, inputs[n], junk)
+        return description, inputs
+    return build
+
+
+def _rollout_one_token(rng):
+    # one-token responses: the sequence level equals the token level
+    inputs = group_inputs(rng, np.repeat(np.arange(2), 3), np.ones(6, dtype=int), 3,
+                          binary=False)
+    m = inputs["mask"] == 1
+    inputs["logp_rollout"] = rollout_log_probs(rng, inputs["logp_old"], m, 0.8)
+    return ("one-token responses with rollout log-probs within 0.8 of logp_old: the sequence "
+            "and the token corrections agree", inputs)
+
+
 EDGE_CASES = {
     "group-of-one": _group_of_one,
     "equal-scores": _equal_scores,
@@ -163,6 +208,17 @@ EDGE_CASES = {
     "clip-bounds": _clip_bounds,
     "tiny-score-spread": _tiny_score_spread,
     "large-log-ratios": _large_log_ratios,
+    # the rollout correction: a case with logp_rollout (vLLM's log-probs)
+    "rollout-close": _rollout_mismatch(
+        (1e-3, 1e-2, 3e-2, 1e-1), "logp_rollout within 1e-3 to 1e-1 of logp_old (a bf16 "
+        "engine's mismatch), garbage at padding"),
+    "rollout-far": _rollout_mismatch(
+        (0.3, 1.0, 2.0, 0.05), "logp_rollout 0.3 to 2 from logp_old: token ratios and "
+        "sequence sums beyond every threshold (2, 3, 5, 20 on the log), garbage at padding"),
+    "rollout-one-token": _rollout_one_token,
+    "rollout-nan-padding": _rollout_mismatch(
+        (1e-2, 0.3), "logp_rollout near logp_old, NaN, +-inf and +-1e30 at padding",
+        garbage=GARBAGE),
 }
 
 PRESET_CASES = {

@@ -125,17 +125,30 @@ def openrlhf_grpo(case: dict) -> dict:
     info_kl = masked_mean(kl, exp.action_mask, dim=-1)
     (exp,) = maker.compute_advantages_and_returns([exp])
     eps_high = p["epsilon"] if p["epsilon_high"] is None else p["epsilon_high"]
+    rollout = x.get("logp_rollout")
+    level = p["is_correction_level"] if rollout is not None else "off"
+    threshold = p["is_correction_threshold"]
+    # train_ppo_ray.py: a single value is an upper bound only (LOW 0 inserted)
+    threshold = [0.0, float(threshold)] if np.ndim(threshold) == 0 else list(threshold)
+    if len(threshold) == 1:
+        threshold.insert(0, 0.0)
     loss_fn = PolicyLoss(clip_eps_low=p["epsilon"], clip_eps_high=eps_high,
                          dual_clip=p["dual_clip"], token_level_loss=True,
-                         policy_loss_type=p["policy_loss_type"])
+                         policy_loss_type=p["policy_loss_type"], is_correction_level=level,
+                         is_correction_mode=p["is_correction_mode"],
+                         is_correction_gating=p["is_correction_gating"],
+                         is_correction_threshold=threshold)
     logp = tensor(x["logp"], grad=True)
     m = exp.action_mask
-    pl, clip_ratio, ppo_kl, _, _ = loss_fn(logp, tensor(x["logp_old"]), exp.advantages,
-                                           action_mask=m)
+    pl, clip_ratio, ppo_kl, vllm_kl, filtered = loss_fn(
+        logp, tensor(x["logp_old"]), exp.advantages, action_mask=m,
+        rollout_log_probs=None if rollout is None else tensor(rollout))
     total = pl
     stats = {"policy_loss": item(pl), "ppo_clip_ratio": item(clip_ratio),
              "ppo_kl": item(ppo_kl), "reward": item(tensor(x["scores"]).mean()),
              "return": item(exp.info["return"].mean())}
+    if vllm_kl is not None:
+        stats.update({"vllm_kl": item(vllm_kl), "is_filter_ratio": item(filtered)})
     if "group_reward_std" in exp.info:
         stats["group_reward_std"] = item(exp.info["group_reward_std"].mean())
     if use_kl_loss:

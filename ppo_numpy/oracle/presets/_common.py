@@ -550,6 +550,10 @@ def trl_is_weights(name: str, x: Rollout, m, p: dict):
         raise ValueError(f"{name}: vllm_importance_sampling_clip_min must be <= "
                          f"vllm_importance_sampling_clip_max, got {lo} > {hi}")
     level, how = mode.split("_")
+    if how == "truncate" and lo is None and hi is None:
+        raise ValueError(f"{name}: vllm_importance_sampling_mode={mode!r} needs "
+                         f"vllm_importance_sampling_clip_min or _clip_max (TRL 1.16.0's "
+                         f"torch.clamp refuses two None bounds)")
     return rollout_importance_weights(x.logp_old, x.logp_rollout, m, level=level, mode=how,
                                       clip_max=hi, clip_min=lo,
                                       log_ratio_bound=p["is_log_ratio_bound"])
@@ -565,7 +569,7 @@ def trl_off_policy_mask(name: str, x: Rollout, m, A, p: dict, use_vllm: bool):
     delta = check_scalar(p["off_policy_mask_threshold"], f"{name}: off_policy_mask_threshold",
                          low=0, allow_exact=False)
     sampling = x.logp_rollout if use_vllm else x.logp_old
-    kl = where_valid(m, sampling) - where_valid(m, x.logp)
+    kl = where_valid(m, sampling) - where_valid(m, x.logp)  # (0 at padding)
     mean_kl = kl.sum(axis=-1, keepdims=True) / np.maximum(m.sum(axis=-1, keepdims=True), 1)
     # A: one advantage per response, at its first token
     a = A[np.arange(A.shape[0]), np.argmax(m, axis=-1)][:, None]
@@ -748,4 +752,4 @@ def openrlhf_correction(name: str, x: Rollout, m, p: dict, policy_loss_type: str
 def rollout_stats(x: Rollout, m) -> dict:
     """The mismatch itself, logged by every framework in some form: the token mean of
     logp_rollout - logp_old (OpenRLHF ``vllm_kl``, verl ``rollout_corr/kl``)."""
-    return {"kl": masked_mean(x.logp_rollout - x.logp_old, m)}
+    return {"kl": masked_mean(where_valid(m, x.logp_rollout) - where_valid(m, x.logp_old), m)}

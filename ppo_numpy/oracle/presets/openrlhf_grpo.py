@@ -149,7 +149,8 @@ def _rollout_correction(name, x: Rollout, xm: Rollout, m, p: dict):
     if gspo:
         return None, np.where(m, x.logp_rollout, 0.0), {}
     low, high = openrlhf_threshold(name, p["is_correction_threshold"])
-    raw = np.exp(np.where(m, x.logp_old - x.logp_rollout, 0.0))
+    xr = x.on(m)
+    raw = np.exp(xr.logp_old - xr.logp_rollout)
     if p["is_correction_mode"] == "clip":
         filtered = m & ((raw < low) | (raw > high))
     else:
@@ -158,7 +159,7 @@ def _rollout_correction(name, x: Rollout, xm: Rollout, m, p: dict):
         ratio = float(np.mean(filtered.any(axis=-1)))
     else:
         ratio = float(filtered.sum() / m.sum())
-    stats = {"vllm_kl": masked_mean(x.logp_rollout - x.logp_old, m), "is_filter_ratio": ratio}
+    stats = {"vllm_kl": masked_mean(xr.logp_rollout - xr.logp_old, m), "is_filter_ratio": ratio}
     return w, xm.logp_old, stats
 
 

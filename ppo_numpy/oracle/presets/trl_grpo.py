@@ -81,7 +81,9 @@ def _trl_grpo(x: Rollout, p: dict) -> dict:
         delta=None if form == "cispo" else p["delta"], importance_level=level,
         loss_type=form, cispo_clip=p["cispo_clip"], agg=agg, norm=norm, kl_coef=p["beta"],
         kl_estimator=p["kl_estimator"], log_ratio_clamp=p["log_ratio_clamp"])
-    is_w, rollout_stats = _rollout_correction(name, x, m, A, p, level)
+    # (CISPO's loss is (B, T) at either level: -c A logp_t; the row-mean form is the clip's)
+    is_w, rollout_stats = _rollout_correction(name, x, m, A, p,
+                                              "token" if form == "cispo" else level)
     pl, _, dlogp = policy_loss_kernel(xm.logp, xm.logp_old, A, m, opts, xm.logp_ref,
                                       is_weights=is_w)
     n = max(int(m.sum()), 1)
@@ -140,7 +142,8 @@ def _rollout_correction(name, x: Rollout, m, A, p: dict, level: str):
     * GSPO (``importance_sampling_level="sequence"``): TRL's loss is (B, 1), times the (B, T)
       token ratios; its gradient carries the row mean of the weights (ppo_numpy's is_weights
       is verl's per-token form), so the row means are passed (the same loss value: every TRL
-      normalisation weighs a response's tokens equally).
+      normalisation weighs a response's tokens equally). CISPO's loss is (B, T) already
+      (-c A logp_t): its weights stay per token.
     """
     use_vllm = trl_uses_vllm(name, x, p)
     w = trl_is_weights(name, x, m, p)
@@ -148,7 +151,7 @@ def _rollout_correction(name, x: Rollout, m, A, p: dict, level: str):
     stats = {}
     if w is not None:
         # the sampling statistics TRL logs (_generate_and_score_completions)
-        delta = np.abs(x.logp_old - x.logp_rollout)[m]
+        delta = np.abs(x.logp_old[m] - x.logp_rollout[m])
         sequence = p["vllm_importance_sampling_mode"].startswith("sequence")
         flat = w[np.arange(m.shape[0]), np.argmax(m, axis=-1)] if sequence else w[m]
         stats = {"sampling/sampling_logp_difference/mean": float(np.mean(delta)),

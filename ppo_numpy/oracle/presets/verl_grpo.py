@@ -4,14 +4,20 @@ rloo, reinforce_plus_plus, reinforce_plus_plus_baseline, remax, and the policy l
 
 from __future__ import annotations
 
+from dataclasses import replace
+from types import SimpleNamespace
+
 import numpy as np
 
+from ..._validation import where_valid
+from ...aggregation import aggregate_kernel, aggregation_weights
 from ...group_advantages import (
     reinforce_plus_plus_advantages,
     reinforce_plus_plus_baseline_advantages,
     remax_advantages,
     rloo_advantages,
 )
+from ...kl import kl_estimate_grad_kernel, kl_estimate_kernel
 from ...objective import PolicyLossOptions, policy_loss_kernel
 from ...rollout import Rollout
 from ._common import (
@@ -179,7 +185,7 @@ def _rollout_correction(name, x: Rollout, m, p: dict) -> dict:
     out["is_weights"] = w
     if x.logp_rollout is not None:
         # verl's rollout_corr/kl: the token mean of logp_rollout - logp_old
-        out["stats"]["rollout_corr/kl"] = masked_mean(x.logp_rollout - x.logp_old, m)
+        out["stats"]["rollout_corr/kl"] = masked_mean(x.on(m).logp_rollout - x.on(m).logp_old, m)
     if keep is not m:
         if not np.any(keep):
             raise ValueError(f"{name}: rollout_rs rejects every token of the batch (verl's "
@@ -201,27 +207,40 @@ def _bypass_loss(name, x: Rollout, xm: Rollout, A, m, opts, p: dict):
         raise ValueError(f"{name}: rollout_rs rejects every token of the batch")
     xk = xm.on(keep)
     A = np.where(keep, A, 0.0)
+    # why: verl 0.9.1 apply_bypass_mode sets loss_mode="bypass_mode" whatever the actor's, and
+    # compute_policy_loss_bypass_mode calls compute_policy_loss_vanilla for ppo_clip
+    opts = replace(opts, importance_level="token", loss_type="clip", log_ratio_max=None,
+                   dual_clip=p["clip_ratio_c"], log_ratio_clamp=p["log_ratio_clamp"])
     if loss_type == "ppo_clip":
-        pl, st, dlogp = policy_loss_kernel(xk.logp, xk.logp_old, A, keep, opts, xk.logp_ref)
-        return pl, st, dlogp, keep
-    return (*_reinforce_loss(xk, A, keep, opts, w), keep)
+        pl, st, dlogp = policy_loss_kernel(xk.logp, xk.logp_old, A, keep,
+                                           replace(opts, kl_coef=0.0), xk.logp_ref)
+    else:
+        pl, st, dlogp = _reinforce_loss(xk, A, keep, opts, w)
+    if opts.kl_coef > 0:
+        # why: verl 0.9.1 workers/utils/losses.py ppo_loss adds the KL loss over the batch's
+        # response mask; the bypass loss's rejection is inside the policy loss only
+        kl = where_valid(m, kl_estimate_kernel(xm.logp, xm.logp_ref, opts.kl_estimator,
+                                               opts.kl_clamp))
+        kl_loss = float(aggregate_kernel(kl, m, opts.agg, opts.norm))
+        dlogp = dlogp + opts.kl_coef * kl_estimate_grad_kernel(
+            xm.logp, xm.logp_ref, opts.kl_estimator, m, opts.kl_clamp,
+            aggregation_weights(m, opts.agg, opts.norm))
+        pl = SimpleNamespace(loss=pl.policy_loss + opts.kl_coef * kl_loss,
+                             policy_loss=pl.policy_loss, kl_loss=kl_loss)
+    return pl, st, dlogp, m
 
 
 def _reinforce_loss(xk: Rollout, A, keep, opts, w):
     """verl's ``compute_policy_loss_reinforce``: loss = agg(-A w logp) (w = 1 without IS),
     d loss / d logp = -A w times the aggregation weight; ``actor/ppo_kl`` the token mean of
-    logp_rollout - logp. (No KL loss in bypass mode here: verl adds it outside, as usual.)"""
-    from types import SimpleNamespace
-
-    from ...aggregation import aggregate_kernel, aggregation_weights
-
+    logp_rollout - logp. (The KL loss is added by the caller, as verl's ppo_loss adds it.)"""
     weight = np.where(keep, 1.0 if w is None else w, 0.0)
     term = -A * weight * xk.logp
-    loss = float(aggregate_kernel(term, keep, opts.agg, opts.norm))
+    policy_loss = float(aggregate_kernel(term, keep, opts.agg, opts.norm))
     dlogp = -aggregation_weights(keep, opts.agg, opts.norm) * A * weight + 0.0
-    kl = masked_mean(xk.logp_old - xk.logp, keep)
-    pl = SimpleNamespace(loss=loss, policy_loss=loss, kl_loss=0.0)
-    st = {"clipfrac_active": 0.0, "dual_clipfrac": 0.0, "approx_kl_k1": kl}
+    pl = SimpleNamespace(loss=policy_loss, policy_loss=policy_loss, kl_loss=0.0)
+    st = {"clipfrac_active": 0.0, "dual_clipfrac": 0.0,
+          "approx_kl_k1": masked_mean(xk.logp_old - xk.logp, keep)}
     return pl, st, dlogp
 
 
