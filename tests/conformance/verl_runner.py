@@ -247,8 +247,11 @@ def verl_grpo(case: dict) -> dict:
     stats["actor/pg_loss"] = item(pg_loss)
     if kl_loss is not None:
         stats.update({"actor/kl_loss": item(kl_loss), "actor/kl_coef": cfg.kl_loss_coef})
-    out = {"rewards": numpy(data.batch["token_level_rewards"]), "advantages": numpy(advantages),
-           "policy_loss": item(total), "dlogp": grad_of(total, logp)}
+    # (the advantages where the loss reads them: after a rejection, the kept tokens; remax
+    # leaves its returns-to-go at rejected ones, which no loss reads)
+    out = {"rewards": numpy(data.batch["token_level_rewards"]),
+           "advantages": numpy(advantages * mask_t), "policy_loss": item(total),
+           "dlogp": grad_of(total, logp)}
     if cfg.policy_loss.loss_mode == "gspo" and p["adv_estimator"] in TOKEN_ADVANTAGES:
         del out["dlogp"]  # a difference left open: see GSPO_TOKEN_GRADIENT
     out.update({f"stat/{k}": float(v) for k, v in stats.items()})

@@ -658,6 +658,11 @@ def verl_rollout_correction(name: str, x: Rollout, m, p: dict, logp_old=None):
                                        clip_max=upper, clip_min=lower,
                                        batch_normalize=batch_normalize,
                                        log_ratio_bound=p["is_log_ratio_bound"])
+        if not np.any(w[m] > 0):
+            # why: verl 0.9.1 compute_is_metrics' effective sample size 1 / mean(w^2)
+            # raises ZeroDivisionError when the mask mode drops every weight
+            raise ValueError(f"{name}: rollout_is_threshold {p['rollout_is_threshold']!r} "
+                             f"masks every weight of the batch (verl's metrics divide by 0)")
     keep = m
     if rs is not None:
         need_rollout(name, x, f"rollout_rs={rs!r}")
