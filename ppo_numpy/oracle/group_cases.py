@@ -30,7 +30,7 @@ rollout-close           ``logp_rollout`` (the inference engine's log-probs, the
 rollout-far             ``logp_rollout`` 0.3 to 2 from logp_old: beyond every
                         threshold of the three frameworks' corrections
 rollout-one-token       one-token responses with ``logp_rollout``
-rollout-nan-padding     ``logp_rollout`` with NaN, +-inf, +-1e30 at padding
+rollout-nan-padding     ``logp_rollout`` with NaN, +-inf, +-1e30 at its padding
 ======================  ======================================================
 
 The cases of :data:`PRESET_CASES` carry parameters of one preset (the names differ
@@ -170,10 +170,13 @@ def _policy_case(description, log_ratio_std=0.4):
     return build
 
 
-def _rollout_mismatch(scales, description, garbage=(7.5, -3.0, -40.0, 0.0)):
+FINITE_GARBAGE = (7.5, -3.0, -40.0, 0.0)
+
+
+def _rollout_mismatch(scales, description, garbage=FINITE_GARBAGE):
     """The inference engine's log-probs ``logp_rollout`` near logp_old (each row's own scale
-    of ``scales``, cycled), with ``garbage`` at padding in every log-prob input (finite by
-    default: what a framework's own tensors hold there)."""
+    of ``scales``, cycled), with finite garbage at padding in every log-prob input (what a
+    framework's own tensors hold there) and ``garbage`` in logp_rollout's."""
     def build(rng):
         groups = np.repeat(np.arange(3), 4)
         lengths = rng.integers(1, 9, size=12)
@@ -184,7 +187,8 @@ def _rollout_mismatch(scales, description, garbage=(7.5, -3.0, -40.0, 0.0)):
         inputs["logp_rollout"] = np.where(
             m, np.minimum(inputs["logp_old"] + noise, -1e-4), 0.0)
         for n in ("logp", "logp_old", "logp_ref", "logp_rollout"):
-            junk = rng.choice(np.array(garbage), size=m.shape)
+            junk = rng.choice(np.array(garbage if n == "logp_rollout" else FINITE_GARBAGE),
+                              size=m.shape)
             inputs[n] = np.where(m, inputs[n], junk)
         return description, inputs
     return build
@@ -217,7 +221,7 @@ EDGE_CASES = {
         "sequence sums beyond every threshold (2, 3, 5, 20 on the log), garbage at padding"),
     "rollout-one-token": _rollout_one_token,
     "rollout-nan-padding": _rollout_mismatch(
-        (1e-2, 0.3), "logp_rollout near logp_old, NaN, +-inf and +-1e30 at padding",
+        (1e-2, 0.3), "logp_rollout near logp_old, with NaN, +-inf and +-1e30 at its padding",
         garbage=GARBAGE),
 }
 
