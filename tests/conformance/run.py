@@ -45,13 +45,12 @@ NAN_PADDING = ("garbage-in-padding: NaN and +-inf at padding; the framework mult
                "which the random cases put at padding instead")
 
 
-NAN_ROLLOUT = ("rollout-nan-padding: NaN, +-inf and +-1e30 in the log-probs at padding; verl "
+NAN_ROLLOUT = ("rollout-nan-padding: NaN, +-inf and +-1e30 in logp_rollout at padding; verl "
                "0.9.1 (rollout_corr_helper: exp(clamp(log_ratio)) * response_mask, NaN * 0 = "
                "NaN) and OpenRLHF 0.11.2 (PolicyLoss: a kept response's coefficient is its "
-               "token ratio at padding too, exp(1e30 + 1e30) = inf, times a loss of 0 = NaN) "
-               "carry it into the loss; TRL 1.16.0 zeroes the ratio's NaN (nan_to_num) but "
-               "not a NaN current log-prob (per_token_loss * mask); the preset's outputs on "
-               "this case equal those on clean padding (tests/test_presets_rollout.py)")
+               "token ratio at padding too, NaN or exp(1e30) = inf, times a loss of 0) carry "
+               "it into the loss; TRL 1.16.0 zeroes it (nan_to_num) and is compared; the "
+               "preset's outputs equal those on clean padding (tests/test_presets_rollout.py)")
 
 #: verl rejection criteria tried, each with a threshold that cuts in the cases (verl_rs_threshold)
 VERL_RS = ("token_k1", "seq_sum_k1", "seq_mean_k1", "token_k2", "seq_sum_k2", "seq_mean_k2",
@@ -256,7 +255,7 @@ SPECS = {
                     "vllm_importance_sampling_clip_max": [3.0, 1.5, None],
                     "off_policy_mask_threshold": [None, 0.05, 0.5]},
         "inputs": None,
-        "exclude": {"rollout-nan-padding": NAN_ROLLOUT},
+        "exclude": {},
         "not_compared": [
             "advantages, reward, reward_std, frac_reward_zero_std (so scale_rewards only "
             "through the advantages the loss is given): TRL computes them inline in "
