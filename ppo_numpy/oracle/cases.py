@@ -47,6 +47,9 @@ one-sided-log-ratios      logp - logp_old = +25 on two columns (not balanced):
                           a log-ratio clamp at 20 shows in the logged KL
 holes-discounted          holes in the mask with gamma 0.9, lam 0.8: skipping a
                           hole and running through it differ
+rollout-mismatch          ``logp_rollout`` (the inference engine's log-probs, the
+                          rollout correction's input) 1e-3 to 1.5 from logp_old
+                          row by row: inside and beyond every threshold
 ========================  ======================================================
 
 Every convention switch of :mod:`ppo_numpy.oracle.switches` changes some output
@@ -354,6 +357,18 @@ def _one_sided_log_ratios(rng):
             inputs, {})
 
 
+def _rollout_mismatch(rng):
+    mask = mask_from_lengths([7, 5, 3, 1, 6, 2], 7)
+    inputs = sample_inputs(rng, mask)
+    # each row its own scale of |logp_rollout - logp_old|: a bf16 engine's to far beyond
+    # every threshold (token ratios 2, 3, 5; sequence sums; log-ratio bound 20)
+    scale = np.array([1e-3, 1e-2, 0.1, 0.5, 1.5, 0.05])[:, None]
+    noise = rng.normal(0.0, 1.0, mask.shape) * scale
+    inputs["logp_rollout"] = np.where(mask == 1,
+                                      np.minimum(inputs["logp_old"] + noise, -1e-4), 0.0)
+    return ("logp_rollout 1e-3 to 1.5 from logp_old, one scale per row", inputs, {})
+
+
 EDGE_CASES = {
     "length-1": _layout("every response is one token long", mask_from_lengths([1, 1, 1, 1], 5)),
     "left-padding": _layout("left padding: responses end at the last column, the score goes "
@@ -383,6 +398,7 @@ EDGE_CASES = {
     "holes-discounted": _layout("masks with holes, gamma 0.9, lam 0.8: skipping a hole and "
                                 "running through it as a state of value 0 differ", HOLES_MASK,
                                 {"gamma": 0.9, "lam": 0.8}),
+    "rollout-mismatch": _rollout_mismatch,
 }
 """The named edge cases' builders, ``builder(rng) -> (description, inputs, params)``."""
 

@@ -125,9 +125,15 @@ def random_ppo_cases(rng, n: int, *, eps=0.2, value_clip=0.2, garbage=True) -> l
         if i % 5 == 1:
             inputs = ties_at_clip_bounds(rng, inputs, eps, value_clip)
             case["name"] += "-ties"
+        if i % 3 != 0:
+            # the inference engine's log-probs (the rollout correction's input)
+            scale = ROLLOUT_SCALES[(i // 3) % len(ROLLOUT_SCALES)]
+            inputs["logp_rollout"] = rollout_log_probs(rng, inputs["logp_old"],
+                                                       inputs["mask"], scale)
+            case["name"] += "-rollout"
         if garbage and i % 2 == 0:
             inputs = garbage_at_padding(rng, inputs, ("logp", "logp_old", "logp_ref", "values",
-                                                     "old_values"))
+                                                     "old_values", "logp_rollout"))
             case["name"] += "-garbage"
         case["inputs"] = inputs
         cases.append(case)

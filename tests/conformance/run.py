@@ -68,6 +68,13 @@ def verl_rs_threshold(params: dict) -> dict:
     return {**params, "rollout_rs_threshold": spec}
 
 
+#: --algo.advantage.is_correction_* (on the cases with logp_rollout)
+OPENRLHF_IS_OPTIONS = {"is_correction_level": ["off", "token", "seq"],
+                       "is_correction_mode": ["mask", "clip"],
+                       "is_correction_gating": ["ratio", "binary_kl", "tv"],
+                       "is_correction_threshold": [(0.5, 5.0), (0.8, 1.25), (0.0, 0.02)]}
+
+
 def openrlhf_is_params(params: dict) -> dict:
     """The combinations OpenRLHF accepts: clip only at the token level with ratio gating, a
     divergence gate with a low of 0 (its upper bound only)."""
@@ -132,9 +139,15 @@ SPECS = {
                     "dual_clip": [3.0, 2.0], "value_clip": [0.5, 0.2],
                     "loss_agg_mode": ["token-mean", "seq-mean-token-sum",
                                       "seq-mean-token-mean", "seq-mean-token-sum-norm"],
-                    "use_kl_loss": [False, True]},
+                    "use_kl_loss": [False, True],
+                    "rollout_is": [None, "token", "sequence"],
+                    "rollout_is_threshold": [2.0, "0.5_2.0", 5.0],
+                    "rollout_is_batch_normalize": [False, True],
+                    "rollout_rs": [None, *VERL_RS], "bypass_mode": [False, True],
+                    "rollout_loss_type": ["ppo_clip", "reinforce"]},
         "inputs": f32("scores"),
         "exclude": {"garbage-in-padding": NAN_PADDING},
+        "params": verl_rs_threshold,
         "not_compared": [
             "the statistics of metric_utils.compute_data_metrics (critic/score/mean, "
             "critic/rewards/mean, critic/advantages/mean, critic/returns/mean, "
@@ -195,8 +208,10 @@ SPECS = {
                     "epsilon": [0.2, 0.1], "epsilon_high": [None, 0.28],
                     "dual_clip": [None, 3.0], "value_clip": [0.5, 0.2],
                     "loss_agg_mode": ["token-mean", "seq-mean-token-mean"],
-                    "reward_clip_range": [(-10.0, 10.0), (-1.0, 1.0)]},
-        "inputs": f32("logp", "logp_old", "logp_ref", "scores"),
+                    "reward_clip_range": [(-10.0, 10.0), (-1.0, 1.0)],
+                    **OPENRLHF_IS_OPTIONS},
+        "inputs": f32("logp", "logp_old", "logp_ref", "logp_rollout", "scores"),
+        "params": openrlhf_is_params,
         "exclude": {
             "garbage-in-padding": NAN_PADDING,
             "one-valid-token": "one valid token: OpenRLHF 0.11.2 takes the normalisation's mean "
@@ -222,11 +237,7 @@ SPECS = {
                     "reward_clip_range": [(-10.0, 10.0), (-2.0, 2.0)],
                     "epsilon": [0.2, 0.1], "epsilon_high": [None, 0.28],
                     "dual_clip": [None, 3.0], "policy_loss_type": ["ppo", "gspo"],
-                    # --algo.advantage.is_correction_* (on the cases with logp_rollout)
-                    "is_correction_level": ["off", "token", "seq"],
-                    "is_correction_mode": ["mask", "clip"],
-                    "is_correction_gating": ["ratio", "binary_kl", "tv"],
-                    "is_correction_threshold": [(0.5, 5.0), (0.8, 1.25), (0.0, 0.02)]},
+                    **OPENRLHF_IS_OPTIONS},
         "inputs": f32("logp", "logp_old", "logp_ref", "logp_rollout", "scores"),
         "equal_sizes": True,
         "exclude": {"rollout-nan-padding": NAN_ROLLOUT},

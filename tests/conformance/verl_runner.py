@@ -178,6 +178,14 @@ def verl_ppo(case: dict) -> dict:
         stats.update(kl_metrics)
     else:
         data.batch["token_level_rewards"] = scores
+    w, loss_mode, logp_old, rc = None, "vanilla", None, None
+    if x.get("logp_rollout") is not None and p["bypass_mode"]:
+        loss_mode, logp_old, rc = "bypass_mode", x["logp_rollout"], rollout_config(p)
+    elif x.get("logp_rollout") is not None:
+        # the rejection replaces the response mask before compute_advantage (and the critic's)
+        w, mask_t, rc_metrics = rollout_correction(p, x, mask_t)
+        data.batch["response_mask"] = mask_t
+        stats["rollout_corr/kl"] = rc_metrics["rollout_corr/kl"]
     algo = AlgoConfig(gamma=p["gamma"], lam=p["lam"], adv_estimator="gae",
                       use_kl_in_reward=p["use_kl_in_reward"])
     data = compute_advantage(data, core_algos.AdvantageEstimator.GAE, gamma=p["gamma"],
@@ -185,8 +193,10 @@ def verl_ppo(case: dict) -> dict:
     advantages, returns = data.batch["advantages"], data.batch["returns"]
     mask_bool = mask_t.to(bool)
     cfg = actor_config(p["epsilon"], p["epsilon_high"], p["dual_clip"], p["loss_agg_mode"],
-                       "vanilla", p["use_kl_loss"], p["beta"], "low_var_kl")
-    total, pg_loss, metrics, logp, _ = policy_loss(cfg, x, advantages, mask_bool)
+                       loss_mode, p["use_kl_loss"], p["beta"], "low_var_kl", rc)
+    total, pg_loss, metrics, logp, _ = policy_loss(cfg, x, advantages, mask_bool,
+                                                   rollout_is_weights=w, logp_old=logp_old)
+    metrics = {k: v for k, v in metrics.items() if not k.startswith("rollout_corr/")}
     values = tensor(x["values"], grad=True)
     vf_loss, vf_clipfrac = core_algos.compute_value_loss(
         vpreds=values, returns=returns, values=tensor(x["old_values"]), response_mask=mask_bool,
@@ -194,8 +204,9 @@ def verl_ppo(case: dict) -> dict:
     stats.update(metrics)
     stats.update({"actor/pg_loss": item(pg_loss), "critic/vf_loss": item(vf_loss),
                   "critic/vf_clipfrac": item(vf_clipfrac)})
-    out.update(rewards=numpy(data.batch["token_level_rewards"]), advantages=numpy(advantages),
-               returns=numpy(returns), policy_loss=item(total), value_loss=item(vf_loss),
+    out.update(rewards=numpy(data.batch["token_level_rewards"]),
+               advantages=numpy(advantages * mask_t), returns=numpy(returns * mask_t),
+               policy_loss=item(total), value_loss=item(vf_loss),
                dlogp=grad_of(total, logp), dvalues=grad_of(vf_loss, values))
     out.update({f"stat/{k}": float(v) for k, v in stats.items()})
     return out

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from numbers import Real
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -29,6 +30,7 @@ from ...aggregation import aggregate_kernel, aggregation_weights
 from ...gae import gae_kernel
 from ...group_advantages import _group_sums, grpo_advantages
 from ...kl import (
+    kl_estimate_grad_kernel,
     kl_estimate_kernel,
     kl_shaped_rewards_kernel,
 )
@@ -336,17 +338,19 @@ def loss_options(p: dict, agg: str = "token-mean", kl=None) -> PolicyLossOptions
 
 
 def losses(x: Rollout, advantages, returns, p: dict, agg: str = "token-mean", *, mask,
-           value_mask=None, value_agg="token-mean", kl=None):
+           value_mask=None, value_agg="token-mean", kl=None, is_weights=None):
     """Policy loss (the :func:`loss_options` of ``p`` and ``kl``, aggregated by ``agg`` over
     ``mask``), its stats and gradient; value loss (``p["value_clip"]``, ``p["value_clip_form"]``,
     aggregated by ``value_agg`` over ``value_mask``, default ``mask``) and its gradient.
 
     The stats are the policy loss's, ``"value_clipfrac"``: the token mean over the value
     mask of "the clipped value error is strictly larger" (TRL/verl ``vf_clipfrac``; 0 without
-    a value clip), and ``"loss_without_kl"``: the policy loss before the KL term of ``kl``."""
+    a value clip), and ``"loss_without_kl"``: the policy loss before the KL term of ``kl``;
+    ``is_weights``: the rollout correction's weights on the policy term."""
     pl, pl_stats, dlogp = policy_loss_kernel(
         where_valid(mask, x.logp), where_valid(mask, x.logp_old), where_valid(mask, advantages),
-        mask, loss_options(p, agg, kl), where_valid(mask, x.logp_ref))
+        mask, loss_options(p, agg, kl), where_valid(mask, x.logp_ref),
+        is_weights=None if is_weights is None else where_valid(mask, is_weights))
     vm = mask if value_mask is None else value_mask
     PolicyLossOptions(agg=value_agg)  # checks the mode's name
     norm = None  # the mode's default (divisors)
@@ -690,6 +694,91 @@ def verl_bypass(name: str, x: Rollout, p: dict):
                               VERL_BYPASS_LOSSES, "loss type")
 
 
+def verl_correction_before_advantages(name, x: Rollout, m, p: dict) -> dict:
+    """verl 0.9.1's ``algorithm.rollout_correction`` before the advantages (decoupled mode,
+    ``ray_trainer.py`` ``compute_rollout_correction_and_add_to_batch``, then
+    ``compute_advantage``): {"mask": the response mask after rejection, "xm": the inputs on
+    it (None: unchanged), "is_weights", "bypass", "stats"}.
+
+    * Decoupled (``bypass_mode=False``, the default): the IS weights (``rollout_is``: None
+      by default in verl's trainer YAML; the dataclass's default is "sequence") and the
+      rejection (``rollout_rs``, default None) of logp_old against logp_rollout. The rejected
+      tokens leave the response mask *before* the advantages: they get advantage 0, the
+      estimators that read the mask (reinforce_plus_plus and its whitening) see holes, and
+      the loss aggregates over the kept tokens only. verl skips the whole correction when
+      the batch has no ``rollout_log_probs``; here an option switched on without
+      ``logp_rollout`` is an error.
+    * ``bypass_mode=True``: logp_old is replaced by logp_rollout (two policies), and the
+      correction is computed inside the loss from the current log-probs (``verl_bypass_loss``).
+    """
+    bypass, _ = verl_bypass(name, x, p)
+    out = {"mask": m, "xm": None, "is_weights": None, "bypass": bypass, "stats": {}}
+    if bypass:
+        out["xm"] = x.on(m).replace_trusted(logp_old=np.where(m, x.logp_rollout, 0.0))
+        return out
+    w, keep = verl_rollout_correction(name, x, m, p)
+    out["is_weights"] = w
+    if x.logp_rollout is not None:
+        # verl's rollout_corr/kl: the token mean of logp_rollout - logp_old
+        out["stats"]["rollout_corr/kl"] = masked_mean(x.on(m).logp_rollout - x.on(m).logp_old, m)
+    if keep is not m:
+        if not np.any(keep):
+            raise ValueError(f"{name}: rollout_rs rejects every token of the batch (verl's "
+                             f"loss would divide by zero)")
+        out["mask"], out["xm"] = keep, x.on(keep)
+    return out
+
+
+def verl_bypass_loss(name, x: Rollout, xm: Rollout, A, m, opts, p: dict, dual_clip):
+    """verl 0.9.1 ``compute_policy_loss_bypass_mode``: old = rollout; the IS weights and the
+    rejection of logp (the current policy, no gradient) against logp_rollout, the loss over
+    the kept tokens. ``rollout_loss_type`` (verl's ``rollout_correction.loss_type``)
+    ``"ppo_clip"`` (default): the vanilla loss with ratio pi_theta / pi_rollout and no IS
+    weights (the ratio is the correction); ``"reinforce"``: -A w logp with the IS weights w,
+    aggregated by ``loss_agg_mode`` (gradient -A w times the aggregation weight)."""
+    _, loss_type = verl_bypass(name, x, p)
+    w, keep = verl_rollout_correction(name, x, m, p, logp_old=x.on(m).logp)
+    if not np.any(keep):
+        raise ValueError(f"{name}: rollout_rs rejects every token of the batch")
+    xk = xm.on(keep)
+    A = np.where(keep, A, 0.0)
+    # why: verl 0.9.1 apply_bypass_mode sets loss_mode="bypass_mode" whatever the actor's, and
+    # compute_policy_loss_bypass_mode calls compute_policy_loss_vanilla for ppo_clip
+    opts = replace(opts, importance_level="token", loss_type="clip", log_ratio_max=None,
+                   dual_clip=dual_clip, log_ratio_clamp=p["log_ratio_clamp"])
+    if loss_type == "ppo_clip":
+        pl, st, dlogp = policy_loss_kernel(xk.logp, xk.logp_old, A, keep,
+                                           replace(opts, kl_coef=0.0), xk.logp_ref)
+    else:
+        pl, st, dlogp = verl_reinforce_loss(xk, A, keep, opts, w)
+    if opts.kl_coef > 0:
+        # why: verl 0.9.1 workers/utils/losses.py ppo_loss adds the KL loss over the batch's
+        # response mask; the bypass loss's rejection is inside the policy loss only
+        kl = where_valid(m, kl_estimate_kernel(xm.logp, xm.logp_ref, opts.kl_estimator,
+                                               opts.kl_clamp))
+        kl_loss = float(aggregate_kernel(kl, m, opts.agg, opts.norm))
+        dlogp = dlogp + opts.kl_coef * kl_estimate_grad_kernel(
+            xm.logp, xm.logp_ref, opts.kl_estimator, m, opts.kl_clamp,
+            aggregation_weights(m, opts.agg, opts.norm))
+        pl = SimpleNamespace(loss=pl.policy_loss + opts.kl_coef * kl_loss,
+                             policy_loss=pl.policy_loss, kl_loss=kl_loss)
+    return pl, st, dlogp, m
+
+
+def verl_reinforce_loss(xk: Rollout, A, keep, opts, w):
+    """verl's ``compute_policy_loss_reinforce``: loss = agg(-A w logp) (w = 1 without IS),
+    d loss / d logp = -A w times the aggregation weight; ``actor/ppo_kl`` the token mean of
+    logp_rollout - logp. (The KL loss is added by the caller, as verl's ppo_loss adds it.)"""
+    weight = np.where(keep, 1.0 if w is None else w, 0.0)
+    term = -A * weight * xk.logp
+    policy_loss = float(aggregate_kernel(term, keep, opts.agg, opts.norm))
+    dlogp = -aggregation_weights(keep, opts.agg, opts.norm) * A * weight + 0.0
+    pl = SimpleNamespace(loss=policy_loss, policy_loss=policy_loss, kl_loss=0.0)
+    st = {"clipfrac_active": 0.0, "dual_clipfrac": 0.0,
+          "approx_kl_k1": masked_mean(xk.logp_old - xk.logp, keep)}
+    return pl, st, dlogp
+
+
 # -- OpenRLHF 0.11.2 (--algo.advantage.is_correction_*)
 
 OPENRLHF_IS_LEVELS = ("off", "token", "seq")
@@ -752,6 +841,40 @@ def openrlhf_correction(name: str, x: Rollout, m, p: dict, policy_loss_type: str
         x.logp_old, x.logp_rollout, m, clip_max=high, clip_min=low,
         level="geometric" if level == "seq" else "token",
         mode="truncate" if mode == "clip" else "mask")
+
+
+def openrlhf_correction_and_stats(name, x: Rollout, xm: Rollout, m, p: dict,
+                                  policy_loss_type: str = "ppo"):
+    """OpenRLHF 0.11.2's ``PolicyLoss`` correction (``--algo.advantage.is_correction_*``):
+    (is_weights or None, the log-probs the ratio is taken against, the statistics).
+
+    * ``policy_loss_type="ppo"``: the coefficient of ``openrlhf_correction`` multiplies each
+      token's loss, the ratio stays pi_theta / pi_old; logged: ``vllm_kl`` (token mean of
+      logp_rollout - logp_old) and ``is_filter_ratio`` (the fraction of units, tokens or
+      responses, outside the band).
+    * ``"gspo"`` with a correction on: no coefficient; the sequence ratio is taken against
+      logp_rollout, exp(mean_t (logp_t - logp_rollout_t)) (OpenRLHF 0.11.2 ``PolicyLoss``),
+      the threshold and gating unused; nothing extra is logged.
+    """
+    gspo = policy_loss_type == "gspo"
+    w = openrlhf_correction(name, x, m, p, policy_loss_type)
+    if p["is_correction_level"] == "off":
+        return None, xm.logp_old, {}
+    if gspo:
+        return None, np.where(m, x.logp_rollout, 0.0), {}
+    low, high = openrlhf_threshold(name, p["is_correction_threshold"])
+    xr = x.on(m)
+    raw = np.exp(xr.logp_old - xr.logp_rollout)
+    if p["is_correction_mode"] == "clip":
+        filtered = m & ((raw < low) | (raw > high))
+    else:
+        filtered = m & (w == 0)
+    if p["is_correction_level"] == "seq":
+        ratio = float(np.mean(filtered.any(axis=-1)))
+    else:
+        ratio = float(filtered.sum() / m.sum())
+    stats = {"vllm_kl": masked_mean(xr.logp_rollout - xr.logp_old, m), "is_filter_ratio": ratio}
+    return w, xm.logp_old, stats
 
 
 def rollout_stats(x: Rollout, m) -> dict:

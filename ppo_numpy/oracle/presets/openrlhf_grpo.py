@@ -18,10 +18,8 @@ from ._common import (
     group_advantages,
     group_std,
     kl_estimate,
-    masked_mean,
     mean_rows,
-    openrlhf_correction,
-    openrlhf_threshold,
+    openrlhf_correction_and_stats,
     policy_result,
     require_choice,
     whiten,
@@ -110,7 +108,8 @@ def _openrlhf_grpo(x: Rollout, p: dict) -> dict:
                              agg="seq-mean-token-mean" if gspo else "token-mean",
                              kl_coef=p["init_kl_coef"] if p["use_kl_loss"] else 0.0,
                              kl_estimator=p["kl_estimator"], kl_clamp=10.0, kl_agg="token-mean")
-    is_w, old, rollout_stats = _rollout_correction(name, x, xm, m, p)
+    is_w, old, rollout_stats = openrlhf_correction_and_stats(name, x, xm, m, p,
+                                                             p["policy_loss_type"])
     pl, st, dlogp = policy_loss_kernel(xm.logp, old, A, m, opts, xm.logp_ref, is_weights=is_w)
     n_i = m.sum(axis=-1)
     stats = {
@@ -128,39 +127,6 @@ def _openrlhf_grpo(x: Rollout, p: dict) -> dict:
     }
     # A and rewards are 0 at padding (returns_to_go, whiten; at_last_token, kl_estimate)
     return policy_result(A, pl, dlogp, stats, rewards=rewards)
-
-
-def _rollout_correction(name, x: Rollout, xm: Rollout, m, p: dict):
-    """OpenRLHF 0.11.2's ``PolicyLoss`` correction (``--algo.advantage.is_correction_*``):
-    (is_weights or None, the log-probs the ratio is taken against, the statistics).
-
-    * ``policy_loss_type="ppo"``: the coefficient of ``openrlhf_correction`` multiplies each
-      token's loss, the ratio stays pi_theta / pi_old; logged: ``vllm_kl`` (token mean of
-      logp_rollout - logp_old) and ``is_filter_ratio`` (the fraction of units, tokens or
-      responses, outside the band).
-    * ``"gspo"`` with a correction on: no coefficient; the sequence ratio is taken against
-      logp_rollout, exp(mean_t (logp_t - logp_rollout_t)) (OpenRLHF 0.11.2 ``PolicyLoss``),
-      the threshold and gating unused; nothing extra is logged.
-    """
-    gspo = p["policy_loss_type"] == "gspo"
-    w = openrlhf_correction(name, x, m, p, p["policy_loss_type"])
-    if p["is_correction_level"] == "off":
-        return None, xm.logp_old, {}
-    if gspo:
-        return None, np.where(m, x.logp_rollout, 0.0), {}
-    low, high = openrlhf_threshold(name, p["is_correction_threshold"])
-    xr = x.on(m)
-    raw = np.exp(xr.logp_old - xr.logp_rollout)
-    if p["is_correction_mode"] == "clip":
-        filtered = m & ((raw < low) | (raw > high))
-    else:
-        filtered = m & (w == 0)
-    if p["is_correction_level"] == "seq":
-        ratio = float(np.mean(filtered.any(axis=-1)))
-    else:
-        ratio = float(filtered.sum() / m.sum())
-    stats = {"vllm_kl": masked_mean(xr.logp_rollout - xr.logp_old, m), "is_filter_ratio": ratio}
-    return w, xm.logp_old, stats
 
 
 PRESET = Preset(

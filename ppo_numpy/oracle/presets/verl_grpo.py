@@ -4,20 +4,14 @@ rloo, reinforce_plus_plus, reinforce_plus_plus_baseline, remax, and the policy l
 
 from __future__ import annotations
 
-from dataclasses import replace
-from types import SimpleNamespace
-
 import numpy as np
 
-from ..._validation import where_valid
-from ...aggregation import aggregate_kernel, aggregation_weights
 from ...group_advantages import (
     reinforce_plus_plus_advantages,
     reinforce_plus_plus_baseline_advantages,
     remax_advantages,
     rloo_advantages,
 )
-from ...kl import kl_estimate_grad_kernel, kl_estimate_kernel
 from ...objective import PolicyLossOptions, policy_loss_kernel
 from ...rollout import Rollout
 from ._common import (
@@ -32,8 +26,8 @@ from ._common import (
     mean_rows,
     policy_result,
     require_choice,
-    verl_bypass,
-    verl_rollout_correction,
+    verl_bypass_loss,
+    verl_correction_before_advantages,
 )
 
 ESTIMATORS = ("grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "remax")
@@ -104,7 +98,7 @@ def _verl_grpo(x: Rollout, p: dict) -> dict:
         rewards = rewards - p["kl_coef"] * kl_estimate(x.logp_old, x.logp_ref, est, m, clamp)
     s = rewards.sum(axis=-1)  # rewards are 0 at padding (at_last_token, kl_estimate)
     # the rollout correction: rejection replaces the response mask before the advantages
-    corr = _rollout_correction(name, x, m, p)
+    corr = verl_correction_before_advantages(name, x, m, p)
     m, xm = corr["mask"], (xm if corr["xm"] is None else corr["xm"])
     est = p["adv_estimator"]
     if est == "grpo":
@@ -139,7 +133,7 @@ def _verl_grpo(x: Rollout, p: dict) -> dict:
     opts = PolicyLossOptions(epsilon=p["clip_ratio_low"], epsilon_high=p["clip_ratio_high"],
                              **mode, **kl)
     if corr["bypass"]:
-        pl, st, dlogp, m = _bypass_loss(name, x, xm, A, m, opts, p)
+        pl, st, dlogp, m = verl_bypass_loss(name, x, xm, A, m, opts, p, p["clip_ratio_c"])
     else:
         pl, st, dlogp = policy_loss_kernel(xm.logp, xm.logp_old, A, m, opts, xm.logp_ref,
                                            is_weights=corr["is_weights"])
@@ -157,91 +151,6 @@ def _verl_grpo(x: Rollout, p: dict) -> dict:
         stats["actor/kl_coef"] = p["kl_loss_coef"]
     stats.update(corr["stats"])
     return policy_result(A, pl, dlogp, stats, rewards=rewards)
-
-
-def _rollout_correction(name, x: Rollout, m, p: dict) -> dict:
-    """verl 0.9.1's ``algorithm.rollout_correction`` before the advantages (decoupled mode,
-    ``ray_trainer.py`` ``compute_rollout_correction_and_add_to_batch``, then
-    ``compute_advantage``): {"mask": the response mask after rejection, "xm": the inputs on
-    it (None: unchanged), "is_weights", "bypass", "stats"}.
-
-    * Decoupled (``bypass_mode=False``, the default): the IS weights (``rollout_is``: None
-      by default in verl's trainer YAML; the dataclass's default is "sequence") and the
-      rejection (``rollout_rs``, default None) of logp_old against logp_rollout. The rejected
-      tokens leave the response mask *before* the advantages: they get advantage 0, the
-      estimators that read the mask (reinforce_plus_plus and its whitening) see holes, and
-      the loss aggregates over the kept tokens only. verl skips the whole correction when
-      the batch has no ``rollout_log_probs``; here an option switched on without
-      ``logp_rollout`` is an error.
-    * ``bypass_mode=True``: logp_old is replaced by logp_rollout (two policies), and the
-      correction is computed inside the loss from the current log-probs (``_bypass_loss``).
-    """
-    bypass, _ = verl_bypass(name, x, p)
-    out = {"mask": m, "xm": None, "is_weights": None, "bypass": bypass, "stats": {}}
-    if bypass:
-        out["xm"] = x.on(m).replace_trusted(logp_old=np.where(m, x.logp_rollout, 0.0))
-        return out
-    w, keep = verl_rollout_correction(name, x, m, p)
-    out["is_weights"] = w
-    if x.logp_rollout is not None:
-        # verl's rollout_corr/kl: the token mean of logp_rollout - logp_old
-        out["stats"]["rollout_corr/kl"] = masked_mean(x.on(m).logp_rollout - x.on(m).logp_old, m)
-    if keep is not m:
-        if not np.any(keep):
-            raise ValueError(f"{name}: rollout_rs rejects every token of the batch (verl's "
-                             f"loss would divide by zero)")
-        out["mask"], out["xm"] = keep, x.on(keep)
-    return out
-
-
-def _bypass_loss(name, x: Rollout, xm: Rollout, A, m, opts, p: dict):
-    """verl 0.9.1 ``compute_policy_loss_bypass_mode``: old = rollout; the IS weights and the
-    rejection of logp (the current policy, no gradient) against logp_rollout, the loss over
-    the kept tokens. ``rollout_loss_type`` (verl's ``rollout_correction.loss_type``)
-    ``"ppo_clip"`` (default): the vanilla loss with ratio pi_theta / pi_rollout and no IS
-    weights (the ratio is the correction); ``"reinforce"``: -A w logp with the IS weights w,
-    aggregated by ``loss_agg_mode`` (gradient -A w times the aggregation weight)."""
-    _, loss_type = verl_bypass(name, x, p)
-    w, keep = verl_rollout_correction(name, x, m, p, logp_old=x.on(m).logp)
-    if not np.any(keep):
-        raise ValueError(f"{name}: rollout_rs rejects every token of the batch")
-    xk = xm.on(keep)
-    A = np.where(keep, A, 0.0)
-    # why: verl 0.9.1 apply_bypass_mode sets loss_mode="bypass_mode" whatever the actor's, and
-    # compute_policy_loss_bypass_mode calls compute_policy_loss_vanilla for ppo_clip
-    opts = replace(opts, importance_level="token", loss_type="clip", log_ratio_max=None,
-                   dual_clip=p["clip_ratio_c"], log_ratio_clamp=p["log_ratio_clamp"])
-    if loss_type == "ppo_clip":
-        pl, st, dlogp = policy_loss_kernel(xk.logp, xk.logp_old, A, keep,
-                                           replace(opts, kl_coef=0.0), xk.logp_ref)
-    else:
-        pl, st, dlogp = _reinforce_loss(xk, A, keep, opts, w)
-    if opts.kl_coef > 0:
-        # why: verl 0.9.1 workers/utils/losses.py ppo_loss adds the KL loss over the batch's
-        # response mask; the bypass loss's rejection is inside the policy loss only
-        kl = where_valid(m, kl_estimate_kernel(xm.logp, xm.logp_ref, opts.kl_estimator,
-                                               opts.kl_clamp))
-        kl_loss = float(aggregate_kernel(kl, m, opts.agg, opts.norm))
-        dlogp = dlogp + opts.kl_coef * kl_estimate_grad_kernel(
-            xm.logp, xm.logp_ref, opts.kl_estimator, m, opts.kl_clamp,
-            aggregation_weights(m, opts.agg, opts.norm))
-        pl = SimpleNamespace(loss=pl.policy_loss + opts.kl_coef * kl_loss,
-                             policy_loss=pl.policy_loss, kl_loss=kl_loss)
-    return pl, st, dlogp, m
-
-
-def _reinforce_loss(xk: Rollout, A, keep, opts, w):
-    """verl's ``compute_policy_loss_reinforce``: loss = agg(-A w logp) (w = 1 without IS),
-    d loss / d logp = -A w times the aggregation weight; ``actor/ppo_kl`` the token mean of
-    logp_rollout - logp. (The KL loss is added by the caller, as verl's ppo_loss adds it.)"""
-    weight = np.where(keep, 1.0 if w is None else w, 0.0)
-    term = -A * weight * xk.logp
-    policy_loss = float(aggregate_kernel(term, keep, opts.agg, opts.norm))
-    dlogp = -aggregation_weights(keep, opts.agg, opts.norm) * A * weight + 0.0
-    pl = SimpleNamespace(loss=policy_loss, policy_loss=policy_loss, kl_loss=0.0)
-    st = {"clipfrac_active": 0.0, "dual_clipfrac": 0.0,
-          "approx_kl_k1": masked_mean(xk.logp_old - xk.logp, keep)}
-    return pl, st, dlogp
 
 
 PRESET = Preset(
