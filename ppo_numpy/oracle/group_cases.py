@@ -43,6 +43,9 @@ kl-in-loss              the KL term in the loss, coefficient 0.04 (TRL
 cispo-loss              the CISPO loss (TRL ``loss_type="cispo"`` with
                         ``epsilon_high=5``; verl ``loss_mode="cispo"``)
 dr-grpo-loss            TRL's ``loss_type="dr_grpo"`` (its constant length)
+rollout-beyond-bound    rollout log-ratios of +-25 with untruncated importance
+                        weights (TRL token_mask without a bound; verl token IS
+                        with threshold 1e12): the bound at 20 shows
 gspo-large-log-ratios   the sequence ratio (GSPO) on ``large-log-ratios``'s
                         layout: mean log-ratios of +-12 (beyond verl's cap 10)
 ======================  ======================================================
@@ -204,6 +207,18 @@ def _rollout_one_token(rng):
             "and the token corrections agree", inputs)
 
 
+def _rollout_beyond_bound(rng):
+    inputs = group_inputs(rng, np.repeat(np.arange(2), 3), [4, 3, 4, 2, 4, 1], 4,
+                          binary=False)
+    m = inputs["mask"] == 1
+    shift = np.zeros(m.shape)
+    shift[0, 1], shift[3, 0] = 25.0, -25.0  # log w = logp_old - logp_rollout = -25, +25
+    inputs["logp_rollout"] = np.where(m, np.minimum(inputs["logp_old"] + shift, -1e-4), 0.0)
+    inputs["logp_old"] = np.where(m, inputs["logp_rollout"] - shift, 0.0)
+    return ("rollout log-ratios of +-25 on two tokens (beyond verl's bound 20 on them), the "
+            "weights not truncated", inputs)
+
+
 EDGE_CASES = {
     "group-of-one": _group_of_one,
     "equal-scores": _equal_scores,
@@ -237,6 +252,13 @@ PRESET_CASES = {
                     "verl-grpo": {"loss_mode": "cispo"}}),
     "dr-grpo-loss": (_policy_case("3 prompts x 4 responses, TRL's dr_grpo normalisation"),
                      {"trl-grpo": {"loss_type": "dr_grpo"}}),
+    # the rollout correction's bound on its log-ratio (verl 20, TRL none): weights without
+    # truncation, so that exp(25) and exp(20) differ in the loss
+    "rollout-beyond-bound": (_rollout_beyond_bound,
+                             {"trl-grpo": {"vllm_importance_sampling_mode": "token_mask",
+                                           "vllm_importance_sampling_clip_max": None},
+                              "verl-grpo": {"rollout_is": "token",
+                                            "rollout_is_threshold": 1e12}}),
     "gspo-large-log-ratios": (_large_log_ratios,
                               {"trl-grpo": {"importance_sampling_level": "sequence"},
                                "verl-grpo": {"loss_mode": "gspo"},
