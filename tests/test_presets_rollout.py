@@ -174,3 +174,50 @@ def test_correction_without_logp_rollout_names_the_option(name, options, option)
 def test_bad_options_name_the_argument(name, options, message):
     with pytest.raises((ValueError, TypeError), match=f"^{name}: {message}"):
         get_preset(name)(one_group(ROLLOUT), **options)
+
+
+def test_openrlhf_binary_kl_rounds_below_zero():
+    # docs/conventions.md section 14: OpenRLHF 0.11.2's binary KL (p log(p/q) + (1 - p)
+    # log((1 - p)/(1 - q))) of two nearly equal probabilities rounds below 0, and its
+    # single-threshold gate [0, h] drops the token; rollout_divergence_gate keeps it
+    from ppo_numpy.rollout_correction import rollout_divergence_gate
+
+    lp_old, lp_roll = -2.3132620422323567, -2.313262052349042
+    p, q = math.exp(lp_roll), math.exp(lp_old)
+    d = p * math.log(p / q) + (1 - p) * math.log((1 - p) / (1 - q))
+    assert -1e-16 < d < 0
+    w = rollout_divergence_gate([[lp_old]], [[lp_roll]], divergence="binary_kl", high=0.01)
+    assert w[0, 0] == pytest.approx(math.exp(lp_old - lp_roll), rel=1e-15)
+    # the measurement quoted: 200,000 tokens, |logp_rollout - logp_old| ~ N(0, 1e-6)
+    rng = np.random.default_rng(0)
+    lq = np.log(rng.uniform(0.01, 0.99, 200000))
+    lp = lq + rng.normal(0, 1e-6, lq.shape)
+    p, q = np.exp(lp), np.exp(lq)
+    d = p * np.log(p / q) + (1 - p) * np.log((1 - p) / (1 - q))
+    assert round(float(np.mean(d < 0)) * 100, 2) == 0.52
+
+
+def test_gspo_gradient_forms_of_the_presets():
+    # docs/conventions.md section 14: trl-grpo gives GSPO the row mean of its token weights
+    # (TRL's (B, 1) loss), verl-grpo each token its own (verl's sg(s) pi_t / sg(pi_t))
+    lp_old = np.log([[0.5, 0.5], [0.5, 0.5]])
+    case = {"inputs": {"logp": lp_old.copy(), "logp_old": lp_old, "logp_ref": lp_old.copy(),
+                       "scores": np.array([1.0, 0.0]), "groups": np.array([0.0, 0.0]),
+                       "baseline_scores": np.zeros(2), "mask": np.ones((2, 2)),
+                       # token ratios [2, 1/2] and [1, 1]
+                       "logp_rollout": np.log([[0.25, 1.0 - 1e-12], [0.5, 0.5]])},
+            "params": {}}
+    w = np.array([0.5 / 0.25, 0.5 / (1.0 - 1e-12)])
+    trl = get_preset("trl-grpo")(case, importance_sampling_level="sequence",
+                                 vllm_importance_sampling_mode="token_truncate",
+                                 loss_type="grpo")
+    verl = get_preset("verl-grpo")(case, loss_mode="gspo", rollout_is="token",
+                                   rollout_is_threshold=5.0, loss_agg_mode="seq-mean-token-mean")
+    # the same loss value, -(1/2) A mean(w) for the first response (s = 1)
+    assert trl["policy_loss"] == pytest.approx(verl["policy_loss"] * (
+        trl["advantages"][0, 0] / verl["advantages"][0, 0]), rel=1e-6)
+    # the gradients of response 0 are proportional to mean(w) at both tokens and to w_t
+    g_trl = trl["dlogp"][0] / trl["advantages"][0, 0]
+    g_verl = verl["dlogp"][0] / verl["advantages"][0, 0]
+    assert g_trl.tolist() == pytest.approx([-w.mean() / 4] * 2, rel=1e-9)
+    assert g_verl.tolist() == pytest.approx((-w / 4).tolist(), rel=1e-9)
