@@ -59,8 +59,13 @@ VERL_RS = ("token_k1", "seq_sum_k1", "seq_mean_k1", "token_k2", "seq_sum_k2", "s
 _RS_THRESHOLD = {"k1": "0.5_1.8", "k2": 0.1, "k3": 0.1}
 
 
-def verl_rs_threshold(params: dict) -> dict:
-    """rollout_rs_threshold for the combination's rollout_rs: one per criterion."""
+def verl_rs_threshold(case: dict) -> dict:
+    """The case's params with rollout_rs_threshold for its rollout_rs (one per criterion),
+    and the correction off on a case without logp_rollout (verl skips it there; the preset
+    would refuse it)."""
+    params = dict(case.get("params", {}))
+    if case["inputs"].get("logp_rollout") is None:
+        return {**params, "rollout_is": None, "rollout_rs": None, "bypass_mode": False}
     rs = params.get("rollout_rs")
     if rs is None:
         return params
@@ -75,10 +80,12 @@ OPENRLHF_IS_OPTIONS = {"is_correction_level": ["off", "token", "seq"],
                        "is_correction_threshold": [(0.5, 5.0), (0.8, 1.25), (0.0, 0.02)]}
 
 
-def openrlhf_is_params(params: dict) -> dict:
+def openrlhf_is_params(case: dict) -> dict:
     """The combinations OpenRLHF accepts: clip only at the token level with ratio gating, a
-    divergence gate with a low of 0 (its upper bound only)."""
-    p = dict(params)
+    divergence gate with a low of 0 (its upper bound only); off without logp_rollout."""
+    p = dict(case.get("params", {}))
+    if case["inputs"].get("logp_rollout") is None:
+        p["is_correction_level"] = "off"
     if p.get("is_correction_mode") == "clip" and (p.get("is_correction_level") == "seq"
                                                   or p.get("is_correction_gating") != "ratio"):
         p["is_correction_mode"] = "mask"
@@ -335,7 +342,7 @@ def run_one(name: str, n_random: int, seed: int = 0) -> dict:
     cases = oracle + harness.with_options(rand, harness.option_combinations(
         spec["options"], rng, len(rand)))
     if spec.get("params") is not None:
-        cases = [{**c, "params": spec["params"](c.get("params", {}))} for c in cases]
+        cases = [{**c, "params": spec["params"](c)} for c in cases]
     if transform is not None:
         cases = [transform(c) for c in cases]
     from ppo_numpy.oracle.compare import compare

@@ -816,12 +816,13 @@ def openrlhf_correction(name: str, x: Rollout, m, p: dict, policy_loss_type: str
                         OPENRLHF_IS_MODES, "mode")
     gating = check_choice(p["is_correction_gating"], f"{name}: is_correction_gating",
                           OPENRLHF_GATINGS, "gating")
+    if mode == "clip" and (level == "seq" or gating != "ratio"):
+        # (PolicyLoss refuses it whatever the level, "off" included)
+        raise ValueError(f"{name}: is_correction_mode='clip' needs is_correction_level="
+                         f"'token' and is_correction_gating='ratio' (OpenRLHF 0.11.2)")
     if level == "off":
         return None
     need_rollout(name, x, f"is_correction_level={level!r}")
-    if mode == "clip" and (level == "seq" or gating != "ratio"):
-        raise ValueError(f"{name}: is_correction_mode='clip' needs is_correction_level="
-                         f"'token' and is_correction_gating='ratio' (OpenRLHF 0.11.2)")
     low, high = openrlhf_threshold(name, p["is_correction_threshold"])
     if gating != "ratio":
         if low > 0:
@@ -875,9 +876,3 @@ def openrlhf_correction_and_stats(name, x: Rollout, xm: Rollout, m, p: dict,
         ratio = float(filtered.sum() / m.sum())
     stats = {"vllm_kl": masked_mean(xr.logp_rollout - xr.logp_old, m), "is_filter_ratio": ratio}
     return w, xm.logp_old, stats
-
-
-def rollout_stats(x: Rollout, m) -> dict:
-    """The mismatch itself, logged by every framework in some form: the token mean of
-    logp_rollout - logp_old (OpenRLHF ``vllm_kl``, verl ``rollout_corr/kl``)."""
-    return {"kl": masked_mean(where_valid(m, x.logp_rollout) - where_valid(m, x.logp_old), m)}

@@ -48,6 +48,10 @@ def _openrlhf(x: Rollout, p: dict) -> dict:
       whose per-row divisor n_i + 1e-8 is n_i here).
     * Value loss (``ValueLoss``): 1/2 max(...), ``value_clip`` 0.5,
       V_old + clamp(V - V_old, -c, c) (``value_clip_form="offset"``), token mean.
+    * The rollout correction (``--algo.advantage.is_correction_*``, a case with
+      ``logp_rollout``): ``PolicyLoss``'s coefficient (``_common.openrlhf_correction``)
+      multiplies each token's policy loss; logged ``vllm_kl`` and ``is_filter_ratio``
+      (docs/conventions.md section 14).
     * Tolerance: OpenRLHF 0.11.2 computes in float32 where this preset does not:
       ``compute_approx_kl`` casts both log-probs to float32, ``compute_reward`` builds the
       rewards on the KL's float32 tensor (the score scattered into it), the advantage

@@ -64,6 +64,9 @@ def _openrlhf_grpo(x: Rollout, p: dict) -> dict:
       the token-mean rollout KL), ``reward`` (mean raw score), ``return`` (mean over
       responses of the summed token rewards, with -``init_kl_coef`` KL at the padding
       positions too, as OpenRLHF 0.11.2 sums them), ``group_reward_std``.
+    * The rollout correction (``is_correction_*``, a case with ``logp_rollout``):
+      ``_common.openrlhf_correction_and_stats``; with ``gspo`` the sequence ratio is taken
+      against logp_rollout instead of weighting.
     * Tolerance: as the ``openrlhf`` preset (float32 KL, rewards and normalisation
       statistics in 0.11.2): float64 rtol 1e-9 + 16 2^-24, atol 16 2^-24.
     """

@@ -61,6 +61,8 @@ def _trl_grpo(x: Rollout, p: dict) -> dict:
       clipped fraction of one sequence (TRL 1.16.0), ``cispo_clip_ratio`` for cispo;
       ``reward``, ``reward_std`` (mean of the group stds), ``frac_reward_zero_std``.
       ``entropy`` needs logits and is not produced.
+    * The rollout correction (``use_vllm``, ``vllm_importance_sampling_*``,
+      ``off_policy_mask_threshold``, a case with ``logp_rollout``): ``_rollout_correction``.
     * Tolerance: the clip statistics are float32 means of ``.float()`` flags: one float32
       rounding, float64 rtol 1e-9 + 2^-24.
     """

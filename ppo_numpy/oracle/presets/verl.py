@@ -69,6 +69,13 @@ def _verl(x: Rollout, p: dict) -> dict:
       ``actor/reward_kl_penalty_coeff``. verl's ``masked_mean`` divides by
       n + 1e-8; this preset divides by n (in verl that sum is float32, where
       n + 1e-8 rounds to n).
+    * The rollout correction (``algorithm.rollout_correction``, a case with
+      ``logp_rollout``): ``rollout_is``, ``rollout_is_threshold``,
+      ``rollout_is_batch_normalize``, ``rollout_rs``, ``rollout_rs_threshold``,
+      ``bypass_mode``, ``rollout_loss_type`` (``_common.verl_correction_before_advantages``
+      and ``verl_bypass_loss``): the rejection replaces the response mask before GAE, the
+      whitening and both losses; the KL penalty in the reward and its statistic were
+      computed before it, on the full mask (docs/conventions.md section 14).
     * Tolerance (``tolerances``): verl computes the Bessel factor n / (n - 1) of
       ``masked_var`` as an integer mask sum divided in torch, which gives float32,
       and its clip fractions from ``.float()`` booleans, so k / n is rounded to

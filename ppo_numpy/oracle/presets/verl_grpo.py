@@ -74,6 +74,10 @@ def _verl_grpo(x: Rollout, p: dict) -> dict:
     * ``loss_agg_mode`` ``seq-mean-token-sum-norm`` divides the sum over every token by the
       number of sequences times T (``agg_loss`` in 0.9.1, ``loss_scale_factor`` unset: T);
       the commits of early 2026 divided by T only.
+    * The rollout correction (``algorithm.rollout_correction``, a case with
+      ``logp_rollout``): ``_common.verl_correction_before_advantages`` (decoupled mode: the
+      weights and the rejection, which replaces the response mask before the advantages) or
+      ``verl_bypass_loss`` (``bypass_mode``); GSPO gives each token its own weight.
     * Tolerance: verl computes the outcome estimators in float32 (its reward tensor) and its
       clip fractions as float32 means: float64 rtol and atol 32 u_32 (scores of order 1 to
       5, a few float32 roundings each; the group-normalised advantages are of order 1).
