@@ -47,6 +47,11 @@ one-sided-log-ratios      logp - logp_old = +25 on two columns (not balanced):
                           a log-ratio clamp at 20 shows in the logged KL
 holes-discounted          holes in the mask with gamma 0.9, lam 0.8: skipping a
                           hole and running through it differ
+========================  ======================================================
+
+By name only (``ROLLOUT_CASES``, not in the default set):
+
+========================  ======================================================
 rollout-mismatch          ``logp_rollout`` (the inference engine's log-probs, the
                           rollout correction's input) 1e-3 to 1.5 from logp_old
                           row by row: inside and beyond every threshold
@@ -398,17 +403,22 @@ EDGE_CASES = {
     "holes-discounted": _layout("masks with holes, gamma 0.9, lam 0.8: skipping a hole and "
                                 "running through it as a state of value 0 differ", HOLES_MASK,
                                 {"gamma": 0.9, "lam": 0.8}),
-    "rollout-mismatch": _rollout_mismatch,
 }
 """The named edge cases' builders, ``builder(rng) -> (description, inputs, params)``."""
+
+ROLLOUT_CASES = {"rollout-mismatch": _rollout_mismatch}
+"""Cases with ``logp_rollout`` (the rollout correction's input), made by name only (not in
+the default set, whose counts the notebooks quote): ``generate_cases(seed, ["rollout-mismatch"])``;
+``make conformance`` adds them to the oracle's cases of the PPO presets."""
 
 
 def edge_case(name: str, seed: int = 0) -> dict:
     """The named edge case ``name`` (a key of :data:`EDGE_CASES`) for ``seed``."""
-    if name not in EDGE_CASES:
+    builders = {**EDGE_CASES, **ROLLOUT_CASES}
+    if name not in builders:
         raise ValueError(f"name: unknown edge case {name!r}; valid ones are "
-                         f"{', '.join(EDGE_CASES)}")
-    description, inputs, params = EDGE_CASES[name](case_rng(seed, name))
+                         f"{', '.join(builders)}")
+    description, inputs, params = builders[name](case_rng(seed, name))
     return make_case(name, description, inputs, params)
 
 
@@ -464,7 +474,7 @@ def generate_cases(seed: int = 0, names=None, *, n_random: int = N_RANDOM) -> li
             rng = case_rng(seed, name)
             params = random_params(rng) if k % 2 == 1 else {}
             cases.append(random_case(rng, name=name, params=params, padded=k % 4 != 2))
-        elif name in EDGE_CASES:
+        elif name in EDGE_CASES or name in ROLLOUT_CASES:
             cases.append(edge_case(name, seed))
         else:
             raise ValueError(f"names: unknown case {name!r}; valid ones are 'random', 'edge', "

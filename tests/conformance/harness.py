@@ -12,7 +12,13 @@ import math
 import numpy as np
 import torch
 
-from ppo_numpy.oracle.cases import generate_cases, random_case, random_params, rollout_log_probs
+from ppo_numpy.oracle.cases import (
+    ROLLOUT_CASES,
+    generate_cases,
+    random_case,
+    random_params,
+    rollout_log_probs,
+)
 from ppo_numpy.oracle.compare import compare
 from ppo_numpy.oracle.group_cases import generate_group_cases, group_inputs
 from ppo_numpy.oracle.presets import get_preset
@@ -212,8 +218,9 @@ def oracle_cases(preset_name: str, options: dict, rng, seed: int = 0) -> list:
     """The oracle's own cases for the preset, each with up to
     :data:`MAX_GRID_ON_ORACLE_CASES` option combinations covering every value."""
     preset = get_preset(preset_name)
+    # (the PPO presets' rollout-correction cases are made by name: ROLLOUT_CASES)
     base = (generate_group_cases(seed) if "groups" in preset.input_names
-            else generate_cases(seed))
+            else generate_cases(seed) + generate_cases(seed, list(ROLLOUT_CASES)))
     n = min(MAX_GRID_ON_ORACLE_CASES, max(1, math.prod(len(v) for v in options.values())))
     out = []
     for case in base:
