@@ -121,9 +121,11 @@ def policy_loss_grad(logp, logp_old, advantages, mask=None, epsilon=0.2, agg="to
 
 and with importance weights (``is_weights``, constants) every token's term, so its
 derivative, is scaled by its weight: dloss/dlogp = -w is_w dterm/drho rho. At the sequence
-level (GSPO) the token terms share log s_i = (1/n_i) sum_t log rho_t, so token t gets
-(1/n_i) sum_t' (-w_t' is_w_t' dterm_t'/ds_i s_i): each token's weight times the
-derivative of the sequence ratio, summed over the response (verl's per-token form).
+level (GSPO) the token terms share log s_i = (1/n_i) sum_t log rho_t; token t gets its own
+weight times the derivative of the unweighted sequence term, is_w_t (1/n_i) sum_t'
+(-w_t' dterm_t'/ds_i s_i): verl's per-token form (its ratio sg(s_i) pi_t / sg(pi_t)),
+which is not the derivative of the weighted loss value (that one is the row mean of the
+weights times the same derivative: TRL's (B, 1) loss times (B, T) weights).
 
     So the gradient is exactly 0 where the clipped branch is active. At the
     kinks the bound counts as inside the trust region (module docstring). The

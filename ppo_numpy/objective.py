@@ -315,10 +315,15 @@ def ppo_policy_loss(logp, logp_old, advantages, mask=None, epsilon=0.2, agg="tok
         Importance weights w_t for the sampler-trainer mismatch
         (:func:`ppo_numpy.rollout_importance_weights`): the loss is
         -aggregate(w_t min(...)), w_t a constant of the gradient. With
-        ``importance_level="sequence"`` and weights that vary along a response, each token
-        keeps its own weight times the sequence term (verl's form: the gradient at token t
-        sums w_t' d term / d log s_i over the response's tokens t'). The statistics are of
-        the unweighted surrogate. ``None`` (default): all 1.
+        ``importance_level="sequence"`` and weights that vary along a response, the
+        gradient at token t is w_t times the derivative of the (unweighted) sequence term
+        at t: verl's per-token form (0.9.1 ``compute_policy_loss_gspo`` writes the ratio
+        sg(s_i) pi_t / sg(pi_t), so token t's weight reaches token t only), equal to it when
+        the advantage and the aggregation weight are constant along the response. It is not
+        the derivative of the loss value, whose gradient is the row mean of the weights
+        times that derivative (TRL's (B, 1) loss times (B, T) weights: pass the row means as
+        ``is_weights`` for that form). The statistics are of the unweighted surrogate.
+        ``None`` (default): all 1.
     **options
         Any other field of :class:`PolicyLossOptions`: ``epsilon_high``, ``dual_clip``
         (see :func:`clipped_surrogate`), ``norm`` (the divisor of the modes that take one),
@@ -508,8 +513,10 @@ def policy_loss_backward(f: PolicyLossForward, A, m, opts: PolicyLossOptions, lo
     """
     # loss = -aggregate(term) = -sum w_t term_t
     dterm = -aggregation_weights(m, opts.agg, opts.norm)
-    # term = is_weights surrogate: the weights scale the gradient, nothing flows through them
-    dsurrogate = dterm if f.is_weights is None else dterm * f.is_weights
+    # term = is_weights surrogate: the weights multiply each token's gradient, at the end,
+    # nothing flows through them (at the sequence level: w_t times the derivative of the
+    # sequence term, verl's per-token form; see ppo_policy_loss); vespo's are inside phi
+    dsurrogate = dterm
     if opts.loss_type == "vespo":
         # surrogate = sg(phi) A_t logp_t, the weights inside phi: d / d logp = phi A_t
         dlogp = dterm * vespo_phi(f.log_rho, A, m, opts, f.is_weights) * A
@@ -534,6 +541,10 @@ def policy_loss_backward(f: PolicyLossForward, A, m, opts: PolicyLossOptions, lo
         if opts.log_ratio_clamp is not None:
             # log rho = clip(logp - logp_old, -c, c): the bound passes the gradient
             dlogp = dlogp * (np.abs(f.log_ratio) <= opts.log_ratio_clamp)
+    if f.is_weights is not None and opts.loss_type != "vespo":
+        # d term_t = w_t d surrogate_t (token level); at the sequence level w_t times the
+        # derivative of the sequence term at token t
+        dlogp = dlogp * f.is_weights
     if opts.kl_coef > 0:
         # + beta aggregate(KL_t)
         mode, norm = _kl_agg(opts)

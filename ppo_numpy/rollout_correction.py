@@ -28,8 +28,8 @@ import numpy as np
 
 from ._validation import check_choice, check_scalar, prepare
 
-__all__ = ["CRITERIA", "IS_LEVELS", "IS_MODES", "SAFETY_BOUND", "rollout_importance_weights",
-           "rollout_rejection_mask"]
+__all__ = ["CRITERIA", "DIVERGENCES", "IS_LEVELS", "IS_MODES", "SAFETY_BOUND",
+           "rollout_divergence_gate", "rollout_importance_weights", "rollout_rejection_mask"]
 
 #: the levels of :func:`rollout_importance_weights`
 IS_LEVELS = ("token", "sequence", "geometric")
@@ -40,6 +40,10 @@ CRITERIA = ("token_k1", "token_k2", "token_k3", "seq_sum_k1", "seq_sum_k2", "seq
             "seq_mean_k1", "seq_mean_k2", "seq_mean_k3", "seq_max_k2", "seq_max_k3")
 #: verl's bound on the log-ratio before exp (``rollout_corr_helper.SAFETY_BOUND``)
 SAFETY_BOUND = 20.0
+#: the divergences of :func:`rollout_divergence_gate` (OpenRLHF's ``is_correction_gating``)
+DIVERGENCES = ("binary_kl", "tv")
+#: the bound OpenRLHF 0.11.2 clamps both probabilities to, [c, 1 - c], before a divergence
+PROB_CLAMP = 1e-6
 
 
 def _bound(value, name: str, *, positive: bool):
@@ -312,3 +316,77 @@ def rollout_rejection_mask(logp_old, logp_rollout, mask=None, *, criterion, low=
     else:
         keep = stat <= high
     return (keep & m).reshape(shape)
+
+
+def rollout_divergence_gate(logp_old, logp_rollout, mask=None, *, divergence, high,
+                            level="token"):
+    """OpenRLHF 0.11.2's divergence gate: token ratios where a divergence is small, (B, T).
+
+    With the sampled token's probabilities under the rollout and the trainer's old policy,
+    p_t = clip(exp(logp_rollout_t), c, 1 - c) and q_t = clip(exp(logp_old_t), c, 1 - c),
+    c = 1e-6 (``PROB_CLAMP``, OpenRLHF's clamp that keeps the logs finite):
+
+        binary_kl:  d_t = p_t log(p_t / q_t) + (1 - p_t) log((1 - p_t) / (1 - q_t))
+        tv:         d_t = |p_t - q_t|
+
+    (the KL and the total variation between the two Bernoulli distributions "this token or
+    another"). ``level="token"`` reads d_t, ``"sequence"`` the mean of d over the response's
+    tokens (one statistic per response). A unit with statistic <= ``high`` keeps the token
+    ratios w_t = exp(logp_old_t - logp_rollout_t) (unclamped); one above it gets 0. An upper
+    bound only: a divergence is >= 0 (OpenRLHF also tests statistic >= low, 0 for one
+    threshold, which its rounding can fail: ``docs/conventions.md`` section 14).
+
+    Parameters
+    ----------
+    logp_old, logp_rollout, mask
+        As in :func:`rollout_importance_weights`.
+    divergence : {"binary_kl", "tv"}
+        ``is_correction_gating`` (required).
+    high : float > 0
+        The bound (OpenRLHF's ``is_correction_threshold`` HIGH, required).
+    level : {"token", "sequence"}
+        ``is_correction_level`` ``"token"`` or ``"seq"``. Default ``"token"``.
+
+    Returns
+    -------
+    w : float64 array, the shape of ``logp_old``; 0 at padding and where the gate drops.
+
+    Examples
+    --------
+    Token probabilities 0.5 -> 0.6 under the rollout (trainer 0.5: w = 5/6, tv 0.1) and
+    0.2 -> 0.2 (w = 1, tv 0):
+
+    >>> import numpy as np
+    >>> lp_old, lp_roll = np.log([[0.5, 0.2]]), np.log([[0.6, 0.2]])
+    >>> rollout_divergence_gate(lp_old, lp_roll, divergence="tv", high=0.05).round(12).tolist()
+    [[0.0, 1.0]]
+    >>> rollout_divergence_gate(lp_old, lp_roll, divergence="tv", high=0.06,
+    ...                         level="sequence").round(12).tolist()  # mean tv 0.05
+    [[0.833333333333, 1.0]]
+    """
+    check_choice(divergence, "divergence", DIVERGENCES, "divergence")
+    check_choice(level, "level", ("token", "sequence"), "level")
+    if high is None:
+        raise ValueError("high: the divergence gate needs an upper bound (OpenRLHF's "
+                         "is_correction_threshold), got None")
+    high = _bound(high, "high", positive=True)
+    (lp_old, lp_roll), m = prepare({"logp_old": logp_old, "logp_rollout": logp_rollout}, mask,
+                                   exact=False)
+    shape = lp_old.shape
+    lp_old, lp_roll, m = (a.reshape(-1, shape[-1]) for a in (lp_old, lp_roll, m))
+    # p_t, q_t: the sampled token's probabilities, clamped to [c, 1 - c]
+    p = np.clip(np.exp(lp_roll), PROB_CLAMP, 1 - PROB_CLAMP)
+    q = np.clip(np.exp(lp_old), PROB_CLAMP, 1 - PROB_CLAMP)
+    if divergence == "binary_kl":
+        # d_t = p log(p / q) + (1 - p) log((1 - p) / (1 - q))
+        d = p * np.log(p / q) + (1 - p) * np.log((1 - p) / (1 - q))
+    else:
+        # d_t = |p - q|
+        d = np.abs(p - q)
+    d = np.where(m, d, 0.0)
+    if level == "sequence":
+        # the mean over the response's tokens, at each of them
+        d = d.sum(axis=-1, keepdims=True) / np.maximum(m.sum(axis=-1, keepdims=True), 1)
+    # w_t = exp(logp_old_t - logp_rollout_t) where the unit's statistic <= high
+    w = np.where(m & (d <= high), np.exp(lp_old - lp_roll), 0.0)
+    return w.reshape(shape) + 0.0

@@ -83,8 +83,12 @@ def test_every_case_keeps_the_input_contract(cases):
     for name, case in cases.items():
         x = case["inputs"]
         B, T = x["mask"].shape
-        assert set(x) == set(INPUT_NAMES), name
+        # (logp_rollout, the rollout correction's input, is optional: (B, T), <= 0 in the mask)
+        assert set(INPUT_NAMES) <= set(x) <= set(INPUT_NAMES) | {"logp_rollout"}, name
         assert all(v.dtype == np.float64 for v in x.values()), name
+        if "logp_rollout" in x:
+            assert x["logp_rollout"].shape == (B, T), name
+            assert np.all(x["logp_rollout"][valid(case)] <= 0), name
         assert x["scores"].shape == (B,), name
         assert all(x[n].shape == (B, T) for n in PER_TOKEN), name
         assert set(np.unique(x["mask"])) <= {0.0, 1.0}, name

@@ -25,9 +25,14 @@ from tests._helpers import CachedPreset
 from tests.critic_free_numpy import CANDIDATES, DTYPES, OUTPUTS
 
 NAMES = list(CANDIDATES)
-CASES = {name: cases_for(get_preset(name), 0) for name in NAMES}
+#: the transcription has no rollout correction: the cases with logp_rollout and the
+#: correction's switch are left out here (make conformance checks the corrections against
+#: the released frameworks, tests/test_presets_rollout.py by hand)
+ROLLOUT_SWITCHES = ("is_log_ratio_bound",)
+CASES = {name: [c for c in cases_for(get_preset(name), 0) if "logp_rollout" not in c["inputs"]]
+         for name in NAMES}
 SETTINGS = {name: [(p, v) for p, (alts, _) in switches_for(get_preset(name), CASES[name]).items()
-                   for v in alts] for name in NAMES}
+                   if p not in ROLLOUT_SWITCHES for v in alts] for name in NAMES}
 N_PAIRS = 24
 CACHED = {name: CachedPreset(get_preset(name)) for name in NAMES}  # (test speed only)
 
@@ -75,7 +80,8 @@ def test_the_matrix_has_every_switch_and_20_pairs_per_preset():
     for name in NAMES:
         assert len(pairs_of(name)) >= 20, name
         assert {p for p, _ in SETTINGS[name]} == set(switches_for(get_preset(name),
-                                                                  CASES[name])), name
+                                                                  CASES[name])) - set(
+            ROLLOUT_SWITCHES), name
 
 
 @pytest.mark.parametrize("name, plant", PLANTS,

@@ -617,7 +617,15 @@ def test_is_weights_gradient_finite_differences(name, seed):
     if "kl_coef" in kw:
         kw["logp_ref"] = ref
     loss, _, d = policy_loss_and_grad(logp, lp_old, A, mask, **kw)
-    num = central_difference(lambda x: ppo_policy_loss(x, lp_old, A, mask, **kw)[0], logp, mask)
+    if kw.get("importance_level") == "sequence":
+        # verl's per-token form: w_t times the derivative of the unweighted loss at t (not
+        # the derivative of the weighted loss value)
+        plain = {k: v for k, v in kw.items() if k != "is_weights"}
+        num = w * central_difference(lambda x: ppo_policy_loss(x, lp_old, A, mask, **plain)[0],
+                                     logp, mask)
+    else:
+        num = central_difference(lambda x: ppo_policy_loss(x, lp_old, A, mask, **kw)[0], logp,
+                                 mask)
     scale = np.abs(num).max()
     assert scale > 1e-3
     rel = np.abs(d - num).max() / scale
@@ -643,11 +651,16 @@ def test_cispo_gradient_with_is_weights(cispo_clip):
 
 def test_gspo_with_token_weights_is_verls_per_token_form():
     # one response, log rho = [0.1, -0.1] (s = 1, unclipped), A = 1, weights [2, 0],
-    # token-mean: loss = -(2 s + 0 s) / 2 = -s; d loss / d logp_t = -(d s / d logp_t) = -s/2
-    # at both tokens: the token of weight 0 still moves through the sequence ratio
+    # token-mean: loss = -(2 s + 0 s) / 2 = -s. verl 0.9.1 writes the ratio at token t as
+    # sg(s) pi_t / sg(pi_t): d loss / d logp_t = -w_t s / 2 = [-1, 0], the token of weight 0
+    # gets nothing. (The derivative of the loss value, TRL's form, is -(d s / d logp_t) =
+    # -s / 2 at both tokens: the row mean of the weights, 1, times -s / 2.)
     d = policy_loss_grad([0.1, -0.1], [0.0, 0.0], [1.0, 1.0], importance_level="sequence",
                          is_weights=[2.0, 0.0])
-    assert_close(d, [-0.5, -0.5], rtol=1e-14)
+    assert_close(d, [-1.0, 0.0], rtol=1e-14)
+    row_mean = policy_loss_grad([0.1, -0.1], [0.0, 0.0], [1.0, 1.0], importance_level="sequence",
+                                is_weights=[1.0, 1.0])
+    assert_close(row_mean, [-0.5, -0.5], rtol=1e-14)
 
 
 def test_is_weights_large_gspo_batch_takes_readable_form():

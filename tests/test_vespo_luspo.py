@@ -180,6 +180,10 @@ def test_luspo_gradient_matches_finite_differences(level, weights):
     logp = np.where(MASK == 1, logp_old + log_ratio, 3.0)
     A = np.array([1.3, 0.7, -0.9, -1.1])[:, None] * MASK
     w = np.where(MASK == 1, rng.uniform(0.5, 2.0, MASK.shape), 0) if weights else None
+    if weights and level == "sequence":
+        # weights constant along each response: then the gradient (each token's weight times
+        # the derivative of the sequence term, verl's per-token form) is the loss's derivative
+        w = np.where(MASK == 1, rng.uniform(0.5, 2.0, (MASK.shape[0], 1)), 0)
 
     def f(p):
         return ppo_policy_loss(p["logp"], logp_old, A, MASK, agg="luspo",

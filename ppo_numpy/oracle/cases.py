@@ -49,6 +49,14 @@ holes-discounted          holes in the mask with gamma 0.9, lam 0.8: skipping a
                           hole and running through it differ
 ========================  ======================================================
 
+By name only (``ROLLOUT_CASES``, not in the default set):
+
+========================  ======================================================
+rollout-mismatch          ``logp_rollout`` (the inference engine's log-probs, the
+                          rollout correction's input) 1e-3 to 1.5 from logp_old
+                          row by row: inside and beyond every threshold
+========================  ======================================================
+
 Every convention switch of :mod:`ppo_numpy.oracle.switches` changes some output
 on some case, by more than the tolerance (``tests/test_diagnose.py`` plants each
 one and checks that the diagnosis names it).
@@ -144,6 +152,17 @@ def _near(rng: np.random.Generator, logp_old, std: float):
     return np.minimum(logp_old + rng.normal(0.0, std, size=np.shape(logp_old)), -1e-4)
 
 
+#: inputs a case may carry, (B, T): the inference engine's log-probs (the rollout correction)
+OPTIONAL_INPUTS = ("logp_rollout",)
+
+
+def rollout_log_probs(rng: np.random.Generator, logp_old, mask, scale: float):
+    """logp_rollout: within N(0, scale^2) of ``logp_old`` at the response tokens (at most
+    -1e-4), 0 at padding: an inference engine's log-probs of the same tokens."""
+    valid = np.asarray(mask) == 1
+    return np.where(valid, _near(rng, np.asarray(logp_old), scale), 0.0)
+
+
 def make_case(name: str, description: str, inputs: dict, params: dict | None = None, *,
               input_names=INPUT_NAMES) -> dict:
     """Assemble a case dict after checking that ``inputs`` has every one of ``input_names``,
@@ -152,11 +171,13 @@ def make_case(name: str, description: str, inputs: dict, params: dict | None = N
     missing = [n for n in input_names if n not in inputs]
     if missing:
         raise ValueError(f"inputs: missing {', '.join(missing)}")
-    arrays = {n: np.array(inputs[n], dtype=np.float64) for n in input_names}
+    # the optional inputs a case may carry besides (logp_rollout: the rollout correction's)
+    names = tuple(input_names) + tuple(n for n in OPTIONAL_INPUTS if inputs.get(n) is not None)
+    arrays = {n: np.array(inputs[n], dtype=np.float64) for n in names}
     shape = arrays["mask"].shape
     if len(shape) != 2:
         raise ValueError(f"mask: expected shape (B, T), got {shape}")
-    for n in input_names:
+    for n in names:
         want = shape[:1] if n in PER_RESPONSE_NAMES else shape
         if arrays[n].shape != want:
             raise ValueError(f"{n}: expected shape {want}, got {arrays[n].shape}")
@@ -347,6 +368,18 @@ def _one_sided_log_ratios(rng):
             inputs, {})
 
 
+def _rollout_mismatch(rng):
+    mask = mask_from_lengths([7, 5, 3, 1, 6, 2], 7)
+    inputs = sample_inputs(rng, mask)
+    # each row its own scale of |logp_rollout - logp_old|: a bf16 engine's to far beyond
+    # every threshold (token ratios 2, 3, 5; sequence sums; log-ratio bound 20)
+    scale = np.array([1e-3, 1e-2, 0.1, 0.5, 1.5, 0.05])[:, None]
+    noise = rng.normal(0.0, 1.0, mask.shape) * scale
+    inputs["logp_rollout"] = np.where(mask == 1,
+                                      np.minimum(inputs["logp_old"] + noise, -1e-4), 0.0)
+    return ("logp_rollout 1e-3 to 1.5 from logp_old, one scale per row", inputs, {})
+
+
 EDGE_CASES = {
     "length-1": _layout("every response is one token long", mask_from_lengths([1, 1, 1, 1], 5)),
     "left-padding": _layout("left padding: responses end at the last column, the score goes "
@@ -379,13 +412,19 @@ EDGE_CASES = {
 }
 """The named edge cases' builders, ``builder(rng) -> (description, inputs, params)``."""
 
+ROLLOUT_CASES = {"rollout-mismatch": _rollout_mismatch}
+"""Cases with ``logp_rollout`` (the rollout correction's input), made by name only (not in
+the default set, whose counts the notebooks quote): ``generate_cases(seed, ["rollout-mismatch"])``;
+``make conformance`` adds them to the oracle's cases of the PPO presets."""
+
 
 def edge_case(name: str, seed: int = 0) -> dict:
     """The named edge case ``name`` (a key of :data:`EDGE_CASES`) for ``seed``."""
-    if name not in EDGE_CASES:
+    builders = {**EDGE_CASES, **ROLLOUT_CASES}
+    if name not in builders:
         raise ValueError(f"name: unknown edge case {name!r}; valid ones are "
-                         f"{', '.join(EDGE_CASES)}")
-    description, inputs, params = EDGE_CASES[name](case_rng(seed, name))
+                         f"{', '.join(builders)}")
+    description, inputs, params = builders[name](case_rng(seed, name))
     return make_case(name, description, inputs, params)
 
 
@@ -441,7 +480,7 @@ def generate_cases(seed: int = 0, names=None, *, n_random: int = N_RANDOM) -> li
             rng = case_rng(seed, name)
             params = random_params(rng) if k % 2 == 1 else {}
             cases.append(random_case(rng, name=name, params=params, padded=k % 4 != 2))
-        elif name in EDGE_CASES:
+        elif name in EDGE_CASES or name in ROLLOUT_CASES:
             cases.append(edge_case(name, seed))
         else:
             raise ValueError(f"names: unknown case {name!r}; valid ones are 'random', 'edge', "

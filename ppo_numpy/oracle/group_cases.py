@@ -24,6 +24,13 @@ tiny-score-spread       a group whose scores differ by 1e-5 (variance 1e-10,
                         below every eps): where eps goes changes them by O(1)
 large-log-ratios        log-ratios of +-25 (beyond the clamp at 20) and a row
                         whose mean log-ratio is 12 (beyond GSPO's cap at 10)
+rollout-close           ``logp_rollout`` (the inference engine's log-probs, the
+                        rollout correction's input) within 1e-3 to 1e-1 of
+                        logp_old, finite garbage at padding
+rollout-far             ``logp_rollout`` 0.3 to 2 from logp_old: beyond every
+                        threshold of the three frameworks' corrections
+rollout-one-token       one-token responses with ``logp_rollout``
+rollout-nan-padding     ``logp_rollout`` with NaN, +-inf, +-1e30 at its padding
 ======================  ======================================================
 
 The cases of :data:`PRESET_CASES` carry parameters of one preset (the names differ
@@ -36,6 +43,9 @@ kl-in-loss              the KL term in the loss, coefficient 0.04 (TRL
 cispo-loss              the CISPO loss (TRL ``loss_type="cispo"`` with
                         ``epsilon_high=5``; verl ``loss_mode="cispo"``)
 dr-grpo-loss            TRL's ``loss_type="dr_grpo"`` (its constant length)
+rollout-beyond-bound    rollout log-ratios of +-25 with untruncated importance
+                        weights (TRL token_mask without a bound; verl token IS
+                        with threshold 1e12): the bound at 20 shows
 gspo-large-log-ratios   the sequence ratio (GSPO) on ``large-log-ratios``'s
                         layout: mean log-ratios of +-12 (beyond verl's cap 10)
 gdpo-components         two reward components of different scales (a 0/1
@@ -57,7 +67,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from .cases import case_rng, check_names, make_case, mask_from_lengths, sample_log_probs
+from .cases import (
+    GARBAGE,
+    case_rng,
+    check_names,
+    make_case,
+    mask_from_lengths,
+    rollout_log_probs,
+    sample_log_probs,
+)
 from .presets import GROUP_INPUT_NAMES
 
 N_RANDOM = 6
@@ -175,6 +193,50 @@ def _gdpo_components(rng):
     inputs["scores"] = fmt + accuracy
     return ("3 prompts x 4 responses, a 0/1 format reward and an accuracy reward in [0, 10] "
             "(reward_components; the score is their sum)", inputs)
+FINITE_GARBAGE = (7.5, -3.0, -40.0, 0.0)
+
+
+def _rollout_mismatch(scales, description, garbage=FINITE_GARBAGE):
+    """The inference engine's log-probs ``logp_rollout`` near logp_old (each row's own scale
+    of ``scales``, cycled), with finite garbage at padding in every log-prob input (what a
+    framework's own tensors hold there) and ``garbage`` in logp_rollout's."""
+    def build(rng):
+        groups = np.repeat(np.arange(3), 4)
+        lengths = rng.integers(1, 9, size=12)
+        inputs = group_inputs(rng, groups, lengths, 8, binary=False, log_ratio_std=0.1)
+        m = inputs["mask"] == 1
+        row_scale = np.resize(np.asarray(scales, dtype=np.float64), 12)[:, None]
+        noise = rng.normal(0.0, 1.0, m.shape) * row_scale
+        inputs["logp_rollout"] = np.where(
+            m, np.minimum(inputs["logp_old"] + noise, -1e-4), 0.0)
+        for n in ("logp", "logp_old", "logp_ref", "logp_rollout"):
+            junk = rng.choice(np.array(garbage if n == "logp_rollout" else FINITE_GARBAGE),
+                              size=m.shape)
+            inputs[n] = np.where(m, inputs[n], junk)
+        return description, inputs
+    return build
+
+
+def _rollout_one_token(rng):
+    # one-token responses: the sequence level equals the token level
+    inputs = group_inputs(rng, np.repeat(np.arange(2), 3), np.ones(6, dtype=int), 3,
+                          binary=False)
+    m = inputs["mask"] == 1
+    inputs["logp_rollout"] = rollout_log_probs(rng, inputs["logp_old"], m, 0.8)
+    return ("one-token responses with rollout log-probs within 0.8 of logp_old: the sequence "
+            "and the token corrections agree", inputs)
+
+
+def _rollout_beyond_bound(rng):
+    inputs = group_inputs(rng, np.repeat(np.arange(2), 3), [4, 3, 4, 2, 4, 1], 4,
+                          binary=False)
+    m = inputs["mask"] == 1
+    shift = np.zeros(m.shape)
+    shift[0, 1], shift[3, 0] = 25.0, -25.0  # log w = logp_old - logp_rollout = -25, +25
+    inputs["logp_rollout"] = np.where(m, np.minimum(inputs["logp_old"] + shift, -1e-4), 0.0)
+    inputs["logp_old"] = np.where(m, inputs["logp_rollout"] - shift, 0.0)
+    return ("rollout log-ratios of +-25 on two tokens (beyond verl's bound 20 on them), the "
+            "weights not truncated", inputs)
 
 
 EDGE_CASES = {
@@ -185,6 +247,17 @@ EDGE_CASES = {
     "clip-bounds": _clip_bounds,
     "tiny-score-spread": _tiny_score_spread,
     "large-log-ratios": _large_log_ratios,
+    # the rollout correction: a case with logp_rollout (vLLM's log-probs)
+    "rollout-close": _rollout_mismatch(
+        (1e-3, 1e-2, 3e-2, 1e-1), "logp_rollout within 1e-3 to 1e-1 of logp_old (a bf16 "
+        "engine's mismatch), garbage at padding"),
+    "rollout-far": _rollout_mismatch(
+        (0.3, 1.0, 2.0, 0.05), "logp_rollout 0.3 to 2 from logp_old: token ratios and "
+        "sequence sums beyond every threshold (2, 3, 5, 20 on the log), garbage at padding"),
+    "rollout-one-token": _rollout_one_token,
+    "rollout-nan-padding": _rollout_mismatch(
+        (1e-2, 0.3), "logp_rollout near logp_old, with NaN, +-inf and +-1e30 at its padding",
+        garbage=GARBAGE),
 }
 
 PRESET_CASES = {
@@ -199,6 +272,13 @@ PRESET_CASES = {
                     "verl-grpo": {"loss_mode": "cispo"}}),
     "dr-grpo-loss": (_policy_case("3 prompts x 4 responses, TRL's dr_grpo normalisation"),
                      {"trl-grpo": {"loss_type": "dr_grpo"}}),
+    # the rollout correction's bound on its log-ratio (verl 20, TRL none): weights without
+    # truncation, so that exp(25) and exp(20) differ in the loss
+    "rollout-beyond-bound": (_rollout_beyond_bound,
+                             {"trl-grpo": {"vllm_importance_sampling_mode": "token_mask",
+                                           "vllm_importance_sampling_clip_max": None},
+                              "verl-grpo": {"rollout_is": "token",
+                                            "rollout_is_threshold": 1e12}}),
     "gspo-large-log-ratios": (_large_log_ratios,
                               {"trl-grpo": {"importance_sampling_level": "sequence"},
                                "verl-grpo": {"loss_mode": "gspo"},

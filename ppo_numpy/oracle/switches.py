@@ -172,6 +172,10 @@ for _s in (
     Switch("cispo_clip", "CISPO's weight",
            {"max": "is min(rho, epsilon_high): epsilon_high is the bound itself",
             "range": "is clip(rho, 1 - epsilon, 1 + epsilon_high)"}),
+    # the rollout correction (a case with logp_rollout)
+    Switch("is_log_ratio_bound", "the rollout correction's log-ratio",
+           {None: "is not bounded before exp (TRL, OpenRLHF)"},
+           default="is clamped to [-{v:g}, {v:g}] before exp (verl's SAFETY_BOUND is 20)"),
     Switch("value_clip_form", "the clipped value",
            {"offset": "is V_old + clip(V - V_old, -c, c)",
             "clamp": "is clamp(V, V_old - c, V_old + c)"}),
@@ -388,6 +392,8 @@ register_switches("trl-grpo", {
                      "logp) - 1 (k3)"),
     "log_ratio_clamp": ((20.0,), f"{_TRL_LOSS}: coef_1 = exp(log_ratio), no clamp"),
     "cispo_clip": (("range",), f"{_TRL_LOSS}: clamp(coef_1, max=epsilon_high).detach()"),
+    "is_log_ratio_bound": ((20.0,), f"{_TRL_ADV}: exp(old_per_token_logps - "
+                           "sampling_per_token_logps), no bound"),
 })
 _VERL = "verl 0.9.1 verl/trainer/ppo/core_algos.py"
 _VERL_GRPO_ADV = f"{_VERL} compute_grpo_outcome_advantage"
@@ -415,6 +421,9 @@ register_switches("verl-grpo", {
                    "clip_ratio_low, 1 + clip_ratio_high)"),
     "log_ratio_max": ((None,), f"{_VERL} compute_policy_loss_gspo: "
                       "clamp(log_seq_importance_ratio, max=10.0)"),
+    "is_log_ratio_bound": ((None,), "verl 0.9.1 verl/trainer/ppo/rollout_corr_helper.py "
+                           "compute_rollout_correction_weights: clamp(log_ratio, "
+                           "-SAFETY_BOUND, SAFETY_BOUND), SAFETY_BOUND = 20"),
 })
 _ORLHF = "openrlhf 0.11.2 openrlhf"
 _ORLHF_ADV = f"{_ORLHF}/trainer/ppo_utils/experience_maker.py compute_advantages_and_returns"

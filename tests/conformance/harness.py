@@ -12,7 +12,13 @@ import math
 import numpy as np
 import torch
 
-from ppo_numpy.oracle.cases import generate_cases, random_case, random_params
+from ppo_numpy.oracle.cases import (
+    ROLLOUT_CASES,
+    generate_cases,
+    random_case,
+    random_params,
+    rollout_log_probs,
+)
 from ppo_numpy.oracle.compare import compare, error_ratio
 from ppo_numpy.oracle.group_cases import generate_group_cases, group_inputs
 from ppo_numpy.oracle.presets import get_preset
@@ -59,8 +65,9 @@ def option_combinations(options: dict, rng: np.random.Generator, n: int) -> list
     names = list(options)
     if not names:
         return [{} for _ in range(n)]
-    grid = list(itertools.product(*(options[k] for k in names)))
-    if len(grid) <= n:
+    # (the grid's size first: the full product of many options does not fit in memory)
+    if math.prod(len(options[k]) for k in names) <= n:
+        grid = list(itertools.product(*(options[k] for k in names)))
         order = rng.permutation(len(grid))
         return [dict(zip(names, grid[order[i % len(grid)]])) for i in range(n)]
     out = []
@@ -79,6 +86,10 @@ def option_combinations(options: dict, rng: np.random.Generator, n: int) -> list
 # Random cases
 
 
+#: the scales of the random cases' rollout mismatch |logp_rollout - logp_old|
+ROLLOUT_SCALES = (1e-3, 1e-2, 0.05, 0.2, 0.6, 1.5)
+
+
 def garbage_at_padding(rng, inputs: dict, names) -> dict:
     """Finite garbage (N(0, 5^2)) at every padding position of the (B, T) inputs ``names``:
     what a framework's own tensors hold there (log-probs of pad tokens, value-head outputs);
@@ -86,7 +97,8 @@ def garbage_at_padding(rng, inputs: dict, names) -> dict:
     m = inputs["mask"] == 1
     out = dict(inputs)
     for n in names:
-        out[n] = np.where(m, inputs[n], rng.normal(0.0, 5.0, size=m.shape))
+        if n in inputs:
+            out[n] = np.where(m, inputs[n], rng.normal(0.0, 5.0, size=m.shape))
     return out
 
 
@@ -119,9 +131,15 @@ def random_ppo_cases(rng, n: int, *, eps=0.2, value_clip=0.2, garbage=True) -> l
         if i % 5 == 1:
             inputs = ties_at_clip_bounds(rng, inputs, eps, value_clip)
             case["name"] += "-ties"
+        if i % 3 != 0:
+            # the inference engine's log-probs (the rollout correction's input)
+            scale = ROLLOUT_SCALES[(i // 3) % len(ROLLOUT_SCALES)]
+            inputs["logp_rollout"] = rollout_log_probs(rng, inputs["logp_old"],
+                                                       inputs["mask"], scale)
+            case["name"] += "-rollout"
         if garbage and i % 2 == 0:
             inputs = garbage_at_padding(rng, inputs, ("logp", "logp_old", "logp_ref", "values",
-                                                     "old_values"))
+                                                     "old_values", "logp_rollout"))
             case["name"] += "-garbage"
         case["inputs"] = inputs
         cases.append(case)
@@ -171,8 +189,16 @@ def random_group_cases(rng, n: int, *, eps=0.2, equal_sizes=False, garbage=True)
         if i % 5 == 1:
             inputs = ties_at_clip_bounds(rng, inputs, eps, None)
             name += "-ties"
+        if i % 3 != 0:
+            # the inference engine's log-probs, from a bf16-like mismatch to one far beyond
+            # every correction's threshold (the rollout correction's input)
+            scale = ROLLOUT_SCALES[(i // 3) % len(ROLLOUT_SCALES)]
+            inputs["logp_rollout"] = rollout_log_probs(rng, inputs["logp_old"],
+                                                       inputs["mask"], scale)
+            name += "-rollout"
         if garbage and i % 2 == 0:
-            inputs = garbage_at_padding(rng, inputs, ("logp", "logp_old", "logp_ref"))
+            inputs = garbage_at_padding(rng, inputs, ("logp", "logp_old", "logp_ref",
+                                                     "logp_rollout"))
             name += "-garbage"
         cases.append({"name": name, "description": "random groups", "inputs": inputs,
                       "params": {}})
@@ -214,8 +240,9 @@ def oracle_cases(preset_name: str, options: dict, rng, seed: int = 0) -> list:
     """The oracle's own cases for the preset, each with up to
     :data:`MAX_GRID_ON_ORACLE_CASES` option combinations covering every value."""
     preset = get_preset(preset_name)
+    # (the PPO presets' rollout-correction cases are made by name: ROLLOUT_CASES)
     base = (generate_group_cases(seed) if "groups" in preset.input_names
-            else generate_cases(seed))
+            else generate_cases(seed) + generate_cases(seed, list(ROLLOUT_CASES)))
     n = min(MAX_GRID_ON_ORACLE_CASES, max(1, math.prod(len(v) for v in options.values())))
     out = []
     for case in base:

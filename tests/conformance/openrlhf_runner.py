@@ -74,12 +74,15 @@ def openrlhf_ppo(case: dict) -> dict:
     info_kl = masked_mean(kl, exp.action_mask, dim=-1)
     (exp,) = maker.compute_advantages_and_returns([exp])
     eps_high = p["epsilon"] if p["epsilon_high"] is None else p["epsilon_high"]
+    rollout = x.get("logp_rollout")
     loss_fn = PolicyLoss(clip_eps_low=p["epsilon"], clip_eps_high=eps_high,
                          dual_clip=p["dual_clip"],
-                         token_level_loss=p["loss_agg_mode"] == "token-mean")
+                         token_level_loss=p["loss_agg_mode"] == "token-mean",
+                         **is_correction(p, rollout))
     logp = tensor(x["logp"], grad=True)
-    pl, clip_ratio, ppo_kl, _, _ = loss_fn(logp, tensor(x["logp_old"]), exp.advantages,
-                                           action_mask=exp.action_mask)
+    pl, clip_ratio, ppo_kl, vllm_kl, filtered = loss_fn(
+        logp, tensor(x["logp_old"]), exp.advantages, action_mask=exp.action_mask,
+        rollout_log_probs=None if rollout is None else tensor(rollout))
     values = tensor(x["values"], grad=True)
     vl = ValueLoss(p["value_clip"])(values, tensor(x["old_values"]), exp.returns,
                                     action_mask=exp.action_mask)
@@ -91,7 +94,22 @@ def openrlhf_ppo(case: dict) -> dict:
            "stat/ppo_kl": item(ppo_kl), "stat/critic_loss": item(vl),
            "stat/values": item(masked_mean(values, m)),
            "stat/kl": item(info_kl.mean()), "stat/reward": item(tensor(x["scores"]).mean())}
+    if vllm_kl is not None:
+        out.update({"stat/vllm_kl": item(vllm_kl), "stat/is_filter_ratio": item(filtered)})
     return out
+
+
+def is_correction(p: dict, rollout) -> dict:
+    """PolicyLoss's is_correction_* keywords of the preset's parameters (off without
+    logp_rollout; one threshold value is [0, high], as train_ppo_ray.py makes it)."""
+    threshold = p["is_correction_threshold"]
+    threshold = [0.0, float(threshold)] if np.ndim(threshold) == 0 else list(threshold)
+    if len(threshold) == 1:
+        threshold.insert(0, 0.0)
+    return {"is_correction_level": p["is_correction_level"] if rollout is not None else "off",
+            "is_correction_mode": p["is_correction_mode"],
+            "is_correction_gating": p["is_correction_gating"],
+            "is_correction_threshold": threshold}
 
 
 def grouped_index(groups) -> list:
@@ -125,17 +143,21 @@ def openrlhf_grpo(case: dict) -> dict:
     info_kl = masked_mean(kl, exp.action_mask, dim=-1)
     (exp,) = maker.compute_advantages_and_returns([exp])
     eps_high = p["epsilon"] if p["epsilon_high"] is None else p["epsilon_high"]
+    rollout = x.get("logp_rollout")
     loss_fn = PolicyLoss(clip_eps_low=p["epsilon"], clip_eps_high=eps_high,
                          dual_clip=p["dual_clip"], token_level_loss=True,
-                         policy_loss_type=p["policy_loss_type"])
+                         policy_loss_type=p["policy_loss_type"], **is_correction(p, rollout))
     logp = tensor(x["logp"], grad=True)
     m = exp.action_mask
-    pl, clip_ratio, ppo_kl, _, _ = loss_fn(logp, tensor(x["logp_old"]), exp.advantages,
-                                           action_mask=m)
+    pl, clip_ratio, ppo_kl, vllm_kl, filtered = loss_fn(
+        logp, tensor(x["logp_old"]), exp.advantages, action_mask=m,
+        rollout_log_probs=None if rollout is None else tensor(rollout))
     total = pl
     stats = {"policy_loss": item(pl), "ppo_clip_ratio": item(clip_ratio),
              "ppo_kl": item(ppo_kl), "reward": item(tensor(x["scores"]).mean()),
              "return": item(exp.info["return"].mean())}
+    if vllm_kl is not None:
+        stats.update({"vllm_kl": item(vllm_kl), "is_filter_ratio": item(filtered)})
     if "group_reward_std" in exp.info:
         stats["group_reward_std"] = item(exp.info["group_reward_std"].mean())
     if use_kl_loss:

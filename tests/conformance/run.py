@@ -45,6 +45,56 @@ NAN_PADDING = ("garbage-in-padding: NaN and +-inf at padding; the framework mult
                "which the random cases put at padding instead")
 
 
+NAN_ROLLOUT = ("rollout-nan-padding: NaN, +-inf and +-1e30 in logp_rollout at padding; verl "
+               "0.9.1 (rollout_corr_helper: exp(clamp(log_ratio)) * response_mask, NaN * 0 = "
+               "NaN) and OpenRLHF 0.11.2 (PolicyLoss: a kept response's coefficient is its "
+               "token ratio at padding too, NaN or exp(1e30) = inf, times a loss of 0) carry "
+               "it into the loss; TRL 1.16.0 zeroes it (nan_to_num) and is compared; the "
+               "preset's outputs equal those on clean padding (tests/test_presets_rollout.py)")
+
+#: verl rejection criteria tried, each with a threshold that cuts in the cases (verl_rs_threshold)
+VERL_RS = ("token_k1", "seq_sum_k1", "seq_mean_k1", "token_k2", "seq_sum_k2", "seq_mean_k2",
+           "seq_max_k2", "token_k3", "seq_sum_k3", "seq_mean_k3", "seq_max_k3",
+           "token_k1,seq_max_k3")
+_RS_THRESHOLD = {"k1": "0.5_1.8", "k2": 0.1, "k3": 0.1}
+
+
+def verl_rs_threshold(case: dict) -> dict:
+    """The case's params with rollout_rs_threshold for its rollout_rs (one per criterion),
+    and the correction off on a case without logp_rollout (verl skips it there; the preset
+    would refuse it)."""
+    params = dict(case.get("params", {}))
+    if case["inputs"].get("logp_rollout") is None:
+        return {**params, "rollout_is": None, "rollout_rs": None, "bypass_mode": False}
+    rs = params.get("rollout_rs")
+    if rs is None:
+        return params
+    spec = ",".join(str(_RS_THRESHOLD[c.strip()[-2:]]) for c in rs.split(","))
+    return {**params, "rollout_rs_threshold": spec}
+
+
+#: --algo.advantage.is_correction_* (on the cases with logp_rollout)
+OPENRLHF_IS_OPTIONS = {"is_correction_level": ["off", "token", "seq"],
+                       "is_correction_mode": ["mask", "clip"],
+                       "is_correction_gating": ["ratio", "binary_kl", "tv"],
+                       "is_correction_threshold": [(0.5, 5.0), (0.8, 1.25), (0.0, 0.02)]}
+
+
+def openrlhf_is_params(case: dict) -> dict:
+    """The combinations OpenRLHF accepts: clip only at the token level with ratio gating, a
+    divergence gate with a low of 0 (its upper bound only); off without logp_rollout."""
+    p = dict(case.get("params", {}))
+    if case["inputs"].get("logp_rollout") is None:
+        p["is_correction_level"] = "off"
+    if p.get("is_correction_mode") == "clip" and (p.get("is_correction_level") == "seq"
+                                                  or p.get("is_correction_gating") != "ratio"):
+        p["is_correction_mode"] = "mask"
+    if p.get("is_correction_gating", "ratio") != "ratio":
+        high = p.get("is_correction_threshold", (0.5, 5.0))[1]
+        p["is_correction_threshold"] = (0.0, min(high, 0.05))
+    return p
+
+
 def f32(*names):
     """A case transform: the inputs ``names`` rounded to float32 values (stored exactly in
     float64), for a framework that stores them in float32."""
@@ -96,9 +146,15 @@ SPECS = {
                     "dual_clip": [3.0, 2.0], "value_clip": [0.5, 0.2],
                     "loss_agg_mode": ["token-mean", "seq-mean-token-sum",
                                       "seq-mean-token-mean", "seq-mean-token-sum-norm"],
-                    "use_kl_loss": [False, True]},
+                    "use_kl_loss": [False, True],
+                    "rollout_is": [None, "token", "sequence"],
+                    "rollout_is_threshold": [2.0, "0.5_2.0", 5.0],
+                    "rollout_is_batch_normalize": [False, True],
+                    "rollout_rs": [None, *VERL_RS], "bypass_mode": [False, True],
+                    "rollout_loss_type": ["ppo_clip", "reinforce"]},
         "inputs": f32("scores"),
         "exclude": {"garbage-in-padding": NAN_PADDING},
+        "params": verl_rs_threshold,
         "not_compared": [
             "the statistics of metric_utils.compute_data_metrics (critic/score/mean, "
             "critic/rewards/mean, critic/advantages/mean, critic/returns/mean, "
@@ -138,9 +194,17 @@ SPECS = {
                     "kl_loss_coef": [0.001, 0.1],
                     "kl_loss_type": ["low_var_kl", "kl", "mse", "abs", "k3", "k1", "k2"],
                     "use_kl_in_reward": [False, True], "kl_coef": [0.001, 0.1],
-                    "kl_penalty": ["kl", "abs", "mse", "low_var_kl", "k1", "k2", "k3"]},
+                    "kl_penalty": ["kl", "abs", "mse", "low_var_kl", "k1", "k2", "k3"],
+                    # algorithm.rollout_correction (on the cases with logp_rollout)
+                    "rollout_is": [None, "token", "sequence"],
+                    "rollout_is_threshold": [2.0, "0.5_2.0", 5.0],
+                    "rollout_is_batch_normalize": [False, True],
+                    "rollout_rs": [None, *VERL_RS],
+                    "bypass_mode": [False, True],
+                    "rollout_loss_type": ["ppo_clip", "reinforce"]},
         "inputs": f32("scores", "baseline_scores", "reward_components"),
-        "exclude": {},
+        "exclude": {"rollout-nan-padding": NAN_ROLLOUT},
+        "params": verl_rs_threshold,
         "not_compared": [
             "the statistics of metric_utils.compute_data_metrics (critic/score/mean, "
             "critic/rewards/mean, critic/advantages/mean): computed from a whole DataProto",
@@ -157,8 +221,10 @@ SPECS = {
                     "epsilon": [0.2, 0.1], "epsilon_high": [None, 0.28],
                     "dual_clip": [None, 3.0], "value_clip": [0.5, 0.2],
                     "loss_agg_mode": ["token-mean", "seq-mean-token-mean"],
-                    "reward_clip_range": [(-10.0, 10.0), (-1.0, 1.0)]},
-        "inputs": f32("logp", "logp_old", "logp_ref", "scores"),
+                    "reward_clip_range": [(-10.0, 10.0), (-1.0, 1.0)],
+                    **OPENRLHF_IS_OPTIONS},
+        "inputs": f32("logp", "logp_old", "logp_ref", "logp_rollout", "scores"),
+        "params": openrlhf_is_params,
         "exclude": {
             "garbage-in-padding": NAN_PADDING,
             "one-valid-token": "one valid token: OpenRLHF 0.11.2 takes the normalisation's mean "
@@ -183,10 +249,12 @@ SPECS = {
                     "kl_estimator": ["k1", "k2", "k3"], "use_kl_loss": [False, True],
                     "reward_clip_range": [(-10.0, 10.0), (-2.0, 2.0)],
                     "epsilon": [0.2, 0.1], "epsilon_high": [None, 0.28],
-                    "dual_clip": [None, 3.0], "policy_loss_type": ["ppo", "gspo"]},
-        "inputs": f32("logp", "logp_old", "logp_ref", "scores"),
+                    "dual_clip": [None, 3.0], "policy_loss_type": ["ppo", "gspo"],
+                    **OPENRLHF_IS_OPTIONS},
+        "inputs": f32("logp", "logp_old", "logp_ref", "logp_rollout", "scores"),
         "equal_sizes": True,
-        "exclude": {},
+        "exclude": {"rollout-nan-padding": NAN_ROLLOUT},
+        "params": openrlhf_is_params,
         "not_compared": [
             "rewards: compute_reward's result is local to compute_advantages_and_returns (the "
             "returns and advantages built on it are compared)",
@@ -206,7 +274,14 @@ SPECS = {
                     "epsilon": [0.2, 0.1], "epsilon_high": [None, 0.28], "delta": [None, 1.5],
                     "beta": [0.0, 0.04], "max_completion_length": [512, 16],
                     "num_items_in_batch": [None, 37],
-                    "scale_rewards": ["group", "batch", "none"]},
+                    "scale_rewards": ["group", "batch", "none"],
+                    # the vLLM correction and the off-policy mask (cases with logp_rollout)
+                    "vllm_importance_sampling_correction": [True, False],
+                    "vllm_importance_sampling_mode": ["sequence_mask", "token_truncate",
+                                                      "token_mask", "sequence_truncate"],
+                    "vllm_importance_sampling_clip_min": [None, 0.5],
+                    "vllm_importance_sampling_clip_max": [3.0, 1.5, None],
+                    "off_policy_mask_threshold": [None, 0.05, 0.5]},
         "inputs": None,
         "exclude": {},
         "not_compared": [
@@ -276,6 +351,8 @@ def run_one(name: str, n_random: int, seed: int = 0) -> dict:
     rand = random_cases(rng, n_random)
     cases = oracle + harness.with_options(rand, harness.option_combinations(
         spec["options"], rng, len(rand)))
+    if spec.get("params") is not None:
+        cases = [{**c, "params": spec["params"](c)} for c in cases]
     if transform is not None:
         cases = [transform(c) for c in cases]
     from ppo_numpy.oracle.compare import compare

@@ -45,6 +45,35 @@ class _Accelerator:
         return x
 
 
+def _is_ratio_source():
+    """The lines of TRL 1.16.0's ``_generate_and_score_completions`` that compute the vLLM
+    importance-sampling ratio (from ``if self.use_vllm and
+    self.vllm_importance_sampling_correction:`` to the reference model's log-probs), as
+    source to run on the case's tensors: TRL's own code, not a copy (that function also
+    generates, which cannot run here)."""
+    import inspect
+    import textwrap
+
+    from trl.trainer.grpo_trainer import GRPOTrainer
+
+    src = inspect.getsource(GRPOTrainer._generate_and_score_completions)
+    start = src.index("            if self.use_vllm and self.vllm_importance_sampling_correction:\n"
+                      "                mask = completion_mask")
+    end = src.index("# Compute the per-token log probabilities for the reference model", start)
+    return textwrap.dedent(src[start:end])
+
+
+def trl_is_ratio(trainer, old, sampling, completion_mask):
+    """``importance_sampling_ratio`` by TRL's own lines (:func:`_is_ratio_source`)."""
+    import math
+
+    scope = {"self": trainer, "old_per_token_logps": old,
+             "sampling_per_token_logps": sampling, "completion_mask": completion_mask,
+             "tool_mask": None, "torch": torch, "math": math}
+    exec(_is_ratio_source(), scope)  # noqa: S102 (TRL's source, read from the installed wheel)
+    return scope["vllm_importance_sampling_ratio"]
+
+
 def grpo_trainer(p: dict, logp):
     """A stand-in GRPOTrainer with the attributes ``_compute_loss`` reads (GRPOConfig's
     defaults where the preset has no parameter)."""
@@ -53,6 +82,7 @@ def grpo_trainer(p: dict, logp):
     class Trainer:
         _compute_loss = GRPOTrainer._compute_loss
         get_gamma_weights = GRPOTrainer.__dict__["get_gamma_weights"]  # (a staticmethod)
+        get_off_policy_mask = staticmethod(GRPOTrainer.get_off_policy_mask)
 
         def _get_per_token_logps_and_entropies(self, *args, **kwargs):
             return logp, torch.zeros_like(logp), None
@@ -67,8 +97,13 @@ def grpo_trainer(p: dict, logp):
     t.epsilon_low, t.epsilon_high = p["epsilon"], eps_high
     t.importance_sampling_level = p["importance_sampling_level"]
     t.max_completion_length = p["max_completion_length"]
-    t.top_entropy_quantile, t.off_policy_mask_threshold = 1.0, None
-    t.use_vllm, t.vllm_importance_sampling_correction = False, False
+    t.top_entropy_quantile = 1.0
+    t.off_policy_mask_threshold = p["off_policy_mask_threshold"]
+    t.use_vllm = bool(p["use_vllm"])
+    t.vllm_importance_sampling_correction = p["vllm_importance_sampling_correction"]
+    t.vllm_importance_sampling_mode = p["vllm_importance_sampling_mode"]
+    t.vllm_importance_sampling_clip_min = p["vllm_importance_sampling_clip_min"]
+    t.vllm_importance_sampling_clip_max = p["vllm_importance_sampling_clip_max"]
     t.aux_loss_enabled, t._entropy_bonus_enabled = False, False
     t.current_gradient_accumulation_steps = 1
     t.model = SimpleNamespace(training=True)
@@ -82,6 +117,8 @@ def trl_grpo(case: dict, advantages) -> dict:
     inline in ``_generate_and_score_completions``, which is not callable alone)."""
     p = params_of("trl-grpo", case)
     x = case["inputs"]
+    if p["use_vllm"] is None:  # the preset's reading: vLLM sampled iff the case has its log-probs
+        p["use_vllm"] = x.get("logp_rollout") is not None
     logp = tensor(x["logp"], grad=True)
     trainer = grpo_trainer(p, logp)
     mask = tensor(x["mask"], dtype=torch.int64)
@@ -93,6 +130,12 @@ def trl_grpo(case: dict, advantages) -> dict:
               "advantages": tensor(advantages), "old_per_token_logps": tensor(x["logp_old"]),
               "ref_per_token_logps": tensor(x["logp_ref"]),
               "num_items_in_batch": n_items.to(torch.float64)}
+    if trainer.use_vllm:
+        sampling = tensor(x["logp_rollout"])
+        inputs["sampling_per_token_logps"] = sampling
+        if trainer.vllm_importance_sampling_correction:
+            inputs["importance_sampling_ratio"] = trl_is_ratio(
+                trainer, inputs["old_per_token_logps"], sampling, mask)
     loss = trainer._compute_loss(None, inputs)
     metrics = {k: v[-1] for k, v in trainer._metrics["train"].items() if k != "entropy"}
     out = {"policy_loss": item(loss), "dlogp": grad_of(loss, logp)}

@@ -13,8 +13,14 @@ from __future__ import annotations
 import numpy as np
 import torch
 from verl.trainer.config import AlgoConfig
+from verl.trainer.config.algorithm import RolloutCorrectionConfig
 from verl.trainer.ppo import core_algos
 from verl.trainer.ppo.ray_trainer import apply_kl_penalty, compute_advantage
+from verl.trainer.ppo.rollout_corr_helper import (
+    compute_offpolicy_metrics,
+    compute_rollout_correction_weights,
+    compute_rollout_rejection_mask,
+)
 from verl.workers.config import ActorConfig, PolicyLossConfig
 
 from .harness import grad_of, item, numpy, params_of, tensor
@@ -72,23 +78,79 @@ def response_mask(mask):
 
 
 def actor_config(eps_low, eps_high, clip_ratio_c, agg, loss_mode, use_kl_loss, kl_coef,
-                 kl_type) -> ActorConfig:
+                 kl_type, rollout_correction=None) -> ActorConfig:
+    extra = {} if rollout_correction is None else {"rollout_correction": rollout_correction}
     return ActorConfig(strategy="fsdp", rollout_n=1, ppo_micro_batch_size_per_gpu=1,
                        clip_ratio=eps_low, clip_ratio_low=eps_low, clip_ratio_high=eps_high,
                        clip_ratio_c=clip_ratio_c, loss_agg_mode=agg, use_kl_loss=use_kl_loss,
                        kl_loss_coef=kl_coef, kl_loss_type=kl_type,
-                       policy_loss=PolicyLossConfig(loss_mode=loss_mode))
+                       policy_loss=PolicyLossConfig(loss_mode=loss_mode, **extra))
 
 
-def policy_loss(cfg: ActorConfig, x: dict, advantages, mask_bool):
+def rollout_config(p: dict) -> RolloutCorrectionConfig:
+    """``algorithm.rollout_correction`` of the preset's parameters."""
+    return RolloutCorrectionConfig(
+        rollout_is=p["rollout_is"], rollout_is_threshold=p["rollout_is_threshold"],
+        rollout_is_batch_normalize=p["rollout_is_batch_normalize"], rollout_rs=p["rollout_rs"],
+        rollout_rs_threshold=p["rollout_rs_threshold"], bypass_mode=p["bypass_mode"],
+        loss_type=p["rollout_loss_type"])
+
+
+def rollout_correction(p: dict, x: dict, mask_t):
+    """Decoupled mode, as ``ray_trainer.compute_rollout_correction_and_add_to_batch`` runs it
+    before ``compute_advantage``: (IS weights or None, the response mask after rejection,
+    the metrics). ``compute_rollout_correction_and_rejection_mask`` wraps the weights in a
+    DataProto (a TensorDict, stubbed here), so its three steps are called as it calls them:
+    ``compute_rollout_correction_weights``, ``compute_rollout_rejection_mask``,
+    ``compute_offpolicy_metrics`` on log_ratio = old_log_prob - rollout_log_prob."""
+    cfg = rollout_config(p)
+    old, rollout = tensor(x["logp_old"]), tensor(x["logp_rollout"])
+    log_ratio = old - rollout
+    w, new_mask = None, mask_t.clone()
+    if cfg.rollout_is is not None and cfg.rollout_is_threshold is not None:
+        w, _ = compute_rollout_correction_weights(
+            log_ratio=log_ratio, response_mask=mask_t, rollout_is=cfg.rollout_is,
+            rollout_is_threshold=cfg.rollout_is_threshold,
+            rollout_is_batch_normalize=cfg.rollout_is_batch_normalize)
+    if cfg.rollout_rs is not None:
+        new_mask, _ = compute_rollout_rejection_mask(
+            log_ratio=log_ratio, response_mask=mask_t, rollout_rs=cfg.rollout_rs,
+            rollout_rs_threshold=cfg.rollout_rs_threshold)
+    metrics = {f"rollout_corr/{k}": v for k, v in compute_offpolicy_metrics(
+        old_log_prob=old, rollout_log_prob=rollout, response_mask=mask_t).items()}
+    return w, new_mask, metrics
+
+
+class _Proto:
+    """The stand-in for DataProto.from_dict (its TensorDict is stubbed here): a ``.batch``
+    dict. Only the wrapping of compute_rollout_correction_and_rejection_mask's weights uses
+    it; verl's arithmetic runs as it is."""
+
+    def __init__(self, tensors):
+        self.batch = dict(tensors)
+
+    @classmethod
+    def from_dict(cls, tensors, **_):
+        return cls(tensors)
+
+
+def policy_loss(cfg: ActorConfig, x: dict, advantages, mask_bool, *, rollout_is_weights=None,
+                logp_old=None):
     """verl's policy loss (``ppo_loss``'s composition): the loss function of ``loss_mode``,
     plus ``kl_loss_coef`` times ``agg_loss(kl_penalty(logp, ref, kl_loss_type))`` with the
     KL loss. Returns (total loss, pg_loss, metrics, logp tensor, kl_loss or None)."""
     logp = tensor(x["logp"], grad=True)
     fn = core_algos.get_policy_loss_fn(cfg.policy_loss.loss_mode)
-    pg_loss, metrics = fn(old_log_prob=tensor(x["logp_old"]), log_prob=logp,
-                          advantages=advantages, response_mask=mask_bool,
-                          loss_agg_mode=cfg.loss_agg_mode, config=cfg)
+    extra = {} if rollout_is_weights is None else {"rollout_is_weights": rollout_is_weights}
+    import verl.trainer.ppo.rollout_corr_helper as helper
+    saved, helper.DataProto = helper.DataProto, _Proto
+    try:
+        pg_loss, metrics = fn(
+            old_log_prob=tensor(x["logp_old"] if logp_old is None else logp_old),
+            log_prob=logp, advantages=advantages, response_mask=mask_bool,
+            loss_agg_mode=cfg.loss_agg_mode, config=cfg, **extra)
+    finally:
+        helper.DataProto = saved
     total, kl_loss = pg_loss, None
     if cfg.use_kl_loss:
         kld = core_algos.kl_penalty(logprob=logp, ref_logprob=tensor(x["logp_ref"]),
@@ -116,6 +178,14 @@ def verl_ppo(case: dict) -> dict:
         stats.update(kl_metrics)
     else:
         data.batch["token_level_rewards"] = scores
+    w, loss_mode, logp_old, rc = None, "vanilla", None, None
+    if x.get("logp_rollout") is not None and p["bypass_mode"]:
+        loss_mode, logp_old, rc = "bypass_mode", x["logp_rollout"], rollout_config(p)
+    elif x.get("logp_rollout") is not None:
+        # the rejection replaces the response mask before compute_advantage (and the critic's)
+        w, mask_t, rc_metrics = rollout_correction(p, x, mask_t)
+        data.batch["response_mask"] = mask_t
+        stats["rollout_corr/kl"] = rc_metrics["rollout_corr/kl"]
     algo = AlgoConfig(gamma=p["gamma"], lam=p["lam"], adv_estimator="gae",
                       use_kl_in_reward=p["use_kl_in_reward"])
     data = compute_advantage(data, core_algos.AdvantageEstimator.GAE, gamma=p["gamma"],
@@ -123,8 +193,10 @@ def verl_ppo(case: dict) -> dict:
     advantages, returns = data.batch["advantages"], data.batch["returns"]
     mask_bool = mask_t.to(bool)
     cfg = actor_config(p["epsilon"], p["epsilon_high"], p["dual_clip"], p["loss_agg_mode"],
-                       "vanilla", p["use_kl_loss"], p["beta"], "low_var_kl")
-    total, pg_loss, metrics, logp, _ = policy_loss(cfg, x, advantages, mask_bool)
+                       loss_mode, p["use_kl_loss"], p["beta"], "low_var_kl", rc)
+    total, pg_loss, metrics, logp, _ = policy_loss(cfg, x, advantages, mask_bool,
+                                                   rollout_is_weights=w, logp_old=logp_old)
+    metrics = {k: v for k, v in metrics.items() if not k.startswith("rollout_corr/")}
     values = tensor(x["values"], grad=True)
     vf_loss, vf_clipfrac = core_algos.compute_value_loss(
         vpreds=values, returns=returns, values=tensor(x["old_values"]), response_mask=mask_bool,
@@ -132,8 +204,9 @@ def verl_ppo(case: dict) -> dict:
     stats.update(metrics)
     stats.update({"actor/pg_loss": item(pg_loss), "critic/vf_loss": item(vf_loss),
                   "critic/vf_clipfrac": item(vf_clipfrac)})
-    out.update(rewards=numpy(data.batch["token_level_rewards"]), advantages=numpy(advantages),
-               returns=numpy(returns), policy_loss=item(total), value_loss=item(vf_loss),
+    out.update(rewards=numpy(data.batch["token_level_rewards"]),
+               advantages=numpy(advantages * mask_t), returns=numpy(returns * mask_t),
+               policy_loss=item(total), value_loss=item(vf_loss),
                dlogp=grad_of(total, logp), dvalues=grad_of(vf_loss, values))
     out.update({f"stat/{k}": float(v) for k, v in stats.items()})
     return out
@@ -176,6 +249,17 @@ def verl_grpo(case: dict) -> dict:
                                    kl_penalty=p["kl_penalty"])
     else:
         data.batch["token_level_rewards"] = scores
+    w, loss_mode, logp_old, rc = None, p["loss_mode"], None, None
+    has_rollout = x.get("logp_rollout") is not None
+    if has_rollout and p["bypass_mode"]:
+        # apply_bypass_mode: old_log_probs = rollout_log_probs, loss_mode "bypass_mode" (the
+        # correction inside the loss, from the current log-probs)
+        loss_mode, logp_old, rc = "bypass_mode", x["logp_rollout"], rollout_config(p)
+    elif has_rollout:
+        # the rejection replaces the response mask before the advantages
+        w, mask_t, rc_metrics = rollout_correction(p, x, mask_t)
+        data.batch["response_mask"] = mask_t
+        stats["rollout_corr/kl"] = rc_metrics["rollout_corr/kl"]
     gdpo = {}
     if p["adv_estimator"] == "gdpo":
         gdpo = gdpo_inputs(data, x, p)
@@ -189,16 +273,20 @@ def verl_grpo(case: dict) -> dict:
                              norm_adv_by_std_in_grpo=p["norm_adv_by_std_in_grpo"], config=algo)
     advantages = data.batch["advantages"]
     cfg = actor_config(p["clip_ratio_low"], p["clip_ratio_high"], p["clip_ratio_c"],
-                       p["loss_agg_mode"], p["loss_mode"], p["use_kl_loss"], p["kl_loss_coef"],
-                       p["kl_loss_type"])
-    total, pg_loss, metrics, logp, kl_loss = policy_loss(cfg, x, advantages,
-                                                         mask_t.to(bool))
+                       p["loss_agg_mode"], loss_mode, p["use_kl_loss"], p["kl_loss_coef"],
+                       p["kl_loss_type"], rc)
+    total, pg_loss, metrics, logp, kl_loss = policy_loss(
+        cfg, x, advantages, mask_t.to(bool), rollout_is_weights=w, logp_old=logp_old)
+    metrics = {k: v for k, v in metrics.items() if not k.startswith("rollout_corr/")}
     stats.update(metrics)
     stats["actor/pg_loss"] = item(pg_loss)
     if kl_loss is not None:
         stats.update({"actor/kl_loss": item(kl_loss), "actor/kl_coef": cfg.kl_loss_coef})
-    out = {"rewards": numpy(data.batch["token_level_rewards"]), "advantages": numpy(advantages),
-           "policy_loss": item(total), "dlogp": grad_of(total, logp)}
+    # (the advantages where the loss reads them: after a rejection, the kept tokens; remax
+    # leaves its returns-to-go at rejected ones, which no loss reads)
+    out = {"rewards": numpy(data.batch["token_level_rewards"]),
+           "advantages": numpy(advantages * mask_t), "policy_loss": item(total),
+           "dlogp": grad_of(total, logp)}
     if cfg.policy_loss.loss_mode == "gspo" and p["adv_estimator"] in TOKEN_ADVANTAGES:
         del out["dlogp"]  # a difference left open: see GSPO_TOKEN_GRADIENT
     out.update({f"stat/{k}": float(v) for k, v in stats.items()})

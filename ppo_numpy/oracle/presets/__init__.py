@@ -26,7 +26,9 @@ The case
 rollout and reference policies; ``values`` (B, T) the value head being trained;
 ``old_values`` (B, T) the value head at rollout time (GAE input, value-clip
 centre); ``scores`` (B,) the reward model's scores; ``mask`` (B, T), 1 for
-response tokens. A case in the form of :mod:`ppo_numpy.oracle.cases`
+response tokens; optionally ``logp_rollout`` (B, T), the inference engine's log-probs of
+the same tokens, read by each preset's rollout-correction options (docs/conventions.md
+section 14). A case in the form of :mod:`ppo_numpy.oracle.cases`
 (``{"inputs": {...}, "params": {...}}``) is accepted too; its ``params`` are
 overrides, and keyword overrides given to the call win over them.
 

@@ -10,8 +10,11 @@ response, e.g. TRL's slot after the last token) and calls the core kernels.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from numbers import Real
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -27,11 +30,18 @@ from ...aggregation import aggregate_kernel, aggregation_weights
 from ...gae import gae_kernel
 from ...group_advantages import _group_sums, grpo_advantages
 from ...kl import (
+    kl_estimate_grad_kernel,
     kl_estimate_kernel,
     kl_shaped_rewards_kernel,
 )
 from ...objective import PolicyLossOptions, policy_loss_kernel
 from ...rollout import Rollout
+from ...rollout_correction import (
+    CRITERIA,
+    rollout_divergence_gate,
+    rollout_importance_weights,
+    rollout_rejection_mask,
+)
 from ...value_loss import (
     check_value_clip,
     check_value_clip_form,
@@ -45,6 +55,8 @@ INPUT_NAMES = ("logp", "logp_old", "logp_ref", "values", "old_values", "scores",
 #: the inputs of the critic-free presets: no values; prompt ids and (ReMax) greedy scores
 GROUP_INPUT_NAMES = ("logp", "logp_old", "logp_ref", "scores", "groups", "baseline_scores",
                      "mask")
+#: the optional input of every preset: the inference engine's log-probs (the rollout correction)
+ROLLOUT_INPUT = "logp_rollout"
 #: the inputs with one value per response, shape (B,); the others are (B, T)
 PER_RESPONSE_NAMES = ("scores", "groups", "baseline_scores")
 #: inputs a case may carry, read when present: K reward components per response (B, K)
@@ -159,7 +171,10 @@ def read_case(case: dict, names=INPUT_NAMES) -> Rollout:
     if np.any(empty):
         raise ValueError(f"mask: row {int(np.argmax(empty))} has no response token")
     # the Rollout checks each array's type, shape and finiteness where the mask is 1
-    optional = {n: case[n] for n in OPTIONAL_INPUT_NAMES if case.get(n) is not None}
+    # (logp_rollout, the inference engine's log-probs, and reward_components are optional
+    # inputs of every preset)
+    optional = {n: case[n] for n in (ROLLOUT_INPUT, *OPTIONAL_INPUT_NAMES)
+                if case.get(n) is not None}
     return Rollout.keeping_padding(mask=m, **{n: case[n] for n in names if n != "mask"},
                                    **optional)
 
@@ -328,17 +343,19 @@ def loss_options(p: dict, agg: str = "token-mean", kl=None) -> PolicyLossOptions
 
 
 def losses(x: Rollout, advantages, returns, p: dict, agg: str = "token-mean", *, mask,
-           value_mask=None, value_agg="token-mean", kl=None):
+           value_mask=None, value_agg="token-mean", kl=None, is_weights=None):
     """Policy loss (the :func:`loss_options` of ``p`` and ``kl``, aggregated by ``agg`` over
     ``mask``), its stats and gradient; value loss (``p["value_clip"]``, ``p["value_clip_form"]``,
     aggregated by ``value_agg`` over ``value_mask``, default ``mask``) and its gradient.
 
     The stats are the policy loss's, ``"value_clipfrac"``: the token mean over the value
     mask of "the clipped value error is strictly larger" (TRL/verl ``vf_clipfrac``; 0 without
-    a value clip), and ``"loss_without_kl"``: the policy loss before the KL term of ``kl``."""
+    a value clip), and ``"loss_without_kl"``: the policy loss before the KL term of ``kl``;
+    ``is_weights``: the rollout correction's weights on the policy term."""
     pl, pl_stats, dlogp = policy_loss_kernel(
         where_valid(mask, x.logp), where_valid(mask, x.logp_old), where_valid(mask, advantages),
-        mask, loss_options(p, agg, kl), where_valid(mask, x.logp_ref))
+        mask, loss_options(p, agg, kl), where_valid(mask, x.logp_ref),
+        is_weights=None if is_weights is None else where_valid(mask, is_weights))
     vm = mask if value_mask is None else value_mask
     PolicyLossOptions(agg=value_agg)  # checks the mode's name
     norm = None  # the mode's default (divisors)
@@ -482,3 +499,385 @@ def policy_result(advantages, pl, dlogp, stats: dict, **arrays) -> dict:
     out = {**arrays, "advantages": advantages, "policy_loss": float(pl.loss), "dlogp": dlogp}
     out.update({f"stat/{k}": float(v) for k, v in stats.items()})
     return out
+
+
+# ---------------------------------------------------------------------------------------
+# The rollout correction (the third policy, pi_rollout): each framework's options, read and
+# applied. A correction switched on needs ``logp_rollout`` in the case.
+
+
+def need_rollout(name: str, x: Rollout, option: str) -> None:
+    """ValueError naming ``option`` unless the case carries ``logp_rollout``."""
+    if x.logp_rollout is None:
+        raise ValueError(f"{name}: {option} needs logp_rollout (the inference engine's "
+                         f"log-probs of the sampled tokens) in the case; it has none")
+
+
+def _optional_bound(p: dict, key: str, name: str, *, positive: bool):
+    value = p[key]
+    if value is None:
+        return None
+    return check_scalar(value, f"{name}: {key}", low=0, low_open=positive, allow_exact=False)
+
+
+def _flag(p: dict, key: str, name: str) -> bool:
+    if not isinstance(p[key], (bool, np.bool_)):
+        raise TypeError(f"{name}: {key}: expected True or False, got {p[key]!r}")
+    return bool(p[key])
+
+
+# -- TRL 1.16.0 (GRPOConfig: vllm_importance_sampling_*, off_policy_mask_threshold)
+
+TRL_IS_MODES = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
+
+
+def trl_uses_vllm(name: str, x: Rollout, p: dict) -> bool:
+    """``use_vllm``: None means "the case carries logp_rollout" (vLLM gave the log-probs)."""
+    if p["use_vllm"] is None:
+        return x.logp_rollout is not None
+    if _flag(p, "use_vllm", name):
+        need_rollout(name, x, "use_vllm=True")
+    return bool(p["use_vllm"])
+
+
+def trl_is_weights(name: str, x: Rollout, m, p: dict):
+    """TRL's vLLM importance-sampling ratio (B, T), or None when it is off.
+
+    exp(logp_old - logp_rollout) per token, or exp of its sum over the response for the
+    ``sequence_*`` modes, no bound on the log-ratio (the convention ``is_log_ratio_bound``:
+    None); ``*_truncate`` clamps it to [clip_min, clip_max], ``*_mask`` sets it to 0
+    outside (a bound None: none on that side). trl 1.16.0 grpo_trainer.py
+    ``_generate_and_score_completions``."""
+    if not (trl_uses_vllm(name, x, p) and _flag(p, "vllm_importance_sampling_correction",
+                                                  name)):
+        return None
+    mode = check_choice(p["vllm_importance_sampling_mode"],
+                        f"{name}: vllm_importance_sampling_mode", TRL_IS_MODES, "mode")
+    lo = _optional_bound(p, "vllm_importance_sampling_clip_min", name, positive=False)
+    hi = _optional_bound(p, "vllm_importance_sampling_clip_max", name, positive=True)
+    if lo is not None and hi is not None and lo > hi:
+        raise ValueError(f"{name}: vllm_importance_sampling_clip_min must be <= "
+                         f"vllm_importance_sampling_clip_max, got {lo} > {hi}")
+    level, how = mode.split("_")
+    if how == "truncate" and lo is None and hi is None:
+        raise ValueError(f"{name}: vllm_importance_sampling_mode={mode!r} needs "
+                         f"vllm_importance_sampling_clip_min or _clip_max (TRL 1.16.0's "
+                         f"torch.clamp refuses two None bounds)")
+    return rollout_importance_weights(x.logp_old, x.logp_rollout, m, level=level, mode=how,
+                                      clip_max=hi, clip_min=lo,
+                                      log_ratio_bound=p["is_log_ratio_bound"])
+
+
+def trl_off_policy_mask(name: str, x: Rollout, m, A, p: dict, use_vllm: bool):
+    """TRL's off-policy sequence mask (DeepSeek-V3.2), (B, 1) of 0/1, or None when off: keep a
+    response with A >= 0 or with mean_t (logp_sampling_t - logp_t) <= threshold, the sampling
+    log-probs being logp_rollout under vLLM and logp_old otherwise, logp the *current* ones
+    (trl 1.16.0 grpo_trainer.py ``get_off_policy_mask``)."""
+    if p["off_policy_mask_threshold"] is None:
+        return None
+    delta = check_scalar(p["off_policy_mask_threshold"], f"{name}: off_policy_mask_threshold",
+                         low=0, allow_exact=False)
+    sampling = x.logp_rollout if use_vllm else x.logp_old
+    kl = where_valid(m, sampling) - where_valid(m, x.logp)  # (0 at padding)
+    mean_kl = kl.sum(axis=-1, keepdims=True) / np.maximum(m.sum(axis=-1, keepdims=True), 1)
+    # A: one advantage per response, at its first token
+    a = A[np.arange(A.shape[0]), np.argmax(m, axis=-1)][:, None]
+    return ((a >= 0) | (mean_kl <= delta)).astype(np.float64)
+
+
+# -- verl 0.9.1 (algorithm.rollout_correction)
+
+VERL_IS_LEVELS = (None, "token", "sequence")
+VERL_BYPASS_LOSSES = ("ppo_clip", "reinforce")
+
+
+def _positive(text, what: str) -> float:
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        raise ValueError(f"{what}: expected a number or a 'lower_upper' string, got "
+                         f"{text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"{what}: thresholds must be positive and finite, got {text!r}")
+    return value
+
+
+def verl_is_threshold(name: str, spec):
+    """verl's ``rollout_is_threshold``: a number (upper bound, TIS: truncate) or a
+    ``"lower_upper"`` string (IcePop: mask outside [lower, upper]) -> (mode, lower, upper)."""
+    what = f"{name}: rollout_is_threshold"
+    if isinstance(spec, (bool, np.bool_)) or not isinstance(spec, (str, Real)):
+        raise TypeError(f"{what}: expected a number or a 'lower_upper' string, got {spec!r}")
+    if isinstance(spec, str) and "_" in spec:
+        lower, upper = (_positive(t, what) for t in spec.strip().split("_", 1))
+        if lower > upper:
+            raise ValueError(f"{what}: lower must be <= upper, got {spec!r}")
+        return "mask", lower, upper
+    return "truncate", None, _positive(spec, what)
+
+
+def verl_rs_thresholds(name: str, criteria: list, spec) -> list:
+    """verl's ``rollout_rs_threshold``: one entry (shared) or one per criterion, each a number
+    or (k1 criteria) a ``"lower_upper"`` string -> [(low, high)]."""
+    what = f"{name}: rollout_rs_threshold"
+    if spec is None:
+        raise ValueError(f"{what}: rollout_rs needs a threshold, got None")
+    parts = ([str(spec)] if isinstance(spec, Real) and not isinstance(spec, bool)
+             else [t.strip() for t in str(spec).split(",") if t.strip()])
+    if len(parts) == 1:
+        parts = parts * len(criteria)
+    if len(parts) != len(criteria):
+        raise ValueError(f"{what}: expected 1 or {len(criteria)} thresholds, got {spec!r}")
+    out = []
+    for criterion, part in zip(criteria, parts):
+        if "_" in part:
+            if not criterion.endswith("k1"):
+                raise ValueError(f"{what}: {criterion} takes an upper bound only, got {part!r}")
+            low, high = (_positive(t, what) for t in part.split("_", 1))
+            if low > high:
+                raise ValueError(f"{what}: lower must be <= upper, got {part!r}")
+            out.append((low, high))
+        else:
+            high = _positive(part, what)
+            out.append((1.0 / high if criterion.endswith("k1") else None, high))
+    return out
+
+
+def verl_rollout_correction(name: str, x: Rollout, m, p: dict, logp_old=None):
+    """verl's ``compute_rollout_correction_and_rejection_mask`` on the preset's options:
+    (IS weights (B, T) or None, the response mask after rejection).
+
+    The log-ratio is ``logp_old - logp_rollout`` (``logp_old``: the bypass mode passes the
+    current log-probs). IS (``rollout_is`` token / sequence): exp of the log-ratio (its sum
+    for sequence) clamped to [-20, 20] (``is_log_ratio_bound``), truncated at the threshold or
+    masked (a "lower_upper" threshold), then divided by the batch mean with
+    ``rollout_is_batch_normalize``. Rejection (``rollout_rs``, comma-separated criteria, all
+    must pass): :func:`ppo_numpy.rollout_rejection_mask`. Either needs logp_rollout."""
+    old = x.logp_old if logp_old is None else logp_old
+    level, rs = p["rollout_is"], p["rollout_rs"]
+    if level not in VERL_IS_LEVELS:
+        raise ValueError(f"{name}: rollout_is: expected None, 'token' or 'sequence', got "
+                         f"{level!r}")
+    batch_normalize = _flag(p, "rollout_is_batch_normalize", name)
+    w = None
+    if level is not None and p["rollout_is_threshold"] is not None:
+        need_rollout(name, x, f"rollout_is={level!r}")
+        mode, lower, upper = verl_is_threshold(name, p["rollout_is_threshold"])
+        w = rollout_importance_weights(old, x.logp_rollout, m, level=level, mode=mode,
+                                       clip_max=upper, clip_min=lower,
+                                       batch_normalize=batch_normalize,
+                                       log_ratio_bound=p["is_log_ratio_bound"])
+        if not np.any(w[m] > 0):
+            # why: verl 0.9.1 compute_is_metrics' effective sample size 1 / mean(w^2)
+            # raises ZeroDivisionError when the mask mode drops every weight
+            raise ValueError(f"{name}: rollout_is_threshold {p['rollout_is_threshold']!r} "
+                             f"masks every weight of the batch (verl's metrics divide by 0)")
+    keep = m
+    if rs is not None:
+        need_rollout(name, x, f"rollout_rs={rs!r}")
+        if not isinstance(rs, str):
+            raise TypeError(f"{name}: rollout_rs: expected a comma-separated string, got {rs!r}")
+        criteria = list(dict.fromkeys(c.strip() for c in rs.split(",") if c.strip()))
+        if not criteria:
+            raise ValueError(f"{name}: rollout_rs: no criterion in {rs!r}")
+        for c in criteria:
+            check_choice(c, f"{name}: rollout_rs", CRITERIA, "criterion")
+        for c, (low, high) in zip(criteria, verl_rs_thresholds(name, criteria,
+                                                               p["rollout_rs_threshold"])):
+            keep = keep & rollout_rejection_mask(old, x.logp_rollout, m, criterion=c,
+                                                 low=low, high=high)
+    return w, keep
+
+
+def verl_bypass(name: str, x: Rollout, p: dict):
+    """``bypass_mode``: (is it on, the loss type); the caller then uses logp_rollout as
+    logp_old and computes the correction from the current log-probs inside the loss."""
+    if not _flag(p, "bypass_mode", name):
+        return False, None
+    need_rollout(name, x, "bypass_mode=True")
+    return True, check_choice(p["rollout_loss_type"], f"{name}: rollout_loss_type",
+                              VERL_BYPASS_LOSSES, "loss type")
+
+
+def verl_correction_before_advantages(name, x: Rollout, m, p: dict) -> dict:
+    """verl 0.9.1's ``algorithm.rollout_correction`` before the advantages (decoupled mode,
+    ``ray_trainer.py`` ``compute_rollout_correction_and_add_to_batch``, then
+    ``compute_advantage``): {"mask": the response mask after rejection, "xm": the inputs on
+    it (None: unchanged), "is_weights", "bypass", "stats"}.
+
+    * Decoupled (``bypass_mode=False``, the default): the IS weights (``rollout_is``: None
+      by default in verl's trainer YAML; the dataclass's default is "sequence") and the
+      rejection (``rollout_rs``, default None) of logp_old against logp_rollout. The rejected
+      tokens leave the response mask *before* the advantages: they get advantage 0, the
+      estimators that read the mask (reinforce_plus_plus and its whitening) see holes, and
+      the loss aggregates over the kept tokens only. verl skips the whole correction when
+      the batch has no ``rollout_log_probs``; here an option switched on without
+      ``logp_rollout`` is an error.
+    * ``bypass_mode=True``: logp_old is replaced by logp_rollout (two policies), and the
+      correction is computed inside the loss from the current log-probs (``verl_bypass_loss``).
+    """
+    bypass, _ = verl_bypass(name, x, p)
+    out = {"mask": m, "xm": None, "is_weights": None, "bypass": bypass, "stats": {}}
+    if bypass:
+        out["xm"] = x.on(m).replace_trusted(logp_old=np.where(m, x.logp_rollout, 0.0))
+        return out
+    w, keep = verl_rollout_correction(name, x, m, p)
+    out["is_weights"] = w
+    if x.logp_rollout is not None:
+        # verl's rollout_corr/kl: the token mean of logp_rollout - logp_old
+        out["stats"]["rollout_corr/kl"] = masked_mean(x.on(m).logp_rollout - x.on(m).logp_old, m)
+    if keep is not m:
+        if not np.any(keep):
+            raise ValueError(f"{name}: rollout_rs rejects every token of the batch (verl's "
+                             f"loss would divide by zero)")
+        out["mask"], out["xm"] = keep, x.on(keep)
+    return out
+
+
+def verl_bypass_loss(name, x: Rollout, xm: Rollout, A, m, opts, p: dict, dual_clip):
+    """verl 0.9.1 ``compute_policy_loss_bypass_mode``: old = rollout; the IS weights and the
+    rejection of logp (the current policy, no gradient) against logp_rollout, the loss over
+    the kept tokens. ``rollout_loss_type`` (verl's ``rollout_correction.loss_type``)
+    ``"ppo_clip"`` (default): the vanilla loss with ratio pi_theta / pi_rollout and no IS
+    weights (the ratio is the correction); ``"reinforce"``: -A w logp with the IS weights w,
+    aggregated by ``loss_agg_mode`` (gradient -A w times the aggregation weight)."""
+    _, loss_type = verl_bypass(name, x, p)
+    w, keep = verl_rollout_correction(name, x, m, p, logp_old=x.on(m).logp)
+    if not np.any(keep):
+        raise ValueError(f"{name}: rollout_rs rejects every token of the batch")
+    xk = xm.on(keep)
+    A = np.where(keep, A, 0.0)
+    # why: verl 0.9.1 apply_bypass_mode sets loss_mode="bypass_mode" whatever the actor's, and
+    # compute_policy_loss_bypass_mode calls compute_policy_loss_vanilla for ppo_clip
+    opts = replace(opts, importance_level="token", loss_type="clip", log_ratio_max=None,
+                   dual_clip=dual_clip, log_ratio_clamp=p["log_ratio_clamp"])
+    if loss_type == "ppo_clip":
+        pl, st, dlogp = policy_loss_kernel(xk.logp, xk.logp_old, A, keep,
+                                           replace(opts, kl_coef=0.0), xk.logp_ref)
+    else:
+        pl, st, dlogp = verl_reinforce_loss(xk, A, keep, opts, w)
+    if opts.kl_coef > 0:
+        # why: verl 0.9.1 workers/utils/losses.py ppo_loss adds the KL loss over the batch's
+        # response mask; the bypass loss's rejection is inside the policy loss only
+        kl = where_valid(m, kl_estimate_kernel(xm.logp, xm.logp_ref, opts.kl_estimator,
+                                               opts.kl_clamp))
+        kl_loss = float(aggregate_kernel(kl, m, opts.agg, opts.norm))
+        dlogp = dlogp + opts.kl_coef * kl_estimate_grad_kernel(
+            xm.logp, xm.logp_ref, opts.kl_estimator, m, opts.kl_clamp,
+            aggregation_weights(m, opts.agg, opts.norm))
+        pl = SimpleNamespace(loss=pl.policy_loss + opts.kl_coef * kl_loss,
+                             policy_loss=pl.policy_loss, kl_loss=kl_loss)
+    return pl, st, dlogp, m
+
+
+def verl_reinforce_loss(xk: Rollout, A, keep, opts, w):
+    """verl's ``compute_policy_loss_reinforce``: loss = agg(-A w logp) (w = 1 without IS),
+    d loss / d logp = -A w times the aggregation weight; ``actor/ppo_kl`` the token mean of
+    logp_rollout - logp. (The KL loss is added by the caller, as verl's ppo_loss adds it.)"""
+    weight = np.where(keep, 1.0 if w is None else w, 0.0)
+    term = -A * weight * xk.logp
+    policy_loss = float(aggregate_kernel(term, keep, opts.agg, opts.norm))
+    dlogp = -aggregation_weights(keep, opts.agg, opts.norm) * A * weight + 0.0
+    pl = SimpleNamespace(loss=policy_loss, policy_loss=policy_loss, kl_loss=0.0)
+    st = {"clipfrac_active": 0.0, "dual_clipfrac": 0.0,
+          "approx_kl_k1": masked_mean(xk.logp_old - xk.logp, keep)}
+    return pl, st, dlogp
+
+
+# -- OpenRLHF 0.11.2 (--algo.advantage.is_correction_*)
+
+OPENRLHF_IS_LEVELS = ("off", "token", "seq")
+OPENRLHF_IS_MODES = ("mask", "clip")
+OPENRLHF_GATINGS = ("ratio", "binary_kl", "tv")
+
+
+def openrlhf_threshold(name: str, spec) -> tuple:
+    """``is_correction_threshold``: [low, high], or one number (an upper bound: low 0)."""
+    what = f"{name}: is_correction_threshold"
+    values = [spec] if isinstance(spec, Real) else list(spec)
+    if len(values) == 1:
+        values = [0.0] + values
+    if len(values) != 2:
+        raise ValueError(f"{what}: expected HIGH or [LOW, HIGH], got {spec!r}")
+    low, high = (check_scalar(v, what, allow_exact=False) for v in values)
+    if low > high:
+        raise ValueError(f"{what}: low must be <= high, got {spec!r}")
+    return low, high
+
+
+def openrlhf_correction(name: str, x: Rollout, m, p: dict, policy_loss_type: str = "ppo"):
+    """OpenRLHF's ``PolicyLoss`` correction: the coefficient (B, T) that multiplies each
+    token's loss, or None (``is_correction_level="off"``, or GSPO, whose ratio the caller
+    takes against logp_rollout instead).
+
+    A gate reads one statistic per unit: the ratio exp(logp_old - logp_rollout) per token or
+    its geometric mean per response (``gating="ratio"``), or a divergence d_t of the sampled
+    token's two probabilities (``binary_kl``, ``tv``) per token or its mean per response.
+    ``mode="mask"``: a unit outside [low, high] gets 0, a kept one its unclamped token ratios;
+    ``mode="clip"`` (token level, ratio only): the token ratio clamped to [low, high]."""
+    level = check_choice(p["is_correction_level"], f"{name}: is_correction_level",
+                         OPENRLHF_IS_LEVELS, "level")
+    mode = check_choice(p["is_correction_mode"], f"{name}: is_correction_mode",
+                        OPENRLHF_IS_MODES, "mode")
+    gating = check_choice(p["is_correction_gating"], f"{name}: is_correction_gating",
+                          OPENRLHF_GATINGS, "gating")
+    if mode == "clip" and (level == "seq" or gating != "ratio"):
+        # (PolicyLoss refuses it whatever the level, "off" included)
+        raise ValueError(f"{name}: is_correction_mode='clip' needs is_correction_level="
+                         f"'token' and is_correction_gating='ratio' (OpenRLHF 0.11.2)")
+    if level == "off":
+        return None
+    need_rollout(name, x, f"is_correction_level={level!r}")
+    low, high = openrlhf_threshold(name, p["is_correction_threshold"])
+    if gating != "ratio":
+        if low > 0:
+            raise ValueError(f"{name}: is_correction_gating={gating!r} takes an upper bound "
+                             f"only (a low <= 0), got is_correction_threshold="
+                             f"{p['is_correction_threshold']!r}")
+        if policy_loss_type != "ppo":
+            return None
+        return rollout_divergence_gate(x.logp_old, x.logp_rollout, m, divergence=gating,
+                                       high=high, level="sequence" if level == "seq" else
+                                       "token")
+    if low < 0:
+        low = None  # (ratios are >= 0: no bound)
+    if policy_loss_type != "ppo":
+        return None
+    return rollout_importance_weights(
+        x.logp_old, x.logp_rollout, m, clip_max=high, clip_min=low,
+        level="geometric" if level == "seq" else "token",
+        mode="truncate" if mode == "clip" else "mask")
+
+
+def openrlhf_correction_and_stats(name, x: Rollout, xm: Rollout, m, p: dict,
+                                  policy_loss_type: str = "ppo"):
+    """OpenRLHF 0.11.2's ``PolicyLoss`` correction (``--algo.advantage.is_correction_*``):
+    (is_weights or None, the log-probs the ratio is taken against, the statistics).
+
+    * ``policy_loss_type="ppo"``: the coefficient of ``openrlhf_correction`` multiplies each
+      token's loss, the ratio stays pi_theta / pi_old; logged: ``vllm_kl`` (token mean of
+      logp_rollout - logp_old) and ``is_filter_ratio`` (the fraction of units, tokens or
+      responses, outside the band).
+    * ``"gspo"`` with a correction on: no coefficient; the sequence ratio is taken against
+      logp_rollout, exp(mean_t (logp_t - logp_rollout_t)) (OpenRLHF 0.11.2 ``PolicyLoss``),
+      the threshold and gating unused; nothing extra is logged.
+    """
+    gspo = policy_loss_type == "gspo"
+    w = openrlhf_correction(name, x, m, p, policy_loss_type)
+    if p["is_correction_level"] == "off":
+        return None, xm.logp_old, {}
+    if gspo:
+        return None, np.where(m, x.logp_rollout, 0.0), {}
+    low, high = openrlhf_threshold(name, p["is_correction_threshold"])
+    xr = x.on(m)
+    raw = np.exp(xr.logp_old - xr.logp_rollout)
+    if p["is_correction_mode"] == "clip":
+        filtered = m & ((raw < low) | (raw > high))
+    else:
+        filtered = m & (w == 0)
+    if p["is_correction_level"] == "seq":
+        ratio = float(np.mean(filtered.any(axis=-1)))
+    else:
+        ratio = float(filtered.sum() / m.sum())
+    stats = {"vllm_kl": masked_mean(xr.logp_rollout - xr.logp_old, m), "is_filter_ratio": ratio}
+    return w, xm.logp_old, stats

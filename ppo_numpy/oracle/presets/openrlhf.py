@@ -17,6 +17,7 @@ from ._common import (
     losses,
     masked_mean,
     mean_rows,
+    openrlhf_correction_and_stats,
     require_choice,
     result,
     shaped_rewards,
@@ -47,6 +48,10 @@ def _openrlhf(x: Rollout, p: dict) -> dict:
       whose per-row divisor n_i + 1e-8 is n_i here).
     * Value loss (``ValueLoss``): 1/2 max(...), ``value_clip`` 0.5,
       V_old + clamp(V - V_old, -c, c) (``value_clip_form="offset"``), token mean.
+    * The rollout correction (``--algo.advantage.is_correction_*``, a case with
+      ``logp_rollout``): ``PolicyLoss``'s coefficient (``_common.openrlhf_correction``)
+      multiplies each token's policy loss; logged ``vllm_kl`` and ``is_filter_ratio``
+      (docs/conventions.md section 14).
     * Tolerance: OpenRLHF 0.11.2 computes in float32 where this preset does not:
       ``compute_approx_kl`` casts both log-probs to float32, ``compute_reward`` builds the
       rewards on the KL's float32 tensor (the score scattered into it), the advantage
@@ -80,7 +85,10 @@ def _openrlhf(x: Rollout, p: dict) -> dict:
         advantages = whiten_advantages(raw_advantages, m, p)
     require_choice(name, p, "loss_agg_mode", ("token-mean", "seq-mean-token-mean"))
     agg = p["loss_agg_mode"]
-    policy_loss, st, dlogp, vloss, dvalues = losses(x, advantages, returns, p, agg, mask=m)
+    # the rollout correction (--algo.advantage.is_correction_*): PolicyLoss's coefficient
+    w, _, rollout_stats = openrlhf_correction_and_stats(name, x, x.on(m), m, p)
+    policy_loss, st, dlogp, vloss, dvalues = losses(x, advantages, returns, p, agg, mask=m,
+                                                    is_weights=w)
     stats = {
         "policy_loss": policy_loss,
         "ppo_clip_ratio": st["clipfrac_active"],
@@ -89,6 +97,7 @@ def _openrlhf(x: Rollout, p: dict) -> dict:
         "values": masked_mean(x.values, m),
         "kl": aggregate(kl, m, "seq-mean-token-mean"),
         "reward": mean_rows(x.scores),
+        **rollout_stats,
     }
     return result(rewards, advantages, returns, policy_loss, vloss, dlogp, dvalues, stats)
 
@@ -100,7 +109,10 @@ PRESET = Preset(
     defaults={"gamma": 1.0, "lam": 1.0, "beta": 0.01, "kl_estimator": "k1",
               "reward_clip_range": (-10.0, 10.0), "epsilon": 0.2, "epsilon_high": None,
               "dual_clip": None, "log_ratio_clamp": 20.0, "value_clip": 0.5,
-              "loss_agg_mode": "token-mean"},
+              "loss_agg_mode": "token-mean",
+              # --algo.advantage.is_correction_* (openrlhf 0.11.2 cli/train_ppo_ray.py)
+              "is_correction_level": "off", "is_correction_mode": "mask",
+              "is_correction_gating": "ratio", "is_correction_threshold": (0.5, 5.0)},
     conventions={"score_position": "last-token", "kl_clamp": _OPENRLHF_KL_CLAMP,
                  "gae_holes": "decay", "whiten_ddof": 0, "whiten_eps": 1e-8,
                  "whiten_eps_mode": "floor", "whiten_mask": "mask", "shift_mean": True,

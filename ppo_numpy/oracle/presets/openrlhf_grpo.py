@@ -19,6 +19,7 @@ from ._common import (
     group_std,
     kl_estimate,
     mean_rows,
+    openrlhf_correction_and_stats,
     policy_result,
     require_choice,
     whiten,
@@ -63,6 +64,9 @@ def _openrlhf_grpo(x: Rollout, p: dict) -> dict:
       the token-mean rollout KL), ``reward`` (mean raw score), ``return`` (mean over
       responses of the summed token rewards, with -``init_kl_coef`` KL at the padding
       positions too, as OpenRLHF 0.11.2 sums them), ``group_reward_std``.
+    * The rollout correction (``is_correction_*``, a case with ``logp_rollout``):
+      ``_common.openrlhf_correction_and_stats``; with ``gspo`` the sequence ratio is taken
+      against logp_rollout instead of weighting.
     * Tolerance: as the ``openrlhf`` preset (float32 KL, rewards and normalisation
       statistics in 0.11.2): float64 rtol 1e-9 + 16 2^-24, atol 16 2^-24.
     """
@@ -107,19 +111,22 @@ def _openrlhf_grpo(x: Rollout, p: dict) -> dict:
                              agg="seq-mean-token-mean" if gspo else "token-mean",
                              kl_coef=p["init_kl_coef"] if p["use_kl_loss"] else 0.0,
                              kl_estimator=p["kl_estimator"], kl_clamp=10.0, kl_agg="token-mean")
-    pl, st, dlogp = policy_loss_kernel(xm.logp, xm.logp_old, A, m, opts, xm.logp_ref)
+    is_w, old, rollout_stats = openrlhf_correction_and_stats(name, x, xm, m, p,
+                                                             p["policy_loss_type"])
+    pl, st, dlogp = policy_loss_kernel(xm.logp, old, A, m, opts, xm.logp_ref, is_weights=is_w)
     n_i = m.sum(axis=-1)
     stats = {
         "policy_loss": pl.policy_loss,
         "ppo_clip_ratio": st["clipfrac_active"],
         # why: openrlhf 0.11.2 PolicyLoss logs ppo_kl from the raw log-ratio, before its clamp
-        "ppo_kl": float(np.where(m, -pl.log_ratio, 0.0).sum() / max(int(m.sum()), 1)),
+        "ppo_kl": float(np.where(m, xm.logp_old - xm.logp, 0.0).sum() / max(int(m.sum()), 1)),
         "kl": pl.kl_loss if p["use_kl_loss"] else mean_rows(rollout_kl.sum(axis=-1) / n_i),
         "reward": mean_rows(x.scores),
         # why: OpenRLHF 0.11.2 logs info["return"] = reward.sum(-1) over every column: its
         # compute_reward leaves -beta KL at the padding positions (padding is in it)
         "return": mean_rows(rewards.sum(axis=-1) - padding_kl),
         "group_reward_std": mean_rows(group_std(x.scores, x.groups, ddof=p["std_ddof"])),
+        **rollout_stats,
     }
     # A and rewards are 0 at padding (returns_to_go, whiten; at_last_token, kl_estimate)
     return policy_result(A, pl, dlogp, stats, rewards=rewards)
@@ -133,7 +140,10 @@ PRESET = Preset(
     defaults={"advantage_estimator": "group_norm", "gamma": 1.0, "init_kl_coef": 0.01,
               "kl_estimator": "k1", "use_kl_loss": False, "reward_clip_range": (-10.0, 10.0),
               "epsilon": 0.2, "epsilon_high": None, "dual_clip": None,
-              "policy_loss_type": "ppo"},
+              "policy_loss_type": "ppo",
+              # --algo.advantage.is_correction_* (openrlhf 0.11.2 cli/train_ppo_ray.py)
+              "is_correction_level": "off", "is_correction_mode": "mask",
+              "is_correction_gating": "ratio", "is_correction_threshold": (0.5, 5.0)},
     # the conventions OpenRLHF does not expose as options (openrlhf 0.11.2
     # openrlhf/trainer/ppo_utils/experience_maker.py: rewards.std(-1) + 1e-9;
     # openrlhf/models/loss.py PolicyLoss: ppo's log-ratio clamp(min=-20.0, max=20.0))
@@ -144,7 +154,7 @@ PRESET = Preset(
         "(compute_advantages_and_returns, get_cumulative_returns), 0.11.2",
         "OpenRLHF/OpenRLHF: openrlhf/models/utils.py (compute_approx_kl, compute_reward), "
         "0.11.2",
-        "OpenRLHF/OpenRLHF: openrlhf/models/loss.py (PolicyLoss), 0.11.2",
+        "OpenRLHF/OpenRLHF: openrlhf/models/loss.py (PolicyLoss, its is_correction_*), 0.11.2",
         "OpenRLHF/OpenRLHF: openrlhf/cli/train_ppo_ray.py (defaults), 0.11.2",
     ),
     pipeline=_openrlhf_grpo,

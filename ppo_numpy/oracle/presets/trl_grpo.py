@@ -17,6 +17,9 @@ from ._common import (
     mean_rows,
     policy_result,
     require_choice,
+    trl_is_weights,
+    trl_off_policy_mask,
+    trl_uses_vllm,
 )
 
 #: loss_type -> (aggregation mode, per-token loss form)
@@ -70,6 +73,8 @@ def _trl_grpo(x: Rollout, p: dict) -> dict:
       ``vespo/phi_seq_mean`` for vespo (the mean over sequences of phi);
       ``reward``, ``reward_std`` (mean of the group stds), ``frac_reward_zero_std``.
       ``entropy`` needs logits and is not produced.
+    * The rollout correction (``use_vllm``, ``vllm_importance_sampling_*``,
+      ``off_policy_mask_threshold``, a case with ``logp_rollout``): ``_rollout_correction``.
     * Tolerance: the clip statistics are float32 means of ``.float()`` flags: one float32
       rounding, float64 rtol 1e-9 + 2^-24.
     """
@@ -93,7 +98,11 @@ def _trl_grpo(x: Rollout, p: dict) -> dict:
         importance_level="token" if form == "vespo" else level,
         loss_type=form, cispo_clip=p["cispo_clip"], agg=agg, norm=norm, kl_coef=p["beta"],
         kl_estimator=p["kl_estimator"], log_ratio_clamp=p["log_ratio_clamp"], **vespo)
-    pl, _, dlogp = policy_loss_kernel(xm.logp, xm.logp_old, A, m, opts, xm.logp_ref)
+    # (CISPO's loss is (B, T) at either level: -c A logp_t; the row-mean form is the clip's)
+    is_w, rollout_stats = _rollout_correction(name, x, m, A, p,
+                                              "token" if form == "cispo" else level)
+    pl, _, dlogp = policy_loss_kernel(xm.logp, xm.logp_old, A, m, opts, xm.logp_ref,
+                                      is_weights=is_w)
     n = max(int(m.sum()), 1)
 
     def per_sequence(flags):
@@ -134,8 +143,53 @@ def _trl_grpo(x: Rollout, p: dict) -> dict:
                       "clip_ratio/region_mean": batch_mean(low | high)})
     std = group_std(x.scores, x.groups, dtype=np.float32, ddof=p["std_ddof"])
     stats.update({"reward": mean_rows(x.scores), "reward_std": mean_rows(std),
-                  "frac_reward_zero_std": mean_rows(np.isclose(std, 0.0))})
+                  "frac_reward_zero_std": mean_rows(np.isclose(std, 0.0)), **rollout_stats})
     return policy_result(A, pl, dlogp, stats)  # A is 0 at padding (broadcast)
+
+
+def _rollout_correction(name, x: Rollout, m, A, p: dict, level: str):
+    """(is_weights (B, T) or None, the sampling statistics): TRL's vLLM correction and its
+    off-policy mask, both multiplying the policy term (the KL term is added after).
+
+    * ``use_vllm`` None (the preset's default): vLLM generated the batch iff the case carries
+      ``logp_rollout``; TRL's own default is False, and its
+      ``vllm_importance_sampling_correction=True`` applies only with vLLM (without it TRL has
+      no sampling log-probs). True without ``logp_rollout`` is an error.
+    * The ratio: ``trl_is_weights`` (mode ``vllm_importance_sampling_mode``, default
+      sequence_mask, bounds ``_clip_min`` None and ``_clip_max`` 3).
+    * ``off_policy_mask_threshold`` (default None: off): ``trl_off_policy_mask``, against
+      logp_rollout under vLLM, logp_old otherwise. TRL multiplies the loss by the mask and
+      then by the ratio (trl 1.16.0 ``_compute_loss``): for finite factors the order changes
+      no number.
+    * GSPO (``importance_sampling_level="sequence"``): TRL's loss is (B, 1), times the (B, T)
+      token ratios; its gradient carries the row mean of the weights (ppo_numpy's is_weights
+      is verl's per-token form), so the row means are passed (the same loss value: every TRL
+      normalisation weighs a response's tokens equally). CISPO's loss is (B, T) already
+      (-c A logp_t): its weights stay per token.
+    """
+    use_vllm = trl_uses_vllm(name, x, p)
+    w = trl_is_weights(name, x, m, p)
+    keep = trl_off_policy_mask(name, x, m, A, p, use_vllm)
+    stats = {}
+    if w is not None:
+        # the sampling statistics TRL logs (_generate_and_score_completions)
+        delta = np.abs(x.logp_old[m] - x.logp_rollout[m])
+        sequence = p["vllm_importance_sampling_mode"].startswith("sequence")
+        flat = w[np.arange(m.shape[0]), np.argmax(m, axis=-1)] if sequence else w[m]
+        stats = {"sampling/sampling_logp_difference/mean": float(np.mean(delta)),
+                 "sampling/sampling_logp_difference/max": float(np.max(delta)),
+                 "sampling/importance_sampling_ratio/min": float(np.min(flat)),
+                 "sampling/importance_sampling_ratio/mean": float(np.mean(flat)),
+                 "sampling/importance_sampling_ratio/max": float(np.max(flat))}
+    if w is None and keep is None:
+        return None, stats
+    is_w = m.astype(np.float64) if w is None else w
+    if keep is not None:
+        is_w = is_w * keep
+    if level == "sequence":
+        row = is_w.sum(axis=-1, keepdims=True) / np.maximum(m.sum(axis=-1, keepdims=True), 1)
+        is_w = np.where(m, row, 0.0)
+    return is_w, stats
 
 
 PRESET = Preset(
@@ -146,16 +200,24 @@ PRESET = Preset(
               "importance_sampling_level": "token", "epsilon": 0.2, "epsilon_high": None,
               "delta": None, "beta": 0.0, "max_completion_length": 512,
               "num_items_in_batch": None, "vespo_k_pos": 2.0, "vespo_lambda_pos": 3.0,
-              "vespo_k_neg": 3.0, "vespo_lambda_neg": 2.0},
+              "vespo_k_neg": 3.0, "vespo_lambda_neg": 2.0,
+              # the rollout correction (GRPOConfig; use_vllm None: the case says, see
+              # _rollout_correction)
+              "use_vllm": None, "vllm_importance_sampling_correction": True,
+              "vllm_importance_sampling_mode": "sequence_mask",
+              "vllm_importance_sampling_clip_min": None,
+              "vllm_importance_sampling_clip_max": 3.0, "off_policy_mask_threshold": None},
     # the conventions TRL does not expose as options (trl 1.16.0 trl/trainer/grpo_trainer.py
     # _generate_and_score_completions, _compute_loss; trl/trainer/utils.py nanstd)
     conventions={"std_ddof": 1, "std_eps": 1e-4, "std_eps_placement": "std",
                  "singleton": "zero", "kl_estimator": "k3", "log_ratio_clamp": None,
-                 "cispo_clip": "max"},
+                 "cispo_clip": "max", "is_log_ratio_bound": None},
     sources=(
         "huggingface/trl: trl/trainer/grpo_trainer.py (GRPOTrainer."
         "_generate_and_score_completions, _compute_loss), 1.16.0",
         "huggingface/trl: trl/trainer/grpo_config.py (GRPOConfig), 1.16.0",
+        "huggingface/trl: trl/trainer/grpo_trainer.py (the vLLM importance sampling of "
+        "_generate_and_score_completions, get_off_policy_mask), 1.16.0",
     ),
     tolerances=float32_roundings(1),
     tolerance_note="TRL logs its clip statistics as float32 means of .float() flags "

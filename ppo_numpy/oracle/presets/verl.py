@@ -14,12 +14,15 @@ from ._common import (
     float32_roundings,
     gae_over,
     kl_estimate,
+    loss_options,
     losses,
     masked_mean,
     masked_var,
     mean_rows,
     result,
     shaped_rewards,
+    verl_bypass_loss,
+    verl_correction_before_advantages,
     whiten_advantages,
 )
 
@@ -66,6 +69,13 @@ def _verl(x: Rollout, p: dict) -> dict:
       ``actor/reward_kl_penalty_coeff``. verl's ``masked_mean`` divides by
       n + 1e-8; this preset divides by n (in verl that sum is float32, where
       n + 1e-8 rounds to n).
+    * The rollout correction (``algorithm.rollout_correction``, a case with
+      ``logp_rollout``): ``rollout_is``, ``rollout_is_threshold``,
+      ``rollout_is_batch_normalize``, ``rollout_rs``, ``rollout_rs_threshold``,
+      ``bypass_mode``, ``rollout_loss_type`` (``_common.verl_correction_before_advantages``
+      and ``verl_bypass_loss``): the rejection replaces the response mask before GAE, the
+      whitening and both losses; the KL penalty in the reward and its statistic were
+      computed before it, on the full mask (docs/conventions.md section 14).
     * Tolerance (``tolerances``): verl computes the Bessel factor n / (n - 1) of
       ``masked_var`` as an integer mask sum divided in torch, which gives float32,
       and its clip fractions from ``.float()`` booleans, so k / n is rounded to
@@ -88,14 +98,25 @@ def _verl(x: Rollout, p: dict) -> dict:
     kl = kl_estimate(x.logp_old, x.logp_ref, est, m, clamp=_VERL_KL_CLAMP[est])
     rewards = shaped_rewards(x, p["beta"] if p["use_kl_in_reward"] else 0.0, m, est,
                              p["score_position"], kl_clamp=_VERL_KL_CLAMP[est])
+    # the rollout correction (algorithm.rollout_correction): the rejection replaces the
+    # response mask before GAE, the whitening and both losses
+    corr = verl_correction_before_advantages(name, x, m, p)
+    m0, m = m, corr["mask"]  # (apply_kl_penalty ran before, on the response mask m0)
     raw_advantages, returns = gae_over(rewards, x.old_values, m, p)
     advantages = whiten_advantages(raw_advantages, m, p)
     agg = p["loss_agg_mode"]
     # why: with use_kl_loss, verl core_algos.py kl_penalty "low_var_kl" (k3 clamped to
     # [-10, 10]) of the current policy against the reference, agg_loss'd, times kl_loss_coef
+    kl_term = (p["beta"], "k3", 10.0) if p["use_kl_loss"] else None
     policy_loss, st, dlogp, vloss, dvalues = losses(
-        x, advantages, returns, p, agg, mask=m, value_agg=agg,
-        kl=(p["beta"], "k3", 10.0) if p["use_kl_loss"] else None)
+        x, advantages, returns, p, agg, mask=m, value_agg=agg, kl=kl_term,
+        is_weights=corr["is_weights"])
+    if corr["bypass"]:
+        # old = rollout, the correction inside the policy loss (the value loss unchanged)
+        pl, bst, dlogp, _ = verl_bypass_loss(name, x, corr["xm"], advantages, m,
+                                             loss_options(p, agg, kl_term), p, p["dual_clip"])
+        policy_loss = pl.loss
+        st = {**st, **bst, "loss_without_kl": pl.policy_loss}
     stats = {
         # why: verl 0.9.1 workers/utils/losses.py ppo_loss logs actor/pg_loss before it adds
         # the KL loss (use_kl_loss)
@@ -115,8 +136,9 @@ def _verl(x: Rollout, p: dict) -> dict:
         / (masked_var(returns, m, 1) + 1e-5),
     }
     if p["use_kl_in_reward"]:
-        stats["actor/reward_kl_penalty"] = aggregate(kl, m, "seq-mean-token-mean")
+        stats["actor/reward_kl_penalty"] = aggregate(kl, m0, "seq-mean-token-mean")
         stats["actor/reward_kl_penalty_coeff"] = p["beta"]
+    stats.update(corr["stats"])
     return result(rewards, advantages, returns, policy_loss, vloss, dlogp, dvalues, stats)
 
 
@@ -127,11 +149,18 @@ PRESET = Preset(
     defaults={"gamma": 1.0, "lam": 1.0, "beta": 0.001, "use_kl_in_reward": False,
               "kl_estimator": "k1", "epsilon": 0.2, "epsilon_high": 0.2,
               "dual_clip": 3.0, "log_ratio_clamp": 20.0, "value_clip": 0.5,
-              "loss_agg_mode": "token-mean"},
+              "loss_agg_mode": "token-mean",
+              # algorithm.rollout_correction (verl 0.9.1 trainer YAML defaults;
+              # rollout_loss_type is its loss_type)
+              "rollout_is": None, "rollout_is_threshold": 2.0,
+              "rollout_is_batch_normalize": False, "rollout_rs": None,
+              "rollout_rs_threshold": None, "bypass_mode": False,
+              "rollout_loss_type": "ppo_clip"},
     conventions={"score_position": "last-token", "gae_holes": "skip", "whiten_ddof": 1,
                  "whiten_eps": 1e-8, "whiten_eps_mode": "add", "whiten_mask": "mask",
                  "shift_mean": True,
-                 "value_clip_form": "clamp", "use_kl_loss": False},
+                 "value_clip_form": "clamp", "use_kl_loss": False,
+                 "is_log_ratio_bound": 20.0},
     tolerances={"float64": (float32_roundings(1)["float64"][0], 4 * FLOAT32_ROUNDING)},
     tolerance_note="verl rounds the Bessel factor n / (n - 1) (verl/utils/torch_functional.py "
                    "masked_var: integer mask sums divided in torch) and each clip fraction "
@@ -149,6 +178,8 @@ PRESET = Preset(
         "volcengine/verl: verl/workers/utils/losses.py (ppo_loss, value_loss), 0.9.1",
         "volcengine/verl: verl/trainer/ppo/metric_utils.py (compute_data_metrics), 0.9.1",
         "volcengine/verl: verl/trainer/config/_generated_ppo_trainer.yaml, 0.9.1",
+        "volcengine/verl: verl/trainer/ppo/rollout_corr_helper.py "
+        "(compute_rollout_correction_and_rejection_mask, apply_bypass_mode), 0.9.1",
     ),
     pipeline=_verl,
 )

@@ -31,6 +31,8 @@ from ._common import (
     mean_rows,
     policy_result,
     require_choice,
+    verl_bypass_loss,
+    verl_correction_before_advantages,
     whiten,
 )
 
@@ -90,6 +92,10 @@ def _verl_grpo(x: Rollout, p: dict) -> dict:
     * ``loss_agg_mode`` ``seq-mean-token-sum-norm`` divides the sum over every token by the
       number of sequences times T (``agg_loss`` in 0.9.1, ``loss_scale_factor`` unset: T);
       the commits of early 2026 divided by T only.
+    * The rollout correction (``algorithm.rollout_correction``, a case with
+      ``logp_rollout``): ``_common.verl_correction_before_advantages`` (decoupled mode: the
+      weights and the rejection, which replaces the response mask before the advantages) or
+      ``verl_bypass_loss`` (``bypass_mode``); GSPO gives each token its own weight.
     * Tolerance: verl computes the outcome estimators in float32 (its reward tensor) and its
       clip fractions as float32 means: float64 rtol and atol 32 u_32 (scores of order 1 to
       5, a few float32 roundings each; the group-normalised advantages are of order 1).
@@ -113,6 +119,9 @@ def _verl_grpo(x: Rollout, p: dict) -> dict:
         est, clamp = KL_TYPES[p["kl_penalty"]]
         rewards = rewards - p["kl_coef"] * kl_estimate(x.logp_old, x.logp_ref, est, m, clamp)
     s = rewards.sum(axis=-1)  # rewards are 0 at padding (at_last_token, kl_estimate)
+    # the rollout correction: rejection replaces the response mask before the advantages
+    corr = verl_correction_before_advantages(name, x, m, p)
+    m, xm = corr["mask"], (xm if corr["xm"] is None else corr["xm"])
     est = p["adv_estimator"]
     if est == "grpo":
         scale = "group" if p["norm_adv_by_std_in_grpo"] else "none"
@@ -147,7 +156,11 @@ def _verl_grpo(x: Rollout, p: dict) -> dict:
                           cispo_clip=p["cispo_clip"])}[p["loss_mode"]]
     opts = PolicyLossOptions(epsilon=p["clip_ratio_low"], epsilon_high=p["clip_ratio_high"],
                              **mode, **kl)
-    pl, st, dlogp = policy_loss_kernel(xm.logp, xm.logp_old, A, m, opts, xm.logp_ref)
+    if corr["bypass"]:
+        pl, st, dlogp, m = verl_bypass_loss(name, x, xm, A, m, opts, p, p["clip_ratio_c"])
+    else:
+        pl, st, dlogp = policy_loss_kernel(xm.logp, xm.logp_old, A, m, opts, xm.logp_ref,
+                                           is_weights=corr["is_weights"])
     stats = {
         "actor/pg_loss": pl.policy_loss,
         "actor/pg_clipfrac": st["clipfrac_active"],
@@ -160,6 +173,7 @@ def _verl_grpo(x: Rollout, p: dict) -> dict:
     if p["use_kl_loss"]:
         stats["actor/kl_loss"] = pl.kl_loss
         stats["actor/kl_coef"] = p["kl_loss_coef"]
+    stats.update(corr["stats"])
     return policy_result(A, pl, dlogp, stats, rewards=rewards)
 
 
@@ -203,14 +217,20 @@ PRESET = Preset(
               "loss_agg_mode": "token-mean", "loss_mode": "vanilla", "clip_ratio_low": 0.2,
               "clip_ratio_high": 0.2, "clip_ratio_c": 3.0, "use_kl_loss": False,
               "kl_loss_coef": 0.001, "kl_loss_type": "low_var_kl", "use_kl_in_reward": False,
-              "kl_penalty": "kl", "kl_coef": 0.001, "gdpo_reward_weights": None},
+              "kl_penalty": "kl", "kl_coef": 0.001, "gdpo_reward_weights": None,
+              # algorithm.rollout_correction (verl 0.9.1 trainer YAML defaults;
+              # rollout_loss_type is its loss_type)
+              "rollout_is": None, "rollout_is_threshold": 2.0,
+              "rollout_is_batch_normalize": False, "rollout_rs": None,
+              "rollout_rs_threshold": None, "bypass_mode": False,
+              "rollout_loss_type": "ppo_clip"},
     # the conventions verl does not expose as options (verl 0.9.1
     # verl/trainer/ppo/core_algos.py compute_grpo_outcome_advantage, epsilon=1e-6;
     # compute_policy_loss_vanilla and _cispo: clamp(negative_approx_kl, -20, 20); _gspo:
     # clamp(log_seq_importance_ratio, max=10.0))
     conventions={"std_ddof": 1, "std_eps": 1e-6, "std_eps_placement": "std",
                  "singleton": "raw", "log_ratio_clamp": 20.0, "cispo_clip": "range",
-                 "log_ratio_max": 10.0},
+                 "log_ratio_max": 10.0, "is_log_ratio_bound": 20.0},
     sources=(
         "volcengine/verl: verl/trainer/ppo/core_algos.py (compute_grpo_outcome_advantage, "
         "compute_rloo_outcome_advantage, compute_reinforce_plus_plus_outcome_advantage, "
@@ -227,6 +247,12 @@ PRESET = Preset(
         "gdpo_reward_weights), 0.9.1",
         "volcengine/verl: verl/workers/reward_manager/naive.py (float32 reward tensor), 0.9.1",
         "volcengine/verl: verl/trainer/config/actor/actor.yaml (policy_loss, kl_loss_*), 0.9.1",
+        "volcengine/verl: verl/trainer/ppo/rollout_corr_helper.py "
+        "(compute_rollout_correction_and_rejection_mask, apply_bypass_mode), 0.9.1",
+        "volcengine/verl: verl/trainer/ppo/core_algos.py (compute_policy_loss_bypass_mode, "
+        "compute_policy_loss_reinforce), 0.9.1",
+        "volcengine/verl: verl/trainer/config/_generated_ppo_trainer.yaml "
+        "(algorithm.rollout_correction), 0.9.1",
     ),
     tolerances={"float64": (32 * FLOAT32_ROUNDING, 32 * FLOAT32_ROUNDING)},
     tolerance_note="verl computes the outcome estimators in the dtype of its float32 reward "
