@@ -2,7 +2,7 @@
 
 ``python -m benchmarks.blas`` prints the medians. The product is GAE's inner
 one: (B T / C, C) @ (C, C) with C = 32, at (B, T) = (256, 1024). BLAS splits
-a large product over every core, and a small one (ROWS_PER_PRODUCT rows) runs
+a large product over every core, and a small one (``rows_per_product(C)`` rows) runs
 on one; when other processes hold the cores, the split product waits for them.
 Measured as the machine is, then while as many other processes as cores run
 the same product in a loop; the load average is printed beside the figures.
@@ -47,7 +47,7 @@ def products(B: int = 256, T: int = 1024, C: int = 32, *, busy: int = 0, rounds:
         load = os.getloadavg()[0]
     except OSError:
         load = None
-    return {"B": B, "T": T, "C": C, "rows": gae_module.ROWS_PER_PRODUCT, "load": load,
+    return {"B": B, "T": T, "C": C, "rows": gae_module.rows_per_product(C), "load": load,
             "busy": busy, **times}
 
 

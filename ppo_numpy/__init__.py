@@ -38,7 +38,11 @@ from .entropy import entropy_from_logits, log_softmax
 from .gae import gae
 from .gradcheck import cmp, gradcheck, numerical_grad
 from .group_advantages import (
+    gdpo_advantages,
+    gpg_advantages,
     grpo_advantages,
+    grpo_passk_advantages,
+    opo_advantages,
     reinforce_plus_plus_advantages,
     reinforce_plus_plus_baseline_advantages,
     remax_advantages,
@@ -97,8 +101,11 @@ __all__ = [
     "entropy_from_logits",
     "entropy_grad",
     "gae",
+    "gdpo_advantages",
+    "gpg_advantages",
     "gradcheck",
     "grpo_advantages",
+    "grpo_passk_advantages",
     "kl_estimate",
     "kl_estimate_grad",
     "kl_shaped_rewards",
@@ -106,6 +113,7 @@ __all__ = [
     "log_softmax",
     "masked_mean",
     "numerical_grad",
+    "opo_advantages",
     "policy_loss_and_grad",
     "policy_loss_grad",
     "ppo_loss_and_grads",

@@ -262,7 +262,14 @@ def check_finite(arr: np.ndarray, name: str, mask: np.ndarray, *, nonnegative=No
 
 
 def where_valid(mask: np.ndarray, arr: np.ndarray) -> np.ndarray:
-    """``arr`` at valid positions and exactly 0 at padding (never ``0 * inf``)."""
+    """``arr`` at valid positions and exactly 0 at padding (never ``0 * inf``): a new array."""
+    if (type(arr) is np.ndarray and arr.dtype == np.float64 and type(mask) is np.ndarray
+            and mask.dtype == bool and arr.shape == mask.shape):
+        # why: the same array as np.where's, for half the time (a copy, then the padding
+        # written over: np.where reads three inputs element by element)
+        out = arr.copy()
+        np.copyto(out, 0.0, where=~mask)
+        return out
     return np.where(mask, arr, zero_like(arr))
 
 

@@ -27,7 +27,12 @@ counts):
 * ``"dapo"``: sum m l / ``norm``, ``norm`` the token count of the whole (global,
   accumulated) batch; default the local count, where it equals ``"bnpo"``;
 * ``"dr_grpo"``: sum m l / (B * ``norm``), ``norm`` a constant length
-  (``max_completion_length``); default T.
+  (``max_completion_length``); default T;
+* ``"luspo"``: (1/B) sum_i sum_t m l, the sequence mean of token *sums* (TRL 1.16.0's
+  ``loss_type="luspo"``, ``(per_token_loss * mask).sum(-1).mean()``). At the sequence
+  level (GSPO's ratio s_i, the same term l_i at every token of response i) it is
+  (1/B) sum_i n_i l_i: each response's sequence loss scaled by its length, LUSPO's
+  length-unbiased sequence loss (arXiv 2602.05261).
 """
 
 from __future__ import annotations
@@ -42,7 +47,7 @@ __all__ = ["MODES", "NORM_MODES", "TRL_MODES", "aggregate", "aggregate_kernel",
 
 MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 #: TRL GRPOTrainer's ``loss_type`` normalisations (module docstring)
-TRL_MODES = ("grpo", "bnpo", "dapo", "dr_grpo")
+TRL_MODES = ("grpo", "bnpo", "dapo", "dr_grpo", "luspo")
 #: the modes that divide by ``norm``
 NORM_MODES = ("seq-mean-token-sum-norm", "dapo", "dr_grpo")
 
@@ -103,7 +108,7 @@ def aggregate(per_token, mask=None, mode="token-mean", *, norm=None):
     return aggregate_kernel(x, m, mode, mode_norm(mode, norm))
 
 
-def divisors(m: np.ndarray, mode: str, norm=None, like=None):
+def divisors(m: np.ndarray, mode: str, norm=None, like=None, n_tokens=None):
     """The one rule of every mode: aggregate = sum_i (sum_t m x)_i / d_i / D (unchecked kernel).
 
     Returns ``(d, D)``: ``d`` the (B,) per-row divisors (``None`` where every row
@@ -118,21 +123,23 @@ def divisors(m: np.ndarray, mode: str, norm=None, like=None):
         bnpo                     d = None   D = sum_i n_i
         dapo                     d = None   D = norm (default sum_i n_i)
         dr_grpo                  d = None   D = B * norm
+        luspo                    d = None   D = B
 
     :func:`aggregate` divides by them, :func:`aggregation_weights` (the gradient) is
     m / (d D). ``m``: a bool (B, T) mask; ``norm``: checked (:func:`mode_norm`), ``None``
     the mode's default;
-    ``like``: an exact array makes ``D`` a Fraction.
+    ``like``: an exact array makes ``D`` a Fraction; ``n_tokens``: the (B,) counts
+    ``m.sum(axis=-1)`` when already counted.
     """
     like = m if like is None else like  # (scalar_for: a float unless like is exact)
     if norm is None and mode in ("seq-mean-token-sum-norm", "dr_grpo"):
         norm = m.shape[-1]  # the mode's default: T, the padded length
     if mode in ("token-mean", "bnpo") or (mode == "dapo" and norm is None):
-        total = int(np.count_nonzero(m))
+        total = int(np.count_nonzero(m) if n_tokens is None else n_tokens.sum())
         if total == 0:
             raise ValueError("mask: no response token to aggregate over")
         return None, scalar_for(total, like)
-    n_tokens = m.sum(axis=-1)  # (B,)
+    n_tokens = m.sum(axis=-1) if n_tokens is None else n_tokens  # (B,)
     n_seq = int(np.count_nonzero(n_tokens))
     if n_seq == 0:
         raise ValueError("mask: no response token to aggregate over")
@@ -143,6 +150,8 @@ def divisors(m: np.ndarray, mode: str, norm=None, like=None):
         return None, scalar_for(norm, like)
     if mode == "dr_grpo":
         return None, scalar_for(B, like) * scalar_for(norm, like)
+    if mode == "luspo":
+        return None, scalar_for(B, like)
     if mode == "seq-mean-token-sum":
         return None, scalar_for(n_seq, like)
     if mode == "seq-mean-token-mean":

@@ -20,8 +20,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._validation import check_choice, check_int, check_scalar, prepare, scalar_for, where_valid
-from .gae_blocked import gae_blocked_kernel
+from ._validation import (
+    check_choice,
+    check_finite,
+    check_int,
+    check_scalar,
+    prepare,
+    scalar_for,
+    where_valid,
+)
+from .gae_blocked import BLOCK, gae_blocked_kernel
 from .td import td_errors_kernel
 
 __all__ = ["gae"]
@@ -35,7 +43,7 @@ METHODS = ("blocked", "loop")
 BLOCKED_FROM = 1 << 15
 
 
-def gae(rewards, values, gamma=1.0, lam=0.95, mask=None, *, method=None, block=32):
+def gae(rewards, values, gamma=1.0, lam=0.95, mask=None, *, method=None, block=BLOCK):
     """Advantages A_hat_t = sum_l (gamma lam)^l delta_{t+l} and returns A_hat_t + V(s_t).
 
     Parameters
@@ -59,7 +67,7 @@ def gae(rewards, values, gamma=1.0, lam=0.95, mask=None, *, method=None, block=3
         at least ``BLOCKED_FROM`` = 32768 entries, ``"loop"`` otherwise (and always for
         exact Fractions).
     block : int >= 1
-        Block length C of the blocked form (speed only; 1 behaves as 2). Default 32.
+        Block length C of the blocked form (speed only; 1 behaves as 2). Default 8.
 
     Returns
     -------
@@ -82,12 +90,28 @@ def gae(rewards, values, gamma=1.0, lam=0.95, mask=None, *, method=None, block=3
     if method is not None:
         check_choice(method, "method", METHODS, "method")
     block = check_int(block, "block")
-    (r, v), m = prepare({"rewards": rewards, "values": values}, mask)
+    # shapes and the mask checked here, the values below; large float arrays come back as
+    # given (the blocked form reads no padding)
+    (r, v), m = prepare({"rewards": rewards, "values": values}, mask, zero_padding=False,
+                        check_values=False)
     if method == "blocked" and v.dtype == object:
         raise ValueError("method: 'blocked' computes in float64; exact Fraction input needs "
                          "method='loop' (or None, which picks it)")
     if _blocked(method, v):
-        return gae_blocked_kernel(r, v, gamma, lam, m, block)
+        advantages, returns = gae_blocked_kernel(r, v, gamma, lam, m, block)
+        # why: one read instead of two: a NaN or inf in rewards or values at a response token
+        # makes R_t there non-finite (A_t holds delta_t, R_t = A_t + V(s_t)); only then are
+        # the inputs read, to name the argument (finite inputs that overflow pass)
+        with np.errstate(over="ignore", invalid="ignore"):
+            finite = np.isfinite(returns.sum())
+        if not finite:
+            check_finite(r, "rewards", m)
+            check_finite(v, "values", m)
+        return advantages, returns
+    check_finite(r, "rewards", m)
+    check_finite(v, "values", m)
+    # the recursion reads r and v as 0 at padding
+    r, v = where_valid(m, r), where_valid(m, v)
     gamma, lam = scalar_for(gamma, v), scalar_for(lam, v)
     # delta_t = r_t + gamma V(s_{t+1}) - V(s_t)
     delta = td_errors_kernel(r, v, gamma, m)
@@ -123,9 +147,9 @@ def _blocked(method, v) -> bool:
                                    and v.size >= BLOCKED_FROM)
 
 
-def gae_kernel(r, v, gamma, lam, m, method=None, block=32):
+def gae_kernel(r, v, gamma, lam, m, method=None, block=BLOCK):
     """:func:`gae` on checked arrays (unchecked kernel; the training loop's and the presets'):
-    ``r``, ``v`` 0 at padding and this call's own, ``gamma``, ``lam`` in their arithmetic,
+    ``r``, ``v`` 0 at padding (not written into), ``gamma``, ``lam`` in their arithmetic,
     ``m`` a bool mask; ``method`` as in :func:`gae` (None: the same size rule). Returns
     ``(advantages, returns)``."""
     if _blocked(method, v):

@@ -15,8 +15,9 @@ Equal to the backward recursion of :mod:`ppo_numpy.gae` up to rounding (the
 sums are added in another order): ``tests/test_td_gae.py`` checks both against
 the sum definition in Fractions, bit for bit where the arithmetic is exact, and
 within the rounding bound stated there otherwise. Speed: ``docs/benchmarks.md``.
-Everything here writes into arrays of its own (buffer reuse, ``out=``): that is
-where the speed comes from, and why it is kept apart from the definition.
+Everything here writes into arrays of its own (buffer reuse, ``out=``, the two outputs
+halves of one array, the TD errors added on flat views): that is where the speed comes
+from, and why it is kept apart from the definition.
 """
 
 from __future__ import annotations
@@ -25,39 +26,92 @@ import functools
 
 import numpy as np
 
-from ._validation import where_valid, zero_like
 from .td import has_holes, late_starts, next_valid_values
 
-__all__ = ["gae_blocked_kernel"]
+__all__ = ["BLOCK", "gae_blocked_kernel"]
+
+#: the default block length C: the product costs 2 C operations per entry, the recursion
+#: over blocks a few passes over T / C numbers per level (C = 8 measured fastest at (256, 1024))
+BLOCK = 8
 
 
-def gae_blocked_kernel(r, v, gamma, lam, m, block=32):
+def gae_blocked_kernel(r, v, gamma, lam, m, block=BLOCK):
     """:func:`ppo_numpy.gae` with ``method="blocked"`` on checked float64 arrays (unchecked
-    kernel): ``r``, ``v`` 0 at padding and this call's own (``r`` becomes the TD errors, ``v``
-    the returns), ``m`` a bool mask. Returns ``(advantages, returns)``."""
-    holes = has_holes(m)
-    delta = _td_errors_in_place(r, v, float(gamma), m, holes)
-    advantages = _gae_blocked(delta, m, float(gamma * lam), block, holes)
-    # advantages and v are both exactly 0 at padding, so returns are too
-    returns = np.add(advantages, v, out=v)
+    kernel): ``r``, ``v`` what they hold at padding is never used (non-finite values there
+    are allowed), not written into; ``m`` a bool mask. Returns ``(advantages, returns)``.
+
+    The two outputs are the two halves of one new (2, B, T) array, which holds the TD errors
+    too (right padding; left padding and holes take one more array): the fewer fresh arrays,
+    the fewer pages a fresh process maps on each call (glibc gives a freed block back to the
+    system once the free space at the top of its heap passes twice the largest block it has
+    mapped), and the less memory each pass streams through.
+    """
+    out = np.empty((2,) + v.shape)
+    advantages, returns = out[0], out[1]
+    padding = ~m
+    late = late_starts(m)  # runs of tokens after padding: left padding, holes
+    holes = has_holes(m, late)
+    with np.errstate(over="ignore", invalid="ignore"):  # garbage at padding
+        if late:
+            # V(s_t), 0 at padding: the returns' buffer until the advantages are added to it
+            _valid_copy(returns, v, padding)
+            delta = _td_errors(r, returns, float(gamma), m, holes, padding)
+        else:
+            # the TD errors in the returns' buffer: read once by the product, then overwritten
+            delta = _td_errors_right_padded(r, v, float(gamma), m, padding, returns)
+        _gae_blocked(delta, m, float(gamma * lam), block, holes, late, advantages)
+        # R_t = A_t + V(s_t); A is exactly 0 at padding
+        np.add(advantages, returns if late else v, out=returns)
+    if not late:
+        np.copyto(returns, 0.0, where=padding)
     return advantages, returns
 
 
-def _td_errors_in_place(r, v, gamma, m, holes):
-    """delta_t = r_t + gamma V(s_{t+1}) - V(s_t) computed in ``r`` (the same operations, in the
-    same order, as :func:`ppo_numpy.td.td_errors_kernel`, so the same bits)."""
-    # without holes V(s_{t+1}) is simply v[t + 1], as v is 0 at padding (a view: no copy)
-    v_next = next_valid_values(v, m)[..., :-1] if holes else v[..., 1:]
-    zero = v.flat[0] * 0 if v.size else 0.0  # V(s_{T+1}) = 0
-    delta = r
-    # delta_t = r_t + gamma V(s_{t+1}) - V(s_t)
-    np.add(r[..., :-1], v_next if gamma == 1 else gamma * v_next, out=delta[..., :-1])
-    np.add(r[..., -1], zero if gamma == 1 else gamma * zero, out=delta[..., -1])
+def _valid_copy(dst, x, padding):
+    """dst = x at the response tokens, exactly 0 at ``padding`` (``where_valid`` into ``dst``)."""
+    np.copyto(dst, x)
+    np.copyto(dst, 0.0, where=padding)
+
+
+def _td_errors(r, v, gamma, m, holes, padding):
+    """delta_t = r_t + gamma V(s_{t+1}) - V(s_t), a new array (the same operations, in the same
+    order, as :func:`ppo_numpy.td.td_errors_kernel`, so the same bits); ``v`` 0 at padding,
+    ``r`` anything there, ``padding`` = ``~m``."""
+    v_next = next_valid_values(v, m) if holes else _shifted(v)
+    delta = r + (v_next if gamma == 1 else gamma * v_next)
     delta -= v
-    # at padding r and v are 0, and so is the next value, except at padding just before a
-    # response token (left padding, holes): only then is there anything to zero
-    if holes or late_starts(m):
-        np.copyto(delta, zero_like(v), where=~m)
+    np.copyto(delta, 0.0, where=padding)
+    return delta
+
+
+def _shifted(v):
+    """v[..., t + 1], 0 after the last step."""
+    out = np.zeros(v.shape)
+    out[..., :-1] = v[..., 1:]
+    return out
+
+
+def _td_errors_right_padded(r, v, gamma, m, padding, delta):
+    """:func:`_td_errors` for a mask whose rows are runs from t = 0 (right padding), with
+    ``r`` and ``v`` anything at padding.
+
+    V(s_{t+1}) is v[t + 1], except at a row's last step and at its last response token
+    (the value after it is 0, whatever the padding holds), which are written again: the
+    sum r_t + V(s_{t+1}) is taken on the flat arrays, in one contiguous pass (the 2-D slices
+    [:, :-1] cost five times as much here). Written into ``delta`` (C-contiguous).
+    """
+    flat, v_flat = delta.reshape(-1), v.reshape(-1)
+    np.add(r.reshape(-1)[:-1], v_flat[1:] if gamma == 1 else gamma * v_flat[1:],
+           out=flat[:-1])
+    # the steps followed by no response token: r + gamma * 0
+    delta[..., -1] = r[..., -1] + 0.0
+    T = m.shape[-1]
+    m2, d2, r2 = m.reshape(-1, T), delta.reshape(-1, T), r.reshape(-1, T)
+    rows = np.flatnonzero(m2[:, 0] & ~m2[:, -1])  # rows ending before the last step
+    ends = np.argmin(m2, axis=-1)[rows] - 1  # argmin: the first padding step
+    d2[rows, ends] = r2[rows, ends] + 0.0
+    delta -= v
+    np.copyto(delta, 0.0, where=padding)
     return delta
 
 
@@ -85,19 +139,31 @@ def _power_matrix(g, n):
     return W
 
 
-ROWS_PER_PRODUCT = 128
+#: rows per product of :func:`_matmul` for C = 8; R C^2 = 65536 multiply-adds per product
+ROWS_PER_PRODUCT = 1024
 
 
-def _matmul(x, W):
-    """x @ W for a C-contiguous 2-D x, as a stack of products of ROWS_PER_PRODUCT rows.
+def rows_per_product(C: int) -> int:
+    """Rows of each product of :func:`_matmul` for blocks of C: ROWS_PER_PRODUCT 64 / C^2,
+    at least 128 (products small enough for BLAS to keep them on one thread)."""
+    return max(128, ROWS_PER_PRODUCT * 64 // C**2)
+INNER_BLOCK = 16
+
+
+def _matmul(x, W, out=None):
+    """x @ W for a C-contiguous 2-D x, as a stack of products of :func:`rows_per_product` rows,
+    into ``out`` (a new array when None; C-contiguous, x's rows by W's columns).
 
     Why: BLAS runs a small product on one thread and a large one on every core;
     on a busy machine the large one waits for the other cores and takes many
-    times longer than the stack (measured in ``docs/benchmarks.md``).
+    times longer than the stack (measured in ``docs/benchmarks.md``; here, with two
+    threads on two busy cores, (32768, 8) @ (8, 8) in one product: 15.7 ms, in stacks of
+    1024 rows: 0.27 ms).
     """
-    M, R = x.shape[0], ROWS_PER_PRODUCT
+    M, R = x.shape[0], rows_per_product(W.shape[0])
     head = M - M % R
-    out = np.empty((M, W.shape[1]))
+    if out is None:
+        out = np.empty((M, W.shape[1]))
     if head:
         np.matmul(x[:head].reshape(-1, R, x.shape[1]), W,
                   out=out[:head].reshape(-1, R, W.shape[1]))
@@ -106,8 +172,9 @@ def _matmul(x, W):
     return out
 
 
-def _suffix_sums(x, g, C):
-    """y_t = sum_{l >= 0} g^l x_{t+l} along the last axis of a dense (B, n) array.
+def _suffix_sums(x, g, C, out=None):
+    """y_t = sum_{l >= 0} g^l x_{t+l} along the last axis of a dense (B, n) array, into
+    ``out`` (a C-contiguous (B, n) array; a new one when None).
 
     Blocks of C steps: inside a block y = x @ W (W from :func:`_power_matrix`).
     The value at the start of each block obeys the same recursion with g^C
@@ -118,9 +185,10 @@ def _suffix_sums(x, g, C):
     B, n = x.shape
     W = _power_matrix(g, min(C, n))
     if n <= C:
-        return _matmul(np.ascontiguousarray(x), W)
+        return _matmul(np.ascontiguousarray(x), W, out)
     nb = -(-n // C)
-    if n == nb * C and x.flags.c_contiguous:
+    whole = n == nb * C and x.flags.c_contiguous
+    if whole:
         d = x
     else:
         d = np.zeros((B, nb * C))
@@ -128,35 +196,39 @@ def _suffix_sums(x, g, C):
     d = d.reshape(B * nb, C)
     # y at the first step of each block, counting that block alone
     first = _matmul(d, W[:, :1]).reshape(B, nb)
-    # y_start(b) = first(b) + g^C y_start(b + 1)
-    start = _suffix_sums(first, g**C, C)
+    # y_start(b) = first(b) + g^C y_start(b + 1)   (blocks of INNER_BLOCK at least: on these
+    # T / C numbers a call costs more than its arithmetic)
+    start = _suffix_sums(first, g**C, max(C, INNER_BLOCK))
     # y_(last of block b) gains g * y_start(b + 1), and every earlier step its discounted share
     d.reshape(B, nb, C)[:, :-1, C - 1] += g * start[:, 1:]
-    y = _matmul(d, W)  # (B * nb, C)
-    return y.reshape(B, nb * C)[:, :n]
+    if out is None:
+        out = np.empty((B, n))
+    if whole:  # the product straight into out
+        _matmul(d, W, out.reshape(B * nb, C))
+    else:
+        out[...] = _matmul(d, W).reshape(B, nb * C)[:, :n]
+    return out
 
 
-def _gae_blocked(delta, mask, gl, C, holes):
-    """The sum definition A_t = sum_l (gl)^l delta_{t+l}, evaluated block by block.
+def _gae_blocked(delta, mask, gl, C, holes, late, out):
+    """The sum definition A_t = sum_l (gl)^l delta_{t+l}, evaluated block by block, into
+    ``out`` (C-contiguous, delta's shape).
 
-    ``delta``: 0 at padding and this call's own (written into); ``holes``: ``has_holes(mask)``.
+    ``delta``: 0 at padding and this call's own (written into); ``holes``: ``has_holes(mask)``,
+    ``late``: ``late_starts(mask)``.
     """
-    squeeze = delta.ndim == 1
-    if squeeze:
-        delta, mask = delta[None], mask[None]
+    if delta.ndim == 1:
+        delta, mask, out = delta[None], mask[None], out[None]
     # A row whose mask has holes is compacted first, so the sum skips padding.
+    # why max(C, 2): with C = 1 the recursion over blocks would not shrink
     if holes:
-        delta, rows, cols, pos = _compact(delta, mask)
-    # why: with C = 1 the recursion over blocks would not shrink
-    A = _suffix_sums(delta, gl, max(C, 2))
-    if holes:
-        out = np.zeros_like(A)
+        compact, rows, cols, pos = _compact(delta, mask)
+        A = _suffix_sums(compact, gl, max(C, 2))
+        out[...] = 0.0
         out[rows, cols] = A[rows, pos[rows, cols]]
-        A = out
-    elif not A.flags.c_contiguous:  # a slice of the padded blocks: a compact copy, 0 at padding
-        A = where_valid(mask, A)
-    elif late_starts(mask):
+        return
+    _suffix_sums(delta, gl, max(C, 2), out)
+    if late:
         # why: padding before a response token sums the deltas after it; after a row's last
         # token every delta is 0, and so is the sum
-        np.copyto(A, 0.0, where=~mask)
-    return A[0] if squeeze else A
+        np.copyto(out, 0.0, where=~mask)

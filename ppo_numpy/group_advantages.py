@@ -12,12 +12,20 @@ score of response i, g(i) its group, n_g the group's size and mean_g its mean:
     REINFORCE++   A_t = whiten(G_t)                                 (B, T)
     RF++-baseline A_t = whiten(s_i - mean_g(i) + G_t)               (B, T)
     ReMax         A_t = G_t - b_i                                   (B, T)
+    OPO           A_i =  s_i - sum_g(n_j s_j) / sum_g(n_j)          (B,)
+    GPG           A_i =  alpha (s_i - mean_g(i)) / f_norm           (B,)
+    Pass@k        A_i = (s_(1) - s_(2)) / (std_g + eps) for the best (B,)
+    GDPO          A_t = whiten(sum_k w_k GRPO(s^k)_i)               (B, T)
 
 with G_t = sum_{l >= 0} gamma^l r~_{t+l} the return-to-go of the per-token
 (KL-shaped) rewards over the response tokens (padding between response tokens
 is skipped, as in :func:`ppo_numpy.gae`), ``whiten`` the batch whitening of
 :func:`ppo_numpy.whiten`, and b_i the score of a greedy response to the same
-prompt. Sequence-level advantages are broadcast over a response's tokens by the
+prompt. OPO weighs each score by its response's length n_j; GPG's alpha is B over
+the number of nonzero scores; Pass@k gives the best response of a group its lead
+over the second best (0 elsewhere); GDPO normalises K reward components s^k apart
+(verl 0.9.1's estimators, read for issue 27: each docstring names its function).
+Sequence-level advantages are broadcast over a response's tokens by the
 loss; token-level outputs are exactly 0 at padding.
 
 What each framework does (a group of one, equal scores, eps, ddof, dtype) is in
@@ -41,6 +49,7 @@ from ._validation import (
     as_array,
     check_bounds,
     check_choice,
+    check_finite,
     check_scalar,
     finite_entries,
     is_exact,
@@ -52,7 +61,8 @@ from ._validation import (
 from .gae import _backward_recursion as _returns_to_go  # G_t = r~_t + gamma G_{t+1}
 from .whitening import whiten
 
-__all__ = ["SCALES", "SINGLETONS", "grpo_advantages", "reinforce_plus_plus_advantages",
+__all__ = ["SCALES", "SINGLETONS", "gdpo_advantages", "gpg_advantages", "grpo_advantages",
+           "grpo_passk_advantages", "opo_advantages", "reinforce_plus_plus_advantages",
            "reinforce_plus_plus_baseline_advantages", "remax_advantages", "returns_to_go",
            "rloo_advantages"]
 
@@ -680,3 +690,307 @@ def remax_advantages(rewards, baseline_scores, mask, *, gamma=1.0):
     G = _returns_to_go(r, m, scalar_for(gamma, r))
     # A_t = G_t - b_i on the response tokens
     return where_valid(m, G - b[:, None])
+
+
+# --- verl 0.9.1's newer outcome estimators (issue 27) ---------------------------------------
+# Source: volcengine/verl 0.9.1 verl/trainer/ppo/core_algos.py (compute_opo_outcome_advantage,
+# compute_gpg_outcome_advantage, compute_grpo_passk_outcome_advantage,
+# compute_gdpo_outcome_advantage) and verl/trainer/ppo/ray_trainer.py (compute_advantage).
+
+
+def _check_lengths(lengths, B):
+    """Response lengths n_i (B,): integers >= 0, as int64 (never the caller's array)."""
+    n = rectangular(lengths, "lengths")
+    if n.dtype == bool or n.dtype.kind not in "iuf" or (
+            n.dtype.kind == "f" and not np.all(np.isfinite(n) & (n == np.round(n)))):
+        raise TypeError(f"lengths: expected integer token counts, got {n.dtype} values "
+                        f"{n.tolist()[:4]}")
+    if n.shape != (B,):
+        raise ValueError(f"lengths: expected shape ({B},), one token count per score, got "
+                         f"shape {n.shape}")
+    if np.any(n < 0):
+        i = int(np.argmax(n < 0))
+        raise ValueError(f"lengths: a token count is >= 0, got {n[i]} at row {i}")
+    return n.astype(np.int64)
+
+
+def opo_advantages(scores, groups, lengths, *, singleton="error"):
+    """OPO advantages: each score minus its group's length-weighted mean score.
+
+        b_g = (sum_{j in g} n_j s_j) / (sum_{j in g} n_j),    A_i = s_i - b_g(i)
+
+    n_j is the number of response tokens of response j: a long response weighs more in
+    the baseline (the optimal baseline of On-Policy RL with Optimal reward baseline, OPO,
+    arXiv 2505.23585, for a sequence-level reward and a token-sum loss).
+
+    Parameters
+    ----------
+    scores : array (B,)
+        One score per response (verl: ``token_level_rewards.sum(-1)``).
+    groups : array of int (B,)
+        Prompt id of each response, any order (verl groups by ``uid``).
+    lengths : array of int (B,)
+        n_i >= 0, the response lengths (verl: ``response_mask.sum(-1)``). A group whose
+        lengths sum to 0 has no baseline: ValueError.
+    singleton : {"error", "zero", "raw"}
+        A group of one: ``"error"`` (default), ``"zero"`` (its own baseline: A = 0) or
+        ``"raw"`` (baseline 0, A = s: verl).
+
+    Returns
+    -------
+    float64 array (B,); exact Fractions for Fraction input.
+
+    Notes
+    -----
+    verl ``algorithm.adv_estimator=opo`` (``compute_opo_outcome_advantage``): the
+    lengths are the response mask's row sums; a group of one gets baseline 0. With equal
+    lengths OPO is Dr. GRPO (``grpo_advantages(scale="none")``).
+
+    Examples
+    --------
+    One group, scores [1, 0], lengths [3, 1]: b = (3 * 1 + 1 * 0) / 4 = 3/4, so
+    A = [1/4, -3/4] (Dr. GRPO would give [1/2, -1/2]):
+
+    >>> [float(a) for a in opo_advantages([1, 0], [0, 0], [3, 1])]
+    [0.25, -0.75]
+    """
+    check_choice(singleton, "singleton", SINGLETONS)
+    s = _check_scores(scores, "scores")
+    grp = _groups(groups, s.shape[0], regular=False)
+    n = _check_lengths(lengths, s.shape[0])
+    G = len(grp.counts)
+    single = _singletons(grp, singleton, "Pass singleton='zero' or 'raw' (verl: baseline 0).")
+    n_s = n.astype(object) if s.dtype == object else n.astype(np.float64)
+    total = _group_sums(n_s, grp.inverse, G)
+    empty = (total == 0) & (grp.counts > 1)
+    if np.any(empty):
+        g = int(np.argmax(empty))
+        raise ValueError(f"lengths: the responses of prompt id {grp.ids[g]} have 0 tokens in "
+                         "all, so the length-weighted baseline is 0 / 0")
+    # b_g = sum_j n_j s_j / sum_j n_j   (a group of one with 0 tokens: replaced below)
+    weighted = _group_sums(n_s * s, grp.inverse, G)
+    safe = np.where(total == 0, 1, total) if s.dtype == object else np.maximum(total, 1)
+    baseline = (weighted / safe)[grp.inverse]
+    # A_i = s_i - b_g(i), exactly 0 in a group of equal scores
+    A = np.where(_flat_groups(s, grp.inverse, G), s * 0, s - baseline)
+    if np.any(single):
+        A = np.where(single, s if singleton == "raw" else s * 0, A)
+    return A
+
+
+def gpg_advantages(scores, groups, *, f_norm=1.0, singleton="error"):
+    """GPG advantages: the group-centred score, scaled up by the share of zero scores.
+
+        alpha = B / max(#{j : s_j != 0}, 1),    A_i = alpha (s_i - mean_g(i)) / f_norm
+
+    B is the batch size and the count runs over the whole batch (Group Policy Gradient,
+    arXiv 2504.02546: the scale that undoes the averaging over responses that carry no
+    reward). No division by a standard deviation.
+
+    Parameters
+    ----------
+    scores : array (B,)
+        One score per response (verl: ``token_level_rewards.sum(-1)``).
+    groups : array of int (B,)
+        Prompt id of each response, any order.
+    f_norm : float > 0
+        A constant divisor. Default 1.0 (verl's; ``compute_advantage`` passes no other).
+    singleton : {"error", "zero", "raw"}
+        A group of one: ``"error"`` (default), ``"zero"`` (A = 0) or ``"raw"`` (mean 0,
+        A = alpha s / f_norm: verl).
+
+    Returns
+    -------
+    float64 array (B,); exact Fractions for Fraction input.
+
+    Notes
+    -----
+    verl ``algorithm.adv_estimator=gpg`` (``compute_gpg_outcome_advantage``): alpha is
+    recomputed from the batch (the ``alpha`` argument is overwritten), the count is of
+    the nonzero *scores* (``torch.count_nonzero``, not of responses with a nonzero
+    advantage), ``f_norm`` 1.0.
+
+    Examples
+    --------
+    Scores [1, 0, 0, 0] in two groups: one nonzero score of four, alpha = 4; group
+    means 1/2 and 0, so A = 4 * [1/2, -1/2, 0, 0]:
+
+    >>> [float(a) for a in gpg_advantages([1, 0, 0, 0], [0, 0, 1, 1])]
+    [2.0, -2.0, 0.0, 0.0]
+    """
+    check_choice(singleton, "singleton", SINGLETONS)
+    f_norm = check_scalar(f_norm, "f_norm", low=0, low_open=True)
+    s = _check_scores(scores, "scores")
+    grp = _groups(groups, s.shape[0], regular=False)
+    G = len(grp.counts)
+    single = _singletons(grp, singleton, "Pass singleton='zero' or 'raw' (verl: mean 0).")
+    # alpha = B / max(number of nonzero scores, 1)
+    B, nonzero = s.shape[0], max(int(np.count_nonzero(s != 0)), 1)
+    alpha = Fraction(B, nonzero) if s.dtype == object else B / nonzero
+    counts = grp.counts.astype(object) if s.dtype == object else grp.counts
+    mean = (_group_sums(s, grp.inverse, G) / counts)[grp.inverse]
+    # s_i - mean_g(i), exactly 0 in a group of equal scores; a group of one: mean 0 ("raw")
+    centred = np.where(_flat_groups(s, grp.inverse, G), s * 0, s - mean)
+    if np.any(single):
+        centred = np.where(single, s if singleton == "raw" else s * 0, centred)
+    f = scalar_for(f_norm, s) if s.dtype == object else f_norm
+    # A_i = alpha (s_i - mean_g(i)) / f_norm
+    return alpha * centred / f
+
+
+def grpo_passk_advantages(scores, groups, *, scale="group", eps=1e-6, ddof=1):
+    """Pass@k advantages: the best response of each group gets its lead over the second best.
+
+        A_i = (s_(1) - s_(2)) / (std_g + eps)   for i the best response of its group
+        A_i = 0                                 for the others
+
+    s_(1) >= s_(2) are the two highest scores of the group, std_g its standard deviation
+    (divisor n_g - ddof); ``scale="none"`` drops the division. Only the response that
+    decides the group's pass@k gets a signal (Pass@k training, arXiv 2503.19595). When
+    the best score is tied every advantage of the group is 0, whichever row is "best".
+
+    Parameters
+    ----------
+    scores : array (B,)
+        One score per response (verl: ``token_level_rewards.sum(-1)``).
+    groups : array of int (B,)
+        Prompt id of each response, any order; every group needs >= 2 responses
+        (ValueError otherwise, as in verl).
+    scale : {"group", "none"}
+        Divide by std_g + eps (default; verl ``norm_adv_by_std_in_grpo=True``) or not.
+    eps : float >= 0
+        Added to the std. Default 1e-6 (verl).
+    ddof : {1, 0}
+        Divisor n - ddof of the variance. Default 1 (``torch.std``).
+
+    Returns
+    -------
+    float64 array (B,); exact Fractions for Fraction input with ``scale="none"``.
+
+    Notes
+    -----
+    verl ``algorithm.adv_estimator=grpo_passk`` (``compute_grpo_passk_outcome_advantage``,
+    ``torch.topk(rewards, 2)``): reads ``norm_adv_by_std_in_grpo`` from the algorithm
+    config; a group of one raises.
+
+    Examples
+    --------
+    One group [1, 0.5, 0]: the best leads by 1/2; std (ddof 1) = 1/2, so with eps 0 its
+    advantage is 1 and the others' 0:
+
+    >>> [float(a) for a in grpo_passk_advantages([1, 0.5, 0], [0, 0, 0], eps=0)]
+    [1.0, 0.0, 0.0]
+    >>> [float(a) for a in grpo_passk_advantages([0, 2, 1, 1], [0, 0, 1, 1], scale="none")]
+    [0.0, 2.0, 0.0, 0.0]
+    """
+    check_choice(scale, "scale", ("group", "none"))
+    eps = check_scalar(eps, "eps", low=0, allow_exact=False)
+    if isinstance(ddof, bool) or ddof not in (0, 1):
+        raise ValueError(f"ddof: must be 0 or 1, got {ddof!r}")
+    s = _check_scores(scores, "scores", exact=None if scale == "none" else False)
+    grp = _groups(groups, s.shape[0], regular=False)
+    _singletons(grp, "error", "Pass@k needs at least 2 samples per group (verl raises too).")
+    A = s * 0
+    for g in range(len(grp.counts)):
+        rows = np.flatnonzero(grp.inverse == g)
+        vals = s[rows]
+        order = sorted(range(len(rows)), key=lambda k: vals[k], reverse=True)  # stable
+        best, second = vals[order[0]], vals[order[1]]
+        lead = best - second
+        if scale == "group" and lead != 0:
+            # std_g = sqrt(sum_j (s_j - mean_g)^2 / (n_g - ddof))
+            mean = vals.sum() / len(rows)
+            std = float(np.sqrt(((vals - mean) ** 2).sum() / (len(rows) - ddof)))
+            lead = lead / (std + eps)
+        A[rows[order[0]]] = lead
+    return A
+
+
+def gdpo_advantages(components, groups, mask, *, weights=None, eps=1e-6, singleton="error",
+                    whiten_eps=1e-8, dtype=np.float64):
+    """GDPO advantages: GRPO on each reward component apart, a weighted sum, whitened.
+
+        A^k_i = (s^k_i - mean_g(i)(s^k)) / (std_g(i)(s^k) + eps)     per component k
+        S_i   = sum_k w_k A^k_i,        A_t = whiten(S_i)  over every response token
+
+    (Group reward-Decoupled normalisation Policy Optimisation, arXiv 2601.05242: a
+    component with a large spread no longer drowns the others, as it does when the
+    components are summed before one GRPO normalisation.) The whitening is
+    :func:`ppo_numpy.whiten` with ddof 1 and ``whiten_eps`` inside the square root.
+
+    Parameters
+    ----------
+    components : array (B, K)
+        K >= 1 reward components of each response (verl: the entries
+        ``algorithm.gdpo_reward_keys`` of the reward function's dict).
+    groups : array of int (B,)
+        Prompt id of each response, any order.
+    mask : array of 0/1 (B, T)
+        1 for response tokens; the output is exactly 0 at padding.
+    weights : array (K,), optional
+        w_k (verl ``algorithm.gdpo_reward_weights``); None: all 1.
+    eps : float >= 0
+        The per-component GRPO's eps, added to the std. Default 1e-6 (verl).
+    singleton : {"error", "zero", "raw"}
+        A group of one, as in :func:`grpo_advantages` (verl: ``"raw"``).
+    whiten_eps : float >= 0
+        The whitening's eps. Default 1e-8 (verl ``masked_whiten``).
+    dtype : {numpy.float64, numpy.float32}
+        The precision of the per-component GRPO (verl: float32 components).
+
+    Returns
+    -------
+    float64 array (B, T); 0 at padding.
+
+    Notes
+    -----
+    verl ``algorithm.adv_estimator=gdpo`` (``compute_gdpo_outcome_advantage``): the
+    per-component GRPO always divides by the std (``compute_advantage`` does not pass
+    ``norm_adv_by_std_in_grpo`` to it); the components come from the reward function's
+    dict, so the KL penalty of ``use_kl_in_reward`` (in ``token_level_rewards``) does not
+    enter. With one component, GDPO is GRPO whitened over the tokens.
+
+    Examples
+    --------
+    Two responses to one prompt, one token each, components [[1, 0], [0, 4]]: each
+    component gives A = [+0.7071, -0.7071] or the reverse (eps 0), the sum is [0, 0]:
+    the two rewards cancel, whatever their scale (GRPO on the summed scores [1, 4] would
+    favour the second):
+
+    >>> A = gdpo_advantages([[1, 0], [0, 4]], [0, 0], [[1], [1]], eps=0)
+    >>> [float(a) for a in A[:, 0]]
+    [0.0, 0.0]
+
+    One component: GRPO gives [+0.7071, -0.7071], whose two tokens have mean 0 and
+    (ddof 1) variance 0.5 + 0.5 = 1, so the whitening leaves them:
+
+    >>> A = gdpo_advantages([[1], [0]], [0, 0], [[1], [1]], eps=0, whiten_eps=0)
+    >>> [round(float(a), 6) for a in A[:, 0]]
+    [0.707107, -0.707107]
+    """
+    check_choice(singleton, "singleton", SINGLETONS)
+    c = as_array(components, "components", exact=False)
+    if c.ndim != 2 or c.shape[0] == 0 or c.shape[1] == 0:
+        raise ValueError(f"components: expected shape (B, K) with B, K >= 1 (K reward "
+                         f"components per response), got shape {c.shape}")
+    K = c.shape[1]
+    if weights is None:
+        w = np.ones(K)
+    else:
+        w = as_array(weights, "weights", exact=False)
+        if w.shape != (K,):
+            raise ValueError(f"weights: expected shape ({K},), one weight per component, "
+                             f"got shape {w.shape}")
+        check_finite(w, "weights", np.ones(K, dtype=bool))
+    eps = check_scalar(eps, "eps", low=0, allow_exact=False)
+    whiten_eps = check_scalar(whiten_eps, "whiten_eps", low=0, allow_exact=False)
+    if mask is None:
+        raise ValueError("mask: required, (B, T) with 1 for the response tokens")
+    # S_i = sum_k w_k GRPO(s^k)_i
+    S = np.zeros(c.shape[0])
+    for k in range(K):
+        A_k = grpo_advantages(c[:, k], groups, eps=eps, singleton=singleton, dtype=dtype)
+        S = S + w[k] * A_k
+    (G,), m = _token_inputs({"mask": as_array(mask, "mask") * 0}, mask, ("components", S))
+    # A_t = whiten(S_i) over the response tokens, ddof 1 (0 at padding)
+    return whiten(G + S[:, None], m, ddof=1, eps=whiten_eps)

@@ -43,7 +43,8 @@ def rowwise_advantages(A, m):
         return None
     first = np.argmax(m, axis=-1)
     A_row = A[np.arange(A.shape[0]), first][:, None] * m.any(axis=-1, keepdims=True)
-    if not np.array_equal(A, A_row * m):
+    # A_t = A_i at every response token (A is 0 at padding): one comparison, on bools after it
+    if not np.greater_equal(A == A_row, m).all():
         return None
     return A_row
 
@@ -64,13 +65,15 @@ def gspo_rowwise_kernel(logp, logp_old, A_row, m, opts, logp_ref=None):
 
     ``A_row`` (B, 1) from ``rowwise_advantages``. The forward record's ``rho`` and
     ``term`` are (B, 1) here: one ratio and one term per response (0 for a row without
-    tokens).
+    tokens). Three arrays of the batch's size are made: the log-ratios, the token terms of
+    the approx-KL statistics, and d loss / d logp written over those terms.
     """
     from .objective import PolicyLossForward, _kl_agg
 
     lo, hi = opts.bounds()
-    has = m.any(axis=-1, keepdims=True)  # (B, 1)
-    n_i = np.maximum(m.sum(axis=-1, keepdims=True), 1)
+    n_tok = m.sum(axis=-1, keepdims=True)  # (B, 1), the one count of the mask
+    has = n_tok > 0
+    n_i = np.maximum(n_tok, 1)
     # log rho_t = logp_t - logp_old_t   (clamped with log_ratio_clamp)
     log_ratio = logp - logp_old
     log_rho = log_ratio
@@ -84,8 +87,7 @@ def gspo_rowwise_kernel(logp, logp_old, A_row, m, opts, logp_ref=None):
     # term_i = min(s_i A_i, clip(s_i) A_i)   (B, 1)
     term = surrogate_term(s, A_row, lo, hi, opts.dual_clip, opts.delta)
     # W_i = sum_t w_{i,t} = n_i / (d_i D)
-    d, D = divisors(m, opts.agg, opts.norm)
-    n_tok = m.sum(axis=-1, keepdims=True)
+    d, D = divisors(m, opts.agg, opts.norm, n_tokens=n_tok[:, 0])
     W = n_tok / D if d is None else n_tok / (np.maximum(d, 1)[:, None] * D)
     policy_loss = -float((W * term).sum())
     kl, kl_loss = None, 0.0
@@ -99,28 +101,52 @@ def gspo_rowwise_kernel(logp, logp_old, A_row, m, opts, logp_ref=None):
     loss = policy_loss + opts.kl_coef * kl_loss if opts.kl_coef > 0 else policy_loss
     f = PolicyLossForward(logp, log_ratio, log_rho, log_w_raw, log_w, s, lo, hi, term, kl,
                           policy_loss, kl_loss, loss)
+    # the approx-KL statistics, token by token as policy_loss_stats computes them (the same
+    # operations on the same array: the same bits); buf then holds the gradient
+    buf = np.empty(log_rho.shape)
+    approx_kl = _approx_kl(log_rho, m, buf)
 
     # backward: d loss / d log s_i = -W_i [unclipped_i] A_i s_i   (B, 1)
     case = clip_case(s, A_row, lo, hi, opts.dual_clip, opts.delta)
     dlog_w = -W * np.where(case == UNCLIPPED, A_row, 0.0) * s
     if opts.log_ratio_max is not None:
         dlog_w = dlog_w * (log_w_raw <= opts.log_ratio_max)
-    # log s_i = (1/n_i) sum_t m_t log rho_t: each token gets 1/n_i of it
-    dlogp = np.where(m, dlog_w / n_i, 0.0)
+    # log s_i = (1/n_i) sum_t m_t log rho_t: each token gets 1/n_i of it (+ 0.0: no -0.0)
+    dlogp = buf
+    np.copyto(dlogp, dlog_w / n_i + 0.0)
+    np.copyto(dlogp, 0.0, where=~m)
     if opts.log_ratio_clamp is not None:
-        dlogp = dlogp * (np.abs(log_ratio) <= opts.log_ratio_clamp)
+        np.copyto(dlogp, 0.0, where=np.abs(log_ratio) > opts.log_ratio_clamp)
     if opts.kl_coef > 0:
         mode, norm = _kl_agg(opts)
         dlogp = dlogp + opts.kl_coef * kl_estimate_grad_kernel(
             logp, logp_ref, opts.kl_estimator, m, opts.kl_clamp, aggregation_weights(m, mode, norm))
-    return f, _rowwise_stats(f, A_row, m, n_tok, opts), dlogp + 0.0
+        dlogp += 0.0
+    return f, _rowwise_stats(f, A_row, n_tok, opts, approx_kl), dlogp
 
 
-def _rowwise_stats(f, A_row, m, n_tok, opts) -> dict:
+def _approx_kl(log_rho, m, buf) -> dict:
+    """Sums over the tokens of k1 = -log rho, k2 = (log rho)^2 / 2, k3 = rho - 1 - log rho
+    (``log_rho`` 0 at padding), with the operations of ``policy_loss_stats``; ``buf`` a
+    scratch array of ``log_rho``'s shape."""
+    # (the same rule for a sum of exactly 0 as policy_loss_stats: its sign)
+    k1 = -log_rho.sum()
+    if k1 == 0:
+        k1 = np.where(m, -log_rho, 0.0).sum()
+    np.square(log_rho, out=buf)
+    buf /= 2
+    k2 = buf.sum()
+    np.expm1(log_rho, out=buf)
+    buf -= log_rho
+    return {"k1": k1, "k2": k2, "k3": buf.sum()}
+
+
+def _rowwise_stats(f, A_row, n_tok, opts, approx_kl) -> dict:
     """``policy_loss_stats`` from one ratio per response: the token
-    fractions count each response's tokens; the approx-KL ones read the token log-ratios."""
+    fractions count each response's tokens; the approx-KL ones are the token sums
+    ``approx_kl`` of :func:`_approx_kl`."""
     n = int(n_tok.sum())
-    s, log_rho = f.rho, f.log_rho
+    s = f.rho
     lo, hi = f.lo, f.hi
     has = n_tok > 0
 
@@ -128,15 +154,14 @@ def _rowwise_stats(f, A_row, m, n_tok, opts) -> dict:
         return float(n_tok[flags & has].sum() / n)
 
     s_u = s if opts.delta is None else np.minimum(s, opts.delta)
-    k1 = -log_rho.sum()
     stats = {
         "clipfrac_active": frac(f.term < s_u * A_row),
         "clipfrac_outside": frac((s > hi) | (s < lo)),
         "dual_clipfrac": 0.0 if opts.dual_clip is None else frac(
             f.term > surrogate_term(s, A_row, lo, hi, None, opts.delta)),
-        "approx_kl_k1": float((k1 if k1 != 0 else 0.0) / n),
-        "approx_kl_k2": float(np.square(log_rho).sum() / 2 / n),
-        "approx_kl_k3": float((np.expm1(log_rho) - log_rho).sum() / n),
+        "approx_kl_k1": float(approx_kl["k1"] / n),
+        "approx_kl_k2": float(approx_kl["k2"] / n),
+        "approx_kl_k3": float(approx_kl["k3"] / n),
         "ratio_mean": float((n_tok * s).sum() / n),
         "ratio_min": float(s[has].min()),
         "ratio_max": float(s[has].max()),

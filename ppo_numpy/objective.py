@@ -33,7 +33,7 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from . import gspo_rowwise
+from . import gspo_rowwise, vespo
 from ._validation import (
     as_array,
     check_choice,
@@ -54,9 +54,11 @@ __all__ = ["CISPO_CLIPS", "LOSS_TYPES", "PolicyLossOptions", "loss_options",
 
 
 #: the forms of the per-token policy loss
-LOSS_TYPES = ("clip", "cispo")
+LOSS_TYPES = ("clip", "cispo", "vespo")
 #: how CISPO bounds its importance weight
 CISPO_CLIPS = ("range", "max")
+#: VESPO's default (k_pos, lambda_pos, k_neg, lambda_neg) (TRL 1.16.0 GRPOConfig)
+VESPO_SHAPES = (2.0, 3.0, 3.0, 2.0)
 
 
 @dataclass(frozen=True)
@@ -87,10 +89,14 @@ class PolicyLossOptions:
     delta : float > 0, optional
         TRL's two-sided bound (``GRPOConfig.delta``): the unclipped branch uses
         min(rho, delta). ``None``: off.
-    loss_type : {"clip", "cispo"}
+    loss_type : {"clip", "cispo", "vespo"}
         ``"clip"`` (default): the clipped surrogate. ``"cispo"``: CISPO,
         -sg(w_t) A_t logp_t with the importance weight w_t bounded as ``cispo_clip``
-        says and not differentiated (its gradient is -w_t A_t per token).
+        says and not differentiated (its gradient is -w_t A_t per token). ``"vespo"``:
+        VESPO (TRL), -sg(phi_i) A_t logp_t with phi the Gamma weight of the sequence's
+        summed log-ratio (:mod:`ppo_numpy.vespo`); ``is_weights`` enter phi, not the term.
+    vespo_k_pos, vespo_lambda_pos, vespo_k_neg, vespo_lambda_neg : float >= 0
+        VESPO's shapes for A >= 0 and A < 0 (TRL 1.16.0 ``GRPOConfig``: 2, 3, 3, 2).
     cispo_clip : {"range", "max"}
         ``"range"`` (verl's ``loss_mode="cispo"``): w = clip(rho, 1 - eps, 1 + eps_high);
         ``"max"`` (TRL's ``loss_type="cispo"``): w = min(rho, epsilon_high), the bound
@@ -132,6 +138,10 @@ class PolicyLossOptions:
     kl_estimator: str = "k3"
     kl_clamp: float | None = None
     kl_agg: str | None = None
+    vespo_k_pos: float = 2.0
+    vespo_lambda_pos: float = 3.0
+    vespo_k_neg: float = 3.0
+    vespo_lambda_neg: float = 2.0
 
     def __post_init__(self):
         set_ = object.__setattr__
@@ -153,6 +163,16 @@ class PolicyLossOptions:
         if self.loss_type == "cispo" and (self.dual_clip is not None or self.delta is not None):
             raise ValueError("loss_type: 'cispo' takes no dual_clip or delta (its weight is "
                              "bounded by cispo_clip)")
+        shapes = (self.vespo_k_pos, self.vespo_lambda_pos, self.vespo_k_neg,
+                  self.vespo_lambda_neg)
+        if self.loss_type == "vespo" or shapes != VESPO_SHAPES:
+            vespo.check_vespo_params(*shapes)
+        if self.loss_type == "vespo" and (self.dual_clip is not None or self.delta is not None
+                                          or self.log_ratio_max is not None
+                                          or self.importance_level != "token"):
+            raise ValueError("loss_type: 'vespo' takes no dual_clip, delta or log_ratio_max, "
+                             "and importance_level='token' (it sums the token log-ratios "
+                             "into its sequence weight itself)")
         set_(self, "kl_coef", check_scalar(self.kl_coef, "kl_coef", low=0, allow_exact=False))
         _check_estimator(self.kl_estimator, "kl_estimator")
         set_(self, "kl_clamp", check_kl_clamp(self.kl_clamp, "kl_clamp"))
@@ -303,8 +323,10 @@ def ppo_policy_loss(logp, logp_old, advantages, mask=None, epsilon=0.2, agg="tok
         Any other field of :class:`PolicyLossOptions`: ``epsilon_high``, ``dual_clip``
         (see :func:`clipped_surrogate`), ``norm`` (the divisor of the modes that take one),
         ``log_ratio_clamp`` (see :func:`probability_ratio`), and the critic-free family's
-        ``importance_level`` (GSPO), ``log_ratio_max``, ``delta``, ``loss_type`` (CISPO),
-        ``cispo_clip``, ``kl_coef``, ``kl_estimator``, ``kl_clamp``, ``kl_agg``.
+        ``importance_level`` (GSPO), ``log_ratio_max``, ``delta``, ``loss_type`` (CISPO,
+        VESPO), ``cispo_clip``, ``vespo_k_pos`` (and VESPO's other shapes), ``kl_coef``,
+        ``kl_estimator``, ``kl_clamp``, ``kl_agg``; ``agg="luspo"`` with
+        ``importance_level="sequence"`` is TRL's LUSPO.
 
     Returns
     -------
@@ -425,11 +447,15 @@ def policy_loss_forward(logp, logp_old, A, m, opts: PolicyLossOptions, logp_ref=
     if opts.loss_type == "cispo":
         # CISPO: sg(w_t) A_t logp_t, the weight w_t = clip(rho_t) a constant of the gradient
         surrogate = cispo_weight(rho, lo, hi, opts) * A * logp
+    elif opts.loss_type == "vespo":
+        # VESPO: sg(phi_i) A_t logp_t, phi of the summed log-ratio (and the is_weights)
+        surrogate = vespo_phi(log_rho, A, m, opts, is_weights) * A * logp
     else:
         # min( rho_t A_t , clip(rho_t, 1 - eps, 1 + eps_high) A_t )
         surrogate = surrogate_term(rho, A, lo, hi, opts.dual_clip, opts.delta)
     # term_t = is_weights_t surrogate_t   (the rollout correction, a constant)
-    term = surrogate if is_weights is None else is_weights * surrogate
+    weighted = is_weights is not None and opts.loss_type != "vespo"
+    term = is_weights * surrogate if weighted else surrogate
     # loss = -aggregate(term)   (0 at padding: rho and A are)
     policy_loss = -float(aggregate_kernel(term, m, opts.agg, opts.norm))
     kl, kl_loss = None, 0.0
@@ -455,6 +481,16 @@ def cispo_weight(rho, lo, hi, opts: PolicyLossOptions):
     return np.minimum(np.maximum(rho, lo), hi)
 
 
+def vespo_phi(log_rho, A, m, opts: PolicyLossOptions, is_weights=None):
+    """VESPO's phi_{i,t} (B, T) with the options' shapes (:mod:`ppo_numpy.vespo`)."""
+    two_d = log_rho.ndim == 2
+    params = (opts.vespo_k_pos, opts.vespo_lambda_pos, opts.vespo_k_neg, opts.vespo_lambda_neg)
+    phi = vespo.vespo_phi_kernel(*(x if two_d or x is None else x[None]
+                                   for x in (log_rho, A, m)), params,
+                                 is_weights if two_d or is_weights is None else is_weights[None])
+    return phi if two_d else phi[0]
+
+
 def _kl_agg(opts: PolicyLossOptions):
     """The KL term's (mode, norm): ``kl_agg`` (its own mode's default norm), else the policy
     loss's mode and norm."""
@@ -474,7 +510,10 @@ def policy_loss_backward(f: PolicyLossForward, A, m, opts: PolicyLossOptions, lo
     dterm = -aggregation_weights(m, opts.agg, opts.norm)
     # term = is_weights surrogate: the weights scale the gradient, nothing flows through them
     dsurrogate = dterm if f.is_weights is None else dterm * f.is_weights
-    if opts.loss_type == "cispo":
+    if opts.loss_type == "vespo":
+        # surrogate = sg(phi) A_t logp_t, the weights inside phi: d / d logp = phi A_t
+        dlogp = dterm * vespo_phi(f.log_rho, A, m, opts, f.is_weights) * A
+    elif opts.loss_type == "cispo":
         # surrogate = sg(w_t) A_t logp_t: d / d logp = w_t A_t (nothing flows through w_t)
         dlogp = dsurrogate * cispo_weight(f.rho, f.lo, f.hi, opts) * A
     else:
@@ -526,6 +565,8 @@ def policy_loss_stats(f: PolicyLossForward, A, m, opts: PolicyLossOptions) -> di
     rho_unclipped = rho if opts.delta is None else np.minimum(rho, opts.delta)
     if opts.loss_type == "cispo":
         clipped = frac(cispo_weight(rho, lo, hi, opts) != rho)
+    elif opts.loss_type == "vespo":
+        clipped = 0.0  # (no clip: phi weighs every token)
     else:
         # counted from the values, as TRL and verl count (pg_losses2 > pg_losses)
         clipped = frac(f.surrogate < rho_unclipped * A)
@@ -549,6 +590,9 @@ def policy_loss_stats(f: PolicyLossForward, A, m, opts: PolicyLossOptions) -> di
         stats["clipfrac_low"] = frac((rho_unclipped < lo) & (A < 0))
         stats["clipfrac_high"] = frac((rho_unclipped > hi) & (A > 0))
         stats["kl_ref"] = mean(f.kl) if f.kl is not None else 0.0
+    if opts.loss_type == "vespo":
+        # the token mean of phi
+        stats["vespo_phi_mean"] = mean(vespo_phi(f.log_rho, A, m, opts, f.is_weights))
     return stats
 
 

@@ -24,6 +24,7 @@ advantages, returns     (B, T)       A_hat_t and R_t
 scores                  (B,)         the reward model's score of each response
 baseline_scores         (B,)         the score of a greedy response to the same prompt (ReMax)
 groups                  (B,) int     prompt ids: equal ids, one group (critic-free methods)
+reward_components       (B, K)       K reward components per response (GDPO normalises each)
 prompts                 (B, P) int   token ids of the prompts
 responses               (B, T) int   token ids of the responses (PAD after EOS)
 temperature             float        the sampling temperature of logp_old
@@ -72,6 +73,7 @@ class Rollout:
     values, old_values, advantages, returns : array (B, T), optional
     scores, baseline_scores : array (B,), optional
     groups : int array (B,), optional
+    reward_components : array (B, K), optional
     prompts : int array (B, P), optional
     responses : int array (B, T), optional
     temperature : float > 0
@@ -106,6 +108,7 @@ class Rollout:
     scores: np.ndarray | None = None
     baseline_scores: np.ndarray | None = None
     groups: np.ndarray | None = None
+    reward_components: np.ndarray | None = None
     prompts: np.ndarray | None = None
     responses: np.ndarray | None = None
     temperature: float = 1.0
@@ -165,6 +168,13 @@ class Rollout:
                 raise ValueError(f"groups: expected shape {m.shape[:1]} (one prompt id per "
                                  f"response), got shape {g.shape}")
             set_(self, "groups", g)
+        if self.reward_components is not None:
+            c = as_array(self.reward_components, "reward_components", exact=False)
+            if c.ndim != 2 or c.shape[0] != m.shape[0] or c.shape[1] == 0:
+                raise ValueError(f"reward_components: expected shape ({m.shape[0]}, K) with "
+                                 f"K >= 1 (K components per response), got shape {c.shape}")
+            check_finite(c, "reward_components", np.ones(c.shape, dtype=bool))
+            set_(self, "reward_components", c)
         if self.prompts is not None:
             p = _int_array(self.prompts, "prompts", 2)
             if p.shape[0] != m.shape[0]:

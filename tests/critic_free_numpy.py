@@ -22,14 +22,15 @@ TRL = {"loss_type": "dapo", "scale_rewards": "group", "importance_sampling_level
        "epsilon": 0.2, "epsilon_high": None, "delta": None, "beta": 0.0,
        "max_completion_length": 512, "num_items_in_batch": None, "std_ddof": 1,
        "std_eps": 1e-4, "std_eps_placement": "std", "singleton": "zero",
-       "kl_estimator": "k3", "log_ratio_clamp": None, "cispo_clip": "max"}
+       "kl_estimator": "k3", "log_ratio_clamp": None, "cispo_clip": "max",
+       "vespo_k_pos": 2.0, "vespo_lambda_pos": 3.0, "vespo_k_neg": 3.0, "vespo_lambda_neg": 2.0}
 VERL = {"adv_estimator": "grpo", "norm_adv_by_std_in_grpo": True, "loss_agg_mode": "token-mean",
         "loss_mode": "vanilla", "clip_ratio_low": 0.2, "clip_ratio_high": 0.2,
         "clip_ratio_c": 3.0, "use_kl_loss": False, "kl_loss_coef": 0.001,
         "kl_loss_type": "low_var_kl", "use_kl_in_reward": False, "kl_penalty": "kl",
         "kl_coef": 0.001, "std_ddof": 1, "std_eps": 1e-6, "std_eps_placement": "std",
         "singleton": "raw", "log_ratio_clamp": 20.0, "cispo_clip": "range",
-        "log_ratio_max": 10.0}
+        "log_ratio_max": 10.0, "gdpo_reward_weights": None}
 OPENRLHF = {"advantage_estimator": "group_norm", "init_kl_coef": 0.01, "kl_estimator": "k1",
             "use_kl_loss": False, "epsilon": 0.2, "epsilon_high": None, "dual_clip": None,
             "policy_loss_type": "ppo", "std_ddof": 1, "std_eps": 1e-9,
@@ -109,6 +110,8 @@ def aggregate_weights(m, mode, norm=None):
         return m / (B * T)
     if mode == "dr_grpo":
         return m / (B * (T if norm is None else norm))
+    if mode == "luspo":  # TRL: (per_token_loss * mask).sum(-1).mean()
+        return m / B
     if mode == "dapo":
         return m / (m.sum() if norm is None else norm)
     raise ValueError(mode)
@@ -151,7 +154,21 @@ def trl_grpo(case, **plant):
         rho = np.exp(lw) * np.ones_like(m)
     else:
         rho = np.exp(lr)
-    if p["loss_type"] == "cispo":
+    vespo = p["loss_type"] == "vespo"
+    if vespo:
+        # TRL's get_gamma_weights: phi of the summed token log-ratios, detached; the level
+        # is ignored
+        sequence = False
+        phi = np.zeros(len(s))
+        for i in range(len(s)):
+            k, lam = ((p["vespo_k_pos"], p["vespo_lambda_pos"]) if A_i[i] >= 0 else
+                      (p["vespo_k_neg"], p["vespo_lambda_neg"]))
+            lam = max(lam, 1e-4)
+            total = sum(min(max(lr[i, t], -20.0), 20.0) for t in range(len(lr[i])) if m[i, t])
+            log_w = min(max(total, np.log(1e-8)), 20.0)
+            phi[i] = np.exp(lam + k * log_w - lam * np.exp(log_w))
+        loss_t, dloss_t = -phi[:, None] * Ab * logp, -phi[:, None] * Ab
+    elif p["loss_type"] == "cispo":
         w = np.minimum(rho, eps_high) if p["cispo_clip"] == "max" else \
             np.clip(rho, 1 - p["epsilon"], 1 + eps_high)
         loss_t, dloss_t = -w * Ab * logp, -w * Ab
@@ -165,11 +182,11 @@ def trl_grpo(case, **plant):
         kind = "k3_raw" if p["kl_estimator"] == "k3" else p["kl_estimator"]
         kl, dkl = kl_and_grad(logp, ref, kind)
         loss_t, dloss_t = loss_t + p["beta"] * kl, dloss_t + p["beta"] * dkl
-    mode = {"cispo": "dapo"}.get(p["loss_type"], p["loss_type"])
+    mode = {"cispo": "dapo", "vespo": "dapo"}.get(p["loss_type"], p["loss_type"])
     norm = {"dr_grpo": p["max_completion_length"], "dapo": p["num_items_in_batch"]}.get(mode)
     w = aggregate_weights(m, mode, norm)
     loss = float((w * loss_t * m).sum())
-    if sequence and p["loss_type"] != "cispo":
+    if sequence and p["loss_type"] not in ("cispo", "vespo"):
         # the clip term's derivative in lw, summed over the row's weights, times dlw/dlogp_t
         clip_part = g
         kl_part = dloss_t - g
@@ -198,6 +215,22 @@ def verl_grpo(case, **plant):
                               else "none", eps=p["std_eps"], ddof=p["std_ddof"],
                               placement=p["std_eps_placement"], singleton=p["singleton"],
                               dtype=dtype)
+    elif p["adv_estimator"] == "gdpo":
+        # GRPO per reward component (the reward function's, float32: no KL), weighted,
+        # summed, then whitened over the tokens (masked_whiten: ddof 1, rsqrt(var + 1e-8))
+        comps = case["inputs"].get("reward_components")
+        comps = s[:, None] if comps is None else np.asarray(comps, dtype=np.float64)
+        weights = p["gdpo_reward_weights"] or [1.0] * comps.shape[1]
+        S = np.zeros(B)
+        for k in range(comps.shape[1]):
+            S += weights[k] * group_normalise(comps[:, k], groups, scale="group",
+                                              eps=p["std_eps"], ddof=p["std_ddof"],
+                                              placement=p["std_eps_placement"],
+                                              singleton=p["singleton"], dtype=np.float32)
+        tokens = [S[i] for i in range(B) for t in range(T) if m[i, t]]
+        mean = sum(tokens) / len(tokens)
+        var = sum((v - mean) ** 2 for v in tokens) / (len(tokens) - 1)
+        A_i = (S - mean) / np.sqrt(var + 1e-8)
     else:  # rloo: s - the mean of the others; a group of one keeps its score
         A_i = np.zeros(B)
         for i in range(B):

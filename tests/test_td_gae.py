@@ -419,3 +419,31 @@ def test_the_size_rule_picks_the_recursion_below_blocked_from_and_the_blocked_fo
         A_m, R_m = gae(r, v, 0.99, 0.95, mask, method=want)
         assert_same(A, A_m, B=B, T=T, method=want)
         assert_same(R, R_m, B=B, T=T, method=want)
+
+
+def test_the_blocked_form_checks_the_values_on_its_result():
+    # the blocked form reads rewards and values once, and looks at them again only when the
+    # returns are not finite: a NaN or inf at a response token must still be named, whatever
+    # the padding holds (the batch is above BLOCKED_FROM, so method=None takes this form)
+    from ppo_numpy.gae import BLOCKED_FROM
+
+    rng = np.random.default_rng(11)
+    B, T = 8, BLOCKED_FROM // 8
+    r, v, mask = random_padded_batch(rng, B, T, "right")  # NaN / inf at padding
+    mask[3, :10] = 1
+    A, R = gae(r, v, 1.0, 0.95, mask)
+    A_loop, _ = gae(r, v, 1.0, 0.95, mask, method="loop")
+    assert np.all(np.isfinite(A)) and np.all(np.isfinite(R))
+    assert_zero_at_padding(A, mask, "advantages")
+    assert_zero_at_padding(R, mask, "returns")
+    assert np.max(np.abs(A - A_loop)) < 1e-9
+    for name, bad in (("rewards", np.nan), ("values", np.inf), ("values", np.nan),
+                      ("rewards", -np.inf)):
+        r2, v2 = r.copy(), v.copy()
+        (r2 if name == "rewards" else v2)[3, 9] = bad
+        with pytest.raises(ValueError, match=rf"^{name}: non-finite value .* at valid position"):
+            gae(r2, v2, 1.0, 0.95, mask)
+    # finite inputs whose sums overflow are not an input error
+    big = np.where(mask, 1e308, 0.0)
+    A, R = gae(big, -big, 1.0, 1.0, mask)
+    assert not np.all(np.isfinite(A))

@@ -69,7 +69,7 @@ import zlib
 
 import numpy as np
 
-from .presets._common import INPUT_NAMES, PER_RESPONSE_NAMES
+from .presets._common import INPUT_NAMES, OPTIONAL_INPUT_NAMES, PER_RESPONSE_NAMES
 
 N_RANDOM = 8
 """Number of random cases :func:`generate_cases` makes by default."""
@@ -160,6 +160,12 @@ def make_case(name: str, description: str, inputs: dict, params: dict | None = N
         want = shape[:1] if n in PER_RESPONSE_NAMES else shape
         if arrays[n].shape != want:
             raise ValueError(f"{n}: expected shape {want}, got {arrays[n].shape}")
+    for n in OPTIONAL_INPUT_NAMES:  # (B, K), kept when given
+        if inputs.get(n) is not None:
+            arrays[n] = np.array(inputs[n], dtype=np.float64)
+            if arrays[n].ndim != 2 or arrays[n].shape[0] != shape[0]:
+                raise ValueError(f"{n}: expected shape ({shape[0]}, K), got "
+                                 f"{arrays[n].shape}")
     return {"name": name, "description": description, "inputs": arrays,
             "params": dict(params or {})}
 

@@ -44,7 +44,7 @@ from .cases import INPUT_NAMES
 from .compare import TOLERANCES, ComparisonReport, compare_outputs, tolerance_for
 from .group_cases import cases_for
 from .presets import PRESETS, as_preset
-from .presets._common import GROUP_INPUT_NAMES, PER_RESPONSE_NAMES
+from .presets._common import GROUP_INPUT_NAMES, OPTIONAL_INPUT_NAMES, PER_RESPONSE_NAMES
 
 FORMAT = "ppo_numpy.oracle.golden"
 FORMAT_VERSION = 1
@@ -121,6 +121,9 @@ def export(directory, preset, cases=None, *, seed: int = 0) -> Path:
         if any(other["name"] == name for other in entries):
             raise ValueError(f"cases: two cases are named {name!r}")
         inputs = {n: np.asarray(case["inputs"][n], dtype=np.float64) for n in input_names}
+        # the optional inputs a case carries (reward_components), stored beside the others
+        inputs.update({n: np.asarray(case["inputs"][n], dtype=np.float64)
+                       for n in OPTIONAL_INPUT_NAMES if case["inputs"].get(n) is not None})
         overrides = dict(case.get("params", {}))
         entry = {"name": name, "description": case.get("description", ""),
                  "file": f"cases/{name}.npz", "shape": list(inputs["mask"].shape),
@@ -288,6 +291,12 @@ def load(directory) -> tuple:
         inputs = {n: npz_entry(path, data, n, "f",
                                shape=(B,) if n in PER_RESPONSE_NAMES else (B, T))
                   for n in manifest["input_names"]}
+        for n in OPTIONAL_INPUT_NAMES:
+            if n in data:
+                arr = npz_entry(path, data, n, "f")
+                if arr.ndim != 2 or arr.shape[0] != B:
+                    raise BadFileError(path, f"{n}: expected shape ({B}, K), got {arr.shape}")
+                inputs[n] = arr
         expected = {n: npz_entry(path, data, f"expected/{n}", "f")
                     for n in entry.get("expected_arrays", [])}
         expected.update({k: float(v) for k, v in entry.get("expected_scalars", {}).items()})

@@ -38,7 +38,17 @@ cispo-loss              the CISPO loss (TRL ``loss_type="cispo"`` with
 dr-grpo-loss            TRL's ``loss_type="dr_grpo"`` (its constant length)
 gspo-large-log-ratios   the sequence ratio (GSPO) on ``large-log-ratios``'s
                         layout: mean log-ratios of +-12 (beyond verl's cap 10)
+gdpo-components         two reward components of different scales (a 0/1
+                        format reward, an accuracy reward in [0, 10]) in the
+                        optional input ``reward_components`` (B, K): verl's
+                        ``adv_estimator="gdpo"`` normalises each apart
+vespo-loss              TRL's ``loss_type="vespo"`` (log-ratios of std 0.4:
+                        sequence ratios far from 1, where phi decays)
+luspo-loss              TRL's ``loss_type="luspo"`` at the sequence level
 ======================  ======================================================
+
+A case may carry the optional input ``reward_components`` (B, K) (only
+``gdpo-components`` does): the presets that do not read it ignore it.
 
 Every case draws from its own generator, seeded by ``(seed, crc32(name))``.
 """
@@ -155,6 +165,18 @@ def _policy_case(description, log_ratio_std=0.4):
     return build
 
 
+def _gdpo_components(rng):
+    groups = np.repeat(np.arange(3), 4)
+    lengths = rng.integers(1, 9, size=12)
+    inputs = group_inputs(rng, groups, lengths, 8, binary=False)
+    fmt = (rng.random(12) < 0.6).astype(np.float64)
+    accuracy = np.round(rng.uniform(0.0, 10.0, 12), 2)
+    inputs["reward_components"] = np.stack([fmt, accuracy], axis=1)
+    inputs["scores"] = fmt + accuracy
+    return ("3 prompts x 4 responses, a 0/1 format reward and an accuracy reward in [0, 10] "
+            "(reward_components; the score is their sum)", inputs)
+
+
 EDGE_CASES = {
     "group-of-one": _group_of_one,
     "equal-scores": _equal_scores,
@@ -181,6 +203,12 @@ PRESET_CASES = {
                               {"trl-grpo": {"importance_sampling_level": "sequence"},
                                "verl-grpo": {"loss_mode": "gspo"},
                                "openrlhf-grpo": {"policy_loss_type": "gspo"}}),
+    "gdpo-components": (_gdpo_components, {"verl-grpo": {"adv_estimator": "gdpo"}}),
+    "vespo-loss": (_policy_case("3 prompts x 4 responses, log-ratios of std 0.4, TRL's VESPO "
+                                "loss"), {"trl-grpo": {"loss_type": "vespo"}}),
+    "luspo-loss": (_policy_case("3 prompts x 4 responses, TRL's LUSPO loss at the sequence "
+                                "level"),
+                   {"trl-grpo": {"loss_type": "luspo", "importance_sampling_level": "sequence"}}),
 }
 """Each case name maps to its builder and the presets it is for, each with its params: cases
 for the presets listed only."""

@@ -111,7 +111,14 @@ for _s in (
     Switch("norm_adv_by_std_in_grpo", "the group advantage's scale",
            {True: "divides by the group's std", False: "divides by no std (Dr. GRPO)"}),
     Switch("adv_estimator", "the baseline", {"grpo": "is the group mean (GRPO)",
-                                             "rloo": "is the mean of the others (RLOO)"}),
+                                             "rloo": "is the mean of the others (RLOO)",
+                                             "opo": "is the length-weighted group mean (OPO)",
+                                             "gpg": "is the group mean, scaled by B over "
+                                                    "the nonzero scores (GPG)",
+                                             "grpo_passk": "is the second best score, for "
+                                                           "the best response only (Pass@k)",
+                                             "gdpo": "is each reward component's group "
+                                                     "mean, then whitened (GDPO)"}),
     Switch("advantage_estimator", "the baseline",
            {"group_norm": "is the group mean, divided by its std (GRPO)",
             "rloo": "is the mean of the others (RLOO)",
@@ -127,7 +134,10 @@ for _s in (
             "bnpo": "is the token mean over the batch",
             "dr_grpo": "is the token sum over B times a constant length (Dr. GRPO)",
             "dapo": "is the token sum over the batch's token count (DAPO)",
-            "cispo": "is CISPO's (the weight min(rho, epsilon_high) not differentiated)"}),
+            "cispo": "is CISPO's (the weight min(rho, epsilon_high) not differentiated)",
+            "luspo": "is the mean over responses of each response's token sum (LUSPO)",
+            "vespo": "is VESPO's (a Gamma weight of the sequence ratio, not differentiated, "
+                     "normalised as dapo)"}),
     # the conventions of the critic-free presets that no framework exposes as an option
     Switch("std_ddof", "the group std",
            {0: "is the population std (divides by n, ddof 0)",

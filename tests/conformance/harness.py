@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from ppo_numpy.oracle.cases import generate_cases, random_case, random_params
-from ppo_numpy.oracle.compare import compare
+from ppo_numpy.oracle.compare import compare, error_ratio
 from ppo_numpy.oracle.group_cases import generate_group_cases, group_inputs
 from ppo_numpy.oracle.presets import get_preset
 
@@ -165,6 +165,8 @@ def random_group_cases(rng, n: int, *, eps=0.2, equal_sizes=False, garbage=True)
             s[0] = 1.0 - s[0]
         elif np.std(s) < 0.3 * np.max(np.abs(s)):
             inputs["scores"] = s - np.mean(s)
+        inputs["reward_components"] = reward_components(np.random.default_rng([i, 27]),
+                                                        groups)
         name = f"conf-group-{i}"
         if i % 5 == 1:
             inputs = ties_at_clip_bounds(rng, inputs, eps, None)
@@ -175,6 +177,26 @@ def random_group_cases(rng, n: int, *, eps=0.2, equal_sizes=False, garbage=True)
         cases.append({"name": name, "description": "random groups", "inputs": inputs,
                       "params": {}})
     return cases
+
+
+def reward_components(rng, groups) -> np.ndarray:
+    """Three reward components per response (verl's gdpo), (B, 3): a 0/1 one, a normal one,
+    one in [0, 10], drawn from a generator of their own (so that the other inputs are the
+    cases' of before).
+
+    Why the ordered draw: in a group of two each component's GRPO is +-c_k, so the weighted
+    sum of components that order the pair differently cancels to the eps-level differences
+    of the c_k; when every group has at most two responses the whole batch can cancel, and
+    the whitening then divides float32 rounding by a spread of the same size (no tolerance
+    covers it). There the three components are increasing in one draw u_i (they order
+    every pair alike); with a group of three or more they are independent."""
+    B = groups.size
+    if np.max(np.unique(groups, return_counts=True)[1]) <= 2:
+        u = rng.random(B)
+        return np.stack([(u > 0.5).astype(np.float64), 3.0 * u - 1.5,
+                         np.round(10.0 * u, 2)], axis=1)
+    return np.stack([(rng.random(B) < 0.5).astype(np.float64), rng.normal(0.0, 1.0, B),
+                     np.round(rng.uniform(0.0, 10.0, B), 2)], axis=1)
 
 
 def with_options(cases: list, combos: list) -> list:
@@ -259,9 +281,4 @@ def _base(name: str) -> str:
 
 
 def _ratio(r) -> float:
-    err = float(r.max_abs_err)
-    if np.isnan(err):
-        return 0.0 if r.passed else math.inf
-    if err == 0.0:
-        return 0.0
-    return err / float(r.allowed) if r.allowed > 0 else math.inf
+    return error_ratio(r)

@@ -52,6 +52,7 @@ def grpo_trainer(p: dict, logp):
 
     class Trainer:
         _compute_loss = GRPOTrainer._compute_loss
+        get_gamma_weights = GRPOTrainer.__dict__["get_gamma_weights"]  # (a staticmethod)
 
         def _get_per_token_logps_and_entropies(self, *args, **kwargs):
             return logp, torch.zeros_like(logp), None
@@ -59,7 +60,9 @@ def grpo_trainer(p: dict, logp):
     t = Trainer()
     eps_high = p["epsilon"] if p["epsilon_high"] is None else p["epsilon_high"]
     t.args = SimpleNamespace(use_bias_correction_kl=False, delta=p["delta"],
-                             steps_per_generation=1)
+                             steps_per_generation=1,
+                             **{k: p[k] for k in ("vespo_k_pos", "vespo_lambda_pos",
+                                                  "vespo_k_neg", "vespo_lambda_neg")})
     t.loss_type, t.beta = p["loss_type"], p["beta"]
     t.epsilon_low, t.epsilon_high = p["epsilon"], eps_high
     t.importance_sampling_level = p["importance_sampling_level"]

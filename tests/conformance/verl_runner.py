@@ -139,6 +139,26 @@ def verl_ppo(case: dict) -> dict:
     return out
 
 
+def gdpo_inputs(data: Data, x: dict, p: dict) -> dict:
+    """What verl's gdpo reads besides the rewards: one ``non_tensor_batch`` entry per reward
+    component (the reward function's dict; the case's ``reward_components`` columns, or its
+    score as the one component ``"score"``), ``prompts`` and ``attention_mask`` (a prompt of
+    one token, then the response mask: verl puts each component at index (number of
+    attended response tokens) - 1). Returns the AlgoConfig's gdpo_reward_keys and
+    gdpo_reward_weights."""
+    comps = x.get("reward_components")
+    if comps is None:
+        cols = {"score": np.asarray(x["scores"])}
+    else:
+        cols = {f"reward_{k}": np.asarray(comps)[:, k] for k in range(np.shape(comps)[1])}
+    data.non_tensor_batch.update(cols)
+    B = x["mask"].shape[0]
+    data.batch["prompts"] = torch.zeros((B, 1), dtype=torch.int64)
+    data.batch["attention_mask"] = torch.cat([torch.ones((B, 1), dtype=torch.int64),
+                                              response_mask(x["mask"])], dim=1)
+    return {"gdpo_reward_keys": list(cols), "gdpo_reward_weights": p["gdpo_reward_weights"]}
+
+
 def verl_grpo(case: dict) -> dict:
     """Preset ``verl-grpo``: the critic-free estimators and losses."""
     p = params_of("verl-grpo", case)
@@ -156,9 +176,13 @@ def verl_grpo(case: dict) -> dict:
                                    kl_penalty=p["kl_penalty"])
     else:
         data.batch["token_level_rewards"] = scores
+    gdpo = {}
+    if p["adv_estimator"] == "gdpo":
+        gdpo = gdpo_inputs(data, x, p)
     algo = AlgoConfig(gamma=p["gamma"], adv_estimator=p["adv_estimator"],
                       norm_adv_by_std_in_grpo=p["norm_adv_by_std_in_grpo"],
-                      use_kl_in_reward=p["use_kl_in_reward"], kl_penalty=p["kl_penalty"])
+                      use_kl_in_reward=p["use_kl_in_reward"], kl_penalty=p["kl_penalty"],
+                      **gdpo)
     if p["adv_estimator"] != "remax":
         del data.batch["reward_baselines"]  # compute_advantage passes it when present
     data = compute_advantage(data, p["adv_estimator"], gamma=p["gamma"],

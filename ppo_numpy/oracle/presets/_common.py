@@ -47,6 +47,9 @@ GROUP_INPUT_NAMES = ("logp", "logp_old", "logp_ref", "scores", "groups", "baseli
                      "mask")
 #: the inputs with one value per response, shape (B,); the others are (B, T)
 PER_RESPONSE_NAMES = ("scores", "groups", "baseline_scores")
+#: inputs a case may carry, read when present: K reward components per response (B, K)
+#: (verl's gdpo)
+OPTIONAL_INPUT_NAMES = ("reward_components",)
 
 FLOAT32_ROUNDING = 2.0**-24
 """u_32: the relative error of one rounding to float32."""
@@ -156,7 +159,9 @@ def read_case(case: dict, names=INPUT_NAMES) -> Rollout:
     if np.any(empty):
         raise ValueError(f"mask: row {int(np.argmax(empty))} has no response token")
     # the Rollout checks each array's type, shape and finiteness where the mask is 1
-    return Rollout.keeping_padding(mask=m, **{n: case[n] for n in names if n != "mask"})
+    optional = {n: case[n] for n in OPTIONAL_INPUT_NAMES if case.get(n) is not None}
+    return Rollout.keeping_padding(mask=m, **{n: case[n] for n in names if n != "mask"},
+                                   **optional)
 
 
 def check_params(p: dict) -> dict:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...objective import PolicyLossOptions, policy_loss_kernel
+from ...objective import PolicyLossOptions, policy_loss_kernel, vespo_phi
 from ...rollout import Rollout
 from ._common import (
     GROUP_INPUT_NAMES,
@@ -21,7 +21,10 @@ from ._common import (
 
 #: loss_type -> (aggregation mode, per-token loss form)
 LOSS_TYPES = {"grpo": ("grpo", "clip"), "bnpo": ("bnpo", "clip"), "dr_grpo": ("dr_grpo", "clip"),
-              "dapo": ("dapo", "clip"), "cispo": ("dapo", "cispo")}
+              "dapo": ("dapo", "clip"), "cispo": ("dapo", "cispo"), "luspo": ("luspo", "clip"),
+              "vespo": ("dapo", "vespo")}
+#: VESPO's shapes, GRPOConfig's names
+VESPO_OPTIONS = ("vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg")
 SCALES = {"group": "group", "batch": "batch", "none": "none", True: "group", False: "none"}
 
 
@@ -47,7 +50,15 @@ def _trl_grpo(x: Rollout, p: dict) -> dict:
       T), ``"dapo"`` (default) sum /
       ``num_items_in_batch`` (default: this batch's token count, one process);
       ``"cispo"``: -min(rho, epsilon_high) A logp with the weight not differentiated,
-      normalised as dapo. ``epsilon_high`` None means ``epsilon``.
+      normalised as dapo; ``"luspo"``: the clipped loss (and ``delta``) summed over each
+      response's tokens and averaged over every row, (1/B) sum_i sum_t (TRL recommends it
+      with ``importance_sampling_level="sequence"``: each sequence's loss times its
+      length; the token level is allowed, as TRL only warns); ``"vespo"``: -sg(phi_i) A
+      logp with phi the Gamma weight (``vespo_k_pos`` 2, ``vespo_lambda_pos`` 3,
+      ``vespo_k_neg`` 3, ``vespo_lambda_neg`` 2) of the sequence's summed token
+      log-ratios (each clamped to [-20, 20], the sum to [log 1e-8, 20]), normalised as
+      dapo; it ignores ``importance_sampling_level`` and ``delta``, as TRL does (TRL warns
+      for the sequence level). ``epsilon_high`` None means ``epsilon``.
     * One process, one gradient-accumulation step (TRL divides grpo/bnpo/dr_grpo by the
       number of accumulation steps; the clip statistics' min/max are over processes,
       here the one value).
@@ -56,6 +67,7 @@ def _trl_grpo(x: Rollout, p: dict) -> dict:
       1 + epsilon_high), ``clip_ratio/region_mean`` (token means; means over sequences at
       the sequence level), ``low_min`` and ``high_max``, the smallest and the largest
       clipped fraction of one sequence (TRL 1.16.0), ``cispo_clip_ratio`` for cispo;
+      ``vespo/phi_seq_mean`` for vespo (the mean over sequences of phi);
       ``reward``, ``reward_std`` (mean of the group stds), ``frac_reward_zero_std``.
       ``entropy`` needs logits and is not produced.
     * Tolerance: the clip statistics are float32 means of ``.float()`` flags: one float32
@@ -72,12 +84,15 @@ def _trl_grpo(x: Rollout, p: dict) -> dict:
                                    singleton=p["singleton"], dtype=np.float32), m)
     eps_high = p["epsilon"] if p["epsilon_high"] is None else p["epsilon_high"]
     norm = {"dr_grpo": p["max_completion_length"], "dapo": p["num_items_in_batch"]}.get(agg)
+    vespo = {k: p[k] for k in VESPO_OPTIONS}
     opts = PolicyLossOptions(
-        # why: TRL applies delta in the clipped loss types only; cispo ignores it
+        # why: TRL applies delta in the clipped loss types only; cispo and vespo ignore it,
+        # and vespo the level (it sums the token log-ratios itself)
         epsilon=p["epsilon"], epsilon_high=eps_high,
-        delta=None if form == "cispo" else p["delta"], importance_level=level,
+        delta=p["delta"] if form == "clip" else None,
+        importance_level="token" if form == "vespo" else level,
         loss_type=form, cispo_clip=p["cispo_clip"], agg=agg, norm=norm, kl_coef=p["beta"],
-        kl_estimator=p["kl_estimator"], log_ratio_clamp=p["log_ratio_clamp"])
+        kl_estimator=p["kl_estimator"], log_ratio_clamp=p["log_ratio_clamp"], **vespo)
     pl, _, dlogp = policy_loss_kernel(xm.logp, xm.logp_old, A, m, opts, xm.logp_ref)
     n = max(int(m.sum()), 1)
 
@@ -99,6 +114,11 @@ def _trl_grpo(x: Rollout, p: dict) -> dict:
         stats["kl"] = float(pl.kl.sum() / n)
     if form == "cispo":
         stats["cispo_clip_ratio"] = batch_mean((pl.rho > eps_high) & (A > 0))
+    elif form == "vespo":
+        # TRL's global_masked_mean of phi_seq (B, 1): a mean over the sequences
+        phi = vespo_phi(xm.logp - xm.logp_old, A, m, opts)
+        stats["vespo/phi_seq_mean"] = float(np.mean(phi[np.arange(m.shape[0]),
+                                                        np.argmax(m, axis=-1)]))
     else:
         # min(rho, delta) below the range with A < 0, above it with A > 0 (the delta of
         # the loss: none for cispo)
@@ -125,7 +145,8 @@ PRESET = Preset(
     defaults={"loss_type": "dapo", "scale_rewards": "group",
               "importance_sampling_level": "token", "epsilon": 0.2, "epsilon_high": None,
               "delta": None, "beta": 0.0, "max_completion_length": 512,
-              "num_items_in_batch": None},
+              "num_items_in_batch": None, "vespo_k_pos": 2.0, "vespo_lambda_pos": 3.0,
+              "vespo_k_neg": 3.0, "vespo_lambda_neg": 2.0},
     # the conventions TRL does not expose as options (trl 1.16.0 trl/trainer/grpo_trainer.py
     # _generate_and_score_completions, _compute_loss; trl/trainer/utils.py nanstd)
     conventions={"std_ddof": 1, "std_eps": 1e-4, "std_eps_placement": "std",

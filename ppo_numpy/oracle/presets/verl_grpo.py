@@ -1,5 +1,6 @@
 """verl's critic-free estimators (preset ``verl-grpo``): ``algorithm.adv_estimator`` grpo,
-rloo, reinforce_plus_plus, reinforce_plus_plus_baseline, remax, and the policy losses of
+rloo, reinforce_plus_plus, reinforce_plus_plus_baseline, remax, opo, gpg, grpo_passk, gdpo,
+and the policy losses of
 ``actor.policy_loss.loss_mode`` vanilla, gspo, cispo."""
 
 from __future__ import annotations
@@ -7,6 +8,10 @@ from __future__ import annotations
 import numpy as np
 
 from ...group_advantages import (
+    gdpo_advantages,
+    gpg_advantages,
+    grpo_passk_advantages,
+    opo_advantages,
     reinforce_plus_plus_advantages,
     reinforce_plus_plus_baseline_advantages,
     remax_advantages,
@@ -26,9 +31,11 @@ from ._common import (
     mean_rows,
     policy_result,
     require_choice,
+    whiten,
 )
 
-ESTIMATORS = ("grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "remax")
+ESTIMATORS = ("grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "remax",
+              "opo", "gpg", "grpo_passk", "gdpo")
 LOSS_MODES = ("vanilla", "gspo", "cispo")
 #: verl's kl_penalty / kl_loss_type names -> (estimator, clamp of the estimate)
 KL_TYPES = {"kl": ("k1", None), "k1": ("k1", None), "abs": ("abs", None),
@@ -59,8 +66,19 @@ def _verl_grpo(x: Rollout, p: dict) -> dict:
       ``reinforce_plus_plus``: returns-to-go of the token rewards (``gamma``), whitened over
       the batch's tokens (ddof 1, eps 1e-8 inside the square root).
       ``reinforce_plus_plus_baseline``: s - group mean (mean 0 for a group of one) at every
-      token, whitened. ``remax``: returns-to-go minus the greedy response's score. Then
-      broadcast over the response tokens.
+      token, whitened. ``remax``: returns-to-go minus the greedy response's score.
+      ``opo``: s - the group's length-weighted mean score (lengths: the mask's row sums;
+      a group of one keeps its score). ``gpg``: (B / #nonzero scores) (s - group mean),
+      f_norm 1 (a group of one: mean 0). ``grpo_passk``: the best response of each group
+      gets (s_max - s_second) / (std + 1e-6) (no division with
+      ``norm_adv_by_std_in_grpo=False``), the others 0; a group of one is refused, as verl
+      raises. ``gdpo``: GRPO on each column of the case's ``reward_components`` (verl's
+      ``gdpo_reward_keys``, float32), weighted by ``gdpo_reward_weights`` (None: 1),
+      summed and whitened over the tokens (ddof 1, eps 1e-8); verl 0.9.1 always divides
+      by the std here (``compute_advantage`` does not pass ``norm_adv_by_std_in_grpo``),
+      and the KL of ``use_kl_in_reward`` does not enter (the components are the reward
+      function's); a case without ``reward_components`` has one component, its score
+      (verl with ``gdpo_reward_keys=["score"]``). Then broadcast over the response tokens.
     * ``loss_mode``: ``vanilla`` (log-ratio clamped to [-20, 20], ``clip_ratio_low`` /
       ``clip_ratio_high``, dual clip ``clip_ratio_c`` = 3, ``loss_agg_mode``); ``gspo`` (the
       sequence log-ratio, capped at 10, no dual clip, ``loss_agg_mode``: in 0.9.1 the mode
@@ -109,8 +127,10 @@ def _verl_grpo(x: Rollout, p: dict) -> dict:
         A = reinforce_plus_plus_advantages(rewards, m, p["gamma"])
     elif est == "reinforce_plus_plus_baseline":
         A = reinforce_plus_plus_baseline_advantages(s, x.groups, m, singleton="raw")
-    else:
+    elif est == "remax":
         A = remax_advantages(rewards, x.baseline_scores, m)
+    else:
+        A = _verl_091_estimator(est, x, s, m, p)
     agg = p["loss_agg_mode"]
     kl = {}
     if p["use_kl_loss"]:
@@ -143,6 +163,37 @@ def _verl_grpo(x: Rollout, p: dict) -> dict:
     return policy_result(A, pl, dlogp, stats, rewards=rewards)
 
 
+def _verl_091_estimator(est, x: Rollout, s, m, p):
+    """The advantages (B, T) of ``opo``, ``gpg``, ``grpo_passk`` and ``gdpo``: verl 0.9.1
+    ``compute_opo_outcome_advantage``, ``compute_gpg_outcome_advantage``,
+    ``compute_grpo_passk_outcome_advantage``, ``compute_gdpo_outcome_advantage``."""
+    if est == "opo":
+        return broadcast(opo_advantages(s, x.groups, m.sum(axis=-1), singleton="raw"), m)
+    if est == "gpg":
+        return broadcast(gpg_advantages(s, x.groups, singleton="raw"), m)
+    if est == "grpo_passk":
+        scale = "group" if p["norm_adv_by_std_in_grpo"] else "none"
+        return broadcast(grpo_passk_advantages(s, x.groups, scale=scale, eps=p["std_eps"],
+                                               ddof=p["std_ddof"]), m)
+    # why: verl reads the components from the reward function's dict (not the KL-shaped
+    # token_level_rewards), as float32 (compute_gdpo_outcome_advantage)
+    components = x.scores[:, None] if x.reward_components is None else x.reward_components
+    K = components.shape[1]
+    weights = p["gdpo_reward_weights"]
+    if weights is not None and len(weights) != K:
+        raise ValueError(f"verl-grpo: gdpo_reward_weights has {len(weights)} weights for "
+                         f"{K} reward components")
+    if (p["std_ddof"], p["std_eps_placement"]) == (1, "std") and p["std_eps"] > 0:
+        return gdpo_advantages(components, x.groups, m, weights=weights, eps=p["std_eps"],
+                               singleton=p["singleton"], dtype=np.float32)
+    # the diagnosis's other group conventions: each component's GRPO by group_advantages,
+    # then gdpo_advantages' weighted sum and whitening (ddof 1, rsqrt(var + 1e-8))
+    S = sum((1.0 if weights is None else weights[k])
+            * group_advantages(components[:, k], x.groups, p, singleton=p["singleton"],
+                               dtype=np.float32) for k in range(K))
+    return whiten(broadcast(S, m), m, ddof=1, eps=1e-8)
+
+
 PRESET = Preset(
     name="verl-grpo",
     description="verl's critic-free estimators (verl 0.9.1; adv_estimator grpo by default: "
@@ -152,7 +203,7 @@ PRESET = Preset(
               "loss_agg_mode": "token-mean", "loss_mode": "vanilla", "clip_ratio_low": 0.2,
               "clip_ratio_high": 0.2, "clip_ratio_c": 3.0, "use_kl_loss": False,
               "kl_loss_coef": 0.001, "kl_loss_type": "low_var_kl", "use_kl_in_reward": False,
-              "kl_penalty": "kl", "kl_coef": 0.001},
+              "kl_penalty": "kl", "kl_coef": 0.001, "gdpo_reward_weights": None},
     # the conventions verl does not expose as options (verl 0.9.1
     # verl/trainer/ppo/core_algos.py compute_grpo_outcome_advantage, epsilon=1e-6;
     # compute_policy_loss_vanilla and _cispo: clamp(negative_approx_kl, -20, 20); _gspo:
@@ -164,12 +215,16 @@ PRESET = Preset(
         "volcengine/verl: verl/trainer/ppo/core_algos.py (compute_grpo_outcome_advantage, "
         "compute_rloo_outcome_advantage, compute_reinforce_plus_plus_outcome_advantage, "
         "compute_reinforce_plus_plus_baseline_outcome_advantage, "
-        "compute_remax_outcome_advantage, compute_policy_loss_vanilla, "
+        "compute_remax_outcome_advantage, compute_opo_outcome_advantage, "
+        "compute_gpg_outcome_advantage, compute_grpo_passk_outcome_advantage, "
+        "compute_gdpo_outcome_advantage, compute_policy_loss_vanilla, "
         "compute_policy_loss_gspo, compute_policy_loss_cispo, agg_loss, kl_penalty), 0.9.1",
         "volcengine/verl: verl/utils/torch_functional.py (masked_whiten), 0.9.1",
         "volcengine/verl: verl/trainer/ppo/ray_trainer.py (apply_kl_penalty, "
         "compute_advantage), 0.9.1",
         "volcengine/verl: verl/workers/utils/losses.py (ppo_loss), 0.9.1",
+        "volcengine/verl: verl/trainer/config/algorithm.py (AlgoConfig.gdpo_reward_keys, "
+        "gdpo_reward_weights), 0.9.1",
         "volcengine/verl: verl/workers/reward_manager/naive.py (float32 reward tensor), 0.9.1",
         "volcengine/verl: verl/trainer/config/actor/actor.yaml (policy_loss, kl_loss_*), 0.9.1",
     ),
