@@ -343,9 +343,10 @@ def test_the_dashboard_says_in_words_whether_V_beats_a_constant_and_predicts():
                  return_variance=[0.4, 0.4, 1, 1], explained_variance=[0.6, 0.8, -3, -3])
     fig = plot_training(rows)
     loss, ev = fig.axes[7], fig.axes[8]
+    # on three lines, to fit a panel half the site's width: the verdict, its numbers, the span
     assert [t.get_text() for t in loss.texts] == [
-        "V beats a constant: loss 0.50x Var(R) / 2 (iterations 1-2)"]
-    assert [t.get_text() for t in ev.texts] == ["V is predicting: median 0.70 (iterations 1-2)"]
+        "V beats a constant:\nloss 0.50x Var(R) / 2\n(iterations 1-2)"]
+    assert [t.get_text() for t in ev.texts] == ["V is predicting:\nmedian 0.70\n(iterations 1-2)"]
     # the constant predictor is drawn on both panels: Var(R) / 2 and explained variance 0
     assert any("constant" in line.get_label() for line in loss.lines)
     assert any("constant" in line.get_label() and set(line.get_ydata()) == {0.0}
@@ -353,8 +354,8 @@ def test_the_dashboard_says_in_words_whether_V_beats_a_constant_and_predicts():
     worse = _cols(4, score=[0.2, 0.5, 0.95, 1.0], value_loss=[0.3, 0.3, 9, 9],
                   return_variance=[0.4, 0.4, 1, 1], explained_variance=[-0.2, 0.0, 1, 1])
     fig = plot_training(worse)
-    assert fig.axes[7].texts[0].get_text().startswith("V does not beat a constant: loss 1.50x")
-    assert fig.axes[8].texts[0].get_text().startswith("V is not predicting: no better than a "
+    assert fig.axes[7].texts[0].get_text().startswith("V does not beat a constant:\nloss 1.50x")
+    assert fig.axes[8].texts[0].get_text().startswith("V is not predicting:\nno better than a "
                                                       "constant, median -0.10")
 
 

@@ -83,6 +83,31 @@ def test_gradients_have_colour_bars_and_a_scalar_prints_its_value():
     assert len(heat[0].texts) == 0                       # 6 cells: the colour bar reads them
 
 
+def test_forward_pass_rows_fit_the_site_width_and_label_each_row():
+    from ppo_numpy.plotting.policy import panel_rows
+    from ppo_numpy.plotting.style import SITE_WIDTH_IN
+
+    # notebook 08: x (6 x 12), h (6 x 6), softmax(z) (6 x 7), V (6): 16 + 10 columns, then
+    # 11 + 8 (a vector is drawn 4 columns wide), of 28 a row
+    assert panel_rows([12, 6, 7, 4]) == [[0, 1], [2, 3]]
+    assert panel_rows([24, 1]) == [[0], [1]] and panel_rows([40]) == [[0]]
+    tokens = ["<bos>", "c", "b", "a", "d", "c"]
+    fig = plot_forward_pass({"x": np.ones((6, 12)), "h": np.ones((6, 6)),
+                             "softmax(z)": np.ones((6, 7)), "V": np.ones(6)}, tokens=tokens)
+    assert fig.get_size_inches()[0] == SITE_WIDTH_IN
+    fig.canvas.draw()
+    x, h, probs, v = _image_axes(fig)
+    # two rows: x and h side by side, softmax(z) and V under them; tokens on each row's first
+    assert x.get_position().y0 > probs.get_position().y1
+    assert h.get_position().x0 > x.get_position().x1 and abs(x.get_position().x0
+                                                               - probs.get_position().x0) < 0.02
+    for ax, labelled in ((x, True), (h, False), (probs, True), (v, False)):
+        assert [t.get_text() for t in ax.get_yticklabels()] == (tokens if labelled else [])
+    # a heatmap column is as wide in the second row as in the first (to 10%)
+    col = [ax.get_position().width / n for ax, n in ((x, 12), (probs, 7))]
+    assert abs(col[0] / col[1] - 1) < 0.1
+
+
 def test_forward_pass_panels_have_colour_bars():
     fig = plot_forward_pass({"x": np.ones((3, 2)), "V": np.array([1.0, -2.0, 0.5])})
     assert len(fig.axes) == 4                            # two heatmaps, two colour bars
@@ -90,12 +115,22 @@ def test_forward_pass_panels_have_colour_bars():
 
 
 def test_minibatch_numbers_are_readable():
+    from ppo_numpy.plotting.style import SITE_WIDTH_IN
+
+    # notebook 09's minibatch: 12 quantities of B = 6 responses, T = 7 tokens
     mask = np.ones((6, 7))
     fig = plot_minibatch({f"q{k}": np.full((6, 7), -0.0139) for k in range(12)}, mask)
     sizes = {t.get_fontsize() for ax in fig.axes for t in ax.texts}
     assert sizes == {8.0}
-    assert fig.get_size_inches()[0] <= 13.5 and fig.dpi >= 90
+    # at the site's width (shown at its own size there), every number inside its cell
+    assert fig.get_size_inches()[0] <= SITE_WIDTH_IN and fig.dpi >= 90
     assert len(_image_axes(fig)) == 12
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    for ax in _image_axes(fig):
+        cell = ax.get_window_extent().width / 7
+        widths = [t.get_window_extent(renderer).width for t in ax.texts]
+        assert len(widths) == 42 and max(widths) < 0.95 * cell, (ax.get_title(), cell)
 
 
 def test_gradients_all_zero_tensor_draws():

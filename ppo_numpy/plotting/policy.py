@@ -25,7 +25,7 @@ from matplotlib.colors import ListedColormap, Normalize
 
 from .._validation import as_mask, check_int, check_same_shape
 from .concepts import masked_pair
-from .style import SITE_WIDTH_IN, finish, legend_outside, subplots, tight
+from .style import MIN_DPI, SITE_WIDTH_IN, finish, legend_outside, subplots, tight
 
 __all__ = [
     "plot_forward_pass",
@@ -88,8 +88,38 @@ def _heatmap(ax, data, *, title, ylabels=None, annotate=False, valid=None):
     return ScalarMappable(norm=norm, cmap=cmap)
 
 
+#: a forward-pass panel's width, in columns of its heatmap: its own columns (at least
+#: ``MIN_PANEL_COLUMNS``) and ``PANEL_MARGIN_COLUMNS`` for its colour bar and spacing
+MIN_PANEL_COLUMNS = 4
+PANEL_MARGIN_COLUMNS = 4
+#: heatmap columns (margins included) a row of forward-pass panels holds at the site's width
+ROW_COLUMNS = 28
+
+
+def panel_rows(widths, capacity=ROW_COLUMNS):
+    """The panels, as lists of indices, in rows of at most ``capacity`` columns each: a
+    panel of ``w`` heatmap columns takes ``w + PANEL_MARGIN_COLUMNS``, in order, a new row
+    when the next one does not fit (a panel wider than a row has a row to itself).
+
+    >>> panel_rows([12, 6, 7, 4])     # 16 + 10 = 26; 11 + 8 = 19
+    [[0, 1], [2, 3]]
+    >>> panel_rows([30, 4])
+    [[0], [1]]
+    """
+    rows, used = [], capacity + 1
+    for k, w in enumerate(widths):
+        cost = w + PANEL_MARGIN_COLUMNS
+        if used + cost > capacity:
+            rows.append([])
+            used = 0
+        rows[-1].append(k)
+        used += cost
+    return rows
+
+
 def plot_forward_pass(steps, *, tokens=None, title=None):
-    """The named intermediates of one sequence's forward pass, side by side.
+    """The named intermediates of one sequence's forward pass, in forward order, in rows of
+    panels ``SITE_WIDTH_IN`` wide (:func:`panel_rows`; the site shows it at its own size).
 
     Parameters
     ----------
@@ -98,12 +128,13 @@ def plot_forward_pass(steps, *, tokens=None, title=None):
         ``x``, ``h``, ``softmax(z)``, ``V``), in forward order. Every array
         has the same L.
     tokens : list of str, optional
-        The L input tokens, used as row labels of the first panel.
+        The L input tokens, used as row labels of the first panel of each row.
     title : str, optional
 
     Each panel is coloured on its own scale (blue-red if the values take both
     signs, white-blue if they are all >= 0); its title gives the name, the
-    shape and the largest absolute value.
+    shape and the largest absolute value. A heatmap column is equally wide in
+    every row (a row that is not full leaves room on the right).
     """
     steps = _check_named(steps, "steps")
     data = {}
@@ -120,15 +151,26 @@ def plot_forward_pass(steps, *, tokens=None, title=None):
     L = next(iter(lengths.values()))
     if tokens is not None and len(tokens) != L:
         raise ValueError(f"tokens: expected {L} labels, got {len(tokens)}")
-    widths = [max(a.shape[1], 4) for a in data.values()]
-    fig, axes = subplots(1, len(data), width=min(1.5 + 0.34 * sum(widths) + 0.5 * len(data), 13),
-                         height=0.3 * L + 1.9, squeeze=False,
-                         gridspec_kw={"width_ratios": widths}, layout="constrained")
-    for k, (ax, (name, a)) in enumerate(zip(axes[0], data.items())):
+    widths = [max(a.shape[1], MIN_PANEL_COLUMNS) for a in data.values()]
+    rows = panel_rows(widths)
+    fig = plt.figure(figsize=(SITE_WIDTH_IN, (0.3 * L + 1.4) * len(rows) + 0.5),
+                     dpi=MIN_DPI, layout="constrained")
+    grid = fig.add_gridspec(len(rows), 1)
+    axes, first = [], set()
+    for r, row in enumerate(rows):
+        # the row's panels, as wide as their heatmaps (the colour bar takes a fixed share of
+        # a panel, its labels a fixed margin), then what is left of the row's columns, empty
+        ratios = [widths[k] for k in row]
+        spare = max(0, ROW_COLUMNS - sum(w + PANEL_MARGIN_COLUMNS for w in ratios))
+        cells = grid[r].subgridspec(1, len(row) + (spare > 0), width_ratios=ratios
+                                    + ([spare] if spare > 0 else []))
+        first.add(len(axes))
+        axes += [fig.add_subplot(cells[0, j]) for j in range(len(row))]
+    for k, (ax, (name, a)) in enumerate(zip(axes, data.items())):
         size = f"{a.shape[0]} x {a.shape[1]}, max |.| {np.max(np.abs(a)):.2g}"
-        scale = _heatmap(ax, a, title=f"{name}\n{size}", ylabels=tokens if k == 0 else None)
+        scale = _heatmap(ax, a, title=f"{name}\n{size}", ylabels=tokens if k in first else None)
         _colorbar(fig, scale, ax)
-    return finish(fig, axes, len(data), title)
+    return finish(fig, np.array(axes), len(data), title)
 
 
 def _colorbar(fig, scale, ax):
@@ -203,8 +245,9 @@ def plot_gradcheck(report, *, rtol=1e-6):
     return tight(fig)
 
 
-def plot_minibatch(quantities, mask, *, title=None, ncols=3, annotate=None):
-    """Per-token quantities of a (B, T) minibatch, one heatmap each, padding in grey.
+def plot_minibatch(quantities, mask, *, title=None, ncols=2, annotate=None):
+    """Per-token quantities of a (B, T) minibatch, one heatmap each, padding in grey, in a
+    figure ``SITE_WIDTH_IN`` wide (the site shows it at its own size).
 
     Parameters
     ----------
@@ -214,7 +257,8 @@ def plot_minibatch(quantities, mask, *, title=None, ncols=3, annotate=None):
         1 for response tokens; padding cells are grey whatever they hold.
     title : str, optional
     ncols : int
-        Panels per row.
+        Panels per row: with 2, a minibatch of T = 7 keeps its cells wide enough for an
+        8-point number such as -0.0139.
     annotate : bool, optional
         Print every valid value in its cell. Default: when B * T <= 64.
 
@@ -237,9 +281,7 @@ def plot_minibatch(quantities, mask, *, title=None, ncols=3, annotate=None):
     annotate = B * T <= 64 if annotate is None else bool(annotate)
     ncols = min(check_int(ncols, "ncols"), len(data))
     nrows = -(-len(data) // ncols)
-    # cells wide enough for an 8-point number such as -0.0139
-    width = min(0.6 * T * ncols + 1.2 + (0 if annotate else 0.6 * ncols), 13.5)
-    fig, axes = subplots(nrows, ncols, width=width, height=(0.36 * B + 0.9) * nrows,
+    fig, axes = subplots(nrows, ncols, width=SITE_WIDTH_IN, height=(0.34 * B + 0.8) * nrows,
                          squeeze=False, layout="constrained")
     for k, (ax, (name, a)) in enumerate(zip(axes.ravel(), data.items())):
         scale = _heatmap(ax, a, title=name, valid=valid, annotate=annotate,

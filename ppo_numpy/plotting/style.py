@@ -7,7 +7,8 @@ text, in the figure and as the documentation site shows it (``SITE_IMAGE_WIDTH_P
 and that no legend sits on the data (lines, bands) of its panel.
 
 It also holds what the modules share to get there: the figure set-up
-(:func:`figure`, or :func:`subplots` for a figure that pyplot keeps) and finish
+(:func:`figure`, :func:`two_over_one`, or :func:`subplots` for a figure that
+pyplot keeps) and finish
 (:func:`tight`, :func:`saved`; :func:`finish` blanks unused panels and sets the title),
 the legend under a panel (:func:`legend_outside`), and the checks of the arrays a
 figure draws (:func:`vector`, :func:`matrix`), which raise a ValueError naming the
@@ -77,6 +78,17 @@ def figure(nrows=1, ncols=1, *, width, height, **kwargs):
 
     fig = Figure(figsize=(width, height), dpi=MIN_DPI, layout="constrained")
     return fig, fig.subplots(nrows, ncols, **kwargs)
+
+
+def two_over_one(*, height):
+    """A ``Figure`` ``SITE_WIDTH_IN`` wide and ``height`` inches high (as :func:`figure`)
+    and its three panels: two side by side above, one under them at the full width."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(SITE_WIDTH_IN, height), dpi=MIN_DPI, layout="constrained")
+    grid = fig.add_gridspec(2, 2)
+    return fig, [fig.add_subplot(grid[0, 0]), fig.add_subplot(grid[0, 1]),
+                 fig.add_subplot(grid[1, :])]
 
 
 def subplots(nrows=1, ncols=1, *, width=6.4, height=3.2, **kwargs):

@@ -17,7 +17,7 @@ from ..training.metrics import (
     critic_vs_constant,
     history_to_columns,
 )
-from .style import SITE_WIDTH_IN, figure, finish, legend_outside, saved
+from .style import SITE_WIDTH_IN, figure, finish, legend_outside, saved, two_over_one
 
 
 def _columns(metrics):
@@ -34,8 +34,25 @@ def _columns(metrics):
     return cols
 
 
+#: the dashboard's panels per row: two panels side by side fit the site's column
+DASHBOARD_COLUMNS = 2
+
+
+def _lines(verdict):
+    """A verdict of ``critic_verdict`` on three lines, to fit a panel half the site wide:
+    the verdict, the numbers, the iterations.
+
+    >>> print(_lines("V is predicting: median 0.70 (iterations 1-2)"))
+    V is predicting:
+    median 0.70
+    (iterations 1-2)
+    """
+    return verdict.replace(": ", ":\n", 1).replace(" (", "\n(")
+
+
 def plot_training(metrics, *, optimum=1.0, random_score=None, title=None, path=None) -> Figure:
-    """The training dashboard: a 4 x 3 grid of the per-iteration statistics, one per panel.
+    """The training dashboard: a 6 x 2 grid of the per-iteration statistics, one per panel,
+    ``SITE_WIDTH_IN`` wide (the site shows it at its own size).
 
     Every panel has labelled axes with units and no second y axis; legends sit
     under their panel. The learning phase (up to the first iteration at 90% of
@@ -60,24 +77,25 @@ def plot_training(metrics, *, optimum=1.0, random_score=None, title=None, path=N
     Returns
     -------
     matplotlib.figure.Figure
-        Panels in reading order: score, KL to the reference, beta; clip fraction,
-        approximate KL, entropy; policy loss, value loss, explained variance;
-        response length, EOS fraction, gradient norm.
+        Panels in reading order, two per row: score, KL to the reference; beta, clip
+        fraction; approximate KL, entropy; policy loss, value loss; explained variance,
+        response length; EOS fraction, gradient norm.
     """
     c = _columns(metrics)
     it = c["iteration"]
     critic = critic_summary(c | {"score_frac": c["score"] / optimum})
     n_learn = critic["learning_end"]
     reached = bool(np.any(c["score"] >= 0.9 * optimum))
-    fig, ax = figure(4, 3, width=13, height=14)
+    fig, ax = figure(12 // DASHBOARD_COLUMNS, DASHBOARD_COLUMNS, width=SITE_WIDTH_IN,
+                     height=19)
     ax = ax.ravel()
 
     def curve(k, column, color, title, ylabel, **kwargs):
         """Panel ``k``: the column per iteration (``color`` None: the next of the cycle;
         ``kwargs`` to ``plot``, e.g. a label), with its title and y label."""
         ax[k].plot(it, c[column], color=color, **kwargs)
-        ax[k].set_title(title)
-        ax[k].set_ylabel(ylabel)
+        ax[k].set_title(title, fontsize=9)
+        ax[k].set_ylabel(ylabel, fontsize=9)
 
     curve(0, "score", None, "score of the responses (higher is better)", "score (reward units)",
           label="mean score")
@@ -87,8 +105,8 @@ def plot_training(metrics, *, optimum=1.0, random_score=None, title=None, path=N
         ax[0].axhline(float(random_score), color="r", ls=":", lw=1, label="random policy")
     ax[0].plot(it, c["heldout_accuracy"], lw=0.8, label="greedy accuracy (held-out set)")
 
-    curve(1, "kl_ref", "C1", "KL(pi_theta || pi_ref): distance from the reference",
-          "nats per response (k1, summed)")
+    curve(1, "kl_ref", "C1", "KL(pi_theta || pi_ref):\ndistance from the reference",
+          "nats per response\n(k1, summed)")
 
     constant = bool(np.all(c["beta"] == c["beta"][0]))
     curve(2, "beta", "C2", "KL coefficient beta" + (" (fixed: constant)" if constant else ""),
@@ -97,7 +115,7 @@ def plot_training(metrics, *, optimum=1.0, random_score=None, title=None, path=N
 
     curve(3, "clipfrac", "C3", "clip fraction (clipped branch active)", "fraction of tokens")
 
-    curve(4, "approx_kl_k1", None, "step size: KL(pi_old || pi_theta) during the update",
+    curve(4, "approx_kl_k1", None, "step size: KL(pi_old || pi_theta)\nduring the update",
           "nats per token", label="k1 = -log rho")
     ax[4].plot(it, c["approx_kl_k3"], label="k3 = (rho - 1) - log rho")
     ax[4].axhline(0.0, color="k", lw=0.5)
@@ -105,7 +123,7 @@ def plot_training(metrics, *, optimum=1.0, random_score=None, title=None, path=N
     curve(5, "entropy", "C4", "entropy of the policy", "nats per token")
 
     curve(6, "policy_loss", "C0",
-          "policy loss (small with whitened advantages:\nnot a learning curve)",
+          "policy loss (small with whitened\nadvantages: not a learning curve)",
           "clipped surrogate loss")
     ax[6].axhline(0.0, color="k", lw=0.5)
 
@@ -116,14 +134,15 @@ def plot_training(metrics, *, optimum=1.0, random_score=None, title=None, path=N
                label="Var(R) / 2: loss of a constant V")
     ax[7].set_yscale("log")
     ax[7].set_title(f"value loss fell {critic['value_loss_drop']:.0f}x, with Var(R)\n"
-                    "(below the dashed line: V beats a constant)")
-    ax[7].set_ylabel("reward units^2 (log scale)")
+                    "(below the dashed line: V beats a constant)", fontsize=9)
+    ax[7].set_ylabel("reward units^2\n(log scale)", fontsize=9)
     # the regime, in words, over the first half of the run (docs/training.md, "What the
     # critic buys"); a critic-free run has no value loss (NaN) and says so instead
     half = critic_vs_constant(c)
     words_loss, words_ev = critic_verdict(half)
     for a, words in ((ax[7], words_loss), (ax[8], words_ev)):
-        a.text(0.02, 0.97, words, transform=a.transAxes, ha="left", va="top", fontsize=8,
+        a.text(0.02, 0.97, _lines(words), transform=a.transAxes, ha="left", va="top",
+               fontsize=8,
                bbox={"facecolor": "white", "alpha": 0.8, "lw": 0})
 
     ev = c["explained_variance"]
@@ -134,36 +153,40 @@ def plot_training(metrics, *, optimum=1.0, random_score=None, title=None, path=N
     ax[8].axhline(0.0, color="k", lw=0.5, label="a constant V (the mean of R): 0")
     ax[8].set_ylim(-1.1, 1.0)
     ax[8].set_title(f"explained variance: median {critic['ev_learning']:.2f} while\n"
-                    + ("learning; after it Var(R) ~ 0: noise" if reached else "learning"))
-    ax[8].set_ylabel("1 - Var(R - V) / Var(R)")
+                    + ("learning; after it Var(R) ~ 0: noise" if reached else "learning"),
+                    fontsize=9)
+    ax[8].set_ylabel("1 - Var(R - V) / Var(R)", fontsize=9)
 
     curve(9, "response_length", "C6", "response length", "tokens (EOS included)")
 
-    curve(10, "eos_frac", "C7", "responses that end with EOS (rest truncated)",
+    curve(10, "eos_frac", "C7", "responses that end with EOS\n(rest truncated)",
           "fraction of responses")
     ax[10].set_ylim(-0.05, 1.05)
 
     curve(11, "grad_norm", "C8", "gradient norm (before clipping)", "global L2 norm")
 
     for a in ax:
-        a.set_xlabel("PPO iteration")
+        a.set_xlabel("PPO iteration", fontsize=9)
+        a.tick_params(labelsize=8)
     for k in (0, 4, 7, 8):
-        legend_outside(ax[k])
+        legend_outside(ax[k], ncols=1)
     exact = bool(np.all(c["ratio_first_min"] == 1.0) and np.all(c["ratio_first_max"] == 1.0))
     check = ("rho = 1 exactly on every first minibatch" if exact
              else "rho != 1 on some first minibatch: logp_old is stale")
     goal = (f"90% of the optimum at iteration {n_learn}" if reached
             else "90% of the optimum not reached")
-    fig.suptitle(f"{title + ': ' if title else ''}{len(it)} iterations; {goal}; {check}")
+    fig.suptitle(f"{title + ': ' if title else ''}{len(it)} iterations; {goal};\n{check}",
+                 fontsize=10)
     return saved(fig, path)
 
 
 def plot_beta_sweep(results, *, optimum=1.0, last=10, path=None) -> Figure:
     """Score and KL to the reference for several betas (the output of ``beta_sweep``).
 
-    Left: score per iteration; middle: KL to the reference per iteration;
-    right: the trade-off, mean over the last ``last`` iterations of KL
-    against score, one point per beta.
+    Above, side by side: score per iteration, and KL to the reference per iteration
+    (a legend under each). Below, the full width: the
+    trade-off, mean over the last ``last`` iterations of KL against score, one point
+    per beta. The figure is ``SITE_WIDTH_IN`` wide (the site shows it at its own size).
 
     Parameters
     ----------
@@ -172,12 +195,17 @@ def plot_beta_sweep(results, *, optimum=1.0, last=10, path=None) -> Figure:
     last : int >= 1
         Iterations averaged for the trade-off panel.
     path : str or Path, optional
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        Its axes: score, KL, trade-off.
     """
     if not results:
         raise ValueError("results: no run to plot")
     # x[-0:] is all of x: last = 0 would average every iteration under a "last 0" label
     last = check_int(last, "last")
-    fig, ax = figure(1, 3, width=13.5, height=4.6)
+    fig, ax = two_over_one(height=7.6)
     final = []
     for beta, metrics in sorted(results.items()):
         c = _columns(metrics)
@@ -186,20 +214,20 @@ def plot_beta_sweep(results, *, optimum=1.0, last=10, path=None) -> Figure:
         final.append((beta, float(np.mean(c["kl_ref"][-last:])),
                       float(np.mean(c["score"][-last:]))))
     ax[0].axhline(optimum, color="k", lw=0.8, label="optimum")
-    ax[0].set_title("score")
+    ax[0].set_title("score", fontsize=10)
     ax[0].set_ylabel("score (reward units)")
-    ax[1].set_title("KL(pi_theta || pi_ref)")
+    ax[1].set_title("KL(pi_theta || pi_ref)", fontsize=10)
     ax[1].set_ylabel("nats per response")
     for a in ax[:2]:
         a.set_xlabel("PPO iteration")
-        legend_outside(a, ncols=3)
+        legend_outside(a, ncols=2)
     betas, kls, scores = zip(*final)
     ax[2].plot(kls, scores, "o-")
     for b, k, s in final:
         ax[2].annotate(f"{b:g}", (k, s), textcoords="offset points", xytext=(4, 4), fontsize=8)
     ax[2].set_xlabel(f"KL to reference (mean of last {last} iterations)")
     ax[2].set_ylabel(f"score (mean of last {last} iterations)")
-    ax[2].set_title("larger beta: closer to pi_ref, lower score")
+    ax[2].set_title("larger beta: closer to pi_ref, lower score", fontsize=10)
     return saved(fig, path)
 
 
@@ -234,8 +262,9 @@ def column_label(name: str) -> tuple[str, str]:
     return LABELS.get(name, (name.replace("_", " "), ""))
 
 
-def plot_runs(runs, *, columns=RUN_COLUMNS, ncols=3, path=None) -> Figure:
-    """Several runs on the same axes, one panel per logged column (notebook 10).
+def plot_runs(runs, *, columns=RUN_COLUMNS, ncols=2, path=None) -> Figure:
+    """Several runs on the same axes, one panel per logged column (notebook 10), in a
+    figure ``SITE_WIDTH_IN`` wide (the site shows it at its own size).
 
     Parameters
     ----------
@@ -244,7 +273,7 @@ def plot_runs(runs, *, columns=RUN_COLUMNS, ncols=3, path=None) -> Figure:
     columns : sequence of str
         Columns of :data:`~ppo_numpy.training.metrics.COLUMNS` to draw, one panel each.
     ncols : int
-        Panels per row.
+        Panels per row (they share the site's width: 2 keep every title readable).
     path : str or Path, optional
         Save a PNG there.
     """
@@ -257,19 +286,20 @@ def plot_runs(runs, *, columns=RUN_COLUMNS, ncols=3, path=None) -> Figure:
     data = {str(label): _columns(metrics) for label, metrics in runs.items()}
     ncols = max(1, min(int(ncols), len(columns)))
     nrows = -(-len(columns) // ncols)
-    fig, axes = figure(nrows, ncols, width=4.3 * ncols, height=3.0 * nrows + 0.5)
+    fig, axes = figure(nrows, ncols, width=SITE_WIDTH_IN, height=2.7 * nrows + 0.6)
     axes = np.atleast_1d(axes).ravel()
     for ax, name in zip(axes, columns):
         for label, c in data.items():
             ax.plot(c["iteration"], c[name], label=label)
         title, unit = column_label(name)
-        ax.set_title(title, fontsize=10)
-        ax.set_ylabel(unit)
-        ax.set_xlabel("PPO iteration")
+        ax.set_title(title, fontsize=9)
+        ax.set_ylabel(unit, fontsize=9)
+        ax.set_xlabel("PPO iteration", fontsize=9)
+        ax.tick_params(labelsize=8)
     finish(fig, axes, len(columns), None)
     # one legend for every panel, above them: the runs share colours
-    fig.legend(handles=axes[0].lines, loc="outside upper center", ncols=len(data),
-               fontsize=9, frameon=False)
+    fig.legend(handles=axes[0].lines, loc="outside upper center",
+               ncols=min(len(data), 3), fontsize=9, frameon=False)
     return saved(fig, path)
 
 
