@@ -445,3 +445,89 @@ def test_inputs_not_modified():
         policy_loss_and_grad(logp, logp_old, A, MASK, logp_ref=logp_old, is_weights=w, **opts)
     for x, c in zip((logp, logp_old, A, w), copies):
         assert np.array_equal(x, c)
+
+
+# --------------------------------------------------------------------------------------
+# the presets and the documented numbers
+
+
+def test_docs_sapo_numbers():
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "conventions.md").read_text()
+    section = text[text.index("### verl's `sapo` and TRL's `sapo`"):]
+    rows = re.findall(r"^\| ([^|]+) \| ([-+0-9.]+) \| ([-+0-9., ]+) \|$", section, flags=re.M)
+    assert len(rows) == 4
+    m = np.array([[1, 0, 0], [1, 1, 1]], dtype=float)
+    logp_old = np.where(m == 1, np.log(0.5), 0.0)
+    logp = logp_old + np.array([[0.3, 0, 0], [-0.2, 0.1, 0.4]])
+    A = np.array([[1.0, 0, 0], [-1.0, -1, -1]])
+    verl = dict(loss_type="sapo", agg="seq-mean-token-mean", log_ratio_clamp=20.0,
+                kl_coef=0.1, kl_estimator="k3", kl_clamp=10.0, kl_agg="token-mean")
+    trl = dict(loss_type="sapo", agg="grpo", kl_coef=0.1, kl_estimator="k3")
+    settings = [dict(verl, kl_coef=0.0), verl, trl, dict(trl, importance_level="sequence")]
+    for (_, loss, grads), opts in zip(rows, settings):
+        got, _, d = policy_loss_and_grad(logp, logp_old, A, m, logp_ref=logp_old, **opts)
+        assert f"{got:+.9f}" == loss
+        assert ", ".join(f"{x:+.9f}" for x in d[m == 1]) == grads
+    # the hand value of the text, without the KL term (gates written out)
+    gates2 = [4 / 1.05 / (1 + math.exp(-1.05 * (math.exp(x) - 1))) for x in (-0.2, 0.1, 0.4)]
+    hand = -(4 / (1 + math.exp(-(math.exp(0.3) - 1))) - sum(gates2) / 3) / 2
+    assert float(rows[0][1]) == pytest.approx(hand, abs=5e-10)
+
+
+def group_case():
+    from ppo_numpy.oracle.group_cases import group_inputs
+
+    rng = np.random.default_rng(11)
+    x = group_inputs(rng, [0, 0, 0, 1, 1], [2, 3, 1, 3, 2], 3, binary=False)
+    return x
+
+
+def test_verl_preset_loss_modes_call_the_loss():
+    from ppo_numpy.oracle.presets import get_preset
+
+    verl = get_preset("verl-grpo")
+    x = group_case()
+    m = x["mask"] == 1
+    base = verl(x)
+    A = base["advantages"]
+    mode_opts = {
+        "sapo": dict(loss_type="sapo", agg="seq-mean-token-mean", log_ratio_clamp=20.0,
+                     sapo_tau_pos=1.0, sapo_tau_neg=float(np.float32(1.05))),
+        "geo_mean": dict(loss_type="geo_mean", agg="grpo"),
+        "gpg": dict(loss_type="gpg"),
+        "clip_cov": dict(loss_type="clip_cov"),
+        "kl_cov": dict(loss_type="kl_cov"),
+        "dppo_tv": dict(loss_type="dppo_tv", log_ratio_clamp=20.0, dppo_ratio_max=3.0),
+        "dppo_kl": dict(loss_type="dppo_kl", log_ratio_clamp=20.0, dppo_ratio_max=3.0),
+        "dro": dict(loss_type="dro", dro_beta=0.5),
+    }
+    for mode, opts in mode_opts.items():
+        extra = {"dro_beta": 0.5} if mode == "dro" else {}
+        # loss_agg_mode changes neither sapo's nor geo_mean's policy term (verl ignores it)
+        agg = "seq-mean-token-sum" if mode in ("sapo", "geo_mean") else "token-mean"
+        out = verl(x, loss_mode=mode, loss_agg_mode=agg, **extra)
+        loss, _, d = policy_loss_and_grad(np.where(m, x["logp"], 0), np.where(m, x["logp_old"], 0),
+                                          A, m, **opts)
+        assert out["policy_loss"] == pytest.approx(loss, rel=1e-14), mode
+        assert np.allclose(out["dlogp"], d, rtol=1e-14, atol=0), mode
+    assert "stat/actor/pg_clipfrac" not in verl(x, loss_mode="gpg")
+    with pytest.raises(ValueError, match=r"verl-grpo: dro_beta: loss_mode 'dro' needs"):
+        verl(x, loss_mode="dro")
+
+
+def test_trl_preset_sapo():
+    from ppo_numpy.oracle.presets import get_preset
+
+    trl = get_preset("trl-grpo")
+    x = group_case()
+    m = x["mask"] == 1
+    out = trl(x, loss_type="sapo", sapo_temperature_pos=2.0, delta=1.5)
+    loss, _, d = policy_loss_and_grad(np.where(m, x["logp"], 0), np.where(m, x["logp_old"], 0),
+                                      out["advantages"], m, loss_type="sapo", agg="grpo",
+                                      sapo_tau_pos=2.0, sapo_tau_neg=float(np.float32(1.05)))
+    assert out["policy_loss"] == pytest.approx(loss, rel=1e-14)
+    assert np.allclose(out["dlogp"], d, rtol=1e-14, atol=0)
+    assert not any(k.startswith("stat/clip_ratio") for k in out)

@@ -59,8 +59,9 @@ def option_combinations(options: dict, rng: np.random.Generator, n: int) -> list
     names = list(options)
     if not names:
         return [{} for _ in range(n)]
-    grid = list(itertools.product(*(options[k] for k in names)))
-    if len(grid) <= n:
+    # (the grid's size first: a large grid is never built)
+    if math.prod(len(options[k]) for k in names) <= n:
+        grid = list(itertools.product(*(options[k] for k in names)))
         order = rng.permutation(len(grid))
         return [dict(zip(names, grid[order[i % len(grid)]])) for i in range(n)]
     out = []

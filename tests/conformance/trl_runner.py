@@ -59,7 +59,9 @@ def grpo_trainer(p: dict, logp):
     t = Trainer()
     eps_high = p["epsilon"] if p["epsilon_high"] is None else p["epsilon_high"]
     t.args = SimpleNamespace(use_bias_correction_kl=False, delta=p["delta"],
-                             steps_per_generation=1)
+                             steps_per_generation=1,
+                             sapo_temperature_pos=p["sapo_temperature_pos"],
+                             sapo_temperature_neg=p["sapo_temperature_neg"])
     t.loss_type, t.beta = p["loss_type"], p["beta"]
     t.epsilon_low, t.epsilon_high = p["epsilon"], eps_high
     t.importance_sampling_level = p["importance_sampling_level"]

@@ -21,7 +21,7 @@ from ._common import (
 
 #: loss_type -> (aggregation mode, per-token loss form)
 LOSS_TYPES = {"grpo": ("grpo", "clip"), "bnpo": ("bnpo", "clip"), "dr_grpo": ("dr_grpo", "clip"),
-              "dapo": ("dapo", "clip"), "cispo": ("dapo", "cispo")}
+              "dapo": ("dapo", "clip"), "cispo": ("dapo", "cispo"), "sapo": ("grpo", "sapo")}
 SCALES = {"group": "group", "batch": "batch", "none": "none", True: "group", False: "none"}
 
 
@@ -47,7 +47,12 @@ def _trl_grpo(x: Rollout, p: dict) -> dict:
       T), ``"dapo"`` (default) sum /
       ``num_items_in_batch`` (default: this batch's token count, one process);
       ``"cispo"``: -min(rho, epsilon_high) A logp with the weight not differentiated,
-      normalised as dapo. ``epsilon_high`` None means ``epsilon``.
+      normalised as dapo; ``"sapo"``: -g(rho) A, g(rho) = (4 / tau) sigmoid(tau (rho - 1)),
+      tau = ``sapo_temperature_pos`` for A > 0 else ``sapo_temperature_neg`` (rounded to
+      float32: TRL's ``torch.where`` of two Python floats), the ratio of
+      ``importance_sampling_level`` unclamped, normalised as grpo (no clip statistics; the
+      same gate as verl's ``loss_mode="sapo"``: docs/conventions.md section 15 for what
+      differs). ``epsilon_high`` None means ``epsilon``.
     * One process, one gradient-accumulation step (TRL divides grpo/bnpo/dr_grpo by the
       number of accumulation steps; the clip statistics' min/max are over processes,
       here the one value).
@@ -73,9 +78,13 @@ def _trl_grpo(x: Rollout, p: dict) -> dict:
     eps_high = p["epsilon"] if p["epsilon_high"] is None else p["epsilon_high"]
     norm = {"dr_grpo": p["max_completion_length"], "dapo": p["num_items_in_batch"]}.get(agg)
     opts = PolicyLossOptions(
-        # why: TRL applies delta in the clipped loss types only; cispo ignores it
+        # why: TRL applies delta in the clipped loss types only; cispo and sapo ignore it
         epsilon=p["epsilon"], epsilon_high=eps_high,
-        delta=None if form == "cispo" else p["delta"], importance_level=level,
+        delta=p["delta"] if form == "clip" else None, importance_level=level,
+        # why: torch.where(advantages > 0, pos, neg) of two Python floats is a float32
+        # tensor: TRL's temperatures are float32 numbers (1.05 -> 1.0499999523)
+        sapo_tau_pos=float(np.float32(p["sapo_temperature_pos"])),
+        sapo_tau_neg=float(np.float32(p["sapo_temperature_neg"])),
         loss_type=form, cispo_clip=p["cispo_clip"], agg=agg, norm=norm, kl_coef=p["beta"],
         kl_estimator=p["kl_estimator"], log_ratio_clamp=p["log_ratio_clamp"])
     pl, _, dlogp = policy_loss_kernel(xm.logp, xm.logp_old, A, m, opts, xm.logp_ref)
@@ -99,7 +108,7 @@ def _trl_grpo(x: Rollout, p: dict) -> dict:
         stats["kl"] = float(pl.kl.sum() / n)
     if form == "cispo":
         stats["cispo_clip_ratio"] = batch_mean((pl.rho > eps_high) & (A > 0))
-    else:
+    elif form == "clip":
         # min(rho, delta) below the range with A < 0, above it with A > 0 (the delta of
         # the loss: none for cispo)
         lo, hi = opts.bounds()
@@ -121,11 +130,13 @@ def _trl_grpo(x: Rollout, p: dict) -> dict:
 PRESET = Preset(
     name="trl-grpo",
     description="TRL's GRPOTrainer: group-normalised scores (std + 1e-4, float32), the loss "
-                "by loss_type (dapo by default), k3 KL in the loss with beta.",
+                "by loss_type (dapo by default; grpo, bnpo, dr_grpo, cispo, sapo), k3 KL in the "
+                "loss with beta.",
     defaults={"loss_type": "dapo", "scale_rewards": "group",
               "importance_sampling_level": "token", "epsilon": 0.2, "epsilon_high": None,
               "delta": None, "beta": 0.0, "max_completion_length": 512,
-              "num_items_in_batch": None},
+              "num_items_in_batch": None, "sapo_temperature_pos": 1.0,
+              "sapo_temperature_neg": 1.05},
     # the conventions TRL does not expose as options (trl 1.16.0 trl/trainer/grpo_trainer.py
     # _generate_and_score_completions, _compute_loss; trl/trainer/utils.py nanstd)
     conventions={"std_ddof": 1, "std_eps": 1e-4, "std_eps_placement": "std",
