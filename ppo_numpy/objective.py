@@ -110,19 +110,22 @@ class PolicyLossOptions:
     kl_agg : str, optional
         The KL term's aggregation mode; ``None`` (default): ``agg``, as TRL adds it per
         token to the policy loss.
-    sapo_tau_pos, sapo_tau_neg : float > 0
-        SAPO's gate temperatures for A > 0 and A <= 0. Default 1.0 and 1.05 (verl's
-        ``tau_pos``/``tau_neg``, TRL's ``sapo_temperature_pos``/``_neg``).
+    sapo_tau_pos : float > 0
+        SAPO's gate temperature for A > 0. Default 1.0 (verl's ``tau_pos``, TRL's
+        ``sapo_temperature_pos``).
+    sapo_tau_neg : float > 0
+        SAPO's gate temperature for A <= 0. Default 1.05 (verl's ``tau_neg``, TRL's
+        ``sapo_temperature_neg``).
     cov_ratio : float > 0
         Clip-Cov's and KL-Cov's fraction of the response tokens selected (at least one).
         Default 0.0002 (verl's ``clip_cov_ratio``, ``kl_cov_ratio``).
-    cov_bounds : (low, high)
+    cov_bounds : tuple of float
         Clip-Cov's open interval of the covariance of the candidates. Default (1.0, 5.0)
         (verl's ``clip_cov_lb``, ``clip_cov_ub``).
     cov_seed : int >= 0
         The seed of Clip-Cov's random draw among the candidates. Default 0.
     kl_cov_coef : float >= 0
-        KL-Cov's coefficient of |log rho| on the selected tokens. Default 0.1 (verl's
+        KL-Cov's coefficient of abs(log rho) on the selected tokens. Default 0.1 (verl's
         ``ppo_kl_coef``).
     dppo_ratio_max : float > 0
         DPPO's truncation of its constant ratio weight. Default 20.0 (verl's fallback; its
@@ -336,8 +339,11 @@ def ppo_policy_loss(logp, logp_old, advantages, mask=None, epsilon=0.2, agg="tok
         Any other field of :class:`PolicyLossOptions`: ``epsilon_high``, ``dual_clip``
         (see :func:`clipped_surrogate`), ``norm`` (the divisor of the modes that take one),
         ``log_ratio_clamp`` (see :func:`probability_ratio`), and the critic-free family's
-        ``importance_level`` (GSPO), ``log_ratio_max``, ``delta``, ``loss_type`` (CISPO),
-        ``cispo_clip``, ``kl_coef``, ``kl_estimator``, ``kl_clamp``, ``kl_agg``.
+        ``importance_level`` (GSPO), ``log_ratio_max``, ``delta``, ``loss_type`` (CISPO,
+        and SAPO, GMPO, GPG, Clip-Cov, KL-Cov, DPPO, DRO: :mod:`ppo_numpy.policy_losses_extra`),
+        ``cispo_clip``, ``kl_coef``, ``kl_estimator``, ``kl_clamp``, ``kl_agg``,
+        ``sapo_tau_pos``, ``sapo_tau_neg``, ``cov_ratio``, ``cov_bounds``, ``cov_seed``,
+        ``kl_cov_coef``, ``dppo_ratio_max``, ``dro_beta``.
 
     Returns
     -------

@@ -15,7 +15,7 @@ gpg         A_t logp_t (GPG: the plain policy gradient)
 clip_cov    min(rho_t A_t, clip(rho_t) A_t) (1 - z_t), z_t = 1 for up to ``cov_ratio`` n tokens
             drawn at random among the unclipped ones whose centred covariance lies in
             ``cov_bounds`` (Clip-Cov)
-kl_cov      rho_t A_t - kl_cov_coef |lr_t| z_t, z_t = 1 for the ``cov_ratio`` n tokens of
+kl_cov      rho_t A_t - kl_cov_coef abs(lr_t) z_t, z_t = 1 for the ``cov_ratio`` n tokens of
             largest covariance (KL-Cov)
 dppo_tv     sg(min(rho_t, dppo_ratio_max)) v_t A_t logp_t, v_t = 0 where pi - pi_old leaves
             [-eps, eps_high] in the advantage's direction (DPPO, total variation)
@@ -26,7 +26,7 @@ dro         A_t logp_t - (dro_beta / 2) lr_t^2 (DRO: a quadratic penalty on the 
 
 The covariance of token t is cov_t = (A_t - mean A)(logp_t - mean logp), means over the
 response tokens. sg: a constant of the gradient. The functions here are the unchecked kernels
-that :func:`ppo_numpy.objective.policy_loss_forward` and ``policy_loss_backward`` call for these
+that ``ppo_numpy.objective.policy_loss_forward`` and ``policy_loss_backward`` call for these
 loss types; each building block is public with its formula and an example.
 
 Sources: volcengine/verl 0.9.1 ``verl/trainer/ppo/core_algos.py`` (``compute_policy_loss_sapo``,
@@ -90,7 +90,7 @@ def sapo_gate(rho, A, tau_pos=1.0, tau_neg=1.05):
 
     ``rho`` >= 0 and ``A`` float arrays of one shape (unchecked kernel). At rho = 1 the gate is
     2 / tau and its slope 1, the slope of the unclipped PPO term; far from 1 the slope decays
-    like exp(-tau |rho - 1|) instead of dropping to 0 at a clip bound.
+    like exp(-tau abs(rho - 1)) instead of dropping to 0 at a clip bound.
 
     >>> g, dg = sapo_gate(np.array([1.0, 1.0]), np.array([1.0, -1.0]), 1.0, 2.0)
     >>> g.tolist(), dg.tolist()
@@ -186,7 +186,7 @@ def clip_cov_selection(cov, m, clipped, ratio, bounds, seed=0):
 
 
 def kl_cov_selection(cov, m, ratio):
-    """KL-Cov's tokens that get the |log-ratio| penalty (bool): the k = max(1, int(n * ratio))
+    """KL-Cov's tokens that get the abs(log-ratio) penalty (bool): the k = max(1, int(n * ratio))
     response tokens of largest cov_t (``torch.topk``), ties broken by the lower row-major index
     (``torch.topk`` leaves the order of ties unspecified: docs/conventions.md section 15).
 
@@ -260,7 +260,7 @@ def extra_surrogate(logp, logp_old, log_rho, rho, A, m, opts, is_weights):
 
 def extra_drho(f, dsurrogate, A, opts):
     """d loss / d rho of a :data:`RATIO_LOSS_TYPES` loss and the part of d loss / d log rho
-    that does not run through rho (KL-Cov's |log rho|), given d loss / d surrogate."""
+    that does not run through rho (KL-Cov's abs(log rho)), given d loss / d surrogate."""
     kind = opts.loss_type
     if kind == "sapo":
         return dsurrogate * f.extra["dgate"] * A, 0.0
