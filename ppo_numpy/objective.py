@@ -34,6 +34,7 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from . import gspo_rowwise, vespo
+from . import policy_losses_extra as extra_losses
 from ._validation import (
     as_array,
     check_choice,
@@ -53,8 +54,8 @@ __all__ = ["CISPO_CLIPS", "LOSS_TYPES", "PolicyLossOptions", "loss_options",
            "policy_loss_stats", "ppo_objective", "ppo_policy_loss"]
 
 
-#: the forms of the per-token policy loss
-LOSS_TYPES = ("clip", "cispo", "vespo")
+#: the forms of the per-token policy loss (the last eight: ppo_numpy.policy_losses_extra)
+LOSS_TYPES = ("clip", "cispo", "vespo") + extra_losses.EXTRA_LOSS_TYPES
 #: how CISPO bounds its importance weight
 CISPO_CLIPS = ("range", "max")
 #: VESPO's default (k_pos, lambda_pos, k_neg, lambda_neg) (TRL 1.16.0 GRPOConfig)
@@ -89,12 +90,16 @@ class PolicyLossOptions:
     delta : float > 0, optional
         TRL's two-sided bound (``GRPOConfig.delta``): the unclipped branch uses
         min(rho, delta). ``None``: off.
-    loss_type : {"clip", "cispo", "vespo"}
+    loss_type : str
         ``"clip"`` (default): the clipped surrogate. ``"cispo"``: CISPO,
         -sg(w_t) A_t logp_t with the importance weight w_t bounded as ``cispo_clip``
         says and not differentiated (its gradient is -w_t A_t per token). ``"vespo"``:
         VESPO (TRL), -sg(phi_i) A_t logp_t with phi the Gamma weight of the sequence's
         summed log-ratio (:mod:`ppo_numpy.vespo`); ``is_weights`` enter phi, not the term.
+        verl 0.9.1's ``"sapo"`` (also TRL's), ``"geo_mean"`` (GMPO), ``"gpg"``,
+        ``"clip_cov"``, ``"kl_cov"``, ``"dppo_tv"``, ``"dppo_kl"``, ``"dro"``: the formulas
+        in :mod:`ppo_numpy.policy_losses_extra` (for ``geo_mean`` the epsilons bound the
+        token log-ratio, for DPPO the change of probability or its binary KL).
     vespo_k_pos, vespo_lambda_pos, vespo_k_neg, vespo_lambda_neg : float >= 0
         VESPO's shapes for A >= 0 and A < 0 (TRL 1.16.0 ``GRPOConfig``: 2, 3, 3, 2).
     cispo_clip : {"range", "max"}
@@ -111,6 +116,28 @@ class PolicyLossOptions:
     kl_agg : str, optional
         The KL term's aggregation mode; ``None`` (default): ``agg``, as TRL adds it per
         token to the policy loss.
+    sapo_tau_pos : float > 0
+        SAPO's gate temperature for A > 0. Default 1.0 (verl's ``tau_pos``, TRL's
+        ``sapo_temperature_pos``).
+    sapo_tau_neg : float > 0
+        SAPO's gate temperature for A <= 0. Default 1.05 (verl's ``tau_neg``, TRL's
+        ``sapo_temperature_neg``).
+    cov_ratio : float > 0
+        Clip-Cov's and KL-Cov's fraction of the response tokens selected (at least one).
+        Default 0.0002 (verl's ``clip_cov_ratio``, ``kl_cov_ratio``).
+    cov_bounds : tuple of float
+        Clip-Cov's open interval of the covariance of the candidates. Default (1.0, 5.0)
+        (verl's ``clip_cov_lb``, ``clip_cov_ub``).
+    cov_seed : int >= 0
+        The seed of Clip-Cov's random draw among the candidates. Default 0.
+    kl_cov_coef : float >= 0
+        KL-Cov's coefficient of abs(log rho) on the selected tokens. Default 0.1 (verl's
+        ``ppo_kl_coef``).
+    dppo_ratio_max : float > 0
+        DPPO's truncation of its constant ratio weight. Default 20.0 (verl's fallback; its
+        ``ActorConfig`` passes ``clip_ratio_c`` = 3.0: the ``verl-grpo`` preset does).
+    dro_beta : float > 0, optional
+        DRO's coefficient of the quadratic log-ratio penalty; needed by ``loss_type="dro"``.
 
     Examples
     --------
@@ -142,6 +169,14 @@ class PolicyLossOptions:
     vespo_lambda_pos: float = 3.0
     vespo_k_neg: float = 3.0
     vespo_lambda_neg: float = 2.0
+    sapo_tau_pos: float = 1.0
+    sapo_tau_neg: float = 1.05
+    cov_ratio: float = 0.0002
+    cov_bounds: tuple = (1.0, 5.0)
+    cov_seed: int = 0
+    kl_cov_coef: float = 0.1
+    dppo_ratio_max: float = 20.0
+    dro_beta: float | None = None
 
     def __post_init__(self):
         set_ = object.__setattr__
@@ -178,6 +213,7 @@ class PolicyLossOptions:
         set_(self, "kl_clamp", check_kl_clamp(self.kl_clamp, "kl_clamp"))
         if self.kl_agg is not None:
             check_mode(self.kl_agg, "kl_agg")
+        extra_losses.check_extra_options(self)
 
     def bounds(self, like=None):
         """``(1 - epsilon, 1 + epsilon_high)`` in the arithmetic of ``like`` (float by default)."""
@@ -329,8 +365,11 @@ def ppo_policy_loss(logp, logp_old, advantages, mask=None, epsilon=0.2, agg="tok
         (see :func:`clipped_surrogate`), ``norm`` (the divisor of the modes that take one),
         ``log_ratio_clamp`` (see :func:`probability_ratio`), and the critic-free family's
         ``importance_level`` (GSPO), ``log_ratio_max``, ``delta``, ``loss_type`` (CISPO,
-        VESPO), ``cispo_clip``, ``vespo_k_pos`` (and VESPO's other shapes), ``kl_coef``,
-        ``kl_estimator``, ``kl_clamp``, ``kl_agg``; ``agg="luspo"`` with
+        VESPO, and SAPO, GMPO, GPG, Clip-Cov, KL-Cov, DPPO, DRO:
+        :mod:`ppo_numpy.policy_losses_extra`), ``cispo_clip``, ``vespo_k_pos`` (and VESPO's
+        other shapes), ``kl_coef``, ``kl_estimator``, ``kl_clamp``, ``kl_agg``,
+        ``sapo_tau_pos``, ``sapo_tau_neg``, ``cov_ratio``, ``cov_bounds``, ``cov_seed``,
+        ``kl_cov_coef``, ``dppo_ratio_max``, ``dro_beta``; ``agg="luspo"`` with
         ``importance_level="sequence"`` is TRL's LUSPO.
 
     Returns
@@ -411,6 +450,7 @@ class PolicyLossForward:
     loss: float               # policy_loss + kl_coef kl_loss
     surrogate: np.ndarray | None = None   # min(rho A, clip(rho) A) (CISPO's term), unweighted
     is_weights: np.ndarray | None = None  # w_t of is_weights=, None: all 1
+    extra: dict | None = None             # the intermediates of policy_losses_extra's losses
 
     def __post_init__(self):
         if self.surrogate is None:  # no importance weights: the term is the surrogate
@@ -449,7 +489,13 @@ def policy_loss_forward(logp, logp_old, A, m, opts: PolicyLossOptions, logp_ref=
         log_w = np.minimum(log_w_raw, opts.log_ratio_max)
     # rho_t = exp(log_w), at every response token, 0 at padding
     rho = np.where(m, np.exp(log_w), 0.0)
-    if opts.loss_type == "cispo":
+    extra = None
+    if opts.loss_type in extra_losses.EXTRA_LOSS_TYPES:
+        # SAPO, GMPO, GPG, Clip-Cov, KL-Cov, DPPO, DRO (GMPO weighs a row by its weights'
+        # geometric mean)
+        surrogate, is_weights, extra = extra_losses.extra_surrogate(
+            logp, logp_old, log_rho, rho, A, m, opts, is_weights)
+    elif opts.loss_type == "cispo":
         # CISPO: sg(w_t) A_t logp_t, the weight w_t = clip(rho_t) a constant of the gradient
         surrogate = cispo_weight(rho, lo, hi, opts) * A * logp
     elif opts.loss_type == "vespo":
@@ -473,7 +519,7 @@ def policy_loss_forward(logp, logp_old, A, m, opts: PolicyLossOptions, logp_ref=
         kl_loss = float(aggregate_kernel(kl, m, *_kl_agg(opts)))
     loss = policy_loss + opts.kl_coef * kl_loss if opts.kl_coef > 0 else policy_loss
     return PolicyLossForward(logp, log_ratio, log_rho, log_w_raw, log_w, rho, lo, hi, term, kl,
-                             policy_loss, kl_loss, loss, surrogate, is_weights)
+                             policy_loss, kl_loss, loss, surrogate, is_weights, extra)
 
 
 def cispo_weight(rho, lo, hi, opts: PolicyLossOptions):
@@ -515,20 +561,30 @@ def policy_loss_backward(f: PolicyLossForward, A, m, opts: PolicyLossOptions, lo
     dterm = -aggregation_weights(m, opts.agg, opts.norm)
     # term = is_weights surrogate: the weights multiply each token's gradient, at the end,
     # nothing flows through them (at the sequence level: w_t times the derivative of the
-    # sequence term, verl's per-token form; see ppo_policy_loss); vespo's are inside phi
+    # sequence term, verl's per-token form; see ppo_policy_loss); vespo's are inside phi,
+    # and GMPO, GPG, DPPO, DRO weight their own terms
     dsurrogate = dterm
     if opts.loss_type == "vespo":
         # surrogate = sg(phi) A_t logp_t, the weights inside phi: d / d logp = phi A_t
         dlogp = dterm * vespo_phi(f.log_rho, A, m, opts, f.is_weights) * A
+    elif opts.loss_type in extra_losses.DIRECT_LOSS_TYPES:
+        # GMPO, GPG, DPPO, DRO: their gradient in logp (policy_losses_extra)
+        weighted = dterm if f.is_weights is None else dterm * f.is_weights
+        dlogp = extra_losses.extra_dlogp(f, weighted, A, m, opts)
     elif opts.loss_type == "cispo":
         # surrogate = sg(w_t) A_t logp_t: d / d logp = w_t A_t (nothing flows through w_t)
         dlogp = dsurrogate * cispo_weight(f.rho, f.lo, f.hi, opts) * A
     else:
-        # surrogate = rho A where unclipped, a constant where clipped (clip_case)
-        case = clip_case(f.rho, A, f.lo, f.hi, opts.dual_clip, opts.delta)
-        drho = dsurrogate * np.where(case == UNCLIPPED, A, 0.0)
+        dlog_w_direct = 0.0
+        if opts.loss_type in extra_losses.RATIO_LOSS_TYPES:
+            # SAPO, Clip-Cov, KL-Cov: d surrogate / d rho their own (and KL-Cov's |log rho|)
+            drho, dlog_w_direct = extra_losses.extra_drho(f, dsurrogate, A, opts)
+        else:
+            # surrogate = rho A where unclipped, a constant where clipped (clip_case)
+            case = clip_case(f.rho, A, f.lo, f.hi, opts.dual_clip, opts.delta)
+            drho = dsurrogate * np.where(case == UNCLIPPED, A, 0.0)
         # rho = exp(log_w)
-        dlog_w = drho * f.rho
+        dlog_w = drho * f.rho + dlog_w_direct
         if opts.log_ratio_max is not None:
             # log_w = min(log_w, max): the bound passes the gradient, as torch.clamp does
             dlog_w = dlog_w * (f.log_w_raw <= opts.log_ratio_max)
@@ -541,7 +597,8 @@ def policy_loss_backward(f: PolicyLossForward, A, m, opts: PolicyLossOptions, lo
         if opts.log_ratio_clamp is not None:
             # log rho = clip(logp - logp_old, -c, c): the bound passes the gradient
             dlogp = dlogp * (np.abs(f.log_ratio) <= opts.log_ratio_clamp)
-    if f.is_weights is not None and opts.loss_type != "vespo":
+    if f.is_weights is not None and opts.loss_type not in (
+            "vespo", *extra_losses.DIRECT_LOSS_TYPES):
         # d term_t = w_t d surrogate_t (token level); at the sequence level w_t times the
         # derivative of the sequence term at token t
         dlogp = dlogp * f.is_weights
@@ -574,7 +631,9 @@ def policy_loss_stats(f: PolicyLossForward, A, m, opts: PolicyLossOptions) -> di
         k1 = np.where(m, -log_rho, 0.0).sum()
     # min(rho_t, delta) A_t: the unclipped branch
     rho_unclipped = rho if opts.delta is None else np.minimum(rho, opts.delta)
-    if opts.loss_type == "cispo":
+    if opts.loss_type in extra_losses.EXTRA_LOSS_TYPES:
+        clipped = 0.0  # (the loss's own fractions, below)
+    elif opts.loss_type == "cispo":
         clipped = frac(cispo_weight(rho, lo, hi, opts) != rho)
     elif opts.loss_type == "vespo":
         clipped = 0.0  # (no clip: phi weighs every token)
@@ -604,6 +663,8 @@ def policy_loss_stats(f: PolicyLossForward, A, m, opts: PolicyLossOptions) -> di
     if opts.loss_type == "vespo":
         # the token mean of phi
         stats["vespo_phi_mean"] = mean(vespo_phi(f.log_rho, A, m, opts, f.is_weights))
+    if opts.loss_type in extra_losses.EXTRA_LOSS_TYPES:
+        stats.update(extra_losses.extra_stats(f, A, m, opts))
     return stats
 
 

@@ -54,9 +54,10 @@ DIFFERENCES = [
 
 
 def _note(n: str) -> str:
-    if n == "GSPO_TOKEN_GRADIENT":  # (the text lives next to the code that acts on it)
-        from .verl_runner import GSPO_TOKEN_GRADIENT
-        return GSPO_TOKEN_GRADIENT
+    if n in ("GSPO_TOKEN_GRADIENT", "CLIP_COV_DRAW", "KL_COV_TIES"):
+        # (the text lives next to the code that acts on it)
+        from . import verl_runner
+        return getattr(verl_runner, n)
     return n
 
 

@@ -179,14 +179,17 @@ SPECS = {
                       "core_algos.compute_gpg_outcome_advantage",
                       "core_algos.compute_grpo_passk_outcome_advantage",
                       "core_algos.compute_gdpo_outcome_advantage",
-                      "core_algos.get_policy_loss_fn (vanilla, gspo, cispo)",
-                      "core_algos.kl_penalty", "core_algos.agg_loss"],
+                      "core_algos.get_policy_loss_fn (vanilla, gspo, cispo, sapo, geo_mean, "
+                      "gpg, clip_cov, kl_cov, dppo_tv, dppo_kl, dro)",
+                      "core_algos.kl_penalty", "core_algos.agg_loss",
+                      "workers.config.ActorConfig, PolicyLossConfig"],
         "options": {"adv_estimator": ["grpo", "rloo", "reinforce_plus_plus",
                                       "reinforce_plus_plus_baseline", "remax", "opo", "gpg",
                                       "grpo_passk", "gdpo"],
                     "gdpo_reward_weights": [None, [0.5, 2.0, 1.0]],
                     "norm_adv_by_std_in_grpo": [True, False], "gamma": [1.0, 0.9],
-                    "loss_mode": ["vanilla", "gspo", "cispo"],
+                    "loss_mode": ["vanilla", "gspo", "cispo", "sapo", "geo_mean", "gpg",
+                                  "clip_cov", "kl_cov", "dppo_tv", "dppo_kl", "dro"],
                     "loss_agg_mode": ["token-mean", "seq-mean-token-sum",
                                       "seq-mean-token-mean", "seq-mean-token-sum-norm"],
                     "clip_ratio_low": [0.2, 0.1], "clip_ratio_high": [0.2, 0.28],
@@ -195,6 +198,10 @@ SPECS = {
                     "kl_loss_type": ["low_var_kl", "kl", "mse", "abs", "k3", "k1", "k2"],
                     "use_kl_in_reward": [False, True], "kl_coef": [0.001, 0.1],
                     "kl_penalty": ["kl", "abs", "mse", "low_var_kl", "k1", "k2", "k3"],
+                    "tau_pos": [1.0, 2.0], "tau_neg": [1.05, 0.5],
+                    "clip_cov_ratio": [0.0002, 0.3], "clip_cov_lb": [1.0, 0.0],
+                    "clip_cov_ub": [5.0, 2.0], "kl_cov_ratio": [0.0002, 0.3],
+                    "ppo_kl_coef": [0.1, 1.0], "dro_beta": [0.1, 1.0],
                     # algorithm.rollout_correction (on the cases with logp_rollout)
                     "rollout_is": [None, "token", "sequence"],
                     "rollout_is_threshold": [2.0, "0.5_2.0", 5.0],
@@ -208,7 +215,7 @@ SPECS = {
         "not_compared": [
             "the statistics of metric_utils.compute_data_metrics (critic/score/mean, "
             "critic/rewards/mean, critic/advantages/mean): computed from a whole DataProto",
-            "GSPO_TOKEN_GRADIENT"],
+            "GSPO_TOKEN_GRADIENT", "CLIP_COV_DRAW", "KL_COV_TIES"],
     },
     "openrlhf": {
         "framework": "OpenRLHF", "package": "openrlhf==0.11.2",
@@ -267,7 +274,7 @@ SPECS = {
                       "GRPOTrainer.get_gamma_weights (vespo)",
                       "trl.trainer.utils.nanmin, nanmax (its metrics)"],
         "options": {"loss_type": ["dapo", "grpo", "bnpo", "dr_grpo", "cispo", "luspo",
-                                  "vespo"],
+                                  "vespo", "sapo"],
                     "vespo_k_pos": [2.0, 1.0], "vespo_lambda_pos": [3.0, 0.5],
                     "vespo_k_neg": [3.0, 1.5], "vespo_lambda_neg": [2.0, 4.0],
                     "importance_sampling_level": ["token", "sequence"],
@@ -275,6 +282,7 @@ SPECS = {
                     "beta": [0.0, 0.04], "max_completion_length": [512, 16],
                     "num_items_in_batch": [None, 37],
                     "scale_rewards": ["group", "batch", "none"],
+                    "sapo_temperature_pos": [1.0, 2.0], "sapo_temperature_neg": [1.05, 0.5],
                     # the vLLM correction and the off-policy mask (cases with logp_rollout)
                     "vllm_importance_sampling_correction": [True, False],
                     "vllm_importance_sampling_mode": ["sequence_mask", "token_truncate",

@@ -92,7 +92,9 @@ def grpo_trainer(p: dict, logp):
     t.args = SimpleNamespace(use_bias_correction_kl=False, delta=p["delta"],
                              steps_per_generation=1,
                              **{k: p[k] for k in ("vespo_k_pos", "vespo_lambda_pos",
-                                                  "vespo_k_neg", "vespo_lambda_neg")})
+                                                  "vespo_k_neg", "vespo_lambda_neg")},
+                             sapo_temperature_pos=p["sapo_temperature_pos"],
+                             sapo_temperature_neg=p["sapo_temperature_neg"])
     t.loss_type, t.beta = p["loss_type"], p["beta"]
     t.epsilon_low, t.epsilon_high = p["epsilon"], eps_high
     t.importance_sampling_level = p["importance_sampling_level"]

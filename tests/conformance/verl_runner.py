@@ -3,12 +3,15 @@
 Called: ``verl.trainer.ppo.ray_trainer.apply_kl_penalty`` and ``compute_advantage`` (on a
 stand-in for the DataProto batch: a dict of tensors), the advantage estimators of
 ``verl.trainer.ppo.core_algos`` behind them, ``get_policy_loss_fn(loss_mode)`` (vanilla,
-gspo, cispo) with a real ``ActorConfig``, ``kl_penalty`` and ``agg_loss`` for the KL loss
+gspo, cispo, sapo, geo_mean, gpg, clip_cov, kl_cov, dppo_tv, dppo_kl, dro) with a real
+``ActorConfig`` and ``PolicyLossConfig``, ``kl_penalty`` and ``agg_loss`` for the KL loss
 (composed as ``verl.workers.utils.losses.ppo_loss`` composes them: that function itself takes
 a TensorDict, a stub here), and ``compute_value_loss``. Gradients: autograd of those losses.
 """
 
 from __future__ import annotations
+
+from unittest import mock
 
 import numpy as np
 import torch
@@ -36,6 +39,18 @@ GSPO_TOKEN_GRADIENT = (
     "preset differentiates s_i itself, -(sum_u w_u A_u) s_i / n_i. They agree when A is "
     "constant along the response (every other estimator) and the loss values agree; "
     "ppo_numpy's policy loss has no option for the token form, so this is left open")
+
+CLIP_COV_DRAW = (
+    "clip_cov's random draw: verl 0.9.1 draws the dropped tokens with torch.randperm (torch's "
+    "global generator), the preset with numpy's default_rng(clip_cov_seed).permutation; the "
+    "runner replaces torch.randperm by that numpy permutation during verl's call, so the "
+    "rule (candidates in torch.nonzero order, the first max(int(ratio n), 1) of a uniform "
+    "permutation) is verl's and the permutation the same")
+KL_COV_TIES = (
+    "kl_cov's loss and gradient where the k-th and (k+1)-th largest covariances are equal: "
+    "torch.topk leaves the order of ties unspecified (CPU: a partition, not the lower index), "
+    "the preset takes the lower row-major index; the outputs are not compared on such cases "
+    "(degenerate batches: every advantage equal to the mean)")
 
 #: the preset's kl_estimator -> verl's kl_penalty name
 KL_NAMES = {"k1": "kl", "k2": "mse", "abs": "abs", "k3": "low_var_kl"}
@@ -77,14 +92,39 @@ def response_mask(mask):
     return tensor(mask, dtype=torch.int64)
 
 
+#: the verl-grpo parameters that are PolicyLossConfig fields (the others of its losses:
+#: ActorConfig's tau_pos, tau_neg)
+POLICY_LOSS_FIELDS = ("clip_cov_ratio", "clip_cov_lb", "clip_cov_ub", "kl_cov_ratio",
+                      "ppo_kl_coef", "dro_beta")
+
+
 def actor_config(eps_low, eps_high, clip_ratio_c, agg, loss_mode, use_kl_loss, kl_coef,
-                 kl_type, rollout_correction=None) -> ActorConfig:
-    extra = {} if rollout_correction is None else {"rollout_correction": rollout_correction}
+                 kl_type, rollout_correction=None, p=None) -> ActorConfig:
+    p = p or {}
+    extra = {k: p[k] for k in ("tau_pos", "tau_neg") if k in p}
+    loss_extra = {} if rollout_correction is None else {"rollout_correction": rollout_correction}
     return ActorConfig(strategy="fsdp", rollout_n=1, ppo_micro_batch_size_per_gpu=1,
                        clip_ratio=eps_low, clip_ratio_low=eps_low, clip_ratio_high=eps_high,
                        clip_ratio_c=clip_ratio_c, loss_agg_mode=agg, use_kl_loss=use_kl_loss,
-                       kl_loss_coef=kl_coef, kl_loss_type=kl_type,
-                       policy_loss=PolicyLossConfig(loss_mode=loss_mode, **extra))
+                       kl_loss_coef=kl_coef, kl_loss_type=kl_type, **extra,
+                       policy_loss=PolicyLossConfig(loss_mode=loss_mode, **loss_extra, **{
+                           k: p[k] for k in POLICY_LOSS_FIELDS if k in p}))
+
+
+def numpy_randperm(seed):
+    """torch.randperm(n) as numpy's default_rng(seed).permutation(n) (see CLIP_COV_DRAW)."""
+    def randperm(n, *args, **kwargs):
+        return torch.from_numpy(np.random.default_rng(seed).permutation(int(n)))
+    return randperm
+
+
+def kl_cov_boundary_tied(x: dict, advantages, ratio) -> bool:
+    """The k-th and (k+1)-th largest of verl's kl_cov covariances are equal (KL_COV_TIES)."""
+    m = np.asarray(x["mask"]) == 1
+    a, lp = numpy(advantages)[m], np.asarray(x["logp"])[m]
+    cov = np.sort((a - a.mean()) * (lp - lp.mean()))[::-1]
+    k = max(1, int(len(cov) * ratio))
+    return k < len(cov) and cov[k - 1] == cov[k]
 
 
 def rollout_config(p: dict) -> RolloutCorrectionConfig:
@@ -274,9 +314,10 @@ def verl_grpo(case: dict) -> dict:
     advantages = data.batch["advantages"]
     cfg = actor_config(p["clip_ratio_low"], p["clip_ratio_high"], p["clip_ratio_c"],
                        p["loss_agg_mode"], loss_mode, p["use_kl_loss"], p["kl_loss_coef"],
-                       p["kl_loss_type"], rc)
-    total, pg_loss, metrics, logp, kl_loss = policy_loss(
-        cfg, x, advantages, mask_t.to(bool), rollout_is_weights=w, logp_old=logp_old)
+                       p["kl_loss_type"], rc, p)
+    with mock.patch.object(torch, "randperm", numpy_randperm(p["clip_cov_seed"])):
+        total, pg_loss, metrics, logp, kl_loss = policy_loss(
+            cfg, x, advantages, mask_t.to(bool), rollout_is_weights=w, logp_old=logp_old)
     metrics = {k: v for k, v in metrics.items() if not k.startswith("rollout_corr/")}
     stats.update(metrics)
     stats["actor/pg_loss"] = item(pg_loss)
@@ -289,5 +330,9 @@ def verl_grpo(case: dict) -> dict:
            "dlogp": grad_of(total, logp)}
     if cfg.policy_loss.loss_mode == "gspo" and p["adv_estimator"] in TOKEN_ADVANTAGES:
         del out["dlogp"]  # a difference left open: see GSPO_TOKEN_GRADIENT
+    if cfg.policy_loss.loss_mode == "kl_cov" and kl_cov_boundary_tied(x, advantages,
+                                                                      p["kl_cov_ratio"]):
+        for k in ("policy_loss", "dlogp", "stat/actor/pg_loss"):
+            out.pop(k, None)  # not compared: see KL_COV_TIES
     out.update({f"stat/{k}": float(v) for k, v in stats.items()})
     return out

@@ -25,7 +25,7 @@ from ._common import (
 #: loss_type -> (aggregation mode, per-token loss form)
 LOSS_TYPES = {"grpo": ("grpo", "clip"), "bnpo": ("bnpo", "clip"), "dr_grpo": ("dr_grpo", "clip"),
               "dapo": ("dapo", "clip"), "cispo": ("dapo", "cispo"), "luspo": ("luspo", "clip"),
-              "vespo": ("dapo", "vespo")}
+              "vespo": ("dapo", "vespo"), "sapo": ("grpo", "sapo")}
 #: VESPO's shapes, GRPOConfig's names
 VESPO_OPTIONS = ("vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg")
 SCALES = {"group": "group", "batch": "batch", "none": "none", True: "group", False: "none"}
@@ -61,7 +61,12 @@ def _trl_grpo(x: Rollout, p: dict) -> dict:
       ``vespo_k_neg`` 3, ``vespo_lambda_neg`` 2) of the sequence's summed token
       log-ratios (each clamped to [-20, 20], the sum to [log 1e-8, 20]), normalised as
       dapo; it ignores ``importance_sampling_level`` and ``delta``, as TRL does (TRL warns
-      for the sequence level). ``epsilon_high`` None means ``epsilon``.
+      for the sequence level); ``"sapo"``: -g(rho) A, g(rho) = (4 / tau) sigmoid(tau (rho -
+      1)), tau = ``sapo_temperature_pos`` for A > 0 else ``sapo_temperature_neg`` (rounded
+      to float32: TRL's ``torch.where`` of two Python floats), the ratio of
+      ``importance_sampling_level`` unclamped, normalised as grpo (no clip statistics; the
+      same gate as verl's ``loss_mode="sapo"``: docs/conventions.md section 15 for what
+      differs). ``epsilon_high`` None means ``epsilon``.
     * One process, one gradient-accumulation step (TRL divides grpo/bnpo/dr_grpo by the
       number of accumulation steps; the clip statistics' min/max are over processes,
       here the one value).
@@ -91,11 +96,15 @@ def _trl_grpo(x: Rollout, p: dict) -> dict:
     norm = {"dr_grpo": p["max_completion_length"], "dapo": p["num_items_in_batch"]}.get(agg)
     vespo = {k: p[k] for k in VESPO_OPTIONS}
     opts = PolicyLossOptions(
-        # why: TRL applies delta in the clipped loss types only; cispo and vespo ignore it,
-        # and vespo the level (it sums the token log-ratios itself)
+        # why: TRL applies delta in the clipped loss types only; cispo, sapo and vespo ignore
+        # it, and vespo the level (it sums the token log-ratios itself)
         epsilon=p["epsilon"], epsilon_high=eps_high,
         delta=p["delta"] if form == "clip" else None,
         importance_level="token" if form == "vespo" else level,
+        # why: torch.where(advantages > 0, pos, neg) of two Python floats is a float32
+        # tensor: TRL's temperatures are float32 numbers (1.05 -> 1.0499999523)
+        sapo_tau_pos=float(np.float32(p["sapo_temperature_pos"])),
+        sapo_tau_neg=float(np.float32(p["sapo_temperature_neg"])),
         loss_type=form, cispo_clip=p["cispo_clip"], agg=agg, norm=norm, kl_coef=p["beta"],
         kl_estimator=p["kl_estimator"], log_ratio_clamp=p["log_ratio_clamp"], **vespo)
     # (CISPO's loss is (B, T) at either level: -c A logp_t; the row-mean form is the clip's)
@@ -128,7 +137,7 @@ def _trl_grpo(x: Rollout, p: dict) -> dict:
         phi = vespo_phi(xm.logp - xm.logp_old, A, m, opts)
         stats["vespo/phi_seq_mean"] = float(np.mean(phi[np.arange(m.shape[0]),
                                                         np.argmax(m, axis=-1)]))
-    else:
+    elif form == "clip":
         # min(rho, delta) below the range with A < 0, above it with A > 0 (the delta of
         # the loss: none for cispo)
         lo, hi = opts.bounds()
@@ -195,12 +204,14 @@ def _rollout_correction(name, x: Rollout, m, A, p: dict, level: str):
 PRESET = Preset(
     name="trl-grpo",
     description="TRL's GRPOTrainer: group-normalised scores (std + 1e-4, float32), the loss "
-                "by loss_type (dapo by default), k3 KL in the loss with beta.",
+                "by loss_type (dapo by default; grpo, bnpo, dr_grpo, cispo, sapo), k3 KL in the "
+                "loss with beta.",
     defaults={"loss_type": "dapo", "scale_rewards": "group",
               "importance_sampling_level": "token", "epsilon": 0.2, "epsilon_high": None,
               "delta": None, "beta": 0.0, "max_completion_length": 512,
               "num_items_in_batch": None, "vespo_k_pos": 2.0, "vespo_lambda_pos": 3.0,
-              "vespo_k_neg": 3.0, "vespo_lambda_neg": 2.0,
+              "vespo_k_neg": 3.0, "vespo_lambda_neg": 2.0, "sapo_temperature_pos": 1.0,
+              "sapo_temperature_neg": 1.05,
               # the rollout correction (GRPOConfig; use_vllm None: the case says, see
               # _rollout_correction)
               "use_vllm": None, "vllm_importance_sampling_correction": True,

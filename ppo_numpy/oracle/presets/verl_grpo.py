@@ -1,7 +1,8 @@
 """verl's critic-free estimators (preset ``verl-grpo``): ``algorithm.adv_estimator`` grpo,
 rloo, reinforce_plus_plus, reinforce_plus_plus_baseline, remax, opo, gpg, grpo_passk, gdpo,
 and the policy losses of
-``actor.policy_loss.loss_mode`` vanilla, gspo, cispo."""
+``actor.policy_loss.loss_mode`` vanilla, gspo, cispo, sapo, geo_mean, gpg, clip_cov, kl_cov,
+dppo_tv, dppo_kl, dro."""
 
 from __future__ import annotations
 
@@ -38,7 +39,8 @@ from ._common import (
 
 ESTIMATORS = ("grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "remax",
               "opo", "gpg", "grpo_passk", "gdpo")
-LOSS_MODES = ("vanilla", "gspo", "cispo")
+LOSS_MODES = ("vanilla", "gspo", "cispo", "sapo", "geo_mean", "gpg", "clip_cov", "kl_cov",
+              "dppo_tv", "dppo_kl", "dro")
 #: verl's kl_penalty / kl_loss_type names -> (estimator, clamp of the estimate)
 KL_TYPES = {"kl": ("k1", None), "k1": ("k1", None), "abs": ("abs", None),
             "mse": ("k2", None), "k2": ("k2", None), "low_var_kl": ("k3", 10.0),
@@ -86,7 +88,20 @@ def _verl_grpo(x: Rollout, p: dict) -> dict:
       sequence log-ratio, capped at 10, no dual clip, ``loss_agg_mode``: in 0.9.1 the mode
       of the actor, token-mean by default, not the seq-mean-token-mean of earlier commits);
       ``cispo`` (log-ratio clamped to [-20, 20]; -clip(rho, 1 - low, 1 + high) A logp, the
-      weight not differentiated; ``loss_agg_mode``).
+      weight not differentiated; ``loss_agg_mode``). The losses of
+      :mod:`ppo_numpy.policy_losses_extra`: ``sapo`` (``tau_pos``, ``tau_neg``, rounded to
+      float32 as verl's float32 advantages make them, 4 / tau then rounded to float32 too,
+      within the tolerance but for a loss that cancels to < 1e-2 of its terms; log-ratio
+      clamped to [-20, 20]; always seq-mean-token-mean, whatever ``loss_agg_mode``);
+      ``geo_mean`` (GMPO: ``clip_ratio_low``/``_high`` bound the token log-ratio, no clamp;
+      the mean over responses, ``loss_agg_mode`` unused); ``gpg``; ``clip_cov``
+      (``clip_cov_ratio``, ``clip_cov_lb``, ``clip_cov_ub``; the clipped surrogate without
+      dual clip or clamp; the random draw seeded by ``clip_cov_seed``, verl's ``torch.randperm``
+      being torch's global generator); ``kl_cov`` (``kl_cov_ratio``, ``ppo_kl_coef``; no
+      clip, no clamp); ``dppo_tv``, ``dppo_kl`` (``clip_ratio_low``/``_high`` are the
+      divergence thresholds, the weight truncated at ``clip_ratio_c``: verl's fallback 20 is
+      never read, ``ActorConfig`` sets 3.0; log-ratio clamped to [-20, 20]); ``dro``
+      (``dro_beta``, no default: required). Each aggregated by ``loss_agg_mode`` unless said.
     * ``use_kl_loss``: ``kl_loss_coef`` times ``kl_loss_type`` (``low_var_kl``: k3 clamped to
       [-10, 10]) of (logp, logp_ref), aggregated by ``loss_agg_mode``.
     * ``loss_agg_mode`` ``seq-mean-token-sum-norm`` divides the sum over every token by the
@@ -148,24 +163,47 @@ def _verl_grpo(x: Rollout, p: dict) -> dict:
                   kl_agg=agg)
     # the options of each loss_mode besides the clip bounds and the KL term
     clamp = p["log_ratio_clamp"]
+    # why: verl's advantages are float32 (the reward tensor's dtype) unless a float64 KL was
+    # subtracted from the rewards, and sapo's temperatures take their dtype
+    tau_dtype = np.float64 if p["use_kl_in_reward"] else np.float32
     mode = {"vanilla": dict(dual_clip=p["clip_ratio_c"], log_ratio_clamp=clamp, agg=agg),
             # why: verl 0.9.1 compute_policy_loss_gspo aggregates by the loss_agg_mode it is
             # given (workers/utils/losses.py ppo_loss passes actor.loss_agg_mode)
             "gspo": dict(importance_level="sequence", log_ratio_max=p["log_ratio_max"], agg=agg),
             "cispo": dict(loss_type="cispo", log_ratio_clamp=clamp, agg=agg,
-                          cispo_clip=p["cispo_clip"])}[p["loss_mode"]]
+                          cispo_clip=p["cispo_clip"]),
+            # why: verl 0.9.1 compute_policy_loss_sapo passes "seq-mean-token-mean" to agg_loss
+            # whatever loss_agg_mode, and compute_policy_loss_geo_mean takes torch.mean over rows
+            # (tau in the advantages' dtype: torch.as_tensor(tau_pos, dtype=advantages.dtype))
+            "sapo": dict(loss_type="sapo", log_ratio_clamp=clamp, agg="seq-mean-token-mean",
+                         sapo_tau_pos=float(tau_dtype(p["tau_pos"])),
+                         sapo_tau_neg=float(tau_dtype(p["tau_neg"]))),
+            "geo_mean": dict(loss_type="geo_mean", agg="grpo"),
+            "gpg": dict(loss_type="gpg", agg=agg),
+            "clip_cov": dict(loss_type="clip_cov", agg=agg, cov_ratio=p["clip_cov_ratio"],
+                             cov_bounds=(p["clip_cov_lb"], p["clip_cov_ub"]),
+                             cov_seed=p["clip_cov_seed"]),
+            "kl_cov": dict(loss_type="kl_cov", agg=agg, cov_ratio=p["kl_cov_ratio"],
+                           kl_cov_coef=p["ppo_kl_coef"]),
+            "dppo_tv": dict(loss_type="dppo_tv", log_ratio_clamp=clamp, agg=agg,
+                            dppo_ratio_max=p["clip_ratio_c"]),
+            "dppo_kl": dict(loss_type="dppo_kl", log_ratio_clamp=clamp, agg=agg,
+                            dppo_ratio_max=p["clip_ratio_c"]),
+            "dro": dict(loss_type="dro", agg=agg, dro_beta=p["dro_beta"])}[p["loss_mode"]]
+    if p["loss_mode"] == "dro" and p["dro_beta"] is None:
+        raise ValueError(f"{name}: dro_beta: loss_mode 'dro' needs dro_beta > 0 (verl 0.9.1 "
+                         "policy_loss.dro_beta=None raises)")
     opts = PolicyLossOptions(epsilon=p["clip_ratio_low"], epsilon_high=p["clip_ratio_high"],
                              **mode, **kl)
     if corr["bypass"]:
+        # (bypass mode's loss is PPO-clip or REINFORCE: rollout_loss_type, not loss_mode)
         pl, st, dlogp, m = verl_bypass_loss(name, x, xm, A, m, opts, p, p["clip_ratio_c"])
+        mode = "vanilla"
     else:
         pl, st, dlogp = policy_loss_kernel(xm.logp, xm.logp_old, A, m, opts, xm.logp_ref,
                                            is_weights=corr["is_weights"])
-    stats = {
-        "actor/pg_loss": pl.policy_loss,
-        "actor/pg_clipfrac": st["clipfrac_active"],
-        "actor/pg_clipfrac_lower": st["dual_clipfrac"],
-        "actor/ppo_kl": st["approx_kl_k1"],
+        mode = p["loss_mode"]
+    stats = {"actor/pg_loss": pl.policy_loss, **_loss_stats(mode, st),
         "critic/score/mean": mean_rows(x.scores),
         "critic/rewards/mean": mean_rows(s),
         "critic/advantages/mean": masked_mean(A, m),
@@ -206,18 +244,39 @@ def _verl_091_estimator(est, x: Rollout, s, m, p):
             * group_advantages(components[:, k], x.groups, p, singleton=p["singleton"],
                                dtype=np.float32) for k in range(K))
     return whiten(broadcast(S, m), m, ddof=1, eps=1e-8)
+def _loss_stats(mode: str, st: dict) -> dict:
+    """The ``actor/`` metrics each loss_mode of verl 0.9.1 returns (core_algos.py: gpg none,
+    kl_cov and dro only ``ppo_kl``, kl_cov's the mean |log rho|; sapo's clip fractions 0)."""
+    clipfrac, lower = {"sapo": (0.0, 0.0),
+                       "geo_mean": (st.get("clipfrac_high"), st.get("clipfrac_low")),
+                       "clip_cov": (st.get("cov_selected_frac"), None),
+                       "dppo_tv": (st.get("dppo_masked_frac"), st.get("dppo_truncated_frac")),
+                       "dppo_kl": (st.get("dppo_masked_frac"), st.get("dppo_truncated_frac")),
+                       }.get(mode, (st["clipfrac_active"], st["dual_clipfrac"]))
+    if mode == "gpg":
+        return {}
+    if mode in ("kl_cov", "dro"):
+        return {"actor/ppo_kl": st["approx_kl_abs" if mode == "kl_cov" else "approx_kl_k1"]}
+    out = {"actor/pg_clipfrac": clipfrac, "actor/ppo_kl": st["approx_kl_k1"]}
+    if lower is not None:
+        out["actor/pg_clipfrac_lower"] = lower
+    return out
 
 
 PRESET = Preset(
     name="verl-grpo",
     description="verl's critic-free estimators (verl 0.9.1; adv_estimator grpo by default: "
-                "std + 1e-6, float32, a group of one mean 0 std 1) with the vanilla, gspo or "
-                "cispo loss.",
+                "std + 1e-6, float32, a group of one mean 0 std 1) with the policy loss of "
+                "loss_mode (vanilla by default; gspo, cispo, sapo, geo_mean, gpg, clip_cov, "
+                "kl_cov, dppo_tv, dppo_kl, dro).",
     defaults={"adv_estimator": "grpo", "norm_adv_by_std_in_grpo": True, "gamma": 1.0,
               "loss_agg_mode": "token-mean", "loss_mode": "vanilla", "clip_ratio_low": 0.2,
               "clip_ratio_high": 0.2, "clip_ratio_c": 3.0, "use_kl_loss": False,
               "kl_loss_coef": 0.001, "kl_loss_type": "low_var_kl", "use_kl_in_reward": False,
               "kl_penalty": "kl", "kl_coef": 0.001, "gdpo_reward_weights": None,
+              "tau_pos": 1.0, "tau_neg": 1.05,
+              "clip_cov_ratio": 0.0002, "clip_cov_lb": 1.0, "clip_cov_ub": 5.0,
+              "kl_cov_ratio": 0.0002, "ppo_kl_coef": 0.1, "dro_beta": None,
               # algorithm.rollout_correction (verl 0.9.1 trainer YAML defaults;
               # rollout_loss_type is its loss_type)
               "rollout_is": None, "rollout_is_threshold": 2.0,
@@ -230,7 +289,7 @@ PRESET = Preset(
     # clamp(log_seq_importance_ratio, max=10.0))
     conventions={"std_ddof": 1, "std_eps": 1e-6, "std_eps_placement": "std",
                  "singleton": "raw", "log_ratio_clamp": 20.0, "cispo_clip": "range",
-                 "log_ratio_max": 10.0, "is_log_ratio_bound": 20.0},
+                 "log_ratio_max": 10.0, "is_log_ratio_bound": 20.0, "clip_cov_seed": 0},
     sources=(
         "volcengine/verl: verl/trainer/ppo/core_algos.py (compute_grpo_outcome_advantage, "
         "compute_rloo_outcome_advantage, compute_reinforce_plus_plus_outcome_advantage, "
@@ -238,7 +297,11 @@ PRESET = Preset(
         "compute_remax_outcome_advantage, compute_opo_outcome_advantage, "
         "compute_gpg_outcome_advantage, compute_grpo_passk_outcome_advantage, "
         "compute_gdpo_outcome_advantage, compute_policy_loss_vanilla, "
-        "compute_policy_loss_gspo, compute_policy_loss_cispo, agg_loss, kl_penalty), 0.9.1",
+        "compute_policy_loss_gspo, compute_policy_loss_cispo, compute_policy_loss_sapo, "
+        "compute_policy_loss_geo_mean, compute_policy_loss_gpg, compute_policy_loss_clip_cov, "
+        "compute_policy_loss_kl_cov, compute_policy_loss_dppo_tv, compute_policy_loss_dppo_kl, "
+        "compute_policy_loss_dro, agg_loss, kl_penalty), 0.9.1",
+        "volcengine/verl: verl/workers/config/actor.py (ActorConfig, PolicyLossConfig), 0.9.1",
         "volcengine/verl: verl/utils/torch_functional.py (masked_whiten), 0.9.1",
         "volcengine/verl: verl/trainer/ppo/ray_trainer.py (apply_kl_penalty, "
         "compute_advantage), 0.9.1",
