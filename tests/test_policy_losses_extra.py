@@ -362,6 +362,11 @@ def test_gradients_match_finite_differences(opts, token_advantages, weighted):
     logp_ref = logp_old + rng.normal(0, 0.3, MASK.shape)
     opts = {"agg": "seq-mean-token-mean", **opts}
     is_weights = w if weighted else None
+    if weighted and opts.get("importance_level") == "sequence":
+        # weights constant along each response: then the gradient (each token's weight times
+        # the derivative of the sequence term, verl's per-token form) is the loss's derivative
+        is_weights = np.where(MASK == 1, w.sum(axis=-1, keepdims=True) / MASK.sum(-1,
+                              keepdims=True), 0.0)
     d = policy_loss_grad(logp, logp_old, A, MASK, logp_ref=logp_ref, is_weights=is_weights,
                          **opts)
 
