@@ -27,13 +27,16 @@ import re
 from pathlib import Path
 
 import nbformat
+import numpy as np
 import pytest
 from nbclient.exceptions import CellExecutionError
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
 from tests.notebook_runner import (
+    CPU_KEY,
     clean_notebook,
     clean_run_problems,
+    cpu_kind,
     execute_notebook,
     kernel_env,
     stale_outputs,
@@ -251,15 +254,25 @@ def test_volatile_cells_are_not_compared():
     assert stale_outputs(stored, fresh) == []
 
 
-def test_cpu_dependent_cells_are_compared_without_their_numbers():
+def test_cpu_dependent_cells_are_compared_loosely_only_across_cpu_kinds():
     stored, fresh = _printing("score 0.668 after 30 iterations\n"), _printing(
         "score 0.730 after 30 iterations\n")
-    changed = _printing("score 0.730 after 30 iterations, entropy 0.4\n")
-    assert len(stale_outputs(stored, fresh)) == 1
-    for nb in (stored, fresh, changed):
+    longer = _printing("score 0.730 after 30 iterations\nentropy 0.4\n")
+    for nb in (stored, fresh, longer):
+        nb.metadata[CPU_KEY] = {"cpu_features": ["AVX2"]}
+    assert len(stale_outputs(stored, fresh)) == 1            # untagged: the numbers count
+    for nb in (stored, fresh, longer):
         nb.cells[1].metadata["tags"] = ["cpu-dependent"]
-    assert stale_outputs(stored, fresh) == []
-    assert len(stale_outputs(stored, changed)) == 1     # a new label is still seen
+    assert len(stale_outputs(stored, fresh)) == 1            # tagged, same CPU kind: too
+    fresh.metadata[CPU_KEY] = longer.metadata[CPU_KEY] = {"cpu_features": ["AVX2", "AVX512F"]}
+    assert stale_outputs(stored, fresh) == []                # another kind: lines only
+    assert len(stale_outputs(stored, longer)) == 1           # a new line is still seen
+
+
+def test_cpu_kind_names_numpy_and_its_simd_features():
+    kind = cpu_kind()
+    assert kind["numpy"] == np.__version__ and kind["cpu_features"] == sorted(kind["cpu_features"])
+    assert set(kind) == {"numpy", "openblas_core", "cpu_features"}
 
 
 def test_kernel_env_uses_inline_backend_and_finds_the_package(monkeypatch):

@@ -15,6 +15,7 @@ from ppo_numpy.oracle.compare import (
     compare,
     compare_output,
     compare_outputs,
+    error_ratio,
     to_bfloat16,
 )
 from ppo_numpy.oracle.group_cases import generate_group_cases
@@ -368,3 +369,17 @@ def test_docstring_table_lists_the_tolerances():
     for t in TOLERANCES.values():
         # several roundings of an O(1) number fit in both parts of every tolerance
         assert t.atol >= 10 * t.unit_roundoff and t.rtol >= 10 * t.unit_roundoff
+
+
+def test_error_ratio_is_each_elements_error_over_its_own_allowance():
+    # tolerance 1e-9 |expected| + 0: element 0 may miss by 1e-3, element 1 by 1e-9
+    tol = Tolerance(rtol=1e-9, atol=0.0, unit_roundoff=2.0 ** -53)
+    expected = np.array([1e6, 1.0])
+    actual = np.array([1e6 + 5e-4, 1.0 + 9e-10])  # ratios 0.5 and 0.9: both pass
+    row = compare_output("x", actual, expected, tolerance=tol)
+    assert row.passed and row.worst_index == (1,)
+    assert row.max_abs_err == pytest.approx(5e-4)   # at element 0
+    assert error_ratio(row) == pytest.approx(0.9, rel=1e-6)  # not 5e-4 / 1e-9
+    failing = compare_output("x", np.array([1e6, 1.0 + 3e-9]), expected, tolerance=tol)
+    assert not failing.passed and error_ratio(failing) == pytest.approx(3.0, rel=1e-6)
+    assert error_ratio(compare_output("x", expected, expected, tolerance=tol)) == 0.0

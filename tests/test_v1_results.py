@@ -15,7 +15,13 @@ Since issue 22, GAE on fewer than 32768 entries (every case here) is the backwar
 which adds the same terms in another order than 2178b48's product (and no longer depends on
 the BLAS kernel).
 So every output downstream of GAE (advantages, returns, the losses, their gradients and
-statistics) is compared to 1e-10 of its scale, everything else bit for bit, and the training
+statistics) is compared to 1e-10 of its scale, everything else bit for bit or to
+``MAX_ULPS`` = 4 units in the last place: NumPy's ``exp`` and ``log`` run other code on
+another CPU kind (AVX-512 SIMD loops, or the C library's on a machine with AVX2 only), so an
+output computed with them (a KL estimate, a ratio) can round its last bit otherwise. Measured
+on 2026-12-02: bit for bit on the AVX-512 machine; on an AVX2-only one (NumPy 2.4.6, the same
+OpenBLAS kernel) one output only, the seed preset's ``stat/approx_kl_k3`` (k3 = exp(x) - 1 -
+x), by at most 2 ulps. The training
 run's metrics to a relative 1e-9 (the 40 iterations drift by at most 3e-12 here), its
 discrete columns (score, lengths, EOS fraction) exactly.
 """
@@ -37,6 +43,19 @@ AFTER_GAE = ("advantages", "returns", "dlogp", "dvalues", "loss", "objective", "
              "val/error", "vf_explained_var")  # the last two: statistics of V against R
 #: training metrics that are counts or scores of sampled tokens: never rounded
 DISCRETE = ("iteration", "score", "score_frac", "response_length", "eos_frac")
+
+
+#: ulps an output not downstream of GAE may differ by: NumPy's exp and log are computed by
+#: other code on another CPU kind (AVX-512 SIMD loops, or the C library's on an AVX2-only
+#: machine), which may round the last bit otherwise
+MAX_ULPS = 4
+
+
+def ulps(got, want) -> float:
+    """Largest difference in units of the last place of ``want`` (0 where both are NaN)."""
+    both_nan = np.isnan(got) & np.isnan(want)
+    diff = np.where(both_nan, 0.0, np.abs(got - want)) / np.spacing(np.abs(want))
+    return float(np.max(diff, initial=0.0))
 
 
 def close_to_rounding(got, want) -> bool:
@@ -64,10 +83,14 @@ def test_v1_golden_files_are_reproduced(preset):
             if np.array_equal(got, want, equal_nan=True):
                 exact += 1
                 continue
-            assert any(s in name for s in AFTER_GAE), (preset, k, name, "not bit-identical")
-            assert close_to_rounding(got, want), (preset, k, name, float(np.max(abs(got - want))))
+            if not any(s in name for s in AFTER_GAE):
+                assert ulps(got, want) <= MAX_ULPS, (preset, k, name, ulps(got, want), "ulps")
+            else:
+                assert close_to_rounding(got, want), (preset, k, name,
+                                                      float(np.max(abs(got - want))))
             rounded += 1
     assert exact + rounded > 100 and exact > rounded, (preset, exact, rounded)
+    print(f"{preset}: {exact} outputs bit for bit, {rounded} to rounding")
 
 
 def test_v1_training_run_is_reproduced():

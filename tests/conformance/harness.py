@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from ppo_numpy.oracle.cases import generate_cases, random_case, random_params
-from ppo_numpy.oracle.compare import compare
+from ppo_numpy.oracle.compare import compare, error_ratio
 from ppo_numpy.oracle.group_cases import generate_group_cases, group_inputs
 from ppo_numpy.oracle.presets import get_preset
 
@@ -259,9 +259,4 @@ def _base(name: str) -> str:
 
 
 def _ratio(r) -> float:
-    err = float(r.max_abs_err)
-    if np.isnan(err):
-        return 0.0 if r.passed else math.inf
-    if err == 0.0:
-        return 0.0
-    return err / float(r.allowed) if r.allowed > 0 else math.inf
+    return error_ratio(r)
