@@ -163,7 +163,7 @@ def compare(task="length", precision="float64", rollout_temperature=0.75, seeds=
 
 
 def summary_rows(results) -> list[dict]:
-    """One row per variant: means over the seeds (and each seed's final trainer score)."""
+    """One row per variant: means over the random seeds (and each run's final trainer score)."""
     rows = []
     for label, v in results["variants"].items():
         runs = v["runs"]
