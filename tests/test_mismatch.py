@@ -338,3 +338,11 @@ def test_the_stored_comparison_is_the_programs_schema():
     for label, v in data["variants"].items():
         assert [r["seed"] for r in v["runs"]] == [0, 1, 2], label
         assert all(len(r["score_frac"]) == data["iterations"] for r in v["runs"])
+
+
+def test_mismatch_command_refuses_bad_arguments(capsys):
+    for argv in (["--seeds", "0"], ["--rollout-temperature", "0"], ["--precision", "int8"]):
+        with pytest.raises(SystemExit) as exc:
+            program.main(argv)
+        assert exc.value.code == 2, argv
+    assert "--rollout-temperature must be > 0" in capsys.readouterr().err
