@@ -70,7 +70,6 @@ def test_round_to_precision_formats():
     assert round_to_precision([0.1], "float16").item() == 0.0999755859375  # 1638 / 2^14
     assert round_to_precision([0.1], "float32").item() == 0.10000000149011612
     x = np.array([0.1, 1e300])
-    assert round_to_precision(x, "float64") is not x or True
     np.testing.assert_array_equal(round_to_precision(x, "float64"), x)
     assert round_to_precision([-1e9], "float16").item() == -math.inf
     with pytest.raises(ValueError, match="precision: unknown precision 'int8'"):
