@@ -16,6 +16,8 @@ COMMANDS = {
     "oracle": ("ppo_numpy.programs.oracle", "framework presets, golden cases, comparisons"),
     "overoptimisation": ("ppo_numpy.programs.overoptimisation",
                          "learned reward model vs gold score"),
+    "mismatch": ("ppo_numpy.programs.mismatch",
+                 "a sampler that is not the trainer: the mismatch and its corrections"),
     "critic": ("ppo_numpy.programs.critic",
                "what the critic buys: PPO at several lambdas against GRPO, RLOO, V = 0"),
     "gradient-report": ("ppo_numpy.programs.gradient_report",

@@ -39,6 +39,7 @@ from ppo_numpy.gradcheck import cmp  # noqa: E402
 from ppo_numpy.plotting import (  # noqa: E402
     concepts,
     grpo,
+    mismatch,
     oracle,
     overoptimisation,
     policy,
@@ -91,6 +92,20 @@ CASES = {f"concepts.{name}": call for name, call in CONCEPT_CASES.items()} | {
         {"target": {"PPO": [{"score_frac": [0.5, 0.95, 1.0], "iteration_90": 2},
                             {"score_frac": [0.5, 0.6, 0.8], "iteration_90": None}],
                     "GRPO": [{"score_frac": [0.4, 0.7, 0.95], "iteration_90": 3}]}}),
+    # the stored comparison (notebook 15 draws it): seven long labels
+    "mismatch.plot_mismatch_comparison[docs data]": lambda: mismatch.plot_mismatch_comparison(
+        json.loads((ROOT / "docs" / "data" / "mismatch_comparison.json").read_text())),
+    "mismatch.plot_mismatch_comparison": lambda: mismatch.plot_mismatch_comparison(
+        {"task": "length", "precision": "bfloat16", "rollout_temperature": 0.75,
+         "variants": {label: {"runs": [{"eval_iterations": [0, 2], "trainer_score_frac":
+                                        [0.3, 0.9], "score_frac": [0.3, 0.5],
+                                        "kl_k1": [0.01, 0.02]}]}
+                      for label in ("no correction", "TIS")}}),
+    "mismatch.plot_correction_weights": lambda: mismatch.plot_correction_weights(
+        np.geomspace(0.1, 10, 30), {"TIS, max 2": np.minimum(np.geomspace(0.1, 10, 30), 2),
+                                    "MIS, [0.5, 2]": np.geomspace(0.1, 10, 30) * (
+                                        np.abs(np.log(np.geomspace(0.1, 10, 30))) < 0.69),
+                                    "sequence mask": np.ones(30)}),
     "overoptimisation.plot_overoptimisation": lambda: overoptimisation.plot_overoptimisation(
         _oo_rows(), smooth=2),
     "overoptimisation.plot_reward_model_fit": lambda: overoptimisation.plot_reward_model_fit(
@@ -121,7 +136,8 @@ CASES = {f"concepts.{name}": call for name, call in CONCEPT_CASES.items()} | {
 
 def _public_plot_functions():
     names = set()
-    for module in (concepts, grpo, oracle, overoptimisation, policy, training, transformer):
+    for module in (concepts, grpo, mismatch, oracle, overoptimisation, policy, training,
+                   transformer):
         short = module.__name__.rsplit(".", 1)[1]
         for name, obj in vars(module).items():
             if (name.startswith("plot_") and inspect.isfunction(obj)

@@ -20,6 +20,17 @@ not change position P - 1 + t, and each sequence is its own matrix product
 (see :meth:`MLPPolicy.forward`), so a minibatch of rows gives the same bits.
 Pitfall: re-evaluating responses trimmed to a different length T changes the
 matrix shapes and BLAS may then sum in another order (differences ~1e-16).
+
+A sampling engine that differs from the trainer (``rollout_precision``,
+``rollout_temperature`` of :func:`sample`): the tokens are drawn from the engine's
+
+    z^r_t        = round(logits[:, P - 1 + t], precision) / rollout_temperature
+    logp_rollout = log softmax(z^r_t)[y_t]                  log pi_rollout(y_t | x, y_<t)
+
+while ``logp_old`` stays the trainer's float64 log softmax(z_t)[y_t]; the rounding is
+:func:`ppo_numpy.policy.precision.round_to_precision` (bfloat16, float16, float32). The
+defaults (float64, the trainer's temperature) are no mismatch: ``logp_rollout`` is then
+``logp_old`` itself and the rollout is bit for bit the one without the options.
 """
 
 from __future__ import annotations
@@ -28,10 +39,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._validation import as_mask, check_int, check_scalar, where_valid
+from .._validation import as_mask, check_choice, check_int, check_scalar, where_valid
 from ..entropy import entropy_kernel, log_softmax_kernel
 from ..rollout import Rollout
 from .base import check_rng
+from .precision import PRECISIONS, round_to_precision
 from .vocab import EOS, PAD
 
 
@@ -80,7 +92,8 @@ def _response_scores(model, prompts, responses, temperature, params=None):
     return z, logq, values[:, P - 1 : P - 1 + T], cache
 
 
-def sample(model, prompts, rng, max_new_tokens, temperature=1.0):
+def sample(model, prompts, rng, max_new_tokens, temperature=1.0, *, rollout_precision="float64",
+           rollout_temperature=None):
     """Sample a response to each prompt, token by token, stopping at EOS.
 
     Parameters
@@ -95,6 +108,11 @@ def sample(model, prompts, rng, max_new_tokens, temperature=1.0):
         (all its T tokens are response tokens).
     temperature : float > 0
         Tokens are drawn from softmax(logits / temperature). Default 1.
+    rollout_precision : {"float64", "float32", "float16", "bfloat16"}
+        The sampling engine's logits are rounded to this format (module docstring).
+        Default ``"float64"``: the trainer's logits.
+    rollout_temperature : float > 0, optional
+        The sampling engine's temperature. Default ``None``: ``temperature``.
 
     Returns
     -------
@@ -102,7 +120,9 @@ def sample(model, prompts, rng, max_new_tokens, temperature=1.0):
         ``prompts``, ``responses`` (always T columns; after a row's EOS, PAD with mask 0),
         the bool ``mask``, ``logp_old`` and ``old_values`` of the sampled tokens (0 at
         padding), the ``temperature``; and ``logp``, ``values``: the same arrays, since
-        at rollout time the policy being trained is pi_theta_old.
+        at rollout time the policy being trained is pi_theta_old. ``logp_rollout``: the
+        sampling engine's log-probs of the sampled tokens (0 at padding); ``logp_old``
+        itself when the engine is the trainer (the defaults).
 
     Notes
     -----
@@ -118,36 +138,61 @@ def sample(model, prompts, rng, max_new_tokens, temperature=1.0):
     >>> r = sample(model, np.array([[1, 3], [1, 4]]), np.random.default_rng(1), 5)
     >>> r.responses.shape, r.mask.dtype
     ((2, 5), dtype('bool'))
-    >>> bool(np.all(r.mask | (r.responses == 0))), r.logp_old is r.logp
+    >>> bool(np.all(r.mask | (r.responses == 0))), r.logp_old is r.logp, r.logp_rollout is r.logp
+    (True, True, True)
+
+    An engine at temperature 2 draws the same tokens here (the same Gumbel noise) with other
+    log-probs: logp_rollout = log softmax(logits / 2)[y_t]:
+
+    >>> r2 = sample(model, np.array([[1, 3], [1, 4]]), np.random.default_rng(1), 5,
+    ...             rollout_temperature=2.0)
+    >>> bool(np.any(r2.logp_rollout != r2.logp_old)), bool(np.all(r2.logp_rollout[~r2.mask] == 0))
     (True, True)
     """
     check_rng(rng)
     x = _check_prompts(model, prompts)
     max_new_tokens = check_int(max_new_tokens, "max_new_tokens")
     temperature = check_temperature(temperature)
+    check_choice(rollout_precision, "rollout_precision", PRECISIONS, "precision")
+    engine_temperature = (temperature if rollout_temperature is None
+                          else check_scalar(rollout_temperature, "rollout_temperature", low=0,
+                                            low_open=True, allow_exact=False))
+    mismatch = rollout_precision != "float64" or engine_temperature != temperature
     B, T, K = x.shape[0], max_new_tokens, model.vocab_size
     responses = np.full((B, T), PAD, dtype=np.int64)
     mask = np.zeros((B, T), dtype=bool)
     logp = np.zeros((B, T))
+    logp_rollout = np.zeros((B, T)) if mismatch else logp
     values = np.zeros((B, T))
     done = np.zeros(B, dtype=bool)
     rows = np.arange(B)
     for t in range(T):
         # the same computation as evaluate(); positions > t hold PAD and cannot affect t
-        _, logq, vals, _ = _response_scores(model, x, responses, temperature)
+        z, logq, vals, _ = _response_scores(model, x, responses, temperature)
         g = rng.gumbel(size=(B, K))
-        y = np.argmax(logq[:, t] + g, axis=-1)  # (B,)
+        if mismatch:
+            # the engine's log softmax(round(logits) / rollout_temperature); logits = z tau
+            # (exact for tau = 1, within an ulp otherwise)
+            logq_r = log_softmax_kernel(
+                round_to_precision(z[:, t] * temperature, rollout_precision)
+                / engine_temperature)  # (B, K)
+        else:
+            logq_r = logq[:, t]
+        y = np.argmax(logq_r + g, axis=-1)  # (B,)
         live = ~done
         responses[:, t] = np.where(live, y, PAD)
         mask[:, t] = live
         logp[:, t] = np.where(live, logq[rows, t, y], 0.0)
+        if mismatch:
+            logp_rollout[:, t] = np.where(live, logq_r[rows, y], 0.0)
         values[:, t] = np.where(live, vals[:, t], 0.0)
         done |= live & (y == EOS)
         if np.all(done):
             break
     # made here from checked inputs: trusted, not checked again
     return Rollout._trusted(prompts=x, responses=responses, mask=mask, logp=logp, values=values,
-                            logp_old=logp, old_values=values, temperature=temperature)
+                            logp_old=logp, old_values=values, logp_rollout=logp_rollout,
+                            temperature=temperature)
 
 
 def evaluate(model, prompts, responses, mask, temperature=1.0, *, params=None):

@@ -9,6 +9,8 @@ train               ``train``: PPO on a toy task (:mod:`ppo_numpy.training`)
 explain             ``explain``: hand-calculation tables (:mod:`ppo_numpy.explain`)
 oracle              ``oracle``: presets, golden files (:mod:`ppo_numpy.oracle`)
 overoptimisation    ``overoptimisation``: :mod:`ppo_numpy.reward.overoptimisation`
+critic              ``critic``: what the critic buys, PPO against the critic-free family
+mismatch            ``mismatch``: a sampler that is not the trainer, and its corrections
 gradient_report     ``gradient-report``: the toy policies' gradient checks
 hand_calculations   regenerates ``docs/hand-calculations.md``
 ==================  ==============================================================

@@ -71,12 +71,13 @@ def build_parser() -> argparse.ArgumentParser:
         help_ = f"{f.metadata['help']}{f' [{symbol}]' if symbol else ''} (default: {f.default})"
         flag = "--" + f.name.replace("_", "-")
         flags = (flag, "--policy") if f.name == "model" else (flag,)
-        # default None: an option the user did not give (checked against a checkpoint)
+        # not set unless given (SUPPRESS), so that "none" is an option the user gave (a
+        # checkpoint checks the given ones)
         if kind is bool:
             hyper.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction,
-                               default=None, help=help_)
+                               default=argparse.SUPPRESS, help=help_)
         else:
-            hyper.add_argument(*flags, dest=f.name, default=None,
+            hyper.add_argument(*flags, dest=f.name, default=argparse.SUPPRESS,
                                type=_parse_optional(kind) if optional else kind,
                                choices=f.metadata.get("choices"), help=help_,
                                metavar=f.name.upper() if not f.metadata.get("choices") else None)
@@ -102,7 +103,7 @@ def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     given = {f.name: getattr(args, f.name) for f in dataclasses.fields(PPOConfig)
-             if getattr(args, f.name) is not None}
+             if hasattr(args, f.name)}
 
     def fail(message):
         print(f"{parser.prog}: error: {message}", file=sys.stderr)

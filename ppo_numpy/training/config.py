@@ -17,6 +17,7 @@ from .._validation import check_choice
 from ..aggregation import MODES, TRL_MODES
 from ..group_advantages import SCALES
 from ..kl import ESTIMATORS
+from ..policy.precision import PRECISIONS
 from .tasks import TASKS
 
 MODELS = ("mlp", "bigram", "transformer")
@@ -27,6 +28,17 @@ CRITIC_FREE = ("grpo", "rloo", "reinforce_plus_plus")
 #: responses per prompt when ``group_size`` is None
 DEFAULT_GROUP_SIZE = {"ppo": 1, "grpo": 8, "rloo": 8, "reinforce_plus_plus": 8}
 IMPORTANCE_LEVELS = ("token", "sequence")
+#: the rollout corrections of a mismatched sampler, by TRL 1.16's names
+#: (``vllm_importance_sampling_mode``), and OpenRLHF 0.11.2's sequence gate: the
+#: ``level`` and ``mode`` of ``ppo_numpy.rollout_importance_weights`` (docs/training.md)
+ROLLOUT_CORRECTIONS = {
+    "none": None,
+    "token_truncate": ("token", "truncate"),        # TIS; verl rollout_is=token
+    "token_mask": ("token", "mask"),                # MIS, IcePop
+    "sequence_truncate": ("sequence", "truncate"),  # verl rollout_is=sequence
+    "sequence_mask": ("sequence", "mask"),          # TRL's default
+    "geometric_mask": ("geometric", "mask"),        # OpenRLHF is_correction_level=seq
+}
 
 #: fields that may change between an interrupted run and its resumption
 RUN_LENGTH_FIELDS = ("iterations",)
@@ -72,6 +84,25 @@ class PPOConfig:
     group_size: int | None = _f(None, "G", "responses per prompt, consecutive rows (must "
                                            "divide B; none: 1 for ppo, 8 for the "
                                            "critic-free algos)")
+    # 1'. a sampling engine that differs from the trainer (docs/training.md, "A sampler
+    #     that is not the trainer")
+    rollout_precision: str = _f("float64", "pi_rollout", "the sampler draws from the "
+                                "policy's logits rounded to this format (float64: the "
+                                "trainer's, no mismatch)", choices=PRECISIONS)
+    rollout_temperature: float = _f(1.0, "", "the sampler's temperature (the trainer's is 1)")
+    rollout_correction: str = _f("none", "w_t", "importance weights pi_old / pi_rollout on "
+                                 "each token's policy loss (TRL's mode names; "
+                                 "geometric_mask: OpenRLHF's sequence gate)",
+                                 choices=tuple(ROLLOUT_CORRECTIONS))
+    rollout_clip_max: float | None = _f(2.0, "", "upper bound of the weights (verl's "
+                                        "rollout_is_threshold 2; TRL's clip_max 3; none: "
+                                        "no bound)")
+    rollout_clip_min: float | None = _f(None, "", "lower bound of the weights (none: no "
+                                        "bound; OpenRLHF's 0.5)")
+    rollout_log_ratio_bound: float | None = _f(None, "", "clamp the log-ratio to [-b, b] "
+                                               "before exp (verl: 20; none: no clamp)")
+    rollout_batch_normalize: bool = _f(False, "", "divide the weights by their batch mean "
+                                       "(verl's rollout_is_batch_normalize)")
     # 2. KL-shaped rewards r~_t = -beta KL_t + [t = T] score
     beta: float = _f(0.05, "beta", "KL penalty coefficient (initial value if adaptive)")
     kl_estimator: str = _f("k1", "KL_t", "per-token KL estimator in the rewards",
@@ -203,9 +234,12 @@ def check_config(c: PPOConfig) -> None:
     for name in ("gamma", "lam"):
         if not 0 <= getattr(c, name) <= 1:
             raise ValueError(f"{name}: must be in [0, 1], got {getattr(c, name)}")
-    for name in ("value_clip", "max_grad_norm", "group_size"):
+    for name in ("value_clip", "max_grad_norm", "group_size", "rollout_log_ratio_bound"):
         if getattr(c, name) is not None and getattr(c, name) <= 0:
             raise ValueError(f"{name}: must be > 0 or None, got {getattr(c, name)}")
+    if c.rollout_temperature <= 0:
+        raise ValueError(f"rollout_temperature: must be > 0, got {c.rollout_temperature}")
+    _check_rollout_bounds(c)
     if c.d_model % c.n_heads:
         raise ValueError(f"n_heads: must divide d_model={c.d_model}, got {c.n_heads}")
     if c.batch_size % c.minibatches:
@@ -224,6 +258,36 @@ def check_config(c: PPOConfig) -> None:
     if c.algo == "reinforce_plus_plus" and c.batch_size < 2:
         raise ValueError("batch_size: reinforce_plus_plus whitens its returns over the batch, "
                          "needs at least 2 responses")
+
+
+def _check_rollout_bounds(c: PPOConfig) -> None:
+    lo, hi = c.rollout_clip_min, c.rollout_clip_max
+    if hi is not None and hi <= 0:
+        raise ValueError(f"rollout_clip_max: must be > 0 or None, got {hi}")
+    if lo is not None and lo < 0:
+        raise ValueError(f"rollout_clip_min: must be >= 0 or None, got {lo}")
+    if lo is not None and hi is not None and lo > hi:
+        raise ValueError(f"rollout_clip_min: must be <= rollout_clip_max={hi}, got {lo}")
+
+
+def rollout_is_options(c: PPOConfig) -> dict | None:
+    """The keywords of :func:`ppo_numpy.rollout_importance_weights` of ``c``'s correction
+    (``None``: no correction).
+
+    >>> rollout_is_options(PPOConfig(rollout_correction="sequence_mask", rollout_clip_max=3.0))
+    ... # doctest: +NORMALIZE_WHITESPACE
+    {'level': 'sequence', 'mode': 'mask', 'clip_max': 3.0, 'clip_min': None,
+     'batch_normalize': False, 'log_ratio_bound': None}
+    >>> rollout_is_options(PPOConfig()) is None
+    True
+    """
+    level_mode = ROLLOUT_CORRECTIONS[c.rollout_correction]
+    if level_mode is None:
+        return None
+    level, mode = level_mode
+    return dict(level=level, mode=mode, clip_max=c.rollout_clip_max, clip_min=c.rollout_clip_min,
+                batch_normalize=c.rollout_batch_normalize,
+                log_ratio_bound=c.rollout_log_ratio_bound)
 
 
 def responses_per_prompt(c: PPOConfig) -> int:

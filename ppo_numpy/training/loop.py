@@ -5,7 +5,11 @@ One iteration, each step named as docs/objective.md names it:
 1. rollout: B / G prompts, each repeated G times in consecutive rows (``groups``
    holds the prompt id of each row; G = 1 for PPO); sample a response for each
    of the B rows from pi_theta_old (the current policy); record logp_old, the
-   values V(s_t) and the response mask;
+   values V(s_t) and the response mask. A sampler that is not the trainer
+   (``rollout_precision``, ``rollout_temperature``) draws from its own pi_rollout and
+   records ``logp_rollout``; the correction (``rollout_correction``) then weighs each
+   token's policy loss by w_t = pi_old / pi_rollout, bounded, computed once per batch
+   (``ppo_numpy.rollout_importance_weights``);
 2. score each response (the task's rule, or ``RunState.score_fn`` when set:
    e.g. a learned reward model, ``ppo_numpy.reward.overoptimisation``), compute
    logp_ref under the frozen reference, and the KL-shaped rewards r~_t = -beta KL_t + [t = T] score;
@@ -51,8 +55,9 @@ from ..policy import BigramPolicy, MLPPolicy, TransformerPolicy
 from ..policy.loss import loss_and_grads_kernel
 from ..policy.optim import Adam, global_norm, scale_to_norm
 from ..policy.sampling import evaluate_kernel, sample
+from ..rollout_correction import rollout_importance_weights
 from ..whitening import whiten_kernel
-from .config import CRITIC_FREE, PPOConfig, responses_per_prompt
+from .config import CRITIC_FREE, PPOConfig, responses_per_prompt, rollout_is_options
 from .kl_controllers import AdaptiveKLController, FixedKLController
 from .metrics import COLUMNS, explained_variance, return_variance
 from .tasks import Task, make_task, response_lengths
@@ -79,6 +84,10 @@ class RunState:
     #: replaces ``task.score`` in step 2 when set: callable(prompts, responses, mask) -> (B,)
     #: float64. Not saved in checkpoints (a resumed run scores with the task's rule).
     score_fn: object = None
+    #: called with each iteration's Rollout right after sampling (``prompts``, ``responses``,
+    #: ``mask``, ``logp_old``, ``logp_rollout``): an observer, e.g. the mismatch
+    #: statistics of ``python -m ppo_numpy mismatch``; it must not modify the rollout.
+    on_rollout: object = None
 
 
 def make_policy(config: PPOConfig, task: Task, rng: np.random.Generator):
@@ -139,9 +148,11 @@ def ppo_iteration(state: RunState) -> dict:
     #    y ~ pi_theta_old(. | x); record logp_old, V(s_t), the mask
     prompts = np.repeat(task.sample_prompts(rng, B // G), G, axis=0)  # (B, P)
     groups = np.repeat(np.arange(B // G), G)  # (B,)
-    rollout = sample(state.policy, prompts, rng, task.max_new_tokens)
+    rollout = sample(state.policy, prompts, rng, task.max_new_tokens, **sampler_options(c))
     responses, mask = rollout.responses, rollout.mask
     logp_old, old_values = rollout.logp_old, rollout.old_values
+    if state.on_rollout is not None:
+        state.on_rollout(rollout)
 
     # 2. reference log-probs, scores, KL-shaped rewards r~_t = -beta KL_t + [t = T] score
     logp_ref = evaluate_kernel(state.reference, prompts, responses, mask, 1.0).logp
@@ -168,6 +179,11 @@ def ppo_iteration(state: RunState) -> dict:
             advantages = whiten_kernel(advantages, mask)
     batch = rollout.replace_trusted(logp_ref=logp_ref, scores=scores, advantages=advantages,
                                     returns=returns, groups=groups)
+    # 3'. the rollout correction: w_t = pi_old / pi_rollout, bounded, over the whole batch
+    #     (batch_normalize divides by the batch's mean), then cut with the minibatches
+    correction = rollout_is_options(c)
+    is_weights = (None if correction is None else
+                  rollout_importance_weights(logp_old, rollout.logp_rollout, mask, **correction))
 
     # 4. K epochs x minibatches: policy loss + c_V value loss - c_H entropy
     #    (+ beta_loss KL_t in the loss), clip, Adam
@@ -182,7 +198,8 @@ def ppo_iteration(state: RunState) -> dict:
         for rows in rng.permutation(B).reshape(c.minibatches, -1):
             minibatch = batch.rows(rows)
             loss, grads, stats = loss_and_grads_kernel(
-                state.policy, minibatch, opts, c_v=c_v, c_H=c.c_H, value_clip=c.value_clip)
+                state.policy, minibatch, opts, c_v=c_v, c_H=c.c_H, value_clip=c.value_clip,
+                is_weights=None if is_weights is None else is_weights[rows])
             if first is None:
                 first = stats
                 _check_ratio_is_one(stats, state.iteration + 1)
@@ -222,6 +239,17 @@ def ppo_iteration(state: RunState) -> dict:
     if critic_free:
         row["value_loss"] = math.nan
     return {name: row[name] for name in COLUMNS}
+
+
+def sampler_options(c: PPOConfig) -> dict:
+    """The keywords of a sampler that is not the trainer for :func:`sample` (none when the
+    sampler is the trainer: float64 logits at temperature 1, the call of every run before)."""
+    options = {}
+    if c.rollout_precision != "float64":
+        options["rollout_precision"] = c.rollout_precision
+    if c.rollout_temperature != 1.0:
+        options["rollout_temperature"] = float(c.rollout_temperature)
+    return options
 
 
 def critic_free_advantages(c: PPOConfig, rewards, groups, mask):
