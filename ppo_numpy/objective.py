@@ -54,6 +54,8 @@ __all__ = ["CISPO_CLIPS", "LOSS_TYPES", "PolicyLossOptions", "loss_options",
            "policy_loss_stats", "ppo_objective", "ppo_policy_loss"]
 
 
+#: the gradients of the sequence-level loss (PolicyLossOptions.sequence_gradient)
+SEQUENCE_GRADIENTS = ("sequence", "token")
 #: the forms of the per-token policy loss (the last eight: ppo_numpy.policy_losses_extra)
 LOSS_TYPES = ("clip", "cispo", "vespo") + extra_losses.EXTRA_LOSS_TYPES
 #: how CISPO bounds its importance weight
@@ -84,6 +86,14 @@ class PolicyLossOptions:
     importance_level : {"token", "sequence"}
         ``"sequence"``: GSPO's sequence ratio (:func:`ppo_numpy.probability_ratio`) in
         place of the token ratio. Default ``"token"``.
+    sequence_gradient : {"sequence", "token"}
+        The gradient at ``importance_level="sequence"``. ``"sequence"`` (default): of the
+        loss as written, the sequence ratio s_i differentiated (GSPO's paper, TRL): token t
+        gets (1/n_i) sum_u of the row's d term_u / d log s_i. ``"token"``: verl 0.9.1's
+        ``compute_policy_loss_gspo``, which writes token t's ratio as sg[s_i] pi_t /
+        sg[pi_t] (the value s_i, its gradient through pi_t alone): token t gets its own
+        d term_t / d log s_i. The two agree when the advantage is constant along each
+        response; they differ for advantages that vary along it (REINFORCE++, ReMax).
     log_ratio_max : float, optional
         An upper bound on the log-ratio the loss uses (the sequence log-ratio at
         ``importance_level="sequence"``): verl's GSPO clamps it at 10. ``None``: off.
@@ -157,6 +167,7 @@ class PolicyLossOptions:
     agg: str = "token-mean"
     norm: float | None = None
     importance_level: str = "token"
+    sequence_gradient: str = "sequence"
     log_ratio_max: float | None = None
     delta: float | None = None
     loss_type: str = "clip"
@@ -187,6 +198,8 @@ class PolicyLossOptions:
         # (the mode's own default, T or dapo's token count, is resolved per batch: divisors)
         mode_norm(self.agg, self.norm)
         check_level(self.importance_level, "importance_level")
+        check_choice(self.sequence_gradient, "sequence_gradient", SEQUENCE_GRADIENTS,
+                     "sequence-level gradient")
         if self.log_ratio_max is not None:
             set_(self, "log_ratio_max", check_scalar(self.log_ratio_max, "log_ratio_max",
                                                      allow_exact=False))
@@ -589,10 +602,13 @@ def policy_loss_backward(f: PolicyLossForward, A, m, opts: PolicyLossOptions, lo
             # log_w = min(log_w, max): the bound passes the gradient, as torch.clamp does
             dlog_w = dlog_w * (f.log_w_raw <= opts.log_ratio_max)
         dlog_rho = dlog_w
-        if opts.importance_level == "sequence":
+        if opts.importance_level == "sequence" and opts.sequence_gradient == "sequence":
             # log s_i = (1/n_i) sum_t m_t log rho_t: each token gets 1/n_i of the row's sum
             n = np.maximum(m.sum(axis=-1, keepdims=True), 1)
             dlog_rho = np.where(m, dlog_w.sum(axis=-1, keepdims=True) / n, 0.0)
+        elif opts.importance_level == "sequence":
+            # token t's ratio sg[s_i] pi_t / sg[pi_t]: d log ratio_t / d logp_t = 1, own token
+            dlog_rho = np.where(m, dlog_w, 0.0)
         dlogp = dlog_rho
         if opts.log_ratio_clamp is not None:
             # log rho = clip(logp - logp_old, -c, c): the bound passes the gradient

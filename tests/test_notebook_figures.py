@@ -28,12 +28,8 @@ from ppo_numpy.plotting.style import SITE_IMAGE_WIDTH_PX
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 #: notebook -> plotting functions whose figures it stores are still wider than the site's
-#: column: the functions are redrawn at ``SITE_WIDTH_IN`` (issue 26), the notebooks' stored
-#: outputs await their re-execution (their training cells are being made CPU-independent)
-STILL_WIDE = {
-    "10_training.ipynb": {"plot_beta_sweep", "plot_runs", "plot_training"},
-    "12_reward_model_overoptimisation.ipynb": {"plot_overoptimisation", "plot_reward_model_fit"},
-}
+#: column (redrawn at ``SITE_WIDTH_IN``, the notebook not yet re-executed): none since issue 26
+STILL_WIDE: dict[str, set[str]] = {}
 
 
 def png_size(data: str) -> tuple[int, int]:

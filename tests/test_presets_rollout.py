@@ -221,3 +221,27 @@ def test_gspo_gradient_forms_of_the_presets():
     g_verl = verl["dlogp"][0] / verl["advantages"][0, 0]
     assert g_trl.tolist() == pytest.approx([-w.mean() / 4] * 2, rel=1e-9)
     assert g_verl.tolist() == pytest.approx((-w / 4).tolist(), rel=1e-9)
+
+
+def test_trl_vespo_refuses_what_trl_refuses_or_the_preset_cannot_reproduce():
+    p = get_preset("trl-grpo")
+    with pytest.raises(ValueError, match="vllm_importance_sampling_mode"):
+        p(one_group(ROLLOUT), loss_type="vespo")          # TRL's default mode, sequence_mask
+    with pytest.raises(ValueError, match="off_policy_mask_threshold"):
+        p(one_group(ROLLOUT), loss_type="vespo", vllm_importance_sampling_mode="token_mask",
+          off_policy_mask_threshold=0.5)
+    # the token modes are taken; the level does not change VESPO's weights (TRL ignores it)
+    token = p(one_group(ROLLOUT), loss_type="vespo", vllm_importance_sampling_mode="token_mask")
+    seq = p(one_group(ROLLOUT), loss_type="vespo", vllm_importance_sampling_mode="token_mask",
+            importance_sampling_level="sequence")
+    np.testing.assert_array_equal(token["dlogp"], seq["dlogp"])
+
+
+def test_verl_bypass_mode_ignores_the_actors_loss_mode():
+    # verl 0.9.1 apply_bypass_mode sets loss_mode="bypass_mode" whatever the actor's
+    p = get_preset("verl-grpo")
+    vanilla = p(one_group(ROLLOUT), bypass_mode=True)
+    for mode in ("geo_mean", "sapo", "dro"):
+        other = p(one_group(ROLLOUT), bypass_mode=True, loss_mode=mode)
+        np.testing.assert_array_equal(other["dlogp"], vanilla["dlogp"])
+        assert other["policy_loss"] == vanilla["policy_loss"]

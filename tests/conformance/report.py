@@ -44,8 +44,9 @@ DIFFERENCES = [
      "sg[s_i] pi_t / sg[pi_t]: its gradient at token t is -A_t s_i w_t, where the preset's "
      "(the sequence ratio differentiated) is -(sum_u w_u A_u) s_i / n_i. Equal for advantages "
      "constant along a response; they differ for reinforce_plus_plus and remax",
-     "**left open**: ppo_numpy's policy loss has no option for the token form (a core "
-     "change); dlogp of those combinations not compared", "this report"),
+     "`sequence_gradient=\"token\"` (a policy-loss option: token t's gradient through its "
+     "own log-prob) for the preset's gspo; dlogp compared for every estimator",
+     "tests/test_presets_release.py"),
     ("verl, openrlhf, trl-0.11", "NaN or inf at padding reach the outputs: the frameworks "
      "multiply padding by the mask (NaN * 0 = NaN). Their own tensors hold finite numbers "
      "there, and finite garbage at padding changes nothing in any of them", "none needed",
@@ -54,7 +55,7 @@ DIFFERENCES = [
 
 
 def _note(n: str) -> str:
-    if n in ("GSPO_TOKEN_GRADIENT", "CLIP_COV_DRAW", "KL_COV_TIES"):
+    if n in ("CLIP_COV_DRAW", "KL_COV_TIES"):
         # (the text lives next to the code that acts on it)
         from . import verl_runner
         return getattr(verl_runner, n)

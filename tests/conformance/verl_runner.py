@@ -30,16 +30,6 @@ from .harness import grad_of, item, numpy, params_of, tensor
 
 VERSION = "0.9.1"
 
-#: the estimators whose advantages vary along a response
-TOKEN_ADVANTAGES = ("reinforce_plus_plus", "remax")
-GSPO_TOKEN_GRADIENT = (
-    "dlogp of loss_mode gspo with adv_estimator reinforce_plus_plus or remax (advantages "
-    "that vary along a response): verl 0.9.1 writes the sequence ratio as sg[s_i] pi_t / "
-    "sg[pi_t] (compute_policy_loss_gspo), whose gradient at token t is -A_t s_i w_t; the "
-    "preset differentiates s_i itself, -(sum_u w_u A_u) s_i / n_i. They agree when A is "
-    "constant along the response (every other estimator) and the loss values agree; "
-    "ppo_numpy's policy loss has no option for the token form, so this is left open")
-
 CLIP_COV_DRAW = (
     "clip_cov's random draw: verl 0.9.1 draws the dropped tokens with torch.randperm (torch's "
     "global generator), the preset with numpy's default_rng(clip_cov_seed).permutation; the "
@@ -328,8 +318,6 @@ def verl_grpo(case: dict) -> dict:
     out = {"rewards": numpy(data.batch["token_level_rewards"]),
            "advantages": numpy(advantages * mask_t), "policy_loss": item(total),
            "dlogp": grad_of(total, logp)}
-    if cfg.policy_loss.loss_mode == "gspo" and p["adv_estimator"] in TOKEN_ADVANTAGES:
-        del out["dlogp"]  # a difference left open: see GSPO_TOKEN_GRADIENT
     if cfg.policy_loss.loss_mode == "kl_cov" and kl_cov_boundary_tied(x, advantages,
                                                                       p["kl_cov_ratio"]):
         for k in ("policy_loss", "dlogp", "stat/actor/pg_loss"):

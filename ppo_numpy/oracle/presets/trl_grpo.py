@@ -108,8 +108,9 @@ def _trl_grpo(x: Rollout, p: dict) -> dict:
         loss_type=form, cispo_clip=p["cispo_clip"], agg=agg, norm=norm, kl_coef=p["beta"],
         kl_estimator=p["kl_estimator"], log_ratio_clamp=p["log_ratio_clamp"], **vespo)
     # (CISPO's loss is (B, T) at either level: -c A logp_t; the row-mean form is the clip's)
+    # (VESPO's weights enter phi per token, whatever the level, which it ignores)
     is_w, rollout_stats = _rollout_correction(name, x, m, A, p,
-                                              "token" if form == "cispo" else level)
+                                              "token" if form in ("cispo", "vespo") else level)
     pl, _, dlogp = policy_loss_kernel(xm.logp, xm.logp_old, A, m, opts, xm.logp_ref,
                                       is_weights=is_w)
     n = max(int(m.sum()), 1)
@@ -134,7 +135,7 @@ def _trl_grpo(x: Rollout, p: dict) -> dict:
         stats["cispo_clip_ratio"] = batch_mean((pl.rho > eps_high) & (A > 0))
     elif form == "vespo":
         # TRL's global_masked_mean of phi_seq (B, 1): a mean over the sequences
-        phi = vespo_phi(xm.logp - xm.logp_old, A, m, opts)
+        phi = vespo_phi(xm.logp - xm.logp_old, A, m, opts, is_w)
         stats["vespo/phi_seq_mean"] = float(np.mean(phi[np.arange(m.shape[0]),
                                                         np.argmax(m, axis=-1)]))
     elif form == "clip":
@@ -177,6 +178,19 @@ def _rollout_correction(name, x: Rollout, m, A, p: dict, level: str):
       (-c A logp_t): its weights stay per token.
     """
     use_vllm = trl_uses_vllm(name, x, p)
+    if (p["loss_type"] == "vespo" and use_vllm and p["vllm_importance_sampling_correction"]
+            and p["vllm_importance_sampling_mode"] not in ("token_truncate", "token_mask")):
+        # why: trl 1.16.0 GRPOTrainer.__init__ refuses it (VESPO's phi takes token ratios)
+        raise ValueError(f"{name}: loss_type 'vespo' with the vLLM correction needs "
+                         "vllm_importance_sampling_mode 'token_truncate' or 'token_mask', got "
+                         f"{p['vllm_importance_sampling_mode']!r} (as TRL 1.16.0 refuses it)")
+    if p["loss_type"] == "vespo" and p["off_policy_mask_threshold"] is not None:
+        # why: TRL 1.16.0 multiplies the VESPO loss by its off-policy mask while the vLLM
+        # ratio enters phi; the policy loss here takes one weight per token (inside phi for
+        # vespo), so the preset does not reproduce the pair (refused, not approximated)
+        raise ValueError(f"{name}: off_policy_mask_threshold with loss_type 'vespo' is not "
+                         "supported by this preset (TRL masks the VESPO loss and puts the vLLM "
+                         "ratio inside phi: two weights, where the policy loss takes one)")
     w = trl_is_weights(name, x, m, p)
     keep = trl_off_policy_mask(name, x, m, A, p, use_vllm)
     stats = {}

@@ -86,7 +86,8 @@ def _verl_grpo(x: Rollout, p: dict) -> dict:
     * ``loss_mode``: ``vanilla`` (log-ratio clamped to [-20, 20], ``clip_ratio_low`` /
       ``clip_ratio_high``, dual clip ``clip_ratio_c`` = 3, ``loss_agg_mode``); ``gspo`` (the
       sequence log-ratio, capped at 10, no dual clip, ``loss_agg_mode``: in 0.9.1 the mode
-      of the actor, token-mean by default, not the seq-mean-token-mean of earlier commits);
+      of the actor, token-mean by default, not the seq-mean-token-mean of earlier commits;
+      the gradient of verl's sg[s_i] pi_t / sg[pi_t], ``sequence_gradient="token"``);
       ``cispo`` (log-ratio clamped to [-20, 20]; -clip(rho, 1 - low, 1 + high) A logp, the
       weight not differentiated; ``loss_agg_mode``). The losses of
       :mod:`ppo_numpy.policy_losses_extra`: ``sapo`` (``tau_pos``, ``tau_neg``, rounded to
@@ -169,7 +170,9 @@ def _verl_grpo(x: Rollout, p: dict) -> dict:
     mode = {"vanilla": dict(dual_clip=p["clip_ratio_c"], log_ratio_clamp=clamp, agg=agg),
             # why: verl 0.9.1 compute_policy_loss_gspo aggregates by the loss_agg_mode it is
             # given (workers/utils/losses.py ppo_loss passes actor.loss_agg_mode)
-            "gspo": dict(importance_level="sequence", log_ratio_max=p["log_ratio_max"], agg=agg),
+            # and its ratio sg[s_i] pi_t / sg[pi_t] sends token t's gradient to token t alone
+            "gspo": dict(importance_level="sequence", sequence_gradient="token",
+                         log_ratio_max=p["log_ratio_max"], agg=agg),
             "cispo": dict(loss_type="cispo", log_ratio_clamp=clamp, agg=agg,
                           cispo_clip=p["cispo_clip"]),
             # why: verl 0.9.1 compute_policy_loss_sapo passes "seq-mean-token-mean" to agg_loss
@@ -189,8 +192,11 @@ def _verl_grpo(x: Rollout, p: dict) -> dict:
                             dppo_ratio_max=p["clip_ratio_c"]),
             "dppo_kl": dict(loss_type="dppo_kl", log_ratio_clamp=clamp, agg=agg,
                             dppo_ratio_max=p["clip_ratio_c"]),
-            "dro": dict(loss_type="dro", agg=agg, dro_beta=p["dro_beta"])}[p["loss_mode"]]
-    if p["loss_mode"] == "dro" and p["dro_beta"] is None:
+            "dro": dict(loss_type="dro", agg=agg, dro_beta=p["dro_beta"])}[
+        # why: verl 0.9.1 apply_bypass_mode sets loss_mode="bypass_mode" whatever the actor's
+        # (PPO-clip or REINFORCE over loss_agg_mode): the actor's loss_mode is not used
+        "vanilla" if corr["bypass"] else p["loss_mode"]]
+    if p["loss_mode"] == "dro" and p["dro_beta"] is None and not corr["bypass"]:
         raise ValueError(f"{name}: dro_beta: loss_mode 'dro' needs dro_beta > 0 (verl 0.9.1 "
                          "policy_loss.dro_beta=None raises)")
     opts = PolicyLossOptions(epsilon=p["clip_ratio_low"], epsilon_high=p["clip_ratio_high"],
