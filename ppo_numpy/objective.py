@@ -105,13 +105,14 @@ class PolicyLossOptions:
         -sg(w_t) A_t logp_t with the importance weight w_t bounded as ``cispo_clip``
         says and not differentiated (its gradient is -w_t A_t per token). ``"vespo"``:
         VESPO (TRL), -sg(phi_i) A_t logp_t with phi the Gamma weight of the sequence's
-        summed log-ratio (:mod:`ppo_numpy.vespo`); ``is_weights`` enter phi, not the term.
+        summed log-ratio (``ppo_numpy.vespo``); ``is_weights`` enter phi, not the term.
         verl 0.9.1's ``"sapo"`` (also TRL's), ``"geo_mean"`` (GMPO), ``"gpg"``,
         ``"clip_cov"``, ``"kl_cov"``, ``"dppo_tv"``, ``"dppo_kl"``, ``"dro"``: the formulas
         in :mod:`ppo_numpy.policy_losses_extra` (for ``geo_mean`` the epsilons bound the
         token log-ratio, for DPPO the change of probability or its binary KL).
-    vespo_k_pos, vespo_lambda_pos, vespo_k_neg, vespo_lambda_neg : float >= 0
-        VESPO's shapes for A >= 0 and A < 0 (TRL 1.16.0 ``GRPOConfig``: 2, 3, 3, 2).
+    vespo_k_pos : float >= 0
+        VESPO's shapes: k for A >= 0 (TRL 1.16.0 ``GRPOConfig``: 2); ``vespo_lambda_pos``
+        lambda for A >= 0 (3), ``vespo_k_neg`` and ``vespo_lambda_neg`` for A < 0 (3, 2).
     cispo_clip : {"range", "max"}
         ``"range"`` (verl's ``loss_mode="cispo"``): w = clip(rho, 1 - eps, 1 + eps_high);
         ``"max"`` (TRL's ``loss_type="cispo"``): w = min(rho, epsilon_high), the bound

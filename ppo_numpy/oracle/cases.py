@@ -152,7 +152,8 @@ def _near(rng: np.random.Generator, logp_old, std: float):
     return np.minimum(logp_old + rng.normal(0.0, std, size=np.shape(logp_old)), -1e-4)
 
 
-#: inputs a case may carry, (B, T): the inference engine's log-probs (the rollout correction)
+#: inputs a case may carry, shaped like the log-probs: the inference engine's log-probs (the
+#: rollout correction)
 OPTIONAL_INPUTS = ("logp_rollout",)
 
 
