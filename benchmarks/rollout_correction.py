@@ -38,6 +38,7 @@ import numpy as np
 from benchmarks.core import GRID, QUICK_GRID
 from benchmarks.data import make_batch
 from benchmarks.report import ms, ratio
+from benchmarks.targets import write_section
 from benchmarks.timing import measure_samples, paired_ratio, warm_heap
 from ppo_numpy import policy_loss_and_grad, rollout_importance_weights, rollout_rejection_mask
 
@@ -219,22 +220,6 @@ def markdown(rows, *, command: str, rounds: int, load: str = "") -> list[str]:
     return out + [""]
 
 
-def write_section(path: str, lines: list[str]) -> None:
-    """Replace the section in ``path`` (from its heading to the next ``## ``, or the end), or
-    append it at the end."""
-    with open(path) as f:
-        text = f.read()
-    body = "\n".join(lines).rstrip("\n") + "\n"
-    start = text.find("\n" + SECTION + "\n")
-    if start >= 0:
-        end = text.find("\n## ", start + 1)
-        text = text[:start + 1] + body + ("\n" + text[end + 1:] if end >= 0 else "")
-    else:
-        text = text.rstrip("\n") + "\n\n" + body
-    with open(path, "w") as f:
-        f.write(text)
-
-
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.rollout_correction",
                                 description=__doc__.split("\n")[0])
@@ -267,7 +252,7 @@ def main(argv=None) -> int:
     if args.output == "-":
         sys.stdout.write("\n".join(lines) + "\n")
     else:
-        write_section(args.output, lines)
+        write_section(args.output, lines, section=SECTION)
     return 0
 
 

@@ -289,15 +289,16 @@ def markdown(results: dict, *, command: str, machine: list[str]) -> list[str]:
     return out + [""]
 
 
-def write_section(path: str, lines: list[str]) -> None:
-    """Replace the section in ``path`` (from its heading to the next ``## ``), or put it
-    before the sections ``python -m benchmarks`` keeps (at the end if there are none)."""
+def write_section(path: str, lines: list[str], section: str = SECTION) -> None:
+    """Replace the section headed ``section`` in ``path`` (from its heading to the next
+    ``## ``), or put it before the sections ``python -m benchmarks`` keeps (at the end if
+    there are none)."""
     from benchmarks.__main__ import _kept
 
     with open(path) as f:
         text = f.read()
     body = "\n".join(lines).rstrip("\n") + "\n"
-    start = text.find("\n" + SECTION + "\n")
+    start = text.find("\n" + section + "\n")
     if start >= 0:
         end = text.find("\n## ", start + 1)
         text = text[:start + 1] + body + ("\n" + text[end + 1:] if end >= 0 else "")

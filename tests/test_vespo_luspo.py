@@ -15,20 +15,11 @@ import numpy as np
 import pytest
 
 from ppo_numpy import PolicyLossOptions, aggregate, ppo_policy_loss
-from ppo_numpy.gradcheck import gradcheck
 from ppo_numpy.loss_grads import policy_loss_grad
 from ppo_numpy.vespo import vespo_weights
 
-MASK = np.array([[1, 1, 1, 1, 0],
-                 [1, 1, 0, 0, 0],
-                 [1, 1, 1, 1, 1],
-                 [1, 0, 0, 0, 0]], dtype=float)
-
-
-def check(f, x, analytic):
-    report = gradcheck(f, {"logp": x}, {"logp": analytic})
-    bad = [str(c) for c in report.values() if not c.close]
-    assert not bad, "\n".join(bad)
+# the GRPO loss tests' batch and finite-difference check
+from tests.test_grpo_loss import MASK, check  # noqa: E402
 
 
 def phi_loop(logp, logp_old, A, mask, k_pos=2.0, lam_pos=3.0, k_neg=3.0, lam_neg=2.0,
