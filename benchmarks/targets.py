@@ -133,9 +133,16 @@ def _timed(candidates: dict, rounds: int, target: float, ours="ours") -> dict:
     return out
 
 
+#: the GSPO row of the targets: the statistics TRL's form computes (its clip fractions; ours
+#: also the ratio's mean, min and max), not the approx-KL ones (``approx_kl=False``); the
+#: default call, with them, is the row "gspo loss+grad, approx-KL stats too"
+GSPO_ALL_STATS = "gspo loss+grad, approx-KL stats too"
+
+
 def one_call(name: str, x):
-    """The loss + gradient of ``name`` ("gspo loss+grad", "grpo loss+grad") by one call of
-    ``policy_loss_and_grad`` (loss, statistics, gradient), checked equal to the two calls of
+    """The loss + gradient of ``name`` ("gspo loss+grad", :data:`GSPO_ALL_STATS`, "grpo
+    loss+grad") by one call of ``policy_loss_and_grad`` (loss, statistics, gradient;
+    ``approx_kl=False`` for "gspo loss+grad"), checked equal to the two calls of
     :func:`benchmarks.grpo.ours`, which are checked against TRL's form."""
     import numpy as np
 
@@ -145,11 +152,13 @@ def one_call(name: str, x):
     b = x.batch
     level = "sequence" if name.startswith("gspo") else "token"
 
+    approx_kl = name != "gspo loss+grad"
+
     def call():
         return policy_loss_and_grad(b.logp, b.logp_old, x.A_tok, b.mask, grpo.EPSILON,
-                                    agg="grpo", importance_level=level)
+                                    agg="grpo", importance_level=level, approx_kl=approx_kl)
 
-    (loss, _), dlogp = grpo.ours(name, x)()
+    (loss, _), dlogp = grpo.ours("gspo loss+grad" if level == "sequence" else name, x)()
     got_loss, _, got_dlogp = call()
     if not (np.isclose(got_loss, loss, rtol=1e-12, atol=0)
             and np.allclose(got_dlogp, dlogp, rtol=1e-12, atol=1e-15)):
@@ -167,9 +176,11 @@ def group_rows(grid, *, rounds: int, target: float) -> list[dict]:
     for B, T in grid:
         x = grpo.make_inputs(B, T)
         t = grpo.as_tensors(x)
-        for name in ("grpo_advantages", "rloo_advantages", "gspo loss+grad", "grpo loss+grad"):
+        for name in ("grpo_advantages", "rloo_advantages", "gspo loss+grad", GSPO_ALL_STATS,
+                     "grpo loss+grad"):
             ours = grpo.ours(name, x) if name.endswith("advantages") else one_call(name, x)
-            times = _timed({"ours": ours, "trl": grpo.baselines(name, t)["trl"]}, rounds, target)
+            trl = grpo.baselines("gspo loss+grad" if name == GSPO_ALL_STATS else name, t)["trl"]
+            times = _timed({"ours": ours, "trl": trl}, rounds, target)
             rows.append({"what": name, "B": B, "T": T, "ours": times["ours"],
                          "trl": times["trl"], "ratio": times["ratios"]["trl"]})
     return rows
@@ -246,7 +257,8 @@ def markdown(results: dict, *, command: str, machine: list[str]) -> list[str]:
 
     for name, label, goal in (("grpo_advantages", "`grpo_advantages`", ">= 1x TRL's form"),
                               ("rloo_advantages", "`rloo_advantages`", ">= 1x TRL's form"),
-                              ("gspo loss+grad", "GSPO loss + gradient", ">= 1x TRL + autograd"),
+                              ("gspo loss+grad", "GSPO loss + gradient (`approx_kl=False`: "
+                               "the clip statistics TRL's form computes)", ">= 1x TRL + autograd"),
                               ("grpo loss+grad", "GRPO loss + gradient", ">= 1x TRL + autograd")):
         if adv:
             text, met = per_size(name, "ratio", lambda x: x >= 1)
@@ -272,6 +284,10 @@ def markdown(results: dict, *, command: str, machine: list[str]) -> list[str]:
                    f"(old / new) | {_x(train['ratio'])} ({_ms(train['old'])} -> "
                    f"{_ms(train['new'])} ms, {train['samples']} iterations each) | "
                    f"{'yes' if train['ratio'] >= 1 else 'no'} |")
+    if adv and any(r["what"] == GSPO_ALL_STATS for r in adv):
+        text, _ = per_size(GSPO_ALL_STATS, "ratio", lambda x: x >= 1)
+        out.append(f"| (not a target) the default call, with the approx-KL statistics k1, k2, "
+                   f"k3 (an exp per token: a scalar call on CPUs without AVX-512) | {text} | - |")
     if adv:
         out += ["", "| function | B | T | ppo_numpy ms | TRL-form torch ms | TRL / ppo_numpy |",
                 "|---|---:|---:|---:|---:|---:|"]

@@ -30,15 +30,16 @@ from .aggregation import aggregate_kernel, aggregation_weights, divisors
 from .clipping import UNCLIPPED, clip_case, surrogate_term
 from .kl import kl_estimate_grad_kernel, kl_estimate_kernel
 
-__all__ = ["ROWWISE_FROM", "rowwise_advantages", "use_rowwise", "gspo_rowwise_kernel"]
+__all__ = ["ROWWISE_FROM", "gspo_rowwise_kernel", "may_use_rowwise", "rowwise_advantages",
+           "use_rowwise"]
 
 #: from this many (B, T) entries the sequence level is computed per response
 ROWWISE_FROM = 1 << 14
 
 
 def rowwise_advantages(A, m):
-    """A_i (B, 1) when ``A`` (0 at padding) is constant over each row's response tokens,
-    else ``None`` (a row without tokens has A_i = 0)."""
+    """A_i (B, 1) when ``A`` is constant over each row's response tokens, else ``None`` (a
+    row without tokens has A_i = 0); what ``A`` holds at padding is not read."""
     if A.ndim != 2:
         return None
     first = np.argmax(m, axis=-1)
@@ -47,6 +48,13 @@ def rowwise_advantages(A, m):
     if not np.greater_equal(A == A_row, m).all():
         return None
     return A_row
+
+
+def may_use_rowwise(opts) -> bool:
+    """The options part of the rule of :func:`use_rowwise`: the sequence level with the
+    clipped surrogate and no KL term in the loss (then the fast form reads no padding)."""
+    return (opts.importance_level == "sequence" and opts.loss_type == "clip"
+            and opts.kl_coef == 0)
 
 
 def use_rowwise(A, m, opts):
@@ -59,14 +67,19 @@ def use_rowwise(A, m, opts):
     return rowwise_advantages(A, m)
 
 
-def gspo_rowwise_kernel(logp, logp_old, A_row, m, opts, logp_ref=None):
+def gspo_rowwise_kernel(logp, logp_old, A_row, m, opts, logp_ref=None, *,
+                        approx_kl=("k1", "k2", "k3")):
     """``(forward, stats, dlogp)`` of the sequence-level loss, one case per response
     (unchecked kernel, as ``policy_loss_kernel``).
 
     ``A_row`` (B, 1) from ``rowwise_advantages``. The forward record's ``rho`` and
     ``term`` are (B, 1) here: one ratio and one term per response (0 for a row without
-    tokens). Three arrays of the batch's size are made: the log-ratios, the token terms of
-    the approx-KL statistics, and d loss / d logp written over those terms.
+    tokens). ``logp`` and ``logp_old`` may hold anything finite at padding (the log-ratios
+    are zeroed there; without a KL term nothing else reads them: the forward record's
+    ``logp`` is then the argument as given). Three arrays of the batch's size are made: the
+    log-ratios, the token terms of
+    the approx-KL statistics, and d loss / d logp written over those terms. ``approx_kl``:
+    the estimators of the approx-KL statistics (as in ``policy_loss_stats``).
     """
     from .objective import PolicyLossForward, _kl_agg
 
@@ -74,8 +87,11 @@ def gspo_rowwise_kernel(logp, logp_old, A_row, m, opts, logp_ref=None):
     n_tok = m.sum(axis=-1, keepdims=True)  # (B, 1), the one count of the mask
     has = n_tok > 0
     n_i = np.maximum(n_tok, 1)
-    # log rho_t = logp_t - logp_old_t   (clamped with log_ratio_clamp)
-    log_ratio = logp - logp_old
+    # log rho_t = logp_t - logp_old_t, 0 at padding   (clamped with log_ratio_clamp)
+    with np.errstate(over="ignore", invalid="ignore"):  # finite garbage at padding
+        log_ratio = logp - logp_old
+    padding = ~m
+    np.copyto(log_ratio, 0.0, where=padding)
     log_rho = log_ratio
     if opts.log_ratio_clamp is not None:
         log_rho = np.clip(log_ratio, -opts.log_ratio_clamp, opts.log_ratio_clamp)
@@ -104,7 +120,7 @@ def gspo_rowwise_kernel(logp, logp_old, A_row, m, opts, logp_ref=None):
     # the approx-KL statistics, token by token as policy_loss_stats computes them (the same
     # operations on the same array: the same bits); buf then holds the gradient
     buf = np.empty(log_rho.shape)
-    approx_kl = _approx_kl(log_rho, m, buf)
+    kl_sums = _approx_kl(log_rho, m, buf, approx_kl)
 
     # backward: d loss / d log s_i = -W_i [unclipped_i] A_i s_i   (B, 1)
     case = clip_case(s, A_row, lo, hi, opts.dual_clip, opts.delta)
@@ -114,7 +130,7 @@ def gspo_rowwise_kernel(logp, logp_old, A_row, m, opts, logp_ref=None):
     # log s_i = (1/n_i) sum_t m_t log rho_t: each token gets 1/n_i of it (+ 0.0: no -0.0)
     dlogp = buf
     np.copyto(dlogp, dlog_w / n_i + 0.0)
-    np.copyto(dlogp, 0.0, where=~m)
+    np.copyto(dlogp, 0.0, where=padding)
     if opts.log_ratio_clamp is not None:
         np.copyto(dlogp, 0.0, where=np.abs(log_ratio) > opts.log_ratio_clamp)
     if opts.kl_coef > 0:
@@ -122,29 +138,34 @@ def gspo_rowwise_kernel(logp, logp_old, A_row, m, opts, logp_ref=None):
         dlogp = dlogp + opts.kl_coef * kl_estimate_grad_kernel(
             logp, logp_ref, opts.kl_estimator, m, opts.kl_clamp, aggregation_weights(m, mode, norm))
         dlogp += 0.0
-    return f, _rowwise_stats(f, A_row, n_tok, opts, approx_kl), dlogp
+    return f, _rowwise_stats(f, A_row, n_tok, opts, kl_sums), dlogp
 
 
-def _approx_kl(log_rho, m, buf) -> dict:
+def _approx_kl(log_rho, m, buf, which) -> dict:
     """Sums over the tokens of k1 = -log rho, k2 = (log rho)^2 / 2, k3 = rho - 1 - log rho
-    (``log_rho`` 0 at padding), with the operations of ``policy_loss_stats``; ``buf`` a
-    scratch array of ``log_rho``'s shape."""
-    # (the same rule for a sum of exactly 0 as policy_loss_stats: its sign)
-    k1 = -log_rho.sum()
-    if k1 == 0:
-        k1 = np.where(m, -log_rho, 0.0).sum()
-    np.square(log_rho, out=buf)
-    buf /= 2
-    k2 = buf.sum()
-    np.expm1(log_rho, out=buf)
-    buf -= log_rho
-    return {"k1": k1, "k2": k2, "k3": buf.sum()}
+    (``log_rho`` 0 at padding), those named in ``which``, with the operations of
+    ``policy_loss_stats``; ``buf`` a scratch array of ``log_rho``'s shape."""
+    sums = {}
+    if "k1" in which:
+        # (the same rule for a sum of exactly 0 as policy_loss_stats: its sign)
+        sums["k1"] = -log_rho.sum()
+        if sums["k1"] == 0:
+            sums["k1"] = np.where(m, -log_rho, 0.0).sum()
+    if "k2" in which:
+        np.square(log_rho, out=buf)
+        buf /= 2
+        sums["k2"] = buf.sum()
+    if "k3" in which:
+        np.expm1(log_rho, out=buf)
+        buf -= log_rho
+        sums["k3"] = buf.sum()
+    return sums
 
 
-def _rowwise_stats(f, A_row, n_tok, opts, approx_kl) -> dict:
+def _rowwise_stats(f, A_row, n_tok, opts, kl_sums) -> dict:
     """``policy_loss_stats`` from one ratio per response: the token
     fractions count each response's tokens; the approx-KL ones are the token sums
-    ``approx_kl`` of :func:`_approx_kl`."""
+    ``kl_sums`` of :func:`_approx_kl`."""
     n = int(n_tok.sum())
     s = f.rho
     lo, hi = f.lo, f.hi
@@ -159,9 +180,7 @@ def _rowwise_stats(f, A_row, n_tok, opts, approx_kl) -> dict:
         "clipfrac_outside": frac((s > hi) | (s < lo)),
         "dual_clipfrac": 0.0 if opts.dual_clip is None else frac(
             f.term > surrogate_term(s, A_row, lo, hi, None, opts.delta)),
-        "approx_kl_k1": float(approx_kl["k1"] / n),
-        "approx_kl_k2": float(approx_kl["k2"] / n),
-        "approx_kl_k3": float(approx_kl["k3"] / n),
+        **{f"approx_kl_{k}": float(total / n) for k, total in kl_sums.items()},
         "ratio_mean": float((n_tok * s).sum() / n),
         "ratio_min": float(s[has].min()),
         "ratio_max": float(s[has].max()),

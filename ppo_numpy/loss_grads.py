@@ -44,11 +44,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._validation import prepare
+from . import gspo_rowwise
+from ._validation import _KEEP_FROM, prepare, where_valid
 from .aggregation import aggregation_weights, check_mode, mode_norm
 from .entropy import log_softmax_kernel, prepare_logits
 from .kl import _check_estimator, check_kl_clamp, kl_estimate_grad_kernel
 from .objective import (
+    _check_approx_kl,
     _checked,
     check_is_weights,
     loss_options,
@@ -166,11 +168,13 @@ weights times the same derivative: TRL's (B, 1) loss times (B, T) weights).
 
 
 def policy_loss_and_grad(logp, logp_old, advantages, mask=None, epsilon=0.2, agg="token-mean",
-                         *, logp_ref=None, is_weights=None, **options):
+                         *, logp_ref=None, is_weights=None, approx_kl=True, **options):
     """:func:`ppo_policy_loss` and :func:`policy_loss_grad` of one call: ``(loss, stats, dlogp)``.
 
     The arguments are checked once and the forward pass is made once: the same numbers,
-    bit for bit, as the two calls, for about half the work.
+    bit for bit, as the two calls, for about half the work. ``approx_kl`` as in
+    :func:`ppo_policy_loss` (which approx-KL statistics to compute; the loss and gradient
+    do not depend on it).
 
     Examples
     --------
@@ -182,9 +186,24 @@ def policy_loss_and_grad(logp, logp_old, advantages, mask=None, epsilon=0.2, agg
     (-0.9, [0.0, 0.0, -0.366666666667])
     """
     opts = loss_options(epsilon, agg, **options)
-    (logp, logp_old, A, *ref), m = _checked(logp, logp_old, advantages, mask, logp_ref)
+    approx_kl = _check_approx_kl(approx_kl)
+    if is_weights is None and logp_ref is None and gspo_rowwise.may_use_rowwise(opts):
+        # the sequence level's fast form reads no padding: large inputs are not copied to
+        # zero it (prepare's zero_padding=False), unless the readable form is taken after all
+        (logp, logp_old, A), m = _checked(logp, logp_old, advantages, mask, zero_padding=False)
+        A_row = gspo_rowwise.use_rowwise(A, m, opts)
+        if A_row is not None:
+            f, stats, dlogp = gspo_rowwise.gspo_rowwise_kernel(logp, logp_old, A_row, m, opts,
+                                                               approx_kl=approx_kl)
+            return f.loss, stats, dlogp
+        if A.size >= _KEEP_FROM:  # (smaller arrays come back zeroed at padding)
+            logp, logp_old, A = (where_valid(m, x) for x in (logp, logp_old, A))
+        ref = []
+    else:
+        (logp, logp_old, A, *ref), m = _checked(logp, logp_old, advantages, mask, logp_ref)
     w = check_is_weights(is_weights, logp, "logp", m)
-    f, stats, dlogp = policy_loss_kernel(logp, logp_old, A, m, opts, *ref, is_weights=w)
+    f, stats, dlogp = policy_loss_kernel(logp, logp_old, A, m, opts, *ref, is_weights=w,
+                                         approx_kl=approx_kl)
     return f.loss, stats, dlogp
 
 

@@ -322,13 +322,30 @@ def ppo_objective(logp, logp_old, advantages, mask=None, epsilon=0.2, **clip_opt
     return -policy_loss_forward(logp, logp_old, A, m, opts).loss
 
 
-def _checked(logp, logp_old, advantages, mask, logp_ref=None):
+#: the approx-KL statistics ``ppo_policy_loss`` reports by default (``approx_kl=True``)
+APPROX_KL = ("k1", "k2", "k3")
+
+
+def _check_approx_kl(approx_kl) -> tuple:
+    """The estimators of ``approx_kl=``: True (all of :data:`APPROX_KL`), False (none) or a
+    tuple of some of "k1", "k2", "k3"; returned as a tuple in that order."""
+    if approx_kl is True or approx_kl is False:
+        return APPROX_KL if approx_kl else ()
+    if isinstance(approx_kl, str) or not isinstance(approx_kl, (tuple, list)):
+        raise TypeError(f"approx_kl: expected True, False or a tuple of 'k1', 'k2', 'k3', got "
+                        f"{approx_kl!r}")
+    chosen = {check_choice(k, "approx_kl", APPROX_KL, "estimator") for k in approx_kl}
+    return tuple(k for k in APPROX_KL if k in chosen)
+
+
+def _checked(logp, logp_old, advantages, mask, logp_ref=None, *, zero_padding=True):
     """The arrays of a public call checked once: float64 (even for Fractions: rho needs exp),
-    0 at padding; ``logp_ref`` last when given."""
+    0 at padding; ``logp_ref`` last when given. ``zero_padding=False``: as ``prepare``'s (a
+    large array finite everywhere may come back as given, its padding not zeroed)."""
     arrays = {"logp": logp, "logp_old": logp_old, "advantages": advantages}
     if logp_ref is not None:
         arrays["logp_ref"] = logp_ref
-    out, m = prepare(arrays, mask, exact=False)
+    out, m = prepare(arrays, mask, exact=False, zero_padding=zero_padding)
     return out, m
 
 
@@ -345,7 +362,7 @@ def check_is_weights(is_weights, like: np.ndarray, like_name: str, m: np.ndarray
 
 
 def ppo_policy_loss(logp, logp_old, advantages, mask=None, epsilon=0.2, agg="token-mean", *,
-                    logp_ref=None, is_weights=None, **options):
+                    logp_ref=None, is_weights=None, approx_kl=True, **options):
     """Policy loss -aggregate(min(rho A, clip(rho) A)) and the statistics frameworks log.
 
     Parameters
@@ -374,6 +391,12 @@ def ppo_policy_loss(logp, logp_old, advantages, mask=None, epsilon=0.2, agg="tok
         times that derivative (TRL's (B, 1) loss times (B, T) weights: pass the row means as
         ``is_weights`` for that form). The statistics are of the unweighted surrogate.
         ``None`` (default): all 1.
+    approx_kl : bool or tuple of "k1", "k2", "k3"
+        Which ``approx_kl_*`` statistics to compute: True (default) all three, False none,
+        or a tuple of some (verl logs k1 only: ``approx_kl=("k1",)``). Only the statistics
+        change; the loss and the gradient do not. Why: k3 needs exp(log rho) - 1 at every
+        token, where the loss of the sequence level needs one exp per response (on a CPU
+        without AVX-512, NumPy's exp is a scalar call, the larger part of the call's time).
     **options
         Any other field of :class:`PolicyLossOptions`: ``epsilon_high``, ``dual_clip``
         (see :func:`clipped_surrogate`), ``norm`` (the divisor of the modes that take one),
@@ -441,7 +464,7 @@ def ppo_policy_loss(logp, logp_old, advantages, mask=None, epsilon=0.2, agg="tok
     (logp, logp_old, A, *ref), m = _checked(logp, logp_old, advantages, mask, logp_ref)
     w = check_is_weights(is_weights, logp, "logp", m)
     f = policy_loss_forward(logp, logp_old, A, m, opts, *ref, is_weights=w)
-    return f.loss, policy_loss_stats(f, A, m, opts)
+    return f.loss, policy_loss_stats(f, A, m, opts, approx_kl=_check_approx_kl(approx_kl))
 
 
 @dataclass(frozen=True)
@@ -628,9 +651,11 @@ def policy_loss_backward(f: PolicyLossForward, A, m, opts: PolicyLossOptions, lo
     return dlogp + 0.0  # (turns -0.0 into 0.0)
 
 
-def policy_loss_stats(f: PolicyLossForward, A, m, opts: PolicyLossOptions) -> dict:
+def policy_loss_stats(f: PolicyLossForward, A, m, opts: PolicyLossOptions, *,
+                      approx_kl=APPROX_KL) -> dict:
     """The statistics of :func:`ppo_policy_loss` from the forward's names (computed apart from
-    the loss: token means over the response tokens)."""
+    the loss: token means over the response tokens); ``approx_kl`` the estimators of the
+    ``approx_kl_*`` entries (a tuple from ``_check_approx_kl``)."""
     rho, log_rho = f.rho, f.log_rho
     n = np.count_nonzero(m)
     lo, hi = f.lo, f.hi
@@ -643,7 +668,7 @@ def policy_loss_stats(f: PolicyLossForward, A, m, opts: PolicyLossOptions) -> di
 
     # the inputs are 0 at padding, so is log rho: -log rho is -0.0 there, which changes
     # the sum of np.where(m, -log rho, 0.0) only when that sum is 0 (its sign)
-    k1 = -log_rho.sum()
+    k1 = -log_rho.sum() if "k1" in approx_kl else None
     if k1 == 0:
         k1 = np.where(m, -log_rho, 0.0).sum()
     # min(rho_t, delta) A_t: the unclipped branch
@@ -664,15 +689,17 @@ def policy_loss_stats(f: PolicyLossForward, A, m, opts: PolicyLossOptions) -> di
         "clipfrac_active": clipped,
         "clipfrac_outside": frac((rho > hi) | (rho < lo)),
         "dual_clipfrac": dual,
-        # why: log rho from the log-probs, not log(rho): rho underflows to 0 for
-        # log rho < -745
-        "approx_kl_k1": float(k1 / n),
-        "approx_kl_k2": mean(np.square(log_rho) / 2),
-        "approx_kl_k3": mean(np.expm1(log_rho) - log_rho),
-        "ratio_mean": mean(rho),
-        "ratio_min": float(rho[m].min()),
-        "ratio_max": float(rho.max()),
     }
+    # KL(pi_old || pi_theta) estimates, token means: k1 = -log rho, k2 = (log rho)^2 / 2,
+    # k3 = (rho - 1) - log rho (why: from log rho, not log(rho): rho underflows to 0 for
+    # log rho < -745)
+    if "k1" in approx_kl:
+        stats["approx_kl_k1"] = float(k1 / n)
+    if "k2" in approx_kl:
+        stats["approx_kl_k2"] = mean(np.square(log_rho) / 2)
+    if "k3" in approx_kl:
+        stats["approx_kl_k3"] = mean(np.expm1(log_rho) - log_rho)
+    stats.update(ratio_mean=mean(rho), ratio_min=float(rho[m].min()), ratio_max=float(rho.max()))
     if not opts.is_ppo:
         stats["clipfrac_low"] = frac((rho_unclipped < lo) & (A < 0))
         stats["clipfrac_high"] = frac((rho_unclipped > hi) & (A > 0))
@@ -686,7 +713,7 @@ def policy_loss_stats(f: PolicyLossForward, A, m, opts: PolicyLossOptions) -> di
 
 
 def policy_loss_kernel(logp, logp_old, A, m, opts: PolicyLossOptions, logp_ref=None, *,
-                       is_weights=None):
+                       is_weights=None, approx_kl=APPROX_KL):
     """``(forward, stats, dlogp)`` of checked arrays: the forward's names, the statistics and
     d loss / d logp in one call (unchecked kernel: the toy policy's loss, the presets and
     :func:`ppo_numpy.policy_loss_and_grad` use it).
@@ -698,6 +725,8 @@ def policy_loss_kernel(logp, logp_old, A, m, opts: PolicyLossOptions, logp_ref=N
     them)."""
     A_row = None if is_weights is not None else gspo_rowwise.use_rowwise(A, m, opts)
     if A_row is not None:
-        return gspo_rowwise.gspo_rowwise_kernel(logp, logp_old, A_row, m, opts, logp_ref)
+        return gspo_rowwise.gspo_rowwise_kernel(logp, logp_old, A_row, m, opts, logp_ref,
+                                                approx_kl=approx_kl)
     f = policy_loss_forward(logp, logp_old, A, m, opts, logp_ref, is_weights=is_weights)
-    return f, policy_loss_stats(f, A, m, opts), policy_loss_backward(f, A, m, opts, logp_ref)
+    return (f, policy_loss_stats(f, A, m, opts, approx_kl=approx_kl),
+            policy_loss_backward(f, A, m, opts, logp_ref))

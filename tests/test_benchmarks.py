@@ -126,7 +126,8 @@ def test_targets_give_well_formed_rows_and_section(tmp_path):
     adv = targets.group_rows(grid, rounds=1, target=1e-4)
     assert [(r["what"], r["B"]) for r in adv] == [
         (w, B) for B, _ in grid
-        for w in ("grpo_advantages", "rloo_advantages", "gspo loss+grad", "grpo loss+grad")]
+        for w in ("grpo_advantages", "rloo_advantages", "gspo loss+grad",
+                  targets.GSPO_ALL_STATS, "grpo loss+grad")]
     assert all(_positive(r["ours"]) and _positive(r["trl"]) and _positive(r["ratio"])
                for r in adv)
     gae_r = targets.gae_rows(((256, 1024),), rounds=1, target=1e-4)
@@ -138,6 +139,8 @@ def test_targets_give_well_formed_rows_and_section(tmp_path):
     assert lines[0] == targets.SECTION
     met = [ln for ln in lines if ln.endswith(("| yes |", "| no |"))]
     assert len(met) == 4 + 2 + 1, met  # four group rows, GAE floor and torch, training
+    # the default GSPO call (all statistics) is reported beside the target, not as one
+    assert sum("(not a target)" in ln and ln.endswith("| - |") for ln in lines) == 1
     # the section is replaced, not appended twice, before the parts python -m benchmarks keeps
     page = tmp_path / "b.md"
     page.write_text("# Benchmarks\n\ntext\n\n## Transformer policy (issue 17)\n\nhand\n")

@@ -627,6 +627,25 @@ def test_irregular_ids_take_the_general_path(ids):
     from ppo_numpy.group_advantages import _groups
 
     assert _groups(np.array(ids), len(ids)).layout is None
+    # int64 ids are compared as bytes, others element by element: both say no
+    assert _groups(np.array(ids, dtype=np.int32), len(ids)).layout is None
+
+
+@pytest.mark.parametrize("layout", ["blocks", "strided"])
+def test_layout_found_alike_in_every_integer_form(layout):
+    from ppo_numpy.group_advantages import _groups
+
+    B, G = 12, 3
+    ids = np.arange(B) // (B // G) if layout == "blocks" else np.arange(B) % G
+    forms = [ids, ids.astype(np.int32), ids.astype(np.uint8), ids.tolist(),
+             np.repeat(ids, 2)[::2]]  # (a non-contiguous view)
+    assert not forms[-1].flags.c_contiguous
+    assert [_groups(g, B).layout for g in forms] == [layout] * len(forms)
+    # one id moved: no form takes it for the layout
+    bad = ids.copy()
+    bad[[1, 5]] = bad[[5, 1]]
+    assert bad.tolist() != ids.tolist()
+    assert [_groups(g, B).layout for g in (bad, bad.astype(np.int32))] == [None, None]
 
 
 def test_regular_layout_equal_scores_and_hand_values():

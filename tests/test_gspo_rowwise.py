@@ -8,7 +8,7 @@ test_grpo_loss.py and test_loss_grads.py), and one hand calculation below.
 import numpy as np
 import pytest
 
-from ppo_numpy import policy_loss_and_grad
+from ppo_numpy import policy_loss_and_grad, ppo_policy_loss
 from ppo_numpy.aggregation import aggregate_kernel
 from ppo_numpy.gspo_rowwise import ROWWISE_FROM, gspo_rowwise_kernel, rowwise_advantages
 from ppo_numpy.objective import (
@@ -125,3 +125,78 @@ def test_policy_loss_and_grad_takes_the_rule_and_agrees():
     assert_close(loss, f.loss, "loss")
     assert_close(d, policy_loss_backward(f, A, m, opts), "dlogp")
     assert stats["clipfrac_active"] == policy_loss_stats(f, A, m, opts)["clipfrac_active"]
+
+
+def garbage_at_padding(x, m, seed):
+    """``x`` with finite garbage at padding: large values whose differences overflow."""
+    rng = np.random.default_rng(seed)
+    junk = rng.choice([1e308, -1e308, 3.5, -7.0], size=x.shape)
+    return np.where(m, x, junk)
+
+
+@pytest.mark.parametrize("kw", [dict(agg="grpo"), dict(agg="dapo", log_ratio_clamp=0.1),
+                                dict(agg="token-mean", epsilon=0.05, log_ratio_max=0.02)],
+                         ids=["grpo", "dapo-clamp", "token-mean-max"])
+def test_the_fast_form_reads_no_padding(kw):
+    # policy_loss_and_grad hands large inputs to the fast form without zeroing their padding:
+    # whatever finite values the padding holds, every output equals that of zeroed inputs, bit
+    # for bit, and the caller's arrays are not written into
+    B, T = 64, 2 * ROWWISE_FROM // 64
+    logp, logp_old, _, A, m = batch(B, T, 7)
+    kw = dict(kw, importance_level="sequence")
+    want_loss, want_stats, want_d = policy_loss_and_grad(logp, logp_old, A, m, **kw)
+    args = [garbage_at_padding(x, m, s) for s, x in enumerate((logp, logp_old, A))]
+    before = [a.copy() for a in args]
+    with np.errstate(all="raise"):  # no warning may escape from the garbage either
+        loss, stats, d = policy_loss_and_grad(*args, m, **kw)
+    assert loss == want_loss and stats == want_stats
+    assert d.tobytes() == want_d.tobytes()
+    assert all(np.array_equal(a, b) for a, b in zip(args, before))
+
+
+def test_token_varying_advantages_with_garbage_padding_take_the_readable_form():
+    B, T = 64, 2 * ROWWISE_FROM // 64
+    logp, logp_old, _, A, m = batch(B, T, 8)
+    A = A + np.where(m, np.arange(T) * 1e-3, 0.0)  # no longer one advantage per response
+    kw = dict(agg="grpo", importance_level="sequence")
+    want = policy_loss_and_grad(logp, logp_old, A, m, **kw)
+    args = [garbage_at_padding(x, m, s) for s, x in enumerate((logp, logp_old, A))]
+    got = policy_loss_and_grad(*args, m, **kw)
+    assert got[0] == want[0] and got[1] == want[1] and np.array_equal(got[2], want[2])
+    opts = loss_options(**kw)
+    f = policy_loss_forward(logp, logp_old, A, m, opts)
+    assert got[0] == f.loss
+
+
+@pytest.mark.parametrize("level", ["token", "sequence"])
+@pytest.mark.parametrize("T", [6, 2 * ROWWISE_FROM // 64], ids=["small", "fast-form"])
+def test_approx_kl_chooses_the_statistics_only(level, T):
+    logp, logp_old, _, A, m = batch(64, T, 9)
+    kw = dict(agg="grpo", importance_level=level)
+    loss, stats, d = policy_loss_and_grad(logp, logp_old, A, m, **kw)
+    # the three estimators by hand on the response tokens
+    x = (logp - logp_old)[m]
+    assert stats["approx_kl_k1"] == pytest.approx(np.mean(-x), rel=1e-12)
+    assert stats["approx_kl_k2"] == pytest.approx(np.mean(x * x / 2), rel=1e-12)
+    assert stats["approx_kl_k3"] == pytest.approx(np.mean(np.exp(x) - 1 - x), rel=1e-9)
+    for choice, keys in [(False, ()), ((), ()), (("k1",), ("k1",)), (["k3", "k1"], ("k1", "k3")),
+                         (True, ("k1", "k2", "k3"))]:
+        got_loss, got, got_d = policy_loss_and_grad(logp, logp_old, A, m, approx_kl=choice, **kw)
+        assert got_loss == loss and np.array_equal(got_d, d)
+        assert [k for k in got if k.startswith("approx_kl")] == [f"approx_kl_{k}" for k in keys]
+        assert {k: stats[k] for k in got} == got
+        # (ppo_policy_loss: the readable form, equal to the fast one to rounding)
+        pl, st = ppo_policy_loss(logp, logp_old, A, m, approx_kl=choice, **kw)
+        assert_close(pl, loss, "loss")
+        assert list(st) == list(got)
+
+
+@pytest.mark.parametrize("bad, error, words", [("k1", TypeError, "approx_kl"),
+                                               (("k4",), ValueError, "approx_kl"),
+                                               (None, TypeError, "approx_kl")])
+def test_approx_kl_bad_values_are_named(bad, error, words):
+    logp, logp_old, _, A, m = batch(4, 6, 1)
+    with pytest.raises(error, match=words):
+        policy_loss_and_grad(logp, logp_old, A, m, approx_kl=bad)
+    with pytest.raises(error, match=words):
+        ppo_policy_loss(logp, logp_old, A, m, approx_kl=bad)
