@@ -84,7 +84,7 @@ def gspo_rowwise_kernel(logp, logp_old, A_row, m, opts, logp_ref=None, *,
     from .objective import PolicyLossForward, _kl_agg
 
     lo, hi = opts.bounds()
-    n_tok = m.sum(axis=-1, keepdims=True)  # (B, 1), the one count of the mask
+    n_tok = _row_counts(m)  # (B, 1), the one count of the mask
     has = n_tok > 0
     n_i = np.maximum(n_tok, 1)
     # log rho_t = logp_t - logp_old_t, 0 at padding   (clamped with log_ratio_clamp)
@@ -139,6 +139,14 @@ def gspo_rowwise_kernel(logp, logp_old, A_row, m, opts, logp_ref=None, *,
             logp, logp_ref, opts.kl_estimator, m, opts.kl_clamp, aggregation_weights(m, mode, norm))
         dlogp += 0.0
     return f, _rowwise_stats(f, A_row, n_tok, opts, kl_sums), dlogp
+
+
+def _row_counts(m):
+    """Response tokens per row of a bool mask, (B, 1) int64 (``m.sum(axis=-1, keepdims=True)``).
+
+    Why: the mask's bytes summed into 32-bit counts take half the time of the sum of bools,
+    which widens every entry to 64 bits (T < 2^32 tokens per row)."""
+    return m.view(np.uint8).sum(axis=-1, dtype=np.uint32, keepdims=True).astype(np.int64)
 
 
 def _approx_kl(log_rho, m, buf, which) -> dict:

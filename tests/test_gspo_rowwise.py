@@ -200,3 +200,15 @@ def test_approx_kl_bad_values_are_named(bad, error, words):
         policy_loss_and_grad(logp, logp_old, A, m, approx_kl=bad)
     with pytest.raises(error, match=words):
         ppo_policy_loss(logp, logp_old, A, m, approx_kl=bad)
+
+
+def test_row_counts_count_the_tokens():
+    from ppo_numpy.gspo_rowwise import _row_counts
+
+    m = np.array([[1, 1, 0, 0], [0, 0, 0, 0], [1, 0, 1, 1]], dtype=bool)
+    assert _row_counts(m).tolist() == [[2], [0], [3]]
+    assert _row_counts(m).dtype == np.int64
+    wide = np.ones((2, 70000), dtype=bool)  # more tokens than a uint8 or uint16 holds
+    wide[1, ::2] = False
+    assert _row_counts(wide).tolist() == [[70000], [35000]]
+    assert _row_counts(m[:, ::2]).tolist() == [[1], [0], [2]]  # a strided view
