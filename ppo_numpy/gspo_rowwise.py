@@ -43,8 +43,9 @@ def rowwise_advantages(A, m):
     if A.ndim != 2:
         return None
     first = np.argmax(m, axis=-1)
-    A_row = A[np.arange(A.shape[0]), first][:, None] * m.any(axis=-1, keepdims=True)
-    # A_t = A_i at every response token (A is 0 at padding): one comparison, on bools after it
+    A_row = np.where(m.any(axis=-1, keepdims=True), A[np.arange(A.shape[0]), first][:, None],
+                     0.0)
+    # A_t = A_i at every response token: one comparison, on bools after it
     if not np.greater_equal(A == A_row, m).all():
         return None
     return A_row

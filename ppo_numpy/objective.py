@@ -338,14 +338,17 @@ def _check_approx_kl(approx_kl) -> tuple:
     return tuple(k for k in APPROX_KL if k in chosen)
 
 
-def _checked(logp, logp_old, advantages, mask, logp_ref=None, *, zero_padding=True):
+def _checked(logp, logp_old, advantages, mask, logp_ref=None, *, zero_padding=True,
+             check_values=True):
     """The arrays of a public call checked once: float64 (even for Fractions: rho needs exp),
-    0 at padding; ``logp_ref`` last when given. ``zero_padding=False``: as ``prepare``'s (a
-    large array finite everywhere may come back as given, its padding not zeroed)."""
+    0 at padding; ``logp_ref`` last when given. ``zero_padding=False``, ``check_values=False``:
+    as ``prepare``'s (a large array may come back as given, its padding not zeroed; its
+    values not checked: the caller checks them)."""
     arrays = {"logp": logp, "logp_old": logp_old, "advantages": advantages}
     if logp_ref is not None:
         arrays["logp_ref"] = logp_ref
-    out, m = prepare(arrays, mask, exact=False, zero_padding=zero_padding)
+    out, m = prepare(arrays, mask, exact=False, zero_padding=zero_padding,
+                     check_values=check_values)
     return out, m
 
 

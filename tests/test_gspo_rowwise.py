@@ -212,3 +212,54 @@ def test_row_counts_count_the_tokens():
     wide[1, ::2] = False
     assert _row_counts(wide).tolist() == [[70000], [35000]]
     assert _row_counts(m[:, ::2]).tolist() == [[1], [0], [2]]  # a strided view
+
+
+@pytest.mark.parametrize("name", ["logp", "logp_old", "advantages"])
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+@pytest.mark.parametrize("T", [6, 2 * ROWWISE_FROM // 64], ids=["small", "fast-form"])
+def test_a_non_finite_input_is_named_on_the_fast_path_too(name, bad, T):
+    # the fast form checks the values on its results; a NaN or inf at a response token still
+    # raises the checked path's ValueError naming the argument and the position
+    logp, logp_old, _, A, m = batch(64, T, 11)
+    args = {"logp": logp, "logp_old": logp_old, "advantages": A}
+    row = 3
+    col = int(np.flatnonzero(m[row])[-1])
+    args[name] = args[name].copy()
+    args[name][row, col] = bad
+    if name == "advantages":  # a whole response's advantage: still one per response
+        args[name][row, m[row]] = bad
+    for level in ("sequence", "token"):
+        with pytest.raises(ValueError, match=rf"{name}: non-finite value .* at valid position"):
+            policy_loss_and_grad(*args.values(), m, agg="grpo", importance_level=level)
+
+
+def test_nan_padding_and_empty_rows_take_the_fast_form_unharmed():
+    # NaN at padding (as verl and OpenRLHF may leave it) and a row without tokens: the result
+    # is that of zeroed inputs, bit for bit
+    B, T = 64, 2 * ROWWISE_FROM // 64
+    logp, logp_old, _, A, m = batch(B, T, 12, empty_row=True)
+    kw = dict(agg="grpo", importance_level="sequence", log_ratio_clamp=0.3)
+    want = policy_loss_and_grad(logp, logp_old, A, m, **kw)
+    nan_pad = [np.where(m, x, np.nan) for x in (logp, logp_old, A)]
+    with np.errstate(all="raise"):
+        got = policy_loss_and_grad(*nan_pad, m, **kw)
+    assert got[0] == want[0] and got[1] == want[1] and got[2].tobytes() == want[2].tobytes()
+
+
+def test_an_overflowing_log_ratio_gives_the_readable_forms_answer():
+    # finite log-probabilities whose difference overflows: the fast form's check sends the
+    # call to the checked path, whose answer equals the readable form's to rounding
+    B, T = 64, 2 * ROWWISE_FROM // 64
+    logp, logp_old, _, A, m = batch(B, T, 13)
+    logp, logp_old = logp.copy(), logp_old.copy()
+    logp[2, 0], logp_old[2, 0] = 1e308, -1e308
+    kw = dict(agg="grpo", importance_level="sequence")
+    with np.errstate(all="ignore"):
+        got = policy_loss_and_grad(logp, logp_old, A, m, **kw)
+        opts = loss_options(**kw)
+        f = policy_loss_forward(logp, logp_old, A, m, opts)
+        want_d = policy_loss_backward(f, A, m, opts)
+    assert_close(got[0], f.loss, "loss")
+    ok = np.isfinite(want_d)  # (row 2's gradient: inf times 0 there, in both forms)
+    assert not ok.all() and np.array_equal(np.isfinite(got[2]), ok)
+    assert_close(got[2][ok], want_d[ok], "dlogp")
