@@ -51,36 +51,40 @@ def rowwise_advantages(A, m):
     return A_row
 
 
-def may_use_rowwise(opts) -> bool:
+def _sequence_clip(opts) -> bool:
     """The options part of the rule of :func:`use_rowwise`: the sequence level with the
-    clipped surrogate and no KL term in the loss (then the fast form reads no padding)."""
-    return (opts.importance_level == "sequence" and opts.loss_type == "clip"
-            and opts.kl_coef == 0)
+    clipped surrogate."""
+    return opts.importance_level == "sequence" and opts.loss_type == "clip"
+
+
+def may_use_rowwise(opts) -> bool:
+    """The options under which ``policy_loss_and_grad`` may hand unzeroed inputs to the fast
+    form: the rule's (:func:`use_rowwise`) and no KL term in the loss (which would read
+    ``logp`` at every token)."""
+    return _sequence_clip(opts) and opts.kl_coef == 0
 
 
 def use_rowwise(A, m, opts):
     """The rule: the sequence level with the clipped surrogate, at least :data:`ROWWISE_FROM`
     entries, and one advantage per response. Returns A_i (B, 1), or ``None`` for the readable
     form."""
-    if (opts.importance_level != "sequence" or opts.loss_type != "clip"
-            or A.size < ROWWISE_FROM):
+    if not _sequence_clip(opts) or A.size < ROWWISE_FROM:
         return None
     return rowwise_advantages(A, m)
 
 
-def gspo_rowwise_kernel(logp, logp_old, A_row, m, opts, logp_ref=None, *,
-                        approx_kl=("k1", "k2", "k3")):
+def gspo_rowwise_kernel(logp, logp_old, A_row, m, opts, logp_ref=None, *, approx_kl):
     """``(forward, stats, dlogp)`` of the sequence-level loss, one case per response
     (unchecked kernel, as ``policy_loss_kernel``).
 
     ``A_row`` (B, 1) from ``rowwise_advantages``. The forward record's ``rho`` and
     ``term`` are (B, 1) here: one ratio and one term per response (0 for a row without
-    tokens). ``logp`` and ``logp_old`` may hold anything finite at padding (the log-ratios
-    are zeroed there; without a KL term nothing else reads them: the forward record's
-    ``logp`` is then the argument as given). Three arrays of the batch's size are made: the
-    log-ratios, the token terms of
-    the approx-KL statistics, and d loss / d logp written over those terms. ``approx_kl``:
-    the estimators of the approx-KL statistics (as in ``policy_loss_stats``).
+    tokens). Without a KL term ``logp`` and ``logp_old`` may hold anything at padding: the
+    log-ratios are zeroed there and nothing else reads them (the forward record's ``logp``
+    is then the argument as given). ``approx_kl``: the estimators of the approx-KL
+    statistics, a tuple as ``policy_loss_stats`` takes. Three arrays of the batch's size are
+    made: the log-ratios, the token terms of the approx-KL statistics, and d loss / d logp
+    written over those terms.
     """
     from .objective import PolicyLossForward, _kl_agg
 
@@ -89,7 +93,7 @@ def gspo_rowwise_kernel(logp, logp_old, A_row, m, opts, logp_ref=None, *,
     has = n_tok > 0
     n_i = np.maximum(n_tok, 1)
     # log rho_t = logp_t - logp_old_t, 0 at padding   (clamped with log_ratio_clamp)
-    with np.errstate(over="ignore", invalid="ignore"):  # finite garbage at padding
+    with np.errstate(over="ignore", invalid="ignore"):  # garbage at padding
         log_ratio = logp - logp_old
     padding = ~m
     np.copyto(log_ratio, 0.0, where=padding)

@@ -214,7 +214,8 @@ def _sequence_level_fast(logp, logp_old, advantages, mask, opts, approx_kl):
     A_row = gspo_rowwise.use_rowwise(A, m, opts)
     if A_row is None or not np.isfinite(A_row).all():
         return None
-    with np.errstate(over="ignore", invalid="ignore"):  # (then the result is not used)
+    # (garbage at padding, and a non-finite entry, whose result the check below discards)
+    with np.errstate(over="ignore", invalid="ignore"):
         f, stats, dlogp = gspo_rowwise.gspo_rowwise_kernel(logp, logp_old, A_row, m, opts,
                                                            approx_kl=approx_kl)
         # the log-ratios before a clamp (which would bound an infinite one), 0 at padding

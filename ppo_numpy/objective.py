@@ -669,11 +669,6 @@ def policy_loss_stats(f: PolicyLossForward, A, m, opts: PolicyLossOptions, *,
     def mean(x):  # x is 0 at padding
         return float(x.sum() / n)
 
-    # the inputs are 0 at padding, so is log rho: -log rho is -0.0 there, which changes
-    # the sum of np.where(m, -log rho, 0.0) only when that sum is 0 (its sign)
-    k1 = -log_rho.sum() if "k1" in approx_kl else None
-    if k1 == 0:
-        k1 = np.where(m, -log_rho, 0.0).sum()
     # min(rho_t, delta) A_t: the unclipped branch
     rho_unclipped = rho if opts.delta is None else np.minimum(rho, opts.delta)
     if opts.loss_type in extra_losses.EXTRA_LOSS_TYPES:
@@ -697,6 +692,11 @@ def policy_loss_stats(f: PolicyLossForward, A, m, opts: PolicyLossOptions, *,
     # k3 = (rho - 1) - log rho (why: from log rho, not log(rho): rho underflows to 0 for
     # log rho < -745)
     if "k1" in approx_kl:
+        # the inputs are 0 at padding, so is log rho: -log rho is -0.0 there, which changes
+        # the sum of np.where(m, -log rho, 0.0) only when that sum is 0 (its sign)
+        k1 = -log_rho.sum()
+        if k1 == 0:
+            k1 = np.where(m, -log_rho, 0.0).sum()
         stats["approx_kl_k1"] = float(k1 / n)
     if "k2" in approx_kl:
         stats["approx_kl_k2"] = mean(np.square(log_rho) / 2)

@@ -12,6 +12,7 @@ from ppo_numpy import policy_loss_and_grad, ppo_policy_loss
 from ppo_numpy.aggregation import aggregate_kernel
 from ppo_numpy.gspo_rowwise import ROWWISE_FROM, gspo_rowwise_kernel, rowwise_advantages
 from ppo_numpy.objective import (
+    APPROX_KL,
     loss_options,
     policy_loss_backward,
     policy_loss_forward,
@@ -66,7 +67,8 @@ def test_rowwise_equals_the_readable_form(kw, seed):
     want_grad = policy_loss_backward(f, A, m, opts, logp_ref)
     A_row = rowwise_advantages(A, m)
     assert A_row is not None
-    g, stats, dlogp = gspo_rowwise_kernel(logp, logp_old, A_row, m, opts, logp_ref)
+    g, stats, dlogp = gspo_rowwise_kernel(logp, logp_old, A_row, m, opts, logp_ref,
+                                          approx_kl=APPROX_KL)
     # the loss is a sum of terms of both signs: its rounding is of the terms' magnitudes
     term_scale = float(aggregate_kernel(np.abs(f.term), m, opts.agg, opts.norm))
     kl_scale = 0.0 if f.kl is None else opts.kl_coef * float(
@@ -96,14 +98,15 @@ def test_rowwise_by_hand():
     m = np.array([[True, True], [True, False]])
     A = np.array([[1.0, 1.0], [-1.0, 0.0]])
     g, stats, dlogp = gspo_rowwise_kernel(logp, np.zeros((2, 2)), rowwise_advantages(A, m), m,
-                                          loss_options(agg="grpo", importance_level="sequence"))
+                                          loss_options(agg="grpo", importance_level="sequence"),
+                                          approx_kl=APPROX_KL)
     assert g.loss == pytest.approx(-0.2, abs=1e-15)
     assert dlogp.tolist() == [[0.0, 0.0], [0.0, 0.0]]
     assert stats["clipfrac_active"] == 1.0
     # inside the range (eps = 0.9): row 0 unclipped, d loss / d logp_t = -(1/2) (1/2) 1 s_0
     _, _, d = gspo_rowwise_kernel(logp, np.zeros((2, 2)), rowwise_advantages(A, m), m,
                                   loss_options(epsilon=0.9, agg="grpo",
-                                               importance_level="sequence"))
+                                               importance_level="sequence"), approx_kl=())
     assert d[0].tolist() == pytest.approx([-0.25 * np.exp(0.2)] * 2, rel=1e-15)
 
 
