@@ -1,0 +1,103 @@
+"""benchmarks/reading_path.py: which functions a public function's default call runs."""
+
+from __future__ import annotations
+
+import os
+import textwrap
+
+from benchmarks import reading_path
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _write(root, files: dict[str, str]) -> None:
+    for rel, text in files.items():
+        path = os.path.join(root, "ppo_numpy", rel)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as f:
+            f.write(textwrap.dedent(text))
+
+
+def test_trace_of_a_synthetic_package_sorts_checks_inline_code_and_functions(tmp_path):
+    # A public function f in one file calls: a checker in _validation.py, a check_* and a
+    # _check* function, a helper in another file (which calls a second helper), a lambda,
+    # a comprehension and a nested function; a function it does not call is not traced.
+    _write(tmp_path, {
+        "__init__.py": "",
+        "_validation.py": """
+            def prepare(x):
+                return x
+            """,
+        "helpers.py": """
+            def twice(x):
+                return _plus(x, x)
+
+            def _plus(a, b):
+                return a + b
+
+            def unused():
+                return 0
+            """,
+        "public.py": """
+            from ._validation import prepare
+            from .helpers import twice
+
+            def check_x(x):
+                pass
+
+            def _check_y(y):
+                pass
+
+            def f(x, y):
+                check_x(x)
+                _check_y(y)
+                x = prepare(x)
+                sq = lambda v: v * v
+                def inner(v):
+                    return v + 1
+                vals = [sq(v) for v in (x, y)]
+                return inner(twice(sum(vals)))
+            """,
+    })
+    result = reading_path.measure_calls(str(tmp_path), {"f": ("public", "f", None)},
+                                        args=lambda kind: (2, 3))
+    traced = result["f"]
+    kinds = {q: k for _, q, k in traced}
+    assert kinds == {"f": "read", "check_x": "check", "_check_y": "check",
+                     "prepare": "check", "f.<locals>.<lambda>": "inline",
+                     "f.<locals>.<listcomp>": "inline", "f.<locals>.inner": "inline",
+                     "twice": "read", "_plus": "read"}
+    files = {q: f for f, q, _ in traced}
+    assert files["twice"] == "helpers.py" and files["prepare"] == "_validation.py"
+    assert [q for _, q, _ in traced][0] == "f"  # in the order they first run
+    assert reading_path.counts(traced) == {"traced": 9, "traced files": 3, "read": 3,
+                                           "read files": 2}
+
+
+def test_section_has_a_column_pair_per_checkout_and_lists_the_last_ones_functions():
+    one = {call: [["a.py", "f", "read"], ["_validation.py", "prepare", "check"],
+                  ["a.py", "f.<locals>.<lambda>", "inline"], ["b.py", "g", "read"]]
+           for call in reading_path.CALLS}
+    lines = reading_path.section({"old": one, "new": one})
+    assert lines[0] == reading_path.SECTION
+    table = [ln for ln in lines if ln.startswith("| `")]
+    assert len(table) == len(reading_path.CALLS)
+    assert table[0] == "| `ppo_policy_loss` | 4 in 3 | 2 in 2 | 4 in 3 | 2 in 2 |"
+    assert "- `value_loss`: `a.py:f`, `b.py:g`" in lines
+
+
+def test_the_reading_paths_of_this_checkout_meet_issue_22s_targets():
+    # Issue 22's targets: ppo_policy_loss at most 10 functions in 4 files, clipped_surrogate
+    # at most 3, value_loss at most 4, gae at most 6 with the recursion on the default path
+    # (small batches), kl_shaped_rewards at most 6; input checks are not counted.
+    result = reading_path.measure(ROOT)
+    c = {call: reading_path.counts(traced) for call, traced in result.items()}
+    assert c["ppo_policy_loss"]["read"] <= 10 and c["ppo_policy_loss"]["read files"] <= 4
+    assert c["clipped_surrogate"]["read"] <= 3
+    assert c["value_loss"]["read"] <= 4
+    assert c["gae, (4, 8)"]["read"] <= 6
+    assert "_backward_recursion" in {q for _, q, _ in result["gae, (4, 8)"]}
+    assert c["kl_shaped_rewards"]["read"] <= 6
+    # the public function is the first function each call runs
+    for call, (module, function, _) in reading_path.CALLS.items():
+        assert result[call][0][:2] == [f"{module}.py", function], call
