@@ -31,6 +31,8 @@ import nbformat
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
+from ppo_numpy._machine import cpu_kind  # the stored run's CPU kind (CPU_TAG)
+
 ROOT = Path(__file__).resolve().parents[1]
 KERNEL_NAME = "python3"
 INLINE_BACKEND = "module://matplotlib_inline.backend_inline"
@@ -54,29 +56,6 @@ _NUMBER = re.compile(r"[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?")
 #: digits of exp/log differ between CPUs (SIMD code paths), and a rounding-noise
 #: value such as a finite-difference error of 4e-11 may print differently
 RTOL, ATOL = 1e-3, 1e-9
-
-
-def cpu_kind() -> dict:
-    """What decides the last bits of this machine's arithmetic: NumPy's version and the
-    CPU features its SIMD loops dispatch on, and the OpenBLAS kernel (``None`` if unknown).
-    """
-    import ctypes
-    import glob
-
-    import numpy as np
-    from numpy._core._multiarray_umath import __cpu_features__
-
-    core = None
-    libs = Path(np.__file__).resolve().parent.parent / "numpy.libs"
-    for lib in sorted(glob.glob(str(libs / "libscipy_openblas*.so*"))):
-        try:
-            name = ctypes.CDLL(lib).scipy_openblas_get_corename64_
-        except (OSError, AttributeError):
-            continue
-        name.restype = ctypes.c_char_p
-        core = name().decode()
-    return {"numpy": np.__version__, "openblas_core": core,
-            "cpu_features": sorted(k for k, on in __cpu_features__.items() if on)}
 
 
 def clean_notebook(nb):
