@@ -192,3 +192,24 @@ def test_code_lines_table_of_this_checkout():
     md = code_lines.markdown(rows, ["a", "b"])
     assert md[0] == "| ppo_numpy/ | a | b | b - a |" and len(md) == 2 + len(rows)
     assert all(line.endswith("| +0 |") for line in md[2:])
+
+
+def test_gae_stages_are_the_blocked_kernels_path_and_the_section_is_well_formed():
+    # the stages, run one after the other on the arrays they were built on, compute what
+    # gae computes (bit for bit), so the table times the kernel's own path
+    from benchmarks import gae_stages
+    from ppo_numpy import gae
+
+    out = np.full((2, 8, 4096), np.nan)
+    c = gae_stages.candidates(8, 4096, out)  # 32768 entries: the size rule's blocked form
+    c["suffix sums"]()
+    c["returns A + V, 0 at padding"]()
+    b = make_batch(8, 4096, seed=0)
+    A, R = gae(b.rewards, b.values, 1.0, 0.95, b.mask)
+    np.testing.assert_array_equal(out[0], A)
+    np.testing.assert_array_equal(out[1], R)
+    table = [{"stage": name, "ms": 1.0, "passes": 2.0} for name in c]
+    lines = gae_stages.section(table)
+    assert lines[0] == gae_stages.SECTION
+    assert "| gae, the default call | 1.000 | 2.0 |" in lines
+    assert sum(ln.startswith("| ") for ln in lines) == len(c) + 1
