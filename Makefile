@@ -46,9 +46,13 @@ lint: $(DEV_STAMP)
 doctest: $(DEV_STAMP)
 	$(ONE_THREAD) $(PY) -m pytest -q --doctest-modules ppo_numpy
 
-# pytest checks the built site in a browser (tests/test_docs_site.py), so it builds it first
+# pytest checks the built site in a browser (tests/test_docs_site.py), so it builds it first.
+# The files run in parallel (pytest-xdist), one worker per core, all the tests of a file in the
+# same worker: each notebook is executed once (tests/test_notebooks.py) and a module's
+# fixtures are built once. TEST_WORKERS=0 runs everything in this process.
+TEST_WORKERS ?= auto
 pytest: $(DEV_STAMP) docs
-	$(ONE_THREAD) $(PY) -m pytest -q --durations=5 tests
+	$(ONE_THREAD) $(PY) -m pytest -q --durations=5 -n $(TEST_WORKERS) --dist loadfile tests
 
 test: lint doctest pytest
 

@@ -281,3 +281,17 @@ def test_kernel_env_uses_inline_backend_and_finds_the_package(monkeypatch):
     env = kernel_env()
     assert env["MPLBACKEND"] == "module://matplotlib_inline.backend_inline"
     assert env["PYTHONPATH"].split(os.pathsep)[:2] == [str(ROOT), "/somewhere/else"]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_states_its_run_time(path: Path):
+    # the statement and its tolerance: tests/test_notebook_runtime.py
+    from tests.test_notebook_runtime import runtime_problem, stated_seconds
+
+    stated = stated_seconds(nbformat.read(path, as_version=4))
+    assert stated is not None, f"{path.name}: {runtime_problem(None, 0.0)}"
+    run = fresh_run(path)
+    if isinstance(run, Exception):
+        pytest.skip("the notebook does not execute (see test_notebook_executes)")
+    problem = runtime_problem(stated, run[1])
+    assert problem is None, f"{path.name}: {problem}"
