@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from ppo_numpy.policy import BOS, EOS, PAD, BigramPolicy, MLPPolicy, evaluate, sample
+from ppo_numpy.policy.base import ToyPolicy
 
 
 def mlp(seed=0, K=7):
@@ -156,3 +157,35 @@ def test_inputs_not_modified():
 def test_bad_input_names_the_argument(call, err, match):
     with pytest.raises(err, match=match):
         call(bigram())
+
+
+def test_sampling_checks_its_tokens_once_and_a_forward_only_policy_samples_the_same():
+    # sample() checks the prompts once; its forward passes at every step run on tokens it
+    # built itself (the models' _forward), not checked again
+    model, prompts = mlp(0), np.array([[BOS, 3], [BOS, 4], [BOS, 5]])
+    checked = []
+    real = model.check_tokens
+    model.check_tokens = lambda tokens, name="tokens": checked.append(name) or real(tokens, name)
+    r = sample(model, prompts, np.random.default_rng(2), 6)
+    assert checked == ["prompts"]
+    del model.check_tokens
+
+    class ForwardOnly(ToyPolicy):
+        """A policy that implements forward only (checking its tokens, as a user's may)."""
+
+        def __init__(self, inner):
+            super().__init__(inner.vocab_size)
+            self.inner, self.params = inner, inner.params
+
+        def forward(self, tokens, params=None):
+            return self.inner.forward(tokens, params)
+
+    other = ForwardOnly(model)
+    r2 = sample(other, prompts, np.random.default_rng(2), 6)
+    for name in ("responses", "mask", "logp_old", "old_values"):
+        np.testing.assert_array_equal(getattr(r2, name), getattr(r, name))
+    e, e2 = (evaluate(m, prompts, r.responses, r.mask) for m in (model, other))
+    np.testing.assert_array_equal(e2.logp, e.logp)
+    # a sequence longer than the model's max_len is refused on the unchecked path too
+    with pytest.raises(ValueError, match="exceeds max_len 24"):
+        sample(model, prompts, np.random.default_rng(2), 30)

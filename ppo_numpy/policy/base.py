@@ -77,7 +77,9 @@ class ToyPolicy(Parameterised):
     """Base class: ``params`` (dict of float64 arrays), ``vocab_size``, input checks.
 
     Subclasses set ``self.params`` and implement ``forward(tokens, params=None)``
-    and ``backward(cache, dlogits, dvalues)``. The models with token and position
+    and ``backward(cache, dlogits, dvalues)``; the package's own models also implement
+    ``_forward(tokens, p)``, the same pass on tokens checked already (which sampling calls at
+    every step: its tokens are checked once, at the edge). The models with token and position
     embeddings and a policy and a value head on a hidden state (``MLPPolicy``,
     ``TransformerPolicy``) share :meth:`heads`, :meth:`heads_backward` and
     :meth:`embedding_backward`.
@@ -98,6 +100,11 @@ class ToyPolicy(Parameterised):
 
     def check_tokens(self, tokens, name="tokens") -> np.ndarray:
         return check_tokens(tokens, self.vocab_size, name)
+
+    def _forward(self, tokens, p):
+        """:meth:`forward` on checked int64 tokens and resolved params ``p``. This default (for
+        a subclass that implements only ``forward``) calls ``forward``, which checks again."""
+        return self.forward(tokens, params=p)
 
     def check_upstream(self, cache, dlogits, dvalues):
         """Check the shapes of the gradients arriving at the heads; return them as float64."""

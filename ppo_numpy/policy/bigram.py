@@ -59,8 +59,10 @@ class BigramPolicy(ToyPolicy):
         ``logits[:, j]`` scores the token after ``tokens[:, j]``; ``values[:, j]``
         is V of the state ending at ``tokens[:, j]``.
         """
-        p = self.resolve_params(params)
-        tokens = self.check_tokens(tokens)
+        return self._forward(self.check_tokens(tokens), self.resolve_params(params))
+
+    def _forward(self, tokens, p):
+        """:meth:`forward` on checked int64 tokens (kept in the cache) and resolved params."""
         logits = p["W"][tokens] + self.logit_bias  # (B, L, K)
         values = p["v"][tokens]  # (B, L)
         return logits, values, {"tokens": tokens}

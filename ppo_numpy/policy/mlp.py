@@ -109,8 +109,10 @@ class MLPPolicy(ToyPolicy):
         stacked 3-d product), so its result does not depend on the other rows
         of the batch: a minibatch recomputes bit-identical logits.
         """
-        p = self.resolve_params(params)
-        tokens = self.check_tokens(tokens)
+        return self._forward(self.check_tokens(tokens), self.resolve_params(params))
+
+    def _forward(self, tokens, p):
+        """:meth:`forward` on checked int64 tokens (kept in the cache) and resolved params."""
         B, L = tokens.shape
         C, D = self.context, self.d_embed
         if L > self.max_len:

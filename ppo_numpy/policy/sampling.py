@@ -82,10 +82,13 @@ def check_temperature(temperature) -> float:
 
 
 def _response_scores(model, prompts, responses, temperature, params=None):
-    """z (B, T, K), log softmax(z), values (B, T) and the model cache for y given x."""
+    """z (B, T, K), log softmax(z), values (B, T) and the model cache for y given x.
+
+    ``prompts`` and ``responses`` checked already (int64 ids of the vocabulary): the model's
+    forward pass runs without checking them again (at every step of :func:`sample`)."""
     P, T = prompts.shape[1], responses.shape[1]
-    tokens = np.concatenate([prompts, responses], axis=1)[:, :-1]  # (B, P + T - 1)
-    logits, values, cache = model.forward(tokens, params=params)
+    tokens = np.ascontiguousarray(np.concatenate([prompts, responses], axis=1)[:, :-1])
+    logits, values, cache = model._forward(tokens, model.resolve_params(params))  # (B, P+T-1)
     # z_t = logits[:, P - 1 + t] / temperature
     z = logits[:, P - 1 : P - 1 + T] / temperature  # (B, T, K)
     logq = log_softmax_kernel(z)  # (B, T, K)

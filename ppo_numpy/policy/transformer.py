@@ -210,8 +210,10 @@ class TransformerPolicy(ToyPolicy):
         is V of that state. Vectorised over the batch and the heads; a loop over the
         layers only.
         """
-        p = self.resolve_params(params)
-        tokens = self.check_tokens(tokens)
+        return self._forward(self.check_tokens(tokens), self.resolve_params(params))
+
+    def _forward(self, tokens, p):
+        """:meth:`forward` on checked int64 tokens (kept in the cache) and resolved params."""
         B, L = tokens.shape
         if L > self.max_len:
             raise ValueError(f"tokens: length {L} exceeds max_len {self.max_len}")
