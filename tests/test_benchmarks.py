@@ -137,7 +137,7 @@ def test_targets_give_well_formed_rows_and_section(tmp_path):
     lines = targets.markdown({"groups": adv, "gae": gae_r, "training": train}, command="cmd",
                              machine=["- m"])
     assert lines[0] == targets.SECTION
-    met = [ln for ln in lines if ln.endswith(("| yes |", "| no |"))]
+    met = [ln for ln in lines if ln.endswith(("| yes |", "| no |", "| within noise |"))]
     assert len(met) == 4 + 2 + 1, met  # four group rows, GAE floor and torch, training
     # the default GSPO call (all statistics) is reported beside the target, not as one
     assert sum("(not a target)" in ln and ln.endswith("| - |") for ln in lines) == 1
@@ -213,3 +213,24 @@ def test_gae_stages_are_the_blocked_kernels_path_and_the_section_is_well_formed(
     assert lines[0] == gae_stages.SECTION
     assert "| gae, the default call | 1.000 | 2.0 |" in lines
     assert sum(ln.startswith("| ") for ln in lines) == len(c) + 1
+
+
+def test_training_met_reads_the_ratio_against_the_control():
+    from benchmarks import targets
+
+    assert targets.training_met(1.0, None) == "yes"
+    assert targets.training_met(1.02, {"ratio": 0.95}) == "yes"
+    assert targets.training_met(0.995, None) == "no"
+    # the control 1.007 is 0.007 from 1: 0.995 is within that, 0.99 is not
+    assert targets.training_met(0.995, {"ratio": 1.007}) == "within noise"
+    assert targets.training_met(0.99, {"ratio": 1.007}) == "no"
+    assert targets.training_met(0.995, {"ratio": 0.993}) == "within noise"
+    # and the row shows three digits and the control
+    train = {"ratio": 0.9962, "old": 0.051, "new": 0.0512, "samples": 75, "commit": "abc",
+             "control": {"ratio": 1.0071}}
+    row = [ln for ln in targets.markdown({"training": train}, command="c", machine=[])
+           if "training iteration" in ln]
+    assert row == ["| one default training iteration no slower than abc (old / new) | 0.996x "
+                   "(51.0 -> 51.2 ms, 75 iterations each); this checkout against itself, "
+                   "measured the same way: 1.007x | within noise |"]
+
