@@ -31,8 +31,6 @@ import subprocess
 import sys
 
 SECTION = "## Reading paths of issue 22"
-DOC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs",
-                   "benchmarks.md")
 
 #: ``label: (module, function, kind of inputs)``; the inputs are built by :func:`inputs`.
 CALLS = {
@@ -193,7 +191,8 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.reading_path",
                                 description=__doc__.split("\n")[0])
     p.add_argument("checkouts", nargs="*", metavar="[LABEL=]CHECKOUT")
-    p.add_argument("--write", action="store_true", help=f"put the section into {DOC}")
+    p.add_argument("--write", action="store_true", help="put the section into "
+                                                          "docs/benchmarks.md")
     p.add_argument("--list", action="store_true",
                    help="print every traced function with its kind (check, inline, read)")
     p.add_argument("--code-lines", action="store_true",
@@ -222,7 +221,7 @@ def main(argv=None) -> int:
         lines += ["", *code_lines.section(checkouts, args.exclude)]
     print("\n".join(lines))
     if args.write:
-        from benchmarks.targets import write_section
+        from benchmarks.targets import DOC, write_section
 
         write_section(DOC, lines, section=SECTION)
     return 0
