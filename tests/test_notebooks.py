@@ -41,6 +41,7 @@ from tests.notebook_runner import (
     kernel_env,
     stale_outputs,
 )
+from tests.test_notebook_runtime import runtime_problem, stated_seconds
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
@@ -286,8 +287,6 @@ def test_kernel_env_uses_inline_backend_and_finds_the_package(monkeypatch):
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_notebook_states_its_run_time(path: Path):
     # the statement and its tolerance: tests/test_notebook_runtime.py
-    from tests.test_notebook_runtime import runtime_problem, stated_seconds
-
     stated = stated_seconds(nbformat.read(path, as_version=4))
     assert stated is not None, f"{path.name}: {runtime_problem(None, 0.0)}"
     run = fresh_run(path)

@@ -88,7 +88,8 @@ def _response_scores(model, prompts, responses, temperature, params=None):
     forward pass runs without checking them again (at every step of :func:`sample`)."""
     P, T = prompts.shape[1], responses.shape[1]
     tokens = np.ascontiguousarray(np.concatenate([prompts, responses], axis=1)[:, :-1])
-    logits, values, cache = model._forward(tokens, model.resolve_params(params))  # (B, P+T-1)
+    # (B, P + T - 1) checked ids: the forward pass without its token check
+    logits, values, cache = model._forward(tokens, model.resolve_params(params))
     # z_t = logits[:, P - 1 + t] / temperature
     z = logits[:, P - 1 : P - 1 + T] / temperature  # (B, T, K)
     logq = log_softmax_kernel(z)  # (B, T, K)

@@ -39,8 +39,8 @@ EXERCISES = {
     "small_betas": {"betas": (0.01, 0.02)},
 }
 #: the command that writes docs/data/overoptimisation_exercises.json
-EXERCISES_COMMAND = ("python -m ppo_numpy overoptimisation --exercises "
-                     "--json docs/data/overoptimisation_exercises.json")
+_EXERCISES_PROGRAM = "python -m ppo_numpy overoptimisation --exercises"
+EXERCISES_COMMAND = f"{_EXERCISES_PROGRAM} --json docs/data/overoptimisation_exercises.json"
 #: responses sampled per prompt, and the generator's seed, for :func:`lengths_by_prompt`
 PER_PROMPT, SAMPLE_SEED = 200, 11
 
@@ -212,9 +212,8 @@ def _exercises(parser, args, given) -> int:
             OveroptimisationConfig(iterations=iterations)
     except ValueError as err:
         parser.error(str(err))
-    command = EXERCISES_COMMAND.replace(" --json docs/data/overoptimisation_exercises.json", "")
-    command += ("" if iterations is None else f" --iterations {iterations}") + \
-        f" --json {args.json}"
+    command = (_EXERCISES_PROGRAM + ("" if iterations is None else f" --iterations {iterations}")
+               + f" --json {args.json}")
 
     def progress(row):
         if not args.quiet and (row["iteration"] % 50 == 0 or row["iteration"] == 1):
