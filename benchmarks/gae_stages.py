@@ -7,11 +7,12 @@ runs on a right-padded batch, each in the same interleaved rounds as the floor
 (:func:`benchmarks.timing.measure_samples`; paired medians), and prints each as
 milliseconds and as passes:
 
-- the mask analysis (``late_starts``, ``has_holes``);
+- the mask analysis (``right_padded_lengths``, and the padding ``~mask``);
 - the TD errors (``_td_errors_right_padded``: two adds, the row ends, the zeros at padding);
 - the suffix sums (``_suffix_sums``), and inside them the one product ``d @ W`` with the
   (C, C) power matrix;
-- the returns ``A + V`` with zeros at padding, and the finiteness read of ``gae``;
+- the returns ``A + V`` with zeros at padding, and the finiteness read of ``gae`` (on the
+  (B, T / C) block sums);
 - the default call ``gae(rewards, values, 1.0, 0.95, mask)``.
 
 The stages are the package's own functions called on the same arrays, not copies of them.
@@ -40,16 +41,17 @@ def candidates(B: int = 256, T: int = 1024, out: np.ndarray | None = None) -> di
         _power_matrix,
         _suffix_sums,
         _td_errors_right_padded,
+        right_padded_lengths,
     )
-    from ppo_numpy.td import has_holes, late_starts
 
     b = make_batch(B, T, seed=0)
     r, v, m = b.rewards, b.values, np.asarray(b.mask, dtype=bool)
     padding = ~m
-    if late_starts(m):
+    lengths = right_padded_lengths(m)
+    if lengths is None:
         raise ValueError("the batch is not right-padded: the stages timed here are its path")
     out = np.empty((2, B, T)) if out is None else out
-    delta = _td_errors_right_padded(r, v, 1.0, m, padding, np.empty((B, T))).copy()
+    delta = _td_errors_right_padded(r, v, 1.0, lengths, padding, np.empty((B, T))).copy()
     W = _power_matrix(0.95, BLOCK)
     d = delta.reshape(-1, BLOCK)
     scratch = np.empty((B, T))
@@ -60,17 +62,22 @@ def candidates(B: int = 256, T: int = 1024, out: np.ndarray | None = None) -> di
 
     def suffix_sums():
         np.copyto(scratch, delta)  # _suffix_sums writes into its input
-        _suffix_sums(scratch, 0.95, BLOCK, out[0])
+        return _suffix_sums(scratch, 0.95, BLOCK, out[0])[1]
+
+    def mask_analysis():
+        return ~m, right_padded_lengths(m)
+
+    first = suffix_sums()
 
     return {
         "floor": lambda: r - v,
-        "mask analysis": lambda: has_holes(m, late_starts(m)),
-        "TD errors": lambda: _td_errors_right_padded(r, v, 1.0, m, padding, out[1]),
+        "mask analysis": mask_analysis,
+        "TD errors": lambda: _td_errors_right_padded(r, v, 1.0, lengths, padding, out[1]),
         "copy of delta (part of the suffix-sums row)": lambda: np.copyto(scratch, delta),
         "suffix sums": suffix_sums,
         "the product d @ W alone": lambda: _matmul(d, W, out[0].reshape(-1, BLOCK)),
         "returns A + V, 0 at padding": returns,
-        "finiteness read": lambda: np.isfinite(out[1].sum()),
+        "finiteness read (the block sums)": lambda: np.isfinite(first.sum()),
         "gae, the default call": lambda: gae(b.rewards, b.values, 1.0, 0.95, b.mask),
     }
 

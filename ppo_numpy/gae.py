@@ -29,10 +29,8 @@ from ._validation import (
     scalar_for,
     where_valid,
 )
-from .gae_blocked import BLOCK, gae_blocked_kernel
+from .gae_blocked import BLOCK, gae_blocked_kernel, gae_blocked_with_sums
 from .td import td_errors_kernel
-
-__all__ = ["gae"]
 
 __all__ = ["METHODS", "gae", "gae_kernel"]
 
@@ -98,12 +96,13 @@ def gae(rewards, values, gamma=1.0, lam=0.95, mask=None, *, method=None, block=B
         raise ValueError("method: 'blocked' computes in float64; exact Fraction input needs "
                          "method='loop' (or None, which picks it)")
     if _blocked(method, v):
-        advantages, returns = gae_blocked_kernel(r, v, gamma, lam, m, block)
-        # why: one read instead of two: a NaN or inf in rewards or values at a response token
-        # makes R_t there non-finite (A_t holds delta_t, R_t = A_t + V(s_t)); only then are
-        # the inputs read, to name the argument (finite inputs that overflow pass)
+        advantages, returns, sums = gae_blocked_with_sums(r, v, gamma, lam, m, block)
+        # why: one short read instead of two long ones: a NaN or inf in rewards or values at
+        # a response token makes delta_t there non-finite, and with it its block's sum (or
+        # R_t = A_t + V(s_t), when there are no sums); only then are the inputs read, to name
+        # the argument (finite inputs that overflow pass)
         with np.errstate(over="ignore", invalid="ignore"):
-            finite = np.isfinite(returns.sum())
+            finite = np.isfinite((returns if sums is None else sums).sum())
         if not finite:
             check_finite(r, "rewards", m)
             check_finite(v, "values", m)

@@ -28,7 +28,7 @@ import numpy as np
 
 from .td import has_holes, late_starts, next_valid_values
 
-__all__ = ["BLOCK", "gae_blocked_kernel"]
+__all__ = ["BLOCK", "gae_blocked_kernel", "gae_blocked_with_sums", "right_padded_lengths"]
 
 #: the default block length C: the product costs 2 C operations per entry, the recursion
 #: over blocks a few passes over T / C numbers per level (C = 8 measured fastest at (256, 1024))
@@ -46,25 +46,59 @@ def gae_blocked_kernel(r, v, gamma, lam, m, block=BLOCK):
     system once the free space at the top of its heap passes twice the largest block it has
     mapped), and the less memory each pass streams through.
     """
+    advantages, returns, _ = gae_blocked_with_sums(r, v, gamma, lam, m, block)
+    return advantages, returns
+
+
+def gae_blocked_with_sums(r, v, gamma, lam, m, block=BLOCK):
+    """:func:`gae_blocked_kernel` and ``sums``: an array of T / C times fewer numbers that is
+    finite exactly when the TD errors at the response tokens are (unless finite ones
+    overflow), for :func:`ppo_numpy.gae` to check its inputs by one short read; ``None`` when
+    there is none (then the returns are that array).
+
+    ``sums`` are the block sums sum_j (gamma lambda)^j delta_(kC + j) of a right-padded
+    batch: a NaN or inf among a block's TD errors makes its sum NaN or inf, as every weight
+    (gamma lambda)^j, j < C, is > 0 (else ``None``).
+    """
     out = np.empty((2,) + v.shape)
     advantages, returns = out[0], out[1]
     padding = ~m
-    late = late_starts(m)  # runs of tokens after padding: left padding, holes
-    holes = has_holes(m, late)
+    lengths = right_padded_lengths(m)
+    late = 0 if lengths is not None else late_starts(m)  # runs after padding: left, holes
+    holes = lengths is None and has_holes(m, late)
     with np.errstate(over="ignore", invalid="ignore"):  # garbage at padding
-        if late:
+        if lengths is None:
             # V(s_t), 0 at padding: the returns' buffer until the advantages are added to it
             _valid_copy(returns, v, padding)
             delta = _td_errors(r, returns, float(gamma), m, holes, padding)
         else:
             # the TD errors in the returns' buffer: read once by the product, then overwritten
-            delta = _td_errors_right_padded(r, v, float(gamma), m, padding, returns)
-        _gae_blocked(delta, m, float(gamma * lam), block, holes, late, advantages)
+            delta = _td_errors_right_padded(r, v, float(gamma), lengths, padding, returns)
+        sums = _gae_blocked(delta, m, float(gamma * lam), block, holes, late, advantages)
         # R_t = A_t + V(s_t); A is exactly 0 at padding
         np.add(advantages, returns if late else v, out=returns)
     if not late:
         np.copyto(returns, 0.0, where=padding)
-    return advantages, returns
+    return advantages, returns, sums
+
+
+def right_padded_lengths(m):
+    """The number of response tokens of each row, shape ``m.shape[:-1]``, when every row of
+    the bool mask ``m`` is one run from t = 0 (right padding, or no padding); else ``None``.
+
+    A row's first padding step (argmin) counts the tokens before it; the rows are runs from
+    t = 0 exactly when these counts add up to all the tokens of the mask.
+
+    >>> right_padded_lengths(np.array([[1, 1, 0, 0], [1, 1, 1, 1], [0, 0, 0, 0]], dtype=bool))
+    array([2, 4, 0])
+    >>> right_padded_lengths(np.array([[1, 0, 1, 0]], dtype=bool)) is None  # a hole
+    True
+    """
+    T = m.shape[-1]
+    first_padding = np.argmin(m, axis=-1)
+    # argmin is 0 for a row of tokens only (and for one that starts with padding)
+    lengths = np.where(first_padding == 0, m[..., 0] * T, first_padding)
+    return lengths if lengths.sum() == np.count_nonzero(m) else None
 
 
 def _valid_copy(dst, x, padding):
@@ -91,9 +125,10 @@ def _shifted(v):
     return out
 
 
-def _td_errors_right_padded(r, v, gamma, m, padding, delta):
-    """:func:`_td_errors` for a mask whose rows are runs from t = 0 (right padding), with
-    ``r`` and ``v`` anything at padding.
+def _td_errors_right_padded(r, v, gamma, lengths, padding, delta):
+    """:func:`_td_errors` for a mask whose rows are runs from t = 0 (right padding) of
+    ``lengths`` tokens (:func:`right_padded_lengths`), with ``r`` and ``v`` anything at
+    padding.
 
     V(s_{t+1}) is v[t + 1], except at a row's last step and at its last response token
     (the value after it is 0, whatever the padding holds), which are written again: the
@@ -103,13 +138,13 @@ def _td_errors_right_padded(r, v, gamma, m, padding, delta):
     flat, v_flat = delta.reshape(-1), v.reshape(-1)
     np.add(r.reshape(-1)[:-1], v_flat[1:] if gamma == 1 else gamma * v_flat[1:],
            out=flat[:-1])
-    # the steps followed by no response token: r + gamma * 0
-    delta[..., -1] = r[..., -1] + 0.0
-    T = m.shape[-1]
-    m2, d2, r2 = m.reshape(-1, T), delta.reshape(-1, T), r.reshape(-1, T)
-    rows = np.flatnonzero(m2[:, 0] & ~m2[:, -1])  # rows ending before the last step
-    ends = np.argmin(m2, axis=-1)[rows] - 1  # argmin: the first padding step
-    d2[rows, ends] = r2[rows, ends] + 0.0
+    # the steps followed by no response token, each row's last step and last response token
+    # (the last step again for an empty row): r + gamma * 0, in one gather and one scatter
+    T = delta.shape[-1]
+    n = lengths.reshape(-1)
+    row_start = np.arange(0, n.size * T, T)
+    steps = np.concatenate([row_start + (T - 1), row_start + np.where(n > 0, n, T) - 1])
+    flat[steps] = r.reshape(-1)[steps] + 0.0
     delta -= v
     np.copyto(delta, 0.0, where=padding)
     return delta
@@ -174,7 +209,8 @@ def _matmul(x, W, out=None):
 
 def _suffix_sums(x, g, C, out=None):
     """y_t = sum_{l >= 0} g^l x_{t+l} along the last axis of a dense (B, n) array, into
-    ``out`` (a C-contiguous (B, n) array; a new one when None).
+    ``out`` (a C-contiguous (B, n) array; a new one when None). Returns ``(y, first)``:
+    ``first`` the (B, n / C) block sums below (``None`` when n <= C).
 
     Blocks of C steps: inside a block y = x @ W (W from :func:`_power_matrix`).
     The value at the start of each block obeys the same recursion with g^C
@@ -185,7 +221,7 @@ def _suffix_sums(x, g, C, out=None):
     B, n = x.shape
     W = _power_matrix(g, min(C, n))
     if n <= C:
-        return _matmul(np.ascontiguousarray(x), W, out)
+        return _matmul(np.ascontiguousarray(x), W, out), None
     nb = -(-n // C)
     whole = n == nb * C and x.flags.c_contiguous
     if whole:
@@ -198,16 +234,20 @@ def _suffix_sums(x, g, C, out=None):
     first = _matmul(d, W[:, :1]).reshape(B, nb)
     # y_start(b) = first(b) + g^C y_start(b + 1)   (blocks of INNER_BLOCK at least: on these
     # T / C numbers a call costs more than its arithmetic)
-    start = _suffix_sums(first, g**C, max(C, INNER_BLOCK))
-    # y_(last of block b) gains g * y_start(b + 1), and every earlier step its discounted share
-    d.reshape(B, nb, C)[:, :-1, C - 1] += g * start[:, 1:]
+    start = _suffix_sums(first, g**C, max(C, INNER_BLOCK))[0]
+    # y_(last of block b) gains g * y_start(b + 1), and every earlier step its discounted share;
+    # a row's last block gains 0 (why flat: one strided 1-D pass costs half the 2-D one)
+    carry = np.empty(B * nb)
+    np.multiply(start.reshape(-1)[1:], g, out=carry[:-1])
+    carry[nb - 1::nb] = 0.0
+    d.reshape(-1)[C - 1::C] += carry
     if out is None:
         out = np.empty((B, n))
     if whole:  # the product straight into out
         _matmul(d, W, out.reshape(B * nb, C))
     else:
         out[...] = _matmul(d, W).reshape(B, nb * C)[:, :n]
-    return out
+    return out, first
 
 
 def _gae_blocked(delta, mask, gl, C, holes, late, out):
@@ -215,7 +255,7 @@ def _gae_blocked(delta, mask, gl, C, holes, late, out):
     ``out`` (C-contiguous, delta's shape).
 
     ``delta``: 0 at padding and this call's own (written into); ``holes``: ``has_holes(mask)``,
-    ``late``: ``late_starts(mask)``.
+    ``late``: ``late_starts(mask)``. Returns the ``sums`` of :func:`gae_blocked_with_sums`.
     """
     if delta.ndim == 1:
         delta, mask, out = delta[None], mask[None], out[None]
@@ -223,12 +263,15 @@ def _gae_blocked(delta, mask, gl, C, holes, late, out):
     # why max(C, 2): with C = 1 the recursion over blocks would not shrink
     if holes:
         compact, rows, cols, pos = _compact(delta, mask)
-        A = _suffix_sums(compact, gl, max(C, 2))
+        A = _suffix_sums(compact, gl, max(C, 2))[0]
         out[...] = 0.0
         out[rows, cols] = A[rows, pos[rows, cols]]
-        return
-    _suffix_sums(delta, gl, max(C, 2), out)
+        return None
+    first = _suffix_sums(delta, gl, max(C, 2), out)[1]
     if late:
         # why: padding before a response token sums the deltas after it; after a row's last
         # token every delta is 0, and so is the sum
         np.copyto(out, 0.0, where=~mask)
+        return None
+    # the block sums weigh every delta by (gl)^j > 0, j < C (a subnormal weight is flushed to 0)
+    return first if _power_matrix(gl, min(max(C, 2), delta.shape[-1]))[-1, 0] > 0 else None

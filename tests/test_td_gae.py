@@ -447,3 +447,48 @@ def test_the_blocked_form_checks_the_values_on_its_result():
     big = np.where(mask, 1e308, 0.0)
     A, R = gae(big, -big, 1.0, 1.0, mask)
     assert not np.all(np.isfinite(A))
+
+
+@pytest.mark.parametrize("lam", [0.95, 0.0, 1e-60])
+def test_the_blocked_form_names_a_bad_value_at_every_step_of_a_block(lam):
+    # gae checks the blocked form's block sums sum_j (gamma lambda)^j delta_(kC + j) instead
+    # of the returns when every weight is > 0: a NaN or inf at any of the C steps of a block
+    # must reach them. With lambda = 0, or (1e-60)^7 below the smallest normal float (the
+    # weight flushed to 0), a weight is 0 and gae reads the returns instead: still named.
+    from ppo_numpy.gae import BLOCKED_FROM
+    from ppo_numpy.gae_blocked import BLOCK
+
+    rng = np.random.default_rng(12)
+    B, T = 8, BLOCKED_FROM // 8
+    r, v, mask = random_padded_batch(rng, B, T, "right")  # NaN / inf at padding
+    mask[5] = 0
+    mask[5, :3 * BLOCK] = 1  # row 5: three whole blocks
+    A, R = gae(r, v, 1.0, lam, mask)
+    assert np.all(np.isfinite(A)) and np.all(np.isfinite(R))
+    for t in range(BLOCK, 2 * BLOCK):
+        for name, bad in (("rewards", np.inf), ("values", np.nan)):
+            r2, v2 = r.copy(), v.copy()
+            (r2 if name == "rewards" else v2)[5, t] = bad
+            with pytest.raises(ValueError, match=rf"^{name}: non-finite value .* at valid"):
+                gae(r2, v2, 1.0, lam, mask)
+    # the step after the last token is padding: its value is not read
+    v2 = v.copy()
+    v2[5, 3 * BLOCK] = np.nan
+    A2, R2 = gae(r, v2, 1.0, lam, mask)
+    assert np.array_equal(A2, A) and np.array_equal(R2, R)
+
+
+def test_right_padded_lengths_by_hand():
+    from ppo_numpy.gae_blocked import right_padded_lengths
+
+    def lengths(rows):
+        out = right_padded_lengths(np.array(rows, dtype=bool))
+        return None if out is None else out.tolist()
+
+    assert lengths([[1, 1, 1, 0, 0], [1, 0, 0, 0, 0], [1, 1, 1, 1, 1], [0, 0, 0, 0, 0]]) == \
+        [3, 1, 5, 0]
+    assert lengths([1, 1, 0]) == 2  # one row: a number
+    assert lengths([[1, 1, 0], [0, 1, 1]]) is None  # left padding
+    assert lengths([[1, 1, 0], [1, 0, 1]]) is None  # a hole
+    assert lengths([[0, 0, 1]]) is None  # a token after padding only
+    assert lengths([[1, 1, 0], [0, 0, 0], [1, 0, 1]]) is None  # one bad row among good ones
