@@ -67,12 +67,12 @@ def gae_blocked_with_sums(r, v, gamma, lam, m, block=BLOCK):
     late = 0 if lengths is not None else late_starts(m)  # runs after padding: left, holes
     holes = lengths is None and has_holes(m, late)
     with np.errstate(over="ignore", invalid="ignore"):  # garbage at padding
-        if lengths is None:
+        if late:
             # V(s_t), 0 at padding: the returns' buffer until the advantages are added to it
             _valid_copy(returns, v, padding)
             delta = _td_errors(r, returns, float(gamma), m, holes, padding)
         else:
-            # the TD errors in the returns' buffer: read once by the product, then overwritten
+            # the TD errors in the returns' buffer: read by the product, then overwritten
             delta = _td_errors_right_padded(r, v, float(gamma), lengths, padding, returns)
         sums = _gae_blocked(delta, m, float(gamma * lam), block, holes, late, advantages)
         # R_t = A_t + V(s_t); A is exactly 0 at padding
@@ -95,10 +95,13 @@ def right_padded_lengths(m):
     True
     """
     T = m.shape[-1]
-    first_padding = np.argmin(m, axis=-1)
-    # argmin is 0 for a row of tokens only (and for one that starts with padding)
-    lengths = np.where(first_padding == 0, m[..., 0] * T, first_padding)
-    return lengths if lengths.sum() == np.count_nonzero(m) else None
+    m2 = m.reshape(-1, T)
+    n = np.argmin(m2, axis=-1)
+    # argmin is 0 for a row of tokens only (and for one that starts with padding); only
+    # those rows are read again (a column of the mask would cost a cache miss per row)
+    zero = np.flatnonzero(n == 0)
+    n[zero] = m2[zero, 0] * T
+    return n.reshape(m.shape[:-1]) if n.sum() == np.count_nonzero(m) else None
 
 
 def _valid_copy(dst, x, padding):
@@ -130,21 +133,21 @@ def _td_errors_right_padded(r, v, gamma, lengths, padding, delta):
     ``lengths`` tokens (:func:`right_padded_lengths`), with ``r`` and ``v`` anything at
     padding.
 
-    V(s_{t+1}) is v[t + 1], except at a row's last step and at its last response token
-    (the value after it is 0, whatever the padding holds), which are written again: the
-    sum r_t + V(s_{t+1}) is taken on the flat arrays, in one contiguous pass (the 2-D slices
-    [:, :-1] cost five times as much here). Written into ``delta`` (C-contiguous).
+    V(s_{t+1}) is v[t + 1], except at a row's last response token (the value after it is
+    0, whatever the padding holds), which is written again: the sum r_t + V(s_{t+1}) is
+    taken on the flat arrays, in one contiguous pass (the 2-D slices [:, :-1] cost five
+    times as much here). Written into ``delta`` (C-contiguous).
     """
     flat, v_flat = delta.reshape(-1), v.reshape(-1)
     np.add(r.reshape(-1)[:-1], v_flat[1:] if gamma == 1 else gamma * v_flat[1:],
            out=flat[:-1])
-    # the steps followed by no response token, each row's last step and last response token
-    # (the last step again for an empty row): r + gamma * 0, in one gather and one scatter
+    # the step followed by no response token, each row's last one: r + gamma * 0 (after a
+    # row's last step the sum read the next row; padding steps are zeroed below)
     T = delta.shape[-1]
     n = lengths.reshape(-1)
-    row_start = np.arange(0, n.size * T, T)
-    steps = np.concatenate([row_start + (T - 1), row_start + np.where(n > 0, n, T) - 1])
-    flat[steps] = r.reshape(-1)[steps] + 0.0
+    rows = np.flatnonzero(n)
+    last = rows * T + n[rows] - 1
+    flat[last] = r.reshape(-1)[last] + 0.0
     delta -= v
     np.copyto(delta, 0.0, where=padding)
     return delta

@@ -488,6 +488,7 @@ def test_right_padded_lengths_by_hand():
     assert lengths([[1, 1, 1, 0, 0], [1, 0, 0, 0, 0], [1, 1, 1, 1, 1], [0, 0, 0, 0, 0]]) == \
         [3, 1, 5, 0]
     assert lengths([1, 1, 0]) == 2  # one row: a number
+    assert lengths([1, 1, 1]) == 3
     assert lengths([[1, 1, 0], [0, 1, 1]]) is None  # left padding
     assert lengths([[1, 1, 0], [1, 0, 1]]) is None  # a hole
     assert lengths([[0, 0, 1]]) is None  # a token after padding only
