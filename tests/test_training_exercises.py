@@ -8,10 +8,11 @@ gives the same numbers, bit for bit, ``tests/test_training.py``), and an iterati
 depend on how many follow it, so the stored 40 are the rerun's first 3 continued. Those 3
 already depend on everything a run is made of: the warm-up (the reference and the first
 rollout), the epochs (the update statistics of iteration 1), and the beta: the first update
-sees KL = 0, as pi_theta = pi_ref, so a fixed beta acts from iteration 2's update on and shows
-in the rows from iteration 3; the adaptive controller changes beta after iteration 1, which
-row 2's ``beta`` shows. A stale file, a changed default or a changed code path differs there
-already. The three warm-ups take most of the time (about 1 s each).
+sees KL = 0, as pi_theta = pi_ref, so a fixed beta acts from iteration 2's update on (row 2's
+update statistics show it, the rollouts from iteration 3); the adaptive controller changes
+beta after iteration 1, which row 2's ``beta`` shows. A stale file, a changed default or a
+changed code path differs there already. The three warm-ups take most of the time (about 1 s
+each).
 """
 
 from __future__ import annotations

@@ -118,7 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--exercises", action="store_true",
                      help="instead: the runs of notebook 10's exercise solutions (a beta "
                           "sweep over 0.02, 0.1, 0.2; the adaptive controller with KL target "
-                          "4; 16 epochs; 40 iterations each, or --iterations; about 20 CPU "
+                          "4; 16 epochs; 40 iterations each, or --iterations; about 15 CPU "
                           "seconds), written to --json; no other option may be given")
     run.add_argument("--json", metavar="PATH", default=None,
                      help="with --exercises: the JSON file to write (e.g. "
