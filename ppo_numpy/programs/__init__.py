@@ -16,4 +16,6 @@ hand_calculations   regenerates ``docs/hand-calculations.md``
 ==================  ==============================================================
 
 Each defines ``main(argv) -> int``; nothing else in the package imports them.
+``_exercises`` is no command: what the ``--exercises`` modes of ``overoptimisation`` and
+``train`` share (the JSON file of a notebook's exercise runs).
 """

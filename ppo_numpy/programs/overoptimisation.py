@@ -29,6 +29,7 @@ from ..reward.overoptimisation import (
 )
 from ..training.run import ensure_writable
 from ..training.tasks import make_task, response_lengths
+from ._exercises import json_path, runs_json
 
 #: the runs of notebook 12's exercise solutions: name -> the fields replaced in the default
 #: configuration (200 iterations each). ``random_half`` is also sampled (:func:`lengths_by_prompt`)
@@ -103,20 +104,9 @@ def run_exercises(iterations=None, callback=None, names=tuple(EXERCISES)) -> dic
 
 def exercises_json(runs, command=EXERCISES_COMMAND) -> str:
     """``runs`` (:func:`run_exercises`) as JSON: the command, this machine's CPU kind (the
-    last bits of the numbers depend on it), then the runs, one line per row. Floats are
-    written by ``repr``, so they load back exactly."""
-    from .._machine import cpu_kind
-
-    def run(r):
-        head = [f"  {json.dumps(k)}: {json.dumps(v)}" for k, v in r.items() if k != "rows"]
-        rows = ",\n".join("   " + json.dumps(row, separators=(",", ":")) for row in r["rows"])
-        return "{\n" + ",\n".join(head) + ',\n  "rows": [\n' + rows + "]}"
-
-    parts = [f'"command": {json.dumps(command)}',
-             f'"cpu_kind": {json.dumps(cpu_kind(), separators=(",", ":"))}',
-             '"runs": {\n' + ",\n".join(f" {json.dumps(name)}: {run(r)}"
-                                         for name, r in runs.items()) + "}"]
-    return "{\n" + ",\n".join(parts) + "\n}\n"
+    last bits of the numbers depend on it), then the runs, one line per row
+    (:func:`~ppo_numpy.programs._exercises.runs_json`). Floats load back exactly."""
+    return runs_json(runs, command)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -201,11 +191,7 @@ def _exercises(parser, args, given) -> int:
     if other:
         parser.error(f"--exercises: runs the fixed runs of notebook 12's solutions; only "
                      f"--iterations, --json and --quiet go with it, got {', '.join(other)}")
-    if args.json is None:
-        parser.error("--exercises: needs --json PATH, the file to write")
-    path = Path(args.json)
-    if path.is_dir() or not path.parent.is_dir():
-        parser.error(f"--json: {args.json!r} is a directory or its directory does not exist")
+    path = json_path(parser, args.json)
     iterations = given.get("iterations")
     try:
         if iterations is not None:  # checked as the configuration checks it

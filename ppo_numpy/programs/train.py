@@ -5,6 +5,10 @@ Every field of :class:`~ppo_numpy.training.config.PPOConfig` is an option
 2 bad arguments, refused output directory or a damaged file to resume from
 (one line ``...: error: <file>: <what>``), 130 interrupted (the checkpoint
 of the last finished iteration is kept; ``--resume DIR`` continues).
+
+With ``--exercises --json PATH``, instead: the runs of notebook 10's exercise solutions
+(:data:`EXERCISES`), written to one JSON file (``docs/data/training_exercises.json``, which
+the notebook reads instead of running them).
 """
 
 from __future__ import annotations
@@ -23,8 +27,55 @@ from ..training.config import (
     config_for_task,
     field_kind,
 )
-from ..training.run import RunError, resume, train
+from ..training.run import SWEEP_CONFIG, RunError, beta_sweep, resume, train
 from ..training.tasks import TASKS, make_task
+from ._exercises import json_path, runs_json
+
+#: the runs of notebook 10's exercise solutions: name -> the fields replaced in
+#: :data:`~ppo_numpy.training.run.SWEEP_CONFIG` (40 iterations each). ``betas``: one
+#: :func:`~ppo_numpy.training.run.beta_sweep` over them (one shared warm-up)
+EXERCISES = {
+    "sweep": {"betas": (0.02, 0.1, 0.2)},
+    "adaptive": {"kl_controller": "adaptive", "kl_target": 4.0},
+    "epochs_16": {"epochs": 16},
+}
+_EXERCISES_PROGRAM = "python -m ppo_numpy train --exercises"
+#: the command that writes docs/data/training_exercises.json
+EXERCISES_COMMAND = f"{_EXERCISES_PROGRAM} --json docs/data/training_exercises.json"
+
+
+def run_exercises(iterations=None, callback=None, names=tuple(EXERCISES)) -> dict:
+    """The runs of :data:`EXERCISES` (``iterations``: instead of SWEEP_CONFIG's 40, e.g. to
+    check the first rows of a stored file): per run its fields, its iterations, every row
+    (for ``sweep`` the rows of each beta in turn, told apart by their ``beta``) and its CPU
+    seconds (warm-up included). ``names``: only these runs."""
+    unknown = [n for n in names if n not in EXERCISES]
+    if unknown:
+        raise ValueError(f"names: unknown run {unknown[0]!r}, expected some of "
+                         f"{', '.join(EXERCISES)}")
+    base = SWEEP_CONFIG if iterations is None else SWEEP_CONFIG.replace(iterations=iterations)
+    runs = {}
+    for name in names:
+        fields = dict(EXERCISES[name])
+        start = time.process_time()
+        if "betas" in fields:
+            histories = beta_sweep(fields["betas"], base, callback=callback)
+            rows = [row for history in histories.values() for row in history]
+        else:
+            rows = train(base.replace(**fields), callback=callback, plot=False)
+        runs[name] = {"config": {k: list(v) if isinstance(v, tuple) else v
+                                 for k, v in fields.items()},
+                      "iterations": base.iterations,
+                      "cpu_seconds": round(time.process_time() - start, 1),
+                      "rows": rows}
+    return runs
+
+
+def exercises_json(runs, command=EXERCISES_COMMAND) -> str:
+    """``runs`` (:func:`run_exercises`) as JSON: the command, this machine's CPU kind (the
+    last bits of the numbers depend on it), then the runs, one line per row
+    (:func:`~ppo_numpy.programs._exercises.runs_json`). Floats load back exactly."""
+    return runs_json(runs, command)
 
 
 def _parse_optional(kind):
@@ -64,6 +115,14 @@ def build_parser() -> argparse.ArgumentParser:
                      help="overwrite a previous run in --out")
     run.add_argument("--no-plot", action="store_true", help="do not write dashboard.png")
     run.add_argument("--quiet", action="store_true", help="no progress line per iteration")
+    run.add_argument("--exercises", action="store_true",
+                     help="instead: the runs of notebook 10's exercise solutions (a beta "
+                          "sweep over 0.02, 0.1, 0.2; the adaptive controller with KL target "
+                          "4; 16 epochs; 40 iterations each, or --iterations; about 15 CPU "
+                          "seconds), written to --json; no other option may be given")
+    run.add_argument("--json", metavar="PATH", default=None,
+                     help="with --exercises: the JSON file to write (e.g. "
+                          "docs/data/training_exercises.json)")
     hyper = parser.add_argument_group("configuration (PPOConfig fields; symbol, default)")
     for f in dataclasses.fields(PPOConfig):
         kind, optional = field_kind(f)
@@ -104,6 +163,9 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     given = {f.name: getattr(args, f.name) for f in dataclasses.fields(PPOConfig)
              if hasattr(args, f.name)}
+
+    if args.exercises or args.json is not None:
+        return _exercises(parser, args, given)
 
     def fail(message):
         print(f"{parser.prog}: error: {message}", file=sys.stderr)
@@ -148,4 +210,40 @@ def main(argv=None) -> int:
     for name in ("metrics.csv", "checkpoint.npz", "config.json", "dashboard.png"):
         if (out / name).exists():
             print(f"  {out / name}")
+    return 0
+
+
+def _exercises(parser, args, given) -> int:
+    """``--exercises --json PATH [--iterations N] [--quiet]``."""
+    if not args.exercises:
+        parser.error("--json: only with --exercises (a training run writes to --out)")
+    other = [f"--{k.replace('_', '-')}" for k in given if k != "iterations"]
+    other += [flag for flag, on in (("--force", args.force), ("--no-plot", args.no_plot),
+                                    ("--out", args.out is not None),
+                                    ("--resume", args.resume is not None)) if on]
+    if other:
+        parser.error(f"--exercises: runs the fixed runs of notebook 10's solutions; only "
+                     f"--iterations, --json and --quiet go with it, got {', '.join(sorted(other))}")
+    path = json_path(parser, args.json)
+    iterations = given.get("iterations")
+    if iterations is not None and iterations < 1:
+        parser.error(f"iterations: must be >= 1 with --exercises, got {iterations}")
+    command = (_EXERCISES_PROGRAM + ("" if iterations is None else f" --iterations {iterations}")
+               + f" --json {args.json}")
+
+    def progress(row):
+        if not args.quiet and (row["iteration"] % 10 == 0 or row["iteration"] == 1):
+            print(f"  beta {row['beta']:.4f}  iter {row['iteration']:3d}  score "
+                  f"{row['score']:.3f}  KL {row['kl_ref']:.2f}", flush=True)
+
+    start = time.process_time()
+    runs = run_exercises(iterations, callback=progress)
+    path.write_text(exercises_json(runs, command))
+    for name, run in runs.items():
+        last = [r for r in run["rows"] if r["iteration"] == run["iterations"]]
+        finals = ", ".join(f"beta {r['beta']:.4g}: score {r['score']:.3f}, KL {r['kl_ref']:.2f}"
+                           for r in last)
+        print(f"{name} {run['config']}: at iteration {run['iterations']} {finals} "
+              f"({run['cpu_seconds']} CPU s)")
+    print(f"{time.process_time() - start:.1f} CPU s; wrote {path}")
     return 0
