@@ -187,3 +187,15 @@ class CachedPreset:
         if isinstance(out, ValueError):
             raise out
         return out
+
+
+def same_row(fresh: dict, old: dict, exact: bool) -> bool:
+    """A rerun's row against a stored one (``docs/data/*_exercises.json``): equal, or with
+    ``exact=False`` (stored on another CPU kind, where the last bits of exp/log/tanh may
+    differ: tests/notebook_runner.py) the same keys and each number within 1e-9."""
+    import pytest
+
+    if exact:
+        return fresh == old
+    return fresh.keys() == old.keys() and all(
+        fresh[k] == pytest.approx(old[k], rel=1e-9, abs=1e-12) for k in fresh)

@@ -26,6 +26,7 @@ import pytest
 from ppo_numpy._machine import cpu_kind
 from ppo_numpy.programs import overoptimisation as cli
 from ppo_numpy.reward.overoptimisation import COLUMNS, OveroptimisationConfig, summarise
+from tests._helpers import same_row
 
 ROOT = Path(__file__).resolve().parents[1]
 STORED = ROOT / "docs" / "data" / "overoptimisation_exercises.json"
@@ -79,14 +80,6 @@ def test_the_notebook_reads_the_file_and_names_its_command(stored):
     assert not any("run_overoptimisation(" in c.source for c in solutions)
 
 
-def _same(fresh, old, exact):
-    if exact:
-        return fresh == old
-    # another CPU kind: the last bits of exp/log/tanh may differ (tests/notebook_runner.py)
-    return fresh.keys() == old.keys() and all(
-        fresh[k] == pytest.approx(old[k], rel=1e-9, abs=1e-12) for k in fresh)
-
-
 @pytest.mark.parametrize("name", list(cli.EXERCISES))
 def test_the_first_iterations_rerun_give_the_stored_rows(stored, name):
     run = stored["runs"][name]
@@ -95,7 +88,7 @@ def test_the_first_iterations_rerun_give_the_stored_rows(stored, name):
     # through the writer and back: the floats survive it exactly
     fresh = json.loads(cli.exercises_json(fresh))["runs"][name]
     assert fresh["config"] == {**run["config"], "iterations": K}
-    assert _same(fresh["heldout"], run["heldout"], exact)
+    assert same_row(fresh["heldout"], run["heldout"], exact)
     betas = dict.fromkeys(r["beta"] for r in run["rows"])
     assert len(fresh["rows"]) == K * len(betas)
     for beta in betas:
@@ -103,7 +96,7 @@ def test_the_first_iterations_rerun_give_the_stored_rows(stored, name):
         old = [r for r in run["rows"] if r["beta"] == beta][:K]
         assert [r["iteration"] for r in new] == list(range(1, K + 1))
         for a, b in zip(new, old):
-            assert _same(a, b, exact), (name, beta, a, b)
+            assert same_row(a, b, exact), (name, beta, a, b)
     if name == "random_half":
         assert set(fresh["lengths_by_prompt"]) == set(run["lengths_by_prompt"])
 

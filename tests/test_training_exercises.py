@@ -28,6 +28,7 @@ from ppo_numpy._machine import cpu_kind
 from ppo_numpy.programs import train as cli
 from ppo_numpy.training import SWEEP_CONFIG
 from ppo_numpy.training.metrics import COLUMNS
+from tests._helpers import same_row
 
 ROOT = Path(__file__).resolve().parents[1]
 STORED = ROOT / "docs" / "data" / "training_exercises.json"
@@ -85,14 +86,6 @@ def test_the_notebook_reads_the_file_and_names_its_command(stored):
     assert not any(re.search(r"(?<![\w.])(train|beta_sweep)\(", line) for line in code)
 
 
-def _same(fresh, old, exact):
-    if exact:
-        return fresh == old
-    # another CPU kind: the last bits of exp/log/tanh may differ (tests/notebook_runner.py)
-    return fresh.keys() == old.keys() and all(
-        fresh[k] == pytest.approx(old[k], rel=1e-9, abs=1e-12) for k in fresh)
-
-
 @pytest.mark.parametrize("name", list(cli.EXERCISES))
 def test_the_first_iterations_rerun_give_the_stored_rows(stored, name):
     run = stored["runs"][name]
@@ -109,7 +102,7 @@ def test_the_first_iterations_rerun_give_the_stored_rows(stored, name):
         new, old = fresh["rows"][j * K:(j + 1) * K], run["rows"][j * n:j * n + K]
         assert [r["iteration"] for r in new] == list(range(1, K + 1))
         for a, b in zip(new, old):
-            assert _same(a, b, exact), (name, j, a, b)
+            assert same_row(a, b, exact), (name, j, a, b)
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -36,3 +36,14 @@ def json_path(parser, value) -> Path:
     if path.is_dir() or not path.parent.is_dir():
         parser.error(f"--json: {value!r} is a directory or its directory does not exist")
     return path
+
+
+def exercises_command(program: str, iterations, path) -> str:
+    """The command line that writes the file, as the file records it: ``program``, then
+    ``--iterations N`` when given, then ``--json PATH``.
+
+    >>> exercises_command("python -m ppo_numpy train --exercises", None, "out.json")
+    'python -m ppo_numpy train --exercises --json out.json'
+    """
+    return program + ("" if iterations is None else f" --iterations {iterations}") + \
+        f" --json {path}"

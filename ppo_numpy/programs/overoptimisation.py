@@ -29,7 +29,7 @@ from ..reward.overoptimisation import (
 )
 from ..training.run import ensure_writable
 from ..training.tasks import make_task, response_lengths
-from ._exercises import json_path, runs_json
+from ._exercises import exercises_command, json_path, runs_json
 
 #: the runs of notebook 12's exercise solutions: name -> the fields replaced in the default
 #: configuration (200 iterations each). ``random_half`` is also sampled (:func:`lengths_by_prompt`)
@@ -198,8 +198,7 @@ def _exercises(parser, args, given) -> int:
             OveroptimisationConfig(iterations=iterations)
     except ValueError as err:
         parser.error(str(err))
-    command = (_EXERCISES_PROGRAM + ("" if iterations is None else f" --iterations {iterations}")
-               + f" --json {args.json}")
+    command = exercises_command(_EXERCISES_PROGRAM, iterations, args.json)
 
     def progress(row):
         if not args.quiet and (row["iteration"] % 50 == 0 or row["iteration"] == 1):

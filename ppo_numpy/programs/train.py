@@ -29,7 +29,7 @@ from ..training.config import (
 )
 from ..training.run import SWEEP_CONFIG, RunError, beta_sweep, resume, train
 from ..training.tasks import TASKS, make_task
-from ._exercises import json_path, runs_json
+from ._exercises import exercises_command, json_path, runs_json
 
 #: the runs of notebook 10's exercise solutions: name -> the fields replaced in
 #: :data:`~ppo_numpy.training.run.SWEEP_CONFIG` (40 iterations each). ``betas``: one
@@ -228,8 +228,7 @@ def _exercises(parser, args, given) -> int:
     iterations = given.get("iterations")
     if iterations is not None and iterations < 1:
         parser.error(f"iterations: must be >= 1 with --exercises, got {iterations}")
-    command = (_EXERCISES_PROGRAM + ("" if iterations is None else f" --iterations {iterations}")
-               + f" --json {args.json}")
+    command = exercises_command(_EXERCISES_PROGRAM, iterations, args.json)
 
     def progress(row):
         if not args.quiet and (row["iteration"] % 10 == 0 or row["iteration"] == 1):
