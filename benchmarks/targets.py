@@ -14,6 +14,8 @@ One run, against PyTorch on CPU with one intra-op thread (float64), in the forms
 * ``gae`` against one streaming NumPy pass over the same arrays (``rewards - values``) at
   (256, 1024), in this process (warm heap) and in a fresh one (cold, ``benchmarks/cold.py``),
   target at most 10x; and against the torch reverse loop at every grid size, at least 3x;
+  not a target, shown beside them: ``gae`` against the floor with the CPU caches emptied
+  before each call (:func:`gae_cache_cold`), the condition of a trainer's single call;
 * with ``--old CHECKOUT`` (e.g. ``git worktree add --detach /tmp/base f528a68``): one default
   training iteration of that checkout and of this one, in fresh child processes that import
   both (:func:`child_main`), alternating; target: no slower (old / new >= 1). This checkout
@@ -223,6 +225,26 @@ def gae_rows(grid, *, rounds: int, target: float) -> list[dict]:
     return rows
 
 
+def gae_cache_cold(B: int, T: int, *, rounds: int) -> dict:
+    """``gae`` and the floor with the CPU caches emptied before each call
+    (:func:`benchmarks.timing.cache_cold_samples`): ``{"gae": s, "floor": s, "ratio": x}``,
+    medians and the median paired ratio. Not the target's condition (which times calls
+    repeated on the same arrays, warm in the caches): what a trainer's single call sees."""
+    from benchmarks import core
+    from benchmarks.data import make_batch
+    from benchmarks.timing import cache_cold_samples, paired_ratio
+    from ppo_numpy import gae
+
+    p = core.PARAMS
+    b = make_batch(B, T)
+    samples = cache_cold_samples({
+        "gae": lambda: gae(b.rewards, b.values, p["gamma"], p["lam"], b.mask),
+        "floor": lambda: b.rewards - b.values,
+    }, rounds=rounds)
+    return {**{k: statistics.median(v) for k, v in samples.items()},
+            "ratio": paired_ratio(samples, "gae", "floor")}
+
+
 def gae_cold(B: int, T: int) -> dict | None:
     """benchmarks/cold.py in a fresh interpreter: ``{"gae": s, "floor": s, "ratio": x}``."""
     env = dict(os.environ)
@@ -253,6 +275,7 @@ def _x(r):
 def markdown(results: dict, *, command: str, machine: list[str]) -> list[str]:
     """The section of docs/benchmarks.md, as lines."""
     adv, gae_r, cold, train = (results.get(k) for k in ("groups", "gae", "cold", "training"))
+    cache_cold = results.get("cache_cold")
     out = [SECTION, "", "Measured in one run of", "", "```bash", command, "```", ""]
     out += [f"{line}" for line in machine] + [""]
     out += ["Each ratio: the median over interleaved rounds of the ratio of two samples taken "
@@ -301,6 +324,12 @@ def markdown(results: dict, *, command: str, machine: list[str]) -> list[str]:
                      f"{control['ratio']:.3f}x")
         out.append(f"| one default training iteration no slower than {train['commit']} "
                    f"(old / new) | {text} | {training_met(train['ratio'], control)} |")
+    if cache_cold:
+        c = cache_cold
+        out.append(f"| (not a target) `gae` against the floor at {FLOOR_AT} with the CPU caches "
+                   f"emptied before each call (a 64 MiB read; `gae_cache_cold`): the inputs "
+                   f"come from main memory, as in a trainer | {_x(c['ratio'])} "
+                   f"({_ms(c['gae'])} ms vs {_ms(c['floor'])} ms) | - |")
     if adv and any(r["what"] == GSPO_ALL_STATS for r in adv):
         text, _ = per_size(GSPO_ALL_STATS, "ratio", lambda x: x >= 1)
         out.append(f"| (not a target) the default call, with the approx-KL statistics k1, k2, "
@@ -376,6 +405,7 @@ def main(argv=None) -> int:
                "gae": gae_rows(grid, rounds=rounds, target=target)}
     if not args.quick:
         results["cold"] = gae_cold(*FLOOR_AT)
+        results["cache_cold"] = gae_cache_cold(*FLOOR_AT, rounds=101)
     if args.old:
         kw = {"rounds": 2 if args.quick else args.training_rounds,
               "iterations": 4 if args.quick else ITERATIONS}

@@ -85,6 +85,34 @@ def measure_samples(candidates: dict, *, rounds: int, target: float) -> dict:
     return samples
 
 
+def cache_cold_samples(candidates: dict, *, rounds: int, evict_mib: int = 64) -> dict:
+    """Seconds of single calls of each candidate with the CPU caches emptied before each
+    call (lists, one sample per round; the candidates interleaved as in
+    :func:`measure_samples`).
+
+    Before every call one array of ``evict_mib`` MiB is read (twice the L3 cache of the
+    machines measured here), so the call's inputs come from main memory: as in a trainer,
+    where GAE runs once per iteration on arrays written long before. The heap is as the
+    caller left it (warm after :func:`warm_heap`).
+    """
+    junk = np.ones(evict_mib * (1 << 20) // 8)
+    live = {name: fn for name, fn in candidates.items() if fn is not None}
+    samples = {name: [] for name in live}
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for _ in range(rounds):
+            for name, fn in live.items():
+                junk.sum()
+                start = time.perf_counter()
+                fn()
+                samples[name].append(time.perf_counter() - start)
+    finally:
+        if enabled:
+            gc.enable()
+    return samples
+
+
 def rerun_with_one_blas_thread(module: str, argv: list) -> int | None:
     """Run ``python -m module argv`` again with OPENBLAS_NUM_THREADS=1, unless it is set already
     (then None: go on in this process). OpenBLAS reads the variable when NumPy loads, so only a

@@ -215,6 +215,24 @@ def test_gae_stages_are_the_blocked_kernels_path_and_the_section_is_well_formed(
     assert sum(ln.startswith("| ") for ln in lines) == len(c) + 1
 
 
+def test_cache_cold_samples_empty_the_caches_before_each_call_and_the_row_says_so():
+    from benchmarks import targets
+    from benchmarks.timing import cache_cold_samples
+
+    calls = []
+    samples = cache_cold_samples({"a": lambda: calls.append("a"), "b": lambda: calls.append("b"),
+                                  "off": None}, rounds=3, evict_mib=1)
+    assert calls == ["a", "b"] * 3 and list(samples) == ["a", "b"]
+    assert all(len(v) == 3 and all(x >= 0 for x in v) for v in samples.values())
+    row = targets.gae_cache_cold(8, 4096, rounds=3)  # the blocked form (32768 entries)
+    assert set(row) == {"gae", "floor", "ratio"} and row["ratio"] > 0
+    lines = targets.markdown({"cache_cold": {"gae": 2.4e-3, "floor": 4.5e-4, "ratio": 5.27}},
+                             command="c", machine=[])
+    assert ("| (not a target) `gae` against the floor at (256, 1024) with the CPU caches "
+            "emptied before each call (a 64 MiB read; `gae_cache_cold`): the inputs come from "
+            "main memory, as in a trainer | 5.3x (2.40 ms vs 0.450 ms) | - |") in lines
+
+
 def test_training_met_reads_the_ratio_against_the_control():
     from benchmarks import targets
 
