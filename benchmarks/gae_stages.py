@@ -13,7 +13,9 @@ milliseconds and as passes:
   (C, C) power matrix;
 - the returns ``A + V`` with zeros at padding, and the finiteness read of ``gae`` (on the
   (B, T / C) block sums);
-- the default call ``gae(rewards, values, 1.0, 0.95, mask)``.
+- the default call ``gae(rewards, values, 1.0, 0.95, mask)``;
+- with ``--old CHECKOUT``, that checkout's default call too (its package imported under
+  another name), and this checkout's time over it, paired in the same rounds.
 
 The stages are the package's own functions called on the same arrays, not copies of them.
 """
@@ -29,6 +31,8 @@ from benchmarks.data import make_batch
 from benchmarks.timing import measure_samples, paired_ratio, rerun_with_one_blas_thread, warm_heap
 
 SECTION = "## Where the time of gae goes (issue 22)"
+#: the row of the default call (which ``--old`` compares with another checkout's)
+DEFAULT_CALL = "gae, the default call"
 
 
 def candidates(B: int = 256, T: int = 1024, out: np.ndarray | None = None) -> dict:
@@ -78,24 +82,49 @@ def candidates(B: int = 256, T: int = 1024, out: np.ndarray | None = None) -> di
         "the product d @ W alone": lambda: _matmul(d, W, out[0].reshape(-1, BLOCK)),
         "returns A + V, 0 at padding": returns,
         "finiteness read (the block sums)": lambda: np.isfinite(first.sum()),
-        "gae, the default call": lambda: gae(b.rewards, b.values, 1.0, 0.95, b.mask),
+        DEFAULT_CALL: lambda: gae(b.rewards, b.values, 1.0, 0.95, b.mask),
     }
 
 
-def rows(rounds: int = 15, target: float = 0.02) -> list[dict]:
+def commit_of(checkout: str) -> str:
+    """``checkout``'s short commit, else its path."""
+    import subprocess
+
+    done = subprocess.run(["git", "-C", checkout, "rev-parse", "--short", "HEAD"],
+                          capture_output=True, text=True, check=False)
+    return done.stdout.strip() or checkout
+
+
+def rows(rounds: int = 15, target: float = 0.02, old: str | None = None) -> list[dict]:
     """``[{"stage", "ms", "passes"}]``: median milliseconds, and the median over the rounds of
-    each stage's sample over the floor's sample of the same round."""
+    each stage's sample over the floor's sample of the same round. With ``old`` (a
+    checkout), one more row, its default call, with ``"over_old"``: this checkout's default
+    call over it, paired the same way."""
     import statistics
 
     warm_heap()
-    samples = measure_samples(candidates(), rounds=rounds, target=target)
-    return [{"stage": name, "ms": statistics.median(s) * 1e3,
-             "passes": paired_ratio(samples, name, "floor")} for name, s in samples.items()]
+    c = candidates()
+    if old is not None:
+        from benchmarks.targets import load_package
+
+        old_gae = load_package(old, "ppo_numpy_old").gae
+        b = make_batch(256, 1024, seed=0)
+        c[f"gae of {commit_of(old)}, the default call"] = \
+            lambda: old_gae(b.rewards, b.values, 1.0, 0.95, b.mask)
+    samples = measure_samples(c, rounds=rounds, target=target)
+    out = [{"stage": name, "ms": statistics.median(s) * 1e3,
+            "passes": paired_ratio(samples, name, "floor")} for name, s in samples.items()]
+    if old is not None:
+        out[-1].update(old=commit_of(old),
+                       over_old=paired_ratio(samples, DEFAULT_CALL, out[-1]["stage"]))
+    return out
 
 
 def markdown(table: list[dict]) -> list[str]:
     out = ["| stage | ms | streaming passes |", "|---|---:|---:|"]
     out += [f"| {r['stage']} | {r['ms']:.3f} | {r['passes']:.1f} |" for r in table]
+    out += [f"\nThis checkout's default call over {r['old']}'s, paired in the same rounds: "
+            f"{r['over_old']:.3f}." for r in table if "over_old" in r]
     return out
 
 
@@ -103,8 +132,9 @@ def section(table: list[dict]) -> list[str]:
     """The markdown section for ``docs/benchmarks.md``: the command, the machine, the table."""
     from benchmarks.machine import describe
 
+    old = next((f" --old <checkout of {r['old']}>" for r in table if "old" in r), "")
     return [SECTION, "", "Measured with", "", "```bash",
-            ".venv/bin/python -m benchmarks.gae_stages --write", "```", "",
+            f".venv/bin/python -m benchmarks.gae_stages{old} --write", "```", "",
             *[f"- {line}" for line in describe()], "",
             "Each stage is the package function the blocked form of `gae` runs on a "
             "right-padded (256, 1024) batch, timed in the same interleaved rounds as the "
@@ -120,12 +150,14 @@ def main(argv=None) -> int:
     p.add_argument("--rounds", type=int, default=15)
     p.add_argument("--write", action="store_true", help="put the section into "
                                                           "docs/benchmarks.md")
+    p.add_argument("--old", metavar="CHECKOUT",
+                   help="also time that checkout's default call (e.g. a git worktree)")
     args = p.parse_args(argv)
     code = rerun_with_one_blas_thread("benchmarks.gae_stages",
                                       sys.argv[1:] if argv is None else argv)
     if code is not None:
         return code
-    lines = section(rows(args.rounds))
+    lines = section(rows(args.rounds, old=args.old))
     print("\n".join(lines))
     if args.write:
         from benchmarks.targets import DOC, write_section

@@ -213,6 +213,24 @@ def test_gae_stages_are_the_blocked_kernels_path_and_the_section_is_well_formed(
     assert lines[0] == gae_stages.SECTION
     assert "| gae, the default call | 1.000 | 2.0 |" in lines
     assert sum(ln.startswith("| ") for ln in lines) == len(c) + 1
+    # --old: one more row, and this checkout's time over it (numbers written by hand)
+    table.append({"stage": "gae of abc1234, the default call", "ms": 1.25, "passes": 2.5,
+                  "old": "abc1234", "over_old": 0.8})
+    lines = gae_stages.section(table)
+    assert ".venv/bin/python -m benchmarks.gae_stages --old <checkout of abc1234> --write" in lines
+    assert lines[-2:] == ["| gae of abc1234, the default call | 1.250 | 2.5 |",
+                          "\nThis checkout's default call over abc1234's, paired in the same "
+                          "rounds: 0.800."]
+
+
+def test_gae_stages_old_times_another_checkouts_default_call_in_the_same_rounds():
+    from benchmarks import gae_stages
+
+    table = gae_stages.rows(rounds=1, target=1e-4, old=ROOT)  # this checkout, imported again
+    last = table[-1]
+    assert last["stage"] == f"gae of {last['old']}, the default call" and last["old"]
+    assert [r["stage"] for r in table[:-1]][-1] == gae_stages.DEFAULT_CALL
+    assert last["over_old"] > 0 and all("over_old" not in r for r in table[:-1])
 
 
 def test_cache_cold_samples_empty_the_caches_before_each_call_and_the_row_says_so():
