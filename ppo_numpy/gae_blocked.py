@@ -53,8 +53,8 @@ def gae_blocked_kernel(r, v, gamma, lam, m, block=BLOCK):
 def gae_blocked_with_sums(r, v, gamma, lam, m, block=BLOCK):
     """:func:`gae_blocked_kernel` and ``sums``: an array of T / C times fewer numbers that is
     finite exactly when the TD errors at the response tokens are (unless finite ones
-    overflow), for :func:`ppo_numpy.gae` to check its inputs by one short read; ``None`` when
-    there is none (then the returns are that array).
+    overflow), for :func:`ppo_numpy.gae` to check its inputs by one short read; ``None``
+    when there are none (then ``gae`` reads the returns instead).
 
     ``sums`` are the block sums sum_j (gamma lambda)^j delta_(kC + j) of a right-padded
     batch: a NaN or inf among a block's TD errors makes its sum NaN or inf, as every weight
