@@ -48,7 +48,8 @@ doctest: $(DEV_STAMP)
 
 # pytest checks the built site in a browser (tests/test_docs_site.py), so it builds it first.
 # The files run in parallel (pytest-xdist), one worker per core, all the tests of a file in the
-# same worker: each notebook is executed once (tests/test_notebooks.py) and a module's
+# same worker: each notebook is executed once (tests/test_notebooks.py and
+# tests/test_notebooks_half.py, half of the notebooks each) and a module's
 # fixtures are built once. TEST_WORKERS=0 runs everything in this process.
 TEST_WORKERS ?= auto
 pytest: $(DEV_STAMP) docs

@@ -17,7 +17,9 @@ For each ``notebooks/*.ipynb``:
   pitfalls, two or three exercises), no library function redefined, no pyplot
   (figures come from ``ppo_numpy.plotting``), and a link from the README.
 
-The unit tests at the end check the runner's own checks on small synthetic notebooks.
+The tests that need a kernel run here for half of the notebooks (``HALVES[0]``) and in
+``tests/test_notebooks_half.py`` for the other half, so that two pytest-xdist workers share
+them. The unit tests at the end check the runner's own checks on small synthetic notebooks.
 """
 
 from __future__ import annotations
@@ -135,14 +137,69 @@ def test_lesson_problems_are_found():
         assert expected in problems, (expected, problems)
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
-def test_notebook_executes(path):
-    run = fresh_run(path)
-    if isinstance(run, Exception):
-        pytest.fail(f"{path.name}: a cell raised while running top to bottom:\n{run}",
-                    pytrace=False)
-    nb, _ = run
-    assert clean_run_problems(nb) == []
+def halves(items, weight) -> tuple[list, list]:
+    """``items`` in two sorted lists of about equal total ``weight(item)``: the heaviest first,
+    each to the list that weighs less so far."""
+    parts = ([], [])
+    for item in sorted(items, key=lambda i: -weight(i)):
+        min(parts, key=lambda part: sum(map(weight, part))).append(item)
+    return tuple(sorted(part) for part in parts)
+
+
+#: the notebooks in two halves of about equal stated run time: this file executes the first,
+#: tests/test_notebooks_half.py the second, so that two pytest-xdist workers (``--dist
+#: loadfile``) share the kernels
+HALVES = halves(NOTEBOOKS, lambda p: stated_seconds(nbformat.read(p, as_version=4)) or 0)
+
+
+def executing_tests(notebooks):
+    """The tests that execute ``notebooks`` (once each per process, :func:`fresh_run`):
+    ``test_notebook_executes``, ``test_stored_outputs_are_current``,
+    ``test_notebook_states_its_run_time``, to be bound to names in a test module."""
+    each = pytest.mark.parametrize("path", notebooks, ids=lambda p: p.name)
+
+    @each
+    def test_notebook_executes(path):
+        run = fresh_run(path)
+        if isinstance(run, Exception):
+            pytest.fail(f"{path.name}: a cell raised while running top to bottom:\n{run}",
+                        pytrace=False)
+        nb, _ = run
+        assert clean_run_problems(nb) == []
+
+    @each
+    def test_stored_outputs_are_current(path):
+        run = fresh_run(path)
+        if isinstance(run, Exception):
+            pytest.skip("the notebook does not execute (see test_notebook_executes)")
+        problems = stale_outputs(nbformat.read(path, as_version=4), run[0])
+        assert not problems, (f"{path.name}: stored outputs are stale (run `make notebooks`):\n"
+                              + "\n".join(problems))
+
+    @each
+    def test_notebook_states_its_run_time(path: Path):
+        # the statement and its tolerance: tests/test_notebook_runtime.py
+        stated = stated_seconds(nbformat.read(path, as_version=4))
+        assert stated is not None, f"{path.name}: {runtime_problem(None, 0.0)}"
+        run = fresh_run(path)
+        if isinstance(run, Exception):
+            pytest.skip("the notebook does not execute (see test_notebook_executes)")
+        problem = runtime_problem(stated, run[1])
+        assert problem is None, f"{path.name}: {problem}"
+
+    return test_notebook_executes, test_stored_outputs_are_current, \
+        test_notebook_states_its_run_time
+
+
+test_notebook_executes, test_stored_outputs_are_current, test_notebook_states_its_run_time = \
+    executing_tests(HALVES[0])
+
+
+def test_the_halves_hold_every_notebook_once():
+    assert sorted(HALVES[0] + HALVES[1]) == NOTEBOOKS and not set(HALVES[0]) & set(HALVES[1])
+    # four items weighing 40, 30, 20 and 10: 40 + 10 against 30 + 20
+    weights = {"a": 40, "b": 30, "c": 20, "d": 10}
+    assert halves(weights, weights.get) == (["a", "d"], ["b", "c"])
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
@@ -151,15 +208,6 @@ def test_stored_outputs_come_from_a_clean_run(path):
     assert not problems, (f"{path.name} was not stored from one clean top-to-bottom run "
                           f"(run `make notebooks`):\n" + "\n".join(problems))
 
-
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
-def test_stored_outputs_are_current(path):
-    run = fresh_run(path)
-    if isinstance(run, Exception):
-        pytest.skip("the notebook does not execute (see test_notebook_executes)")
-    problems = stale_outputs(nbformat.read(path, as_version=4), run[0])
-    assert not problems, (f"{path.name}: stored outputs are stale (run `make notebooks`):\n"
-                          + "\n".join(problems))
 
 
 # ---- the runner's checks, on synthetic notebooks (no kernel) ----
@@ -282,15 +330,3 @@ def test_kernel_env_uses_inline_backend_and_finds_the_package(monkeypatch):
     env = kernel_env()
     assert env["MPLBACKEND"] == "module://matplotlib_inline.backend_inline"
     assert env["PYTHONPATH"].split(os.pathsep)[:2] == [str(ROOT), "/somewhere/else"]
-
-
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
-def test_notebook_states_its_run_time(path: Path):
-    # the statement and its tolerance: tests/test_notebook_runtime.py
-    stated = stated_seconds(nbformat.read(path, as_version=4))
-    assert stated is not None, f"{path.name}: {runtime_problem(None, 0.0)}"
-    run = fresh_run(path)
-    if isinstance(run, Exception):
-        pytest.skip("the notebook does not execute (see test_notebook_executes)")
-    problem = runtime_problem(stated, run[1])
-    assert problem is None, f"{path.name}: {problem}"
