@@ -158,11 +158,9 @@ def main(argv=None) -> int:
     if code is not None:
         return code
     lines = section(rows(args.rounds, old=args.old))
-    print("\n".join(lines))
-    if args.write:
-        from benchmarks.targets import DOC, write_section
+    from benchmarks.targets import show
 
-        write_section(DOC, lines, section=SECTION)
+    show(lines, args.write, SECTION)
     return 0
 
 

@@ -219,11 +219,9 @@ def main(argv=None) -> int:
         from benchmarks import code_lines
 
         lines += ["", *code_lines.section(checkouts, args.exclude)]
-    print("\n".join(lines))
-    if args.write:
-        from benchmarks.targets import DOC, write_section
+    from benchmarks.targets import show
 
-        write_section(DOC, lines, section=SECTION)
+    show(lines, args.write, SECTION)
     return 0
 
 

@@ -351,6 +351,13 @@ def markdown(results: dict, *, command: str, machine: list[str]) -> list[str]:
     return out + [""]
 
 
+def show(lines: list[str], write: bool, section: str) -> None:
+    """Print the section's ``lines``; with ``write``, also put it into :data:`DOC`."""
+    print("\n".join(lines))
+    if write:
+        write_section(DOC, lines, section=section)
+
+
 def write_section(path: str, lines: list[str], section: str = SECTION) -> None:
     """Replace the section headed ``section`` in ``path`` (from its heading to the next
     ``## ``), or put it before the sections ``python -m benchmarks`` keeps (at the end if

@@ -72,17 +72,8 @@ def measure_samples(candidates: dict, *, rounds: int, target: float) -> dict:
     them."""
     live = {name: fn for name, fn in candidates.items() if fn is not None}
     numbers = {name: calibrate(fn, target) for name, fn in live.items()}
-    samples = {name: [] for name in live}
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        for _ in range(rounds):
-            for name, fn in live.items():
-                samples[name].append(_time_calls(fn, numbers[name]) / numbers[name])
-    finally:
-        if enabled:
-            gc.enable()
-    return samples
+    return _interleaved(live, rounds,
+                        lambda name, fn: _time_calls(fn, numbers[name]) / numbers[name])
 
 
 def cache_cold_samples(candidates: dict, *, rounds: int, evict_mib: int = 64) -> dict:
@@ -96,17 +87,25 @@ def cache_cold_samples(candidates: dict, *, rounds: int, evict_mib: int = 64) ->
     caller left it (warm after :func:`warm_heap`).
     """
     junk = np.ones(evict_mib * (1 << 20) // 8)
+
+    def one_call(name, fn):
+        junk.sum()
+        return _time_calls(fn, 1)
+
     live = {name: fn for name, fn in candidates.items() if fn is not None}
+    return _interleaved(live, rounds, one_call)
+
+
+def _interleaved(live: dict, rounds: int, sample) -> dict:
+    """``{name: [sample(name, fn) for each round]}``: in every round each candidate once, in
+    order; garbage collection off meanwhile, as in :mod:`timeit`."""
     samples = {name: [] for name in live}
     enabled = gc.isenabled()
     gc.disable()
     try:
         for _ in range(rounds):
             for name, fn in live.items():
-                junk.sum()
-                start = time.perf_counter()
-                fn()
-                samples[name].append(time.perf_counter() - start)
+                samples[name].append(sample(name, fn))
     finally:
         if enabled:
             gc.enable()
