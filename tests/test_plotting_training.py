@@ -76,7 +76,10 @@ def test_dashboard_value_head_panels_say_what_they_show():
     assert ev_ax.get_ylim() == (-1.1, 1.0)
     np.testing.assert_array_equal(ev_ax.lines[1].get_xdata(), [5])
     np.testing.assert_array_equal(ev_ax.lines[1].get_ydata(), [-1.05])
-    assert "median 0.10 while" in ev_ax.get_title()        # median of -0.3, 0.1, 0.2
+    # one window for every median the panel shows: the learning phase, 1-3
+    assert "learning, 1-3" in ev_ax.get_title()
+    assert "median 0.10\n(iterations 1-3)" in ev_ax.get_legend().get_title().get_text()
+    # median of -0.3, 0.1, 0.2
     # the learning phase is shaded on both panels: iterations 1 to 3
     for ax in (loss, ev_ax):
         (span,) = ax.patches

@@ -136,14 +136,11 @@ def plot_training(metrics, *, optimum=1.0, random_score=None, title=None, path=N
     ax[7].set_title(f"value loss fell {critic['value_loss_drop']:.0f}x, with Var(R)\n"
                     "(below the dashed line: V beats a constant)", fontsize=9)
     ax[7].set_ylabel("reward units^2\n(log scale)", fontsize=9)
-    # the regime, in words, over the first half of the run (docs/training.md, "What the
-    # critic buys"); a critic-free run has no value loss (NaN) and says so instead
-    half = critic_vs_constant(c)
-    words_loss, words_ev = critic_verdict(half)
-    for a, words in ((ax[7], words_loss), (ax[8], words_ev)):
-        a.text(0.02, 0.97, _lines(words), transform=a.transAxes, ha="left", va="top",
-               fontsize=8,
-               bbox={"facecolor": "white", "alpha": 0.8, "lw": 0})
+    # the regime, in words (docs/training.md, "What the critic buys"), over the shaded
+    # learning phase, the one window of both panels and of the demo's printed median; under
+    # the panel, as the title of its legend, where it covers no curve. A critic-free run has
+    # no value loss (NaN) and says so instead
+    words_loss, words_ev = critic_verdict(critic_vs_constant(c, iterations=n_learn))
 
     ev = c["explained_variance"]
     ax[8].plot(it, ev, color="C5", label="explained variance")
@@ -152,9 +149,8 @@ def plot_training(metrics, *, optimum=1.0, random_score=None, title=None, path=N
                label=f"below -1 ({int(low.sum())} it.)")
     ax[8].axhline(0.0, color="k", lw=0.5, label="a constant V (the mean of R): 0")
     ax[8].set_ylim(-1.1, 1.0)
-    ax[8].set_title(f"explained variance: median {critic['ev_learning']:.2f} while\n"
-                    + ("learning; after it Var(R) ~ 0: noise" if reached else "learning"),
-                    fontsize=9)
+    ax[8].set_title(f"explained variance (shaded: learning, 1-{n_learn})"
+                    + ("\nafter it Var(R) ~ 0: noise" if reached else ""), fontsize=9)
     ax[8].set_ylabel("1 - Var(R - V) / Var(R)", fontsize=9)
 
     curve(9, "response_length", "C6", "response length", "tokens (EOS included)")
@@ -168,8 +164,11 @@ def plot_training(metrics, *, optimum=1.0, random_score=None, title=None, path=N
     for a in ax:
         a.set_xlabel("PPO iteration", fontsize=9)
         a.tick_params(labelsize=8)
-    for k in (0, 4, 7, 8):
+    for k in (0, 4):
         legend_outside(ax[k], ncols=1)
+    for k, words in ((7, words_loss), (8, words_ev)):
+        legend = legend_outside(ax[k], ncols=1, title=_lines(words), title_fontsize=8)
+        legend.get_title().set_multialignment("center")
     exact = bool(np.all(c["ratio_first_min"] == 1.0) and np.all(c["ratio_first_max"] == 1.0))
     check = ("rho = 1 exactly on every first minibatch" if exact
              else "rho != 1 on some first minibatch: logp_old is stale")
