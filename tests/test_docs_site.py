@@ -173,7 +173,11 @@ def test_search_titles_have_no_raw_tex():
 CONCEPT_NOTEBOOKS = {"gae": "05_gae", "clipping": "02_clipping", "grpo": "13_from_ppo_to_grpo",
                      "td errors": "04_td_errors",
                      "transformer": "14_a_tiny_transformer_learns_to_add",
-                     "loss aggregation": "07_loss_aggregation"}
+                     "loss aggregation": "07_loss_aggregation",
+                     # issue 39: a notebook whose heading holds the words before the pages
+                     # that mention them most, and the API page of the function of that name
+                     "importance sampling": "15_the_third_policy_sampler_and_trainer",
+                     "clipped surrogate": "02_clipping"}
 
 
 @needs_browser
