@@ -27,10 +27,10 @@ def plot_mismatch_comparison(results, *, path=None) -> Figure:
     Three parts, top to bottom:
 
     * the trainer's final score / optimum (its own float64, temperature-1 samples:
-      ``trainer_score_frac`` at the last of ``eval_iterations``) per variant: one dot per
-      seed, a bar at their mean, so a difference is read against the seeds' spread;
+      ``trainer_score_frac`` at the last of ``eval_iterations``) per variant: one dot for
+      each of the seeds, a tick at their mean, so a difference is read against their spread;
     * one small panel per variant: that score every ``eval_every`` iterations, the mean
-      over the seeds as a line, the lowest to the highest seed as a band, and the first
+      over the seeds as a line, a band from the lowest to the highest of the seeds, the first
       variant's mean (the run without mismatch) dashed for reference;
     * the mismatch of each rollout, the k1 estimate of KL(pi_rollout || pi_old) per token
       (``kl_k1``), mean over the seeds and their band, per variant. k1 is the sampled
@@ -96,7 +96,7 @@ def plot_mismatch_comparison(results, *, path=None) -> Figure:
     final.set_title(f"{results.get('task', '')}: sampler {results.get('precision', '?')} logits "
                     f"at T = {results.get('rollout_temperature', '?')}, trainer float64 at T = 1"
                     f"\nfinal score: dots = the {counts} seeds, | = their mean\nbelow, during "
-                    "training: line = mean, band = lowest to highest seed,\ndashed = "
+                    "training: line = mean, band = lowest to highest of the seeds,\ndashed = "
                     f"{_short(next(iter(variants)))} (mean)", fontsize=9)
     low.axhline(0.0, color="k", lw=0.6)
     low.set_title("mismatch of each rollout: KL(pi_rollout || pi_old) per token (k1; the "
