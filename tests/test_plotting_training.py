@@ -128,3 +128,36 @@ def test_overoptimisation_curves_are_moving_averages_per_beta():
         plot_overoptimisation(_oo_rows(), smooth=0)
     with pytest.raises(ValueError, match="rows"):
         plot_overoptimisation([])
+
+
+def test_runs_and_beta_sweep_over_seeds_draw_the_mean_and_the_spread():
+    from ppo_numpy.plotting.training import plot_runs
+
+    # three seeds of one label, scores by hand: the mean 0.2, 0.5, 0.8; lowest / highest
+    a = _history(3, score=[0.1, 0.4, 0.9], kl_ref=[0.0, 1.0, 2.0])
+    b = _history(3, score=[0.2, 0.5, 0.7], kl_ref=[0.0, 2.0, 4.0])
+    c = _history(3, score=[0.3, 0.6, 0.8], kl_ref=[0.0, 3.0, 6.0])
+    fig = plot_runs({"three seeds": [a, b, c], "one run": a}, columns=("score",))
+    ax = fig.axes[0]
+    np.testing.assert_allclose(ax.lines[0].get_ydata(), [0.2, 0.5, 0.8], rtol=1e-12)
+    np.testing.assert_array_equal(ax.lines[1].get_ydata(), [0.1, 0.4, 0.9])   # as it is
+    (band,) = ax.collections                     # a band for the seeds only, none for one run
+    low_high = band.get_paths()[0].vertices[:, 1]
+    assert np.isclose(low_high.min(), 0.1) and np.isclose(low_high.max(), 0.9)
+    assert (fig.legends[0].get_title().get_text()
+            == "mean of 1/3 seeds each; band: lowest to highest")
+    # the beta sweep: per beta the mean curve with its band, the trade-off's mean points
+    # (mean of the last 2 iterations of each seed, then over the seeds) and each seed's
+    fig = plot_beta_sweep({0.1: [a, b, c], 0.0: [c, b, a]}, last=2)
+    score, kl, tradeoff = fig.axes
+    np.testing.assert_allclose(score.lines[0].get_ydata(), [0.2, 0.5, 0.8], rtol=1e-12)
+    np.testing.assert_allclose(kl.lines[0].get_ydata(), [0.0, 2.0, 4.0], rtol=1e-12)
+    assert len(score.collections) == len(kl.collections) == 2
+    # seeds' (KL, score) of the last 2: a (1.5, 0.65), b (3, 0.6), c (4.5, 0.7)
+    np.testing.assert_allclose(tradeoff.lines[0].get_xdata(), [3.0, 3.0], rtol=1e-12)
+    np.testing.assert_allclose(tradeoff.lines[0].get_ydata(), [0.65, 0.65], rtol=1e-12)
+    np.testing.assert_allclose(tradeoff.lines[1].get_xdata(), [4.5, 3.0, 1.5], rtol=1e-12)
+    np.testing.assert_allclose(tradeoff.lines[1].get_ydata(), [0.7, 0.6, 0.65], rtol=1e-12)
+    assert "3 seeds" in score.get_title() and "each seed" in tradeoff.get_title()
+    with pytest.raises(ValueError, match="same iterations"):
+        plot_runs({"x": [a, _history(2)]})
