@@ -128,6 +128,21 @@ def test_overoptimisation_curves_are_moving_averages_per_beta():
         plot_overoptimisation(_oo_rows(), smooth=0)
     with pytest.raises(ValueError, match="rows"):
         plot_overoptimisation([])
+    # three seeds: the mean of the smoothed curves, a band for gold and for the KL
+    other = [r | {"gold_score": r["gold_score"] + 0.2, "kl_ref": r["kl_ref"] + 1.0}
+             for r in _oo_rows()]
+    fig = plot_overoptimisation([_oo_rows(), other, _oo_rows()], smooth=2)
+    left, middle, right = fig.axes
+    np.testing.assert_allclose(left.lines[0].get_ydata(),
+                               np.array([0.15, 0.45, 0.45]) + 0.2 / 3, rtol=1e-12)
+    np.testing.assert_allclose(right.lines[0].get_ydata(),
+                               np.array([0.5, 2.5, 6.5]) + 1 / 3, rtol=1e-12)
+    assert len(left.collections) == len(right.collections) == 2 and not middle.collections
+    band = left.collections[0].get_paths()[0].vertices[:, 1]   # beta 0's gold: 0.15 .. 0.65
+    assert np.isclose(band.min(), 0.15) and np.isclose(band.max(), 0.65)
+    assert "mean of 3 seeds" in fig.get_suptitle()
+    with pytest.raises(ValueError, match="same betas"):
+        plot_overoptimisation([_oo_rows(), [r for r in _oo_rows() if r["beta"] == 0.0]])
 
 
 def test_runs_and_beta_sweep_over_seeds_draw_the_mean_and_the_spread():
