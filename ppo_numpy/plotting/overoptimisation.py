@@ -53,11 +53,11 @@ def plot_overoptimisation(rows, *, smooth=10, title=None, path=None) -> Figure:
     if not seeds or not all(seeds):
         raise ValueError("rows: nothing to plot")
     if any(sorted(s) != sorted(seeds[0]) for s in seeds):
-        raise ValueError("rows: every seed's run must hold the same betas")
+        raise ValueError("rows: the runs of every random seed must hold the same betas")
     fig, ax = two_over_one(height=7.4)
 
     def curves(beta, column):
-        """(seeds, n): the column of beta, smoothed, one row per seed."""
+        """(seeds, n): the column of beta, smoothed, one row per run (random seed)."""
         return np.array([_moving_average(s[beta][column], smooth) for s in seeds])
 
     for i, beta in enumerate(sorted(seeds[0])):
