@@ -295,6 +295,15 @@ def test_stale_outputs_join_a_stream_cut_into_pieces():
                                                     text="report: ok\n")))) == 1
 
 
+def test_a_column_realigned_by_a_numbers_width_is_the_same_text():
+    # a table's right-aligned column: 6.05e-12 on one CPU kind, 8.3e-12 on another
+    stored = _printing("  W_pi   (6, 7)      6.05e-12   True\n")
+    fresh = _printing("  W_pi   (6, 7)       8.3e-12   True\n")
+    assert stale_outputs(stored, fresh) == []
+    assert len(stale_outputs(stored, _printing("  W_pi   (6, 7)       8.3e-12   False\n"))) == 1
+    assert len(stale_outputs(stored, _printing("  W_pi   (6, 7)       6.05e-12True\n"))) == 1
+
+
 def test_volatile_cells_are_not_compared():
     stored, fresh = _printing("took 1.2 s\n"), _printing("took 3.4 s (slow machine)\n")
     assert len(stale_outputs(stored, fresh)) == 1
