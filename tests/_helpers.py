@@ -235,3 +235,30 @@ def same_row(fresh: dict, old: dict, exact: bool) -> bool:
     if exact:
         return fresh == old
     return row_drift(fresh, old) <= 1.0
+
+
+_PRINTED = __import__("re").compile(r"[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?")
+
+
+def last_digit(text: str) -> float:
+    """One unit of the last digit a printed float shows: ``0.4657`` 1e-4, ``1.5e-12``
+    1e-13; 0 for an integer (``42``, the parts of ``1863/4000``), which must be equal."""
+    if not any(c in text for c in ".eE"):
+        return 0.0
+    mantissa, _, exponent = text.lower().partition("e")
+    decimals = len(mantissa.split(".")[1]) if "." in mantissa else 0
+    return 10.0 ** (int(exponent or 0) - decimals)
+
+
+def same_printout(fresh: str, stored: str) -> bool:
+    """Two printouts of numbers (a generated page, a table): the same text once the numbers
+    are cut out, and each number within one unit of the last digit it shows.
+
+    A number printed to n digits moves its last digit on another CPU kind only when it sits
+    within the last bits of a rounding boundary; it then moves by one unit (``0.4657`` for
+    ``0.4658``). A changed formula or setting moves a printed number by more (or moves many).
+    """
+    if _PRINTED.split(fresh) != _PRINTED.split(stored):
+        return False
+    return all(abs(float(a) - float(b)) <= 1.0000001 * max(last_digit(a), last_digit(b))
+               for a, b in zip(_PRINTED.findall(fresh), _PRINTED.findall(stored)))
