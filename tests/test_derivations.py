@@ -124,7 +124,10 @@ def test_length_weights_of_grpo_token_mean_and_dr_grpo():
 def test_k3_gradient_worked_example():
     k3 = kl_estimate([-1.0], [-1.5], "k3")[0]
     dk3 = kl_estimate_grad([-1.0], [-1.5], "k3")[0]
-    assert np.isclose(k3, np.exp(-0.5) - 1 + 0.5, rtol=1e-15, atol=0)
+    # each side rounds once: an exp of -0.5 (0.607, within 1 ulp = 1.1e-16 on every CPU
+    # kind) or an expm1 (-0.393, within 1 ulp = 5.6e-17); the additions are exact (Sterbenz).
+    # So they may differ by 1.7e-16, 1.6e-15 of k3 = 0.107: rtol 4e-15
+    assert np.isclose(k3, np.exp(-0.5) - 1 + 0.5, rtol=4e-15, atol=0)
     assert np.isclose(dk3, 1 - np.exp(-0.5), rtol=1e-15, atol=0)
     d = policy_loss_grad([-1.0], [-1.0], [0.0], logp_ref=[-1.5], kl_coef=1.0,
                          kl_estimator="k3")[0]

@@ -194,7 +194,10 @@ def test_openrlhf_binary_kl_rounds_below_zero():
     lp = lq + rng.normal(0, 1e-6, lq.shape)
     p, q = np.exp(lp), np.exp(lq)
     d = p * np.log(p / q) + (1 - p) * np.log((1 - p) / (1 - q))
-    assert round(float(np.mean(d < 0)) * 100, 2) == 0.52
+    # about half a percent round below 0 (docs/conventions.md: 0.52 %): 1035 of 200,000 with
+    # NumPy's AVX-512 exp and log, 1039 with its AVX2 and SSE loops; the count is of
+    # rounding artefacts, so it is a claim about its size, not about the count
+    assert 0.4 < float(np.mean(d < 0)) * 100 < 0.65
 
 
 def test_gspo_gradient_forms_of_the_presets():
