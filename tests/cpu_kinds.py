@@ -99,9 +99,11 @@ def test_files() -> list[str]:
                   if p.name not in NOT_NUMERIC)
 
 
+#: NumPy 2.4's dispatch targets on x86-64 (``numpy.show_runtime()``'s "found")
+TARGETS = ("X86_V2", "X86_V3", "X86_V4", "AVX512_ICL", "AVX512_SPR")
 _SHOW = ("from ppo_numpy._machine import cpu_kind; k = cpu_kind(); "
-         "print('  NumPy dispatches:', ' '.join(f for f in k['cpu_features'] "
-         "if f.startswith('X86_V') or f in ('AVX2', 'FMA3', 'AVX512F', 'AVX512_ICL'))); "
+         f"print('  NumPy dispatches:', ' '.join(f for f in {TARGETS!r} "
+         "if f in k['cpu_features'])); "
          "print('  OpenBLAS kernel:', k['openblas_core'])")
 
 
