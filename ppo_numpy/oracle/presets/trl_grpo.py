@@ -16,6 +16,7 @@ from ._common import (
     group_std,
     mean_rows,
     policy_result,
+    _flag,
     require_choice,
     trl_is_weights,
     trl_off_policy_mask,
@@ -47,7 +48,10 @@ def _trl_grpo(x: Rollout, p: dict) -> dict:
       "sequence" (GSPO: exp of the token mean of the log-ratio, no cap). ``delta``
       (default None): the unclipped branch uses min(rho, delta).
     * The loss (``loss_type``): -min(rho A, clip(rho, 1 - epsilon, 1 + epsilon_high) A)
-      per token, plus ``beta`` * k3 (no clamp) per token, then the normalisation:
+      per token, plus ``beta`` * k3 (no clamp) per token, the k3 multiplied by the ratio
+      (rho_t, or s_i at the sequence level; before ``delta``) and differentiated through it
+      with ``use_bias_correction_kl=True`` (TRL 1.16.0's default; docs/conventions.md
+      section 16), then the normalisation:
       ``"grpo"`` sequence mean of token means over every row, ``"bnpo"`` local token
       mean, ``"dr_grpo"`` sum / (B * ``max_completion_length``; None: the batch's width
       T), ``"dapo"`` (default) sum /
@@ -70,7 +74,8 @@ def _trl_grpo(x: Rollout, p: dict) -> dict:
     * One process, one gradient-accumulation step (TRL divides grpo/bnpo/dr_grpo by the
       number of accumulation steps; the clip statistics' min/max are over processes,
       here the one value).
-    * Statistics: ``kl`` (token mean of k3, with beta > 0), ``clip_ratio/low_mean`` (A < 0
+    * Statistics: ``kl`` (token mean of k3, times the ratio with the bias correction, with
+      beta > 0), ``clip_ratio/low_mean`` (A < 0
       and min(rho, delta) < 1 - epsilon), ``clip_ratio/high_mean`` (A > 0 and above
       1 + epsilon_high), ``clip_ratio/region_mean`` (token means; means over sequences at
       the sequence level), ``low_min`` and ``high_max``, the smallest and the largest
@@ -106,7 +111,10 @@ def _trl_grpo(x: Rollout, p: dict) -> dict:
         sapo_tau_pos=float(np.float32(p["sapo_temperature_pos"])),
         sapo_tau_neg=float(np.float32(p["sapo_temperature_neg"])),
         loss_type=form, cispo_clip=p["cispo_clip"], agg=agg, norm=norm, kl_coef=p["beta"],
-        kl_estimator=p["kl_estimator"], log_ratio_clamp=p["log_ratio_clamp"], **vespo)
+        kl_estimator=p["kl_estimator"], log_ratio_clamp=p["log_ratio_clamp"],
+        # why: TRL 1.16.0 multiplies the per-token k3 by coef_1, the ratio of
+        # importance_sampling_level (vespo's too), before delta clamps it
+        kl_ratio=level if _flag(p, "use_bias_correction_kl", name) else None, **vespo)
     # (CISPO's loss is (B, T) at either level: -c A logp_t; the row-mean form is the clip's)
     # (VESPO's weights enter phi per token, whatever the level, which it ignores)
     is_w, rollout_stats = _rollout_correction(name, x, m, A, p,
@@ -222,7 +230,8 @@ PRESET = Preset(
                 "loss with beta.",
     defaults={"loss_type": "dapo", "scale_rewards": "group",
               "importance_sampling_level": "token", "epsilon": 0.2, "epsilon_high": None,
-              "delta": None, "beta": 0.0, "max_completion_length": 512,
+              "delta": None, "beta": 0.0, "use_bias_correction_kl": True,
+              "max_completion_length": 512,
               "num_items_in_batch": None, "vespo_k_pos": 2.0, "vespo_lambda_pos": 3.0,
               "vespo_k_neg": 3.0, "vespo_lambda_neg": 2.0, "sapo_temperature_pos": 1.0,
               "sapo_temperature_neg": 1.05,
