@@ -147,7 +147,7 @@ def test_correction_without_logp_rollout_names_the_option(name, options, option)
 
 @pytest.mark.parametrize("name, options, message", [
     ("trl-grpo", {"vllm_importance_sampling_clip_min": 4.0},
-     "vllm_importance_sampling_clip_min must be <= vllm_importance_sampling_clip_max"),
+     "vllm_importance_sampling_clip_min must be < vllm_importance_sampling_clip_max"),
     ("trl-grpo", {"vllm_importance_sampling_clip_max": -1.0},
      "vllm_importance_sampling_clip_max: must be > 0"),
     ("trl-grpo", {"vllm_importance_sampling_clip_max": math.nan},

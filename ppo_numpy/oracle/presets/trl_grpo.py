@@ -10,14 +10,15 @@ from ...rollout import Rollout
 from ._common import (
     GROUP_INPUT_NAMES,
     Preset,
+    _flag,
     broadcast,
     float32_roundings,
     group_advantages,
     group_std,
     mean_rows,
     policy_result,
-    _flag,
     require_choice,
+    trl_check_is_options,
     trl_is_weights,
     trl_off_policy_mask,
     trl_uses_vllm,
@@ -81,7 +82,8 @@ def _trl_grpo(x: Rollout, p: dict) -> dict:
       the sequence level), ``low_min`` and ``high_max``, the smallest and the largest
       clipped fraction of one sequence (TRL 1.16.0), ``cispo_clip_ratio`` for cispo;
       ``vespo/phi_seq_mean`` for vespo (the mean over sequences of phi);
-      ``reward``, ``reward_std`` (mean of the group stds), ``frac_reward_zero_std``.
+      ``reward``, ``reward_std`` (TRL's ``nanstd`` of every reward of the batch, float32:
+      ``batch_reward_std``), ``frac_reward_zero_std``.
       ``entropy`` needs logits and is not produced.
     * The rollout correction (``use_vllm``, ``vllm_importance_sampling_*``,
       ``off_policy_mask_threshold``, a case with ``logp_rollout``): ``_rollout_correction``.
@@ -89,6 +91,7 @@ def _trl_grpo(x: Rollout, p: dict) -> dict:
       rounding, float64 rtol 1e-9 + 2^-24.
     """
     name = "trl-grpo"
+    trl_check_is_options(name, p)
     m = x.mask
     xm = x.on(m)
     require_choice(name, p, "loss_type", LOSS_TYPES)
@@ -160,9 +163,26 @@ def _trl_grpo(x: Rollout, p: dict) -> dict:
                       "clip_ratio/high_max": float(np.max(per_sequence(high))),
                       "clip_ratio/region_mean": batch_mean(low | high)})
     std = group_std(x.scores, x.groups, dtype=np.float32, ddof=p["std_ddof"])
-    stats.update({"reward": mean_rows(x.scores), "reward_std": mean_rows(std),
+    stats.update({"reward": mean_rows(x.scores), "reward_std": batch_reward_std(x.scores),
                   "frac_reward_zero_std": mean_rows(np.isclose(std, 0.0)), **rollout_stats})
     return policy_result(A, pl, dlogp, stats)  # A is 0 at padding (broadcast)
+
+
+def batch_reward_std(scores) -> float:
+    """TRL's logged ``reward_std``: ``nanstd(rewards)`` over the whole batch (trl 1.16.0
+    grpo_trainer.py ``_generate_and_score_completions``; ``trl/trainer/utils.py`` ``nanstd``:
+    the mean squared deviation times n / (n - 1), square-rooted), in float32 as TRL's rewards
+    are: NaN for one response (0 times n / 0). Not the mean of the group stds.
+
+    >>> round(batch_reward_std([1.0, 0.0, 0.0, 0.0]), 6)   # sqrt(0.1875 * 4 / 3) = 0.5
+    0.5
+    """
+    s = np.asarray(scores, dtype=np.float32)
+    n = np.float32(s.size)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mean = np.float32(s.sum(dtype=np.float32) / n)
+        var = np.float32(((s - mean) ** 2).sum(dtype=np.float32) / n)
+        return float(np.sqrt(var * (n / np.float32(n - 1))))
 
 
 def _rollout_correction(name, x: Rollout, m, A, p: dict, level: str):
@@ -253,10 +273,12 @@ PRESET = Preset(
         "huggingface/trl: trl/trainer/grpo_trainer.py (the vLLM importance sampling of "
         "_generate_and_score_completions, get_off_policy_mask), 1.16.0",
     ),
-    tolerances=float32_roundings(1),
-    tolerance_note="TRL logs its clip statistics as float32 means of .float() flags "
-                   "(trl/trainer/grpo_trainer.py _compute_loss): 2^-24 relative on top of the "
-                   "float64 rtol",
+    tolerances=float32_roundings(4),
+    tolerance_note="TRL logs its clip statistics as float32 means of .float() flags and its "
+                   "reward statistics as float32 nanmean / nanstd of the float32 rewards "
+                   "(trl/trainer/grpo_trainer.py _compute_loss, "
+                   "_generate_and_score_completions): up to 4 float32 roundings, 4 2^-24 "
+                   "relative on top of the float64 rtol",
     pipeline=_trl_grpo,
     input_names=GROUP_INPUT_NAMES,
 )
