@@ -20,7 +20,8 @@ OUTPUTS["verl-grpo"] = OUTPUTS["verl-grpo"] + ["stat/actor/ppo_kl"]
 
 TRL = {"loss_type": "dapo", "scale_rewards": "group", "importance_sampling_level": "token",
        "epsilon": 0.2, "epsilon_high": None, "delta": None, "beta": 0.0,
-       "use_bias_correction_kl": True, "max_completion_length": 512, "num_items_in_batch": None, "std_ddof": 1,
+       "use_bias_correction_kl": True, "max_completion_length": 512,
+       "num_items_in_batch": None, "std_ddof": 1,
        "std_eps": 1e-4, "std_eps_placement": "std", "singleton": "zero",
        "kl_estimator": "k3", "log_ratio_clamp": None, "cispo_clip": "max",
        "vespo_k_pos": 2.0, "vespo_lambda_pos": 3.0, "vespo_k_neg": 3.0, "vespo_lambda_neg": 2.0}
