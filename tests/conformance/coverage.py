@@ -48,9 +48,41 @@ PINNED = {
     },
     "verl": {},
     "verl-grpo": {},
-    "openrlhf": {},
-    "openrlhf-grpo": {},
+    "openrlhf": {
+        "args.actor.policy_loss_type": ("ppo", "preset openrlhf is PPO's clipped loss; "
+                                               "gspo is an option of openrlhf-grpo"),
+    },
+    "openrlhf-grpo": {
+        "args.actor.loss_agg_mode": ("token-mean", "preset openrlhf-grpo aggregates by token "
+                                                   "mean, OpenRLHF's default"),
+    },
 }
+_VERL_SHARED = {
+    "ActorConfig.global_batch_info": (
+        {}, "the composition of one micro-batch on one rank: agg_loss then takes the "
+            "micro-batch's own token and sequence counts (what the engine worker passes, "
+            "batch_num_tokens and global_batch_size, is not passed yet: left, issue 34 item 2)"),
+    "ActorConfig.policy_loss.rollout_correction": (
+        None, "set by apply_bypass_mode to the algorithm's rollout_correction (the rollout_* "
+              "options) in bypass mode"),
+    "AlgoConfig.use_pf_ppo": (False, "PF-PPO reweights the batch by reward before the "
+                                     "advantages; no preset has it"),
+    "AlgoConfig.pf_ppo": ({"reweight_method": "pow", "weight_pow": 2.0},
+                          "PF-PPO's settings, read with use_pf_ppo False: no preset has it"),
+    "AlgoConfig.gdpo_reward_keys": (None, "gdpo's reward keys are the reward function's "
+                                          "(the case's reward_components columns)"),
+}
+PINNED["verl"].update(_VERL_SHARED)
+PINNED["verl-grpo"]["AlgoConfig.lam"] = (1.0, "compute_advantage passes it to GAE only; the "
+                                              "critic-free estimators do not read it")
+PINNED["verl-grpo"].update(_VERL_SHARED)
+PINNED["verl"].update({
+    "ActorConfig.kl_loss_type": ("low_var_kl", "preset verl's KL loss is verl's default "
+                                               "low_var_kl (k3 clamped to [-10, 10]); "
+                                               "kl_estimator is the reward's KL"),
+    "ActorConfig.policy_loss.loss_mode": ("vanilla", "preset verl is PPO's clipped loss; "
+                                                     "the other modes are verl-grpo's"),
+})
 
 
 def mapped(preset_name: str) -> dict:
@@ -66,6 +98,11 @@ def mapped(preset_name: str) -> dict:
                     out["ActorConfig." + path.removeprefix("actor_rollout_ref.actor.")] = option
                 elif path.startswith("algorithm."):
                     out["AlgoConfig." + path.removeprefix("algorithm.")] = option
+                if path.startswith("algorithm.rollout_correction."):
+                    # (bypass mode: apply_bypass_mode gives the actor's policy loss the
+                    # algorithm's rollout_correction)
+                    out["ActorConfig.policy_loss.rollout_correction." + path.removeprefix(
+                        "algorithm.rollout_correction.")] = option
         return out
     if preset_name in ("openrlhf", "openrlhf-grpo"):
         mapping = OPENRLHF if preset_name == "openrlhf" else OPENRLHF_GRPO

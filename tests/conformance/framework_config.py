@@ -57,6 +57,36 @@ class Recorder:
         return getattr(self._target, name, default)
 
 
+_RECORDING = {}
+
+
+def recording(obj, log: set, prefix: str):
+    """``obj`` (a dataclass configuration object) as an instance of a subclass of its own
+    class that records every field read into ``log``: the framework's ``isinstance`` checks
+    still hold (verl asserts ``isinstance(config, ActorConfig)``)."""
+    import copy
+
+    cls = type(obj)
+    sub = _RECORDING.get(cls)
+    if sub is None:
+        def __getattribute__(self, name):
+            value = object.__getattribute__(self, name)
+            if name.startswith("_") or callable(value):
+                return value
+            log_, prefix_ = object.__getattribute__(self, "_recording_")
+            if _is_config(value) and not isinstance(value, SimpleNamespace):
+                return recording(value, log_, prefix_ + name + ".")
+            log_.add(prefix_ + name)
+            return value
+
+        sub = _RECORDING[cls] = type(cls.__name__, (cls,), {
+            "__getattribute__": __getattribute__, "__module__": cls.__module__})
+    new = copy.copy(obj)
+    object.__setattr__(new, "__class__", sub)
+    object.__setattr__(new, "_recording_", (log, prefix))
+    return new
+
+
 def _is_config(value) -> bool:
     return (dataclasses.is_dataclass(value) and not isinstance(value, type)) or \
         isinstance(value, SimpleNamespace)
@@ -134,6 +164,51 @@ def verl_trainer_config(overrides: dict, composition: dict):
     return cfg
 
 
+#: one optimizer step of one micro-batch on one rank (rollout.n 1: the rows are the
+#: mini-batch); these only satisfy ActorConfig's checks, the loss path does not read them
+VERL_COMPOSITION = {"actor_rollout_ref.rollout.n": 1,
+                    "actor_rollout_ref.actor.ppo_mini_batch_size": 1,
+                    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 1}
+
+
+@functools.lru_cache(maxsize=1)
+def verl_default_objects():
+    """(ActorConfig, AlgoConfig, RolloutCorrectionConfig, the configuration) of verl's file
+    with nothing set, built once by hydra as verl builds them."""
+    cfg = verl_trainer_config({}, VERL_COMPOSITION)
+    return (*verl_objects(cfg), cfg)
+
+
+def verl_objects_with(overrides: dict):
+    """The default objects with ``overrides`` ({trainer-file path: value}) applied by
+    ``dataclasses.replace`` (each object's own checks run again), and the critic's
+    (cliprange_value, loss_agg_mode). Much faster than hydra per case, the same objects."""
+    actor, algo, rc, cfg = verl_default_objects()
+    parts = {"actor": {}, "policy_loss": {}, "algo": {}, "kl_ctrl": {}, "rc": {}}
+    critic = {"cliprange_value": cfg.critic.cliprange_value,
+              "loss_agg_mode": cfg.critic.loss_agg_mode}
+    for path, value in overrides.items():
+        for prefix, part in (("actor_rollout_ref.actor.policy_loss.", "policy_loss"),
+                             ("actor_rollout_ref.actor.", "actor"),
+                             ("algorithm.rollout_correction.", "rc"),
+                             ("algorithm.kl_ctrl.", "kl_ctrl"), ("algorithm.", "algo")):
+            if path.startswith(prefix):
+                parts[part][path.removeprefix(prefix)] = value
+                break
+        else:
+            if path.startswith("critic."):
+                critic[path.removeprefix("critic.")] = value
+            else:
+                raise KeyError(path)
+    rc = dataclasses.replace(rc, **parts["rc"])
+    policy_loss = dataclasses.replace(actor.policy_loss, **parts["policy_loss"])
+    actor = dataclasses.replace(actor, policy_loss=policy_loss, **parts["actor"])
+    algo = dataclasses.replace(algo, kl_ctrl=dataclasses.replace(algo.kl_ctrl,
+                                                                 **parts["kl_ctrl"]),
+                               rollout_correction=rc, **parts["algo"])
+    return actor, algo, rc, SimpleNamespace(**critic)
+
+
 @functools.lru_cache(maxsize=1)
 def _verl_file():
     """verl's trainer configuration file, as a plain container (read once per process)."""
@@ -175,7 +250,10 @@ VERL = {"gamma": ["algorithm.gamma"], "lam": ["algorithm.lam"],
         "kl_estimator": ["algorithm.kl_penalty"],
         "epsilon": [_A + "clip_ratio", _A + "clip_ratio_low"],
         "epsilon_high": [_A + "clip_ratio_high"], "dual_clip": [_A + "clip_ratio_c"],
-        "value_clip": ["critic.cliprange_value"], "loss_agg_mode": [_A + "loss_agg_mode"],
+        "value_clip": ["critic.cliprange_value"],
+        # (the file's critic.loss_agg_mode is ${oc.select:actor_rollout_ref.actor.
+        # loss_agg_mode,token-mean}: the actor's)
+        "loss_agg_mode": [_A + "loss_agg_mode", "critic.loss_agg_mode"],
         "use_kl_loss": [_A + "use_kl_loss"],
         **{k: [v] for k, v in _ROLLOUT.items()}}
 #: preset verl-grpo option -> the trainer configuration's paths

@@ -301,8 +301,9 @@ SPECS = {
             "advantages the loss is given): TRL computes them inline in "
             "GRPOTrainer._generate_and_score_completions, with generation and the reward "
             "functions, which cannot be called alone; the loss is fed the preset's "
-            "advantages. reward and reward_std are compared: nanmean and nanstd (TRL's own "
-            "functions) of the float32 scores, as that function logs them (lines 2828-2829)",
+            "advantages; reward, TRL's float32 nanmean of the scores: where their mean nearly "
+            "cancels its rounding, u_32 sum|s| / n, exceeds any relative tolerance. "
+            "reward_std is compared: TRL's nanstd of the float32 scores (line 2829)",
             "entropy: needs logits"],
     },
     "trl-0.11": {

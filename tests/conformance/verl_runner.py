@@ -87,36 +87,18 @@ POLICY_LOSS_FIELDS = ("clip_cov_ratio", "clip_cov_lb", "clip_cov_ub", "kl_cov_ra
                       "ppo_kl_coef", "dro_beta")
 
 
-def verl_configs(preset_name: str, case: dict, B: int, log: set | None = None):
-    """(ActorConfig, AlgoConfig, RolloutCorrectionConfig, the trainer configuration) of
-    verl's own trainer configuration file with its defaults and only the options the case
-    sets (``framework_config.VERL`` / ``VERL_GRPO``; the critic-free estimator of verl-grpo
-    always), for one micro-batch of the case's B responses on one rank. The ActorConfig and
-    AlgoConfig are read through Recorders into ``log``."""
-    from .framework_config import (
-        DEFINING,
-        VERL,
-        VERL_GRPO,
-        Recorder,
-        verl_objects,
-        verl_overrides,
-        verl_trainer_config,
-    )
+def verl_configs(preset_name: str, case: dict):
+    """(ActorConfig, AlgoConfig, RolloutCorrectionConfig, the critic's settings) of verl's own
+    trainer configuration file with its defaults and only the options the case sets
+    (``framework_config.VERL`` / ``VERL_GRPO``; the critic-free estimator of verl-grpo
+    always)."""
+    from .framework_config import DEFINING, VERL, VERL_GRPO, verl_objects_with, verl_overrides
 
     mapping = VERL if preset_name == "verl" else VERL_GRPO
     params = dict(case.get("params", {}))
     for option in DEFINING.get(preset_name, {}):
         params.setdefault(option, params_of(preset_name, case)[option])
-    # one optimizer step of one micro-batch of B rows on one rank (rollout.n 1: the rows are
-    # the mini-batch); the critic's cliprange_value and the rest as the file has them
-    composition = {"actor_rollout_ref.rollout.n": 1,
-                   "actor_rollout_ref.actor.ppo_mini_batch_size": B,
-                   "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": B}
-    cfg = verl_trainer_config(verl_overrides(mapping, params), composition)
-    actor, algo, rc = verl_objects(cfg)
-    if log is not None:
-        actor, algo = Recorder(actor, log, "ActorConfig."), Recorder(algo, log, "AlgoConfig.")
-    return actor, algo, rc, cfg
+    return verl_objects_with(verl_overrides(mapping, params))
 
 
 def numpy_randperm(seed):
@@ -203,21 +185,19 @@ def bypass_configs(preset_name, case, B, log, x):
     """verl_configs, and in bypass mode (a case with logp_rollout and
     rollout_correction.bypass_mode) what ``rollout_corr_helper.apply_bypass_mode`` does to
     the actor's policy-loss configuration: loss_mode "bypass_mode", its rollout_correction
-    the algorithm's."""
-    actor, algo, rc, cfg = verl_configs(preset_name, case, B, None)
+    the algorithm's. The ActorConfig and AlgoConfig are read through Recorders into ``log``."""
+    import dataclasses
+
+    actor, algo, rc, critic = verl_configs(preset_name, case)
     bypass = x.get("logp_rollout") is not None and rc.bypass_mode
     if bypass:
-        from omegaconf import open_dict
-
-        with open_dict(cfg.actor_rollout_ref.actor.policy_loss):
-            cfg.actor_rollout_ref.actor.policy_loss.loss_mode = "bypass_mode"
-        from .framework_config import verl_objects
-        actor, algo, rc = verl_objects(cfg)
-        object.__setattr__(actor.policy_loss, "rollout_correction", rc)
+        actor = dataclasses.replace(actor, policy_loss=dataclasses.replace(
+            actor.policy_loss, loss_mode="bypass_mode", rollout_correction=rc))
     if log is not None:
-        from .framework_config import Recorder
-        actor, algo = Recorder(actor, log, "ActorConfig."), Recorder(algo, log, "AlgoConfig.")
-    return actor, algo, rc, cfg, bypass
+        from .framework_config import recording
+        actor = recording(actor, log, "ActorConfig.")
+        algo = recording(algo, log, "AlgoConfig.")
+    return actor, algo, rc, critic, bypass
 
 
 def verl_ppo(case: dict, log: set | None = None) -> dict:
@@ -225,7 +205,7 @@ def verl_ppo(case: dict, log: set | None = None) -> dict:
     (its file's defaults, the case's options)."""
     x = case["inputs"]
     B = x["mask"].shape[0]
-    actor, algo, rc, cfg, bypass = bypass_configs("verl", case, B, log, x)
+    actor, algo, rc, critic, bypass = bypass_configs("verl", case, B, log, x)
     mask_t = response_mask(x["mask"])
     scores = scores_at_last_token(x["scores"], x["mask"])
     data = Data(Batch(B, response_mask=mask_t, token_level_scores=scores,
@@ -256,7 +236,7 @@ def verl_ppo(case: dict, log: set | None = None) -> dict:
     values = tensor(x["values"], grad=True)
     vf_loss, vf_clipfrac = core_algos.compute_value_loss(
         vpreds=values, returns=returns, values=tensor(x["old_values"]), response_mask=mask_bool,
-        cliprange_value=cfg.critic.cliprange_value, loss_agg_mode=cfg.critic.loss_agg_mode)
+        cliprange_value=critic.cliprange_value, loss_agg_mode=critic.loss_agg_mode)
     stats.update(metrics)
     stats.update({"actor/pg_loss": item(pg_loss), "critic/vf_loss": item(vf_loss),
                   "critic/vf_clipfrac": item(vf_clipfrac)})
@@ -294,7 +274,7 @@ def verl_grpo(case: dict, log: set | None = None) -> dict:
     p = params_of("verl-grpo", case)
     x = case["inputs"]
     B = x["mask"].shape[0]
-    actor, algo, rc, cfg, bypass = bypass_configs("verl-grpo", case, B, log, x)
+    actor, algo, rc, _, bypass = bypass_configs("verl-grpo", case, B, log, x)
     mask_t = response_mask(x["mask"])
     scores = scores_at_last_token(x["scores"], x["mask"])
     data = Data(Batch(B, response_mask=mask_t, token_level_scores=scores,
@@ -323,15 +303,11 @@ def verl_grpo(case: dict, log: set | None = None) -> dict:
         gdpo = gdpo_inputs(data, x, p)
     if gdpo:
         # (the reward keys are the trainer's reward function's; the weights the option's)
-        from omegaconf import open_dict
-
-        from .framework_config import verl_objects
-        with open_dict(cfg.algorithm):
-            cfg.algorithm.gdpo_reward_keys = gdpo["gdpo_reward_keys"]
-        _, algo, _ = verl_objects(cfg)
+        import dataclasses
+        algo = dataclasses.replace(algo, gdpo_reward_keys=gdpo["gdpo_reward_keys"])
         if log is not None:
-            from .framework_config import Recorder
-            algo = Recorder(algo, log, "AlgoConfig.")
+            from .framework_config import recording
+            algo = recording(algo, log, "AlgoConfig.")
     if algo.adv_estimator != "remax":
         del data.batch["reward_baselines"]  # compute_advantage passes it when present
     data = compute_advantage(data, algo.adv_estimator, gamma=algo.gamma,
