@@ -858,9 +858,10 @@ def openrlhf_correction(name: str, x: Rollout, m, p: dict, policy_loss_type: str
                              f"{p['is_correction_threshold']!r}")
         if policy_loss_type != "ppo":
             return None
+        # (low: 0 for one threshold, as OpenRLHF makes it; its rounding below 0 drops tokens)
         return rollout_divergence_gate(x.logp_old, x.logp_rollout, m, divergence=gating,
-                                       high=high, level="sequence" if level == "seq" else
-                                       "token")
+                                       high=high, low=low, level="sequence" if level == "seq"
+                                       else "token")
     if low < 0:
         low = None  # (ratios are >= 0: no bound)
     if policy_loss_type != "ppo":
