@@ -65,3 +65,34 @@ def test_trl_grpoconfig_refuses_a_truncation_without_bounds_whatever_the_case():
     # the correction off: the mode is not checked, the bounds still are
     TRL(case, vllm_importance_sampling_correction=False, vllm_importance_sampling_clip_max=None,
         vllm_importance_sampling_mode="token_truncate")
+
+
+def test_openrlhf_return_reads_the_padding_and_its_failure_line_says_so():
+    # OpenRLHF 0.11.2 compute_reward: r_t = -beta KL_t at every column (padding included),
+    # the score at the last token; stat/return is the mean over rows of the row sums. A row
+    # [token, pad] with KL (k1 = logp_old - logp_ref) 0.5 at the pad and beta 0.1: the pad
+    # adds -0.05 to the return. A candidate that zeroes its padding misses it.
+    from ppo_numpy.oracle.compare import compare
+
+    preset = get_preset("openrlhf-grpo")
+    lp_old = np.array([[-1.0, -1.5], [-1.0, -1.5]])
+    ref = np.array([[-1.0, -2.0], [-1.0, -2.0]])
+    case = {"name": "pad-kl", "inputs": {
+        "logp": lp_old.copy(), "logp_old": lp_old, "logp_ref": ref,
+        "scores": np.array([1.0, 0.0]), "groups": np.array([0.0, 0.0]),
+        "baseline_scores": np.zeros(2), "mask": np.array([[1.0, 0.0], [1.0, 0.0]])},
+        "params": {"init_kl_coef": 0.1}}
+    out = preset(case)
+    # group_norm: the two scores become +a and -a (their sum 0); each row adds the pad's
+    # -0.1 * 0.5 (k1 0 at the token): the mean return is -0.05, all of it from the padding
+    assert out["stat/return"] == pytest.approx(-0.05, rel=1e-12)
+
+    def zeroed_padding(c):
+        x = {k: (np.where(c["inputs"]["mask"] == 1, v, 0.0)
+                 if np.shape(v) == np.shape(c["inputs"]["mask"]) and k != "mask" else v)
+             for k, v in c["inputs"].items()}
+        return preset({**c, "inputs": x})
+
+    report = compare(zeroed_padding, preset, [case], probes=0)
+    (row,) = [r for r in report.failures if r.output == "stat/return"]
+    assert "stat/return reads the padding" in row.describe()

@@ -785,6 +785,11 @@ def compare(candidate, reference, cases=None, dtype="float64", *, outputs=None,
         report.extend(compare_outputs(actual, expected, dtype=dtype, case=ref_case,
                                       outputs=outputs, tolerance=tol, alternatives=alternatives,
                                       known=known, looser=looser, candidate=label))
+    # an output that is an exception to the comparison's rules says so where it fails
+    notes = getattr(reference, "output_notes", None) or {}
+    for row in report.failures:
+        if row.output in notes and notes[row.output] not in row.note:
+            row.note = f"{row.note}; {notes[row.output]}" if row.note else notes[row.output]
     return report
 
 

@@ -129,6 +129,9 @@ class Preset:
     tolerances: dict = field(default_factory=dict)
     tolerance_note: str = ""
     input_names: tuple = INPUT_NAMES
+    #: {output: a sentence the comparison adds to that output's failure line} (an output
+    #: that is an exception to a rule of the comparison, e.g. one that reads the padding)
+    output_notes: dict = field(default_factory=dict)
 
     @property
     def parameters(self) -> dict:
