@@ -147,6 +147,18 @@ def write_report(path: Path, summaries: dict, errors: dict, specs: dict, not_run
             add(f"| `{name}` | `{o}` | `{mine}` | `{where}` | `{theirs}` | "
                 f"{'yes' if same else '**no**'} |")
     add("")
+    add("A changed default fails the preset. Checked once per framework (issue 34), each file "
+        "restored after: TRL's `trl/trainer/grpo_config.py` `epsilon` default 0.2 -> 0.25 "
+        "gives `conformance: FAILED: trl-grpo: default epsilon: preset 0.2, "
+        "GRPOConfig.epsilon 0.25 in the installed release`; verl's "
+        "`_generated_ppo_trainer.yaml` actor `clip_ratio_c` 3.0 -> 2.5 fails `verl` and "
+        "`verl-grpo` (`default dual_clip: preset 3.0, actor_rollout_ref.actor.clip_ratio_c 2.5`); "
+        "OpenRLHF's `train_ppo_ray.py` `--actor.eps_clip` default 0.2 -> 0.25 fails "
+        "`openrlhf` and `openrlhf-grpo` (`default epsilon: preset 0.2, --actor.eps_clip 0.25`). "
+        "Each time the nothing-set run failed too (12 of 17, 3 of 26 and 2 of 16, 17 of 24 "
+        "and 10 of 16 cases). `tests/test_conformance_mechanism.py` tests the mechanism "
+        "without the frameworks.")
+    add("")
     add("Nothing set on either side (the oracle's own cases):")
     add("")
     for name, s in summaries.items():
