@@ -58,6 +58,8 @@ __all__ = ["CISPO_CLIPS", "LOSS_TYPES", "PolicyLossOptions", "loss_options",
 SEQUENCE_GRADIENTS = ("sequence", "token")
 #: the forms of the per-token policy loss (the last eight: ppo_numpy.policy_losses_extra)
 LOSS_TYPES = ("clip", "cispo", "vespo") + extra_losses.EXTRA_LOSS_TYPES
+#: the ratios that may multiply the KL term (PolicyLossOptions.kl_ratio)
+KL_RATIOS = ("token", "sequence")
 #: how CISPO bounds its importance weight
 CISPO_CLIPS = ("range", "max")
 #: VESPO's default (k_pos, lambda_pos, k_neg, lambda_neg) (TRL 1.16.0 GRPOConfig)
@@ -127,6 +129,14 @@ class PolicyLossOptions:
     kl_agg : str, optional
         The KL term's aggregation mode; ``None`` (default): ``agg``, as TRL adds it per
         token to the policy loss.
+    kl_ratio : {None, "token", "sequence"}
+        The KL term's importance-sampling correction (TRL 1.16.0's
+        ``use_bias_correction_kl``): each KL_t is multiplied by the ratio of the current
+        policy to pi_old, rho_t = exp(log rho_t) (``"token"``) or the sequence ratio
+        s_i = exp((1/n_i) sum_t log rho_t) (``"sequence"``), *differentiated*: the KL's
+        gradient gains KL_t times the ratio's own gradient, even where the ratio is 1. The
+        ratio is the one before any ``delta`` or ``log_ratio_max`` (TRL multiplies before
+        ``delta`` clamps it). ``None`` (default): KL_t alone.
     sapo_tau_pos : float > 0
         SAPO's gate temperature for A > 0. Default 1.0 (verl's ``tau_pos``, TRL's
         ``sapo_temperature_pos``).
@@ -177,6 +187,7 @@ class PolicyLossOptions:
     kl_estimator: str = "k3"
     kl_clamp: float | None = None
     kl_agg: str | None = None
+    kl_ratio: str | None = None
     vespo_k_pos: float = 2.0
     vespo_lambda_pos: float = 3.0
     vespo_k_neg: float = 3.0
@@ -227,6 +238,8 @@ class PolicyLossOptions:
         set_(self, "kl_clamp", check_kl_clamp(self.kl_clamp, "kl_clamp"))
         if self.kl_agg is not None:
             check_mode(self.kl_agg, "kl_agg")
+        if self.kl_ratio is not None:
+            check_choice(self.kl_ratio, "kl_ratio", KL_RATIOS, "KL ratio level")
         extra_losses.check_extra_options(self)
 
     def bounds(self, like=None):
@@ -556,10 +569,23 @@ def policy_loss_forward(logp, logp_old, A, m, opts: PolicyLossOptions, logp_ref=
                              "reference log-probabilities")
         # + beta aggregate(KL_t),  KL_t of pi_theta against pi_ref
         kl = where_valid(m, kl_estimate_kernel(logp, logp_ref, opts.kl_estimator, opts.kl_clamp))
+        if opts.kl_ratio is not None:
+            # KL_t r_t: the bias correction, r_t = rho_t or s_i (before delta), differentiated
+            kl = kl * kl_correction_ratio(log_rho, m, opts.kl_ratio)
         kl_loss = float(aggregate_kernel(kl, m, *_kl_agg(opts)))
     loss = policy_loss + opts.kl_coef * kl_loss if opts.kl_coef > 0 else policy_loss
     return PolicyLossForward(logp, log_ratio, log_rho, log_w_raw, log_w, rho, lo, hi, term, kl,
                              policy_loss, kl_loss, loss, surrogate, is_weights, extra)
+
+
+def kl_correction_ratio(log_rho, m, level: str):
+    """The ratio that multiplies KL_t under ``kl_ratio``: rho_t = exp(log rho_t)
+    (``"token"``) or s_i = exp((1/n_i) sum_t log rho_t) at every token of response i
+    (``"sequence"``); 0 at padding."""
+    if level == "sequence":
+        n = np.maximum(m.sum(axis=-1, keepdims=True), 1)
+        log_rho = np.where(m, log_rho, 0.0).sum(axis=-1, keepdims=True) / n
+    return np.where(m, np.exp(log_rho), 0.0)
 
 
 def cispo_weight(rho, lo, hi, opts: PolicyLossOptions):
@@ -649,9 +675,35 @@ def policy_loss_backward(f: PolicyLossForward, A, m, opts: PolicyLossOptions, lo
         # + beta aggregate(KL_t)
         mode, norm = _kl_agg(opts)
         w_kl = aggregation_weights(m, mode, norm)
-        dlogp = dlogp + opts.kl_coef * kl_estimate_grad_kernel(
-            f.logp, logp_ref, opts.kl_estimator, m, opts.kl_clamp, w_kl)
+        if opts.kl_ratio is not None:
+            dlogp = dlogp + opts.kl_coef * _dkl_corrected(f, logp_ref, m, opts, w_kl)
+        else:
+            dlogp = dlogp + opts.kl_coef * kl_estimate_grad_kernel(
+                f.logp, logp_ref, opts.kl_estimator, m, opts.kl_clamp, w_kl)
     return dlogp + 0.0  # (turns -0.0 into 0.0)
+
+
+def _dkl_corrected(f: PolicyLossForward, logp_ref, m, opts: PolicyLossOptions, w_kl):
+    """d aggregate(KL_t r_t) / d logp (``kl_ratio``): r_t dKL_t (the KL's own gradient,
+    weighted by the ratio) plus KL_t times the ratio's gradient: d rho_t / d logp_t = rho_t
+    at the token level; d s_i / d logp_t = s_i / n_i at every token of response i, so each
+    token gets s_i / n_i sum_u w_u KL_u. Nonzero even where the ratio is 1."""
+    r = kl_correction_ratio(f.log_rho, m, opts.kl_ratio)
+    kl = where_valid(m, kl_estimate_kernel(f.logp, logp_ref, opts.kl_estimator, opts.kl_clamp))
+    # r_t d KL_t
+    dkl = kl_estimate_grad_kernel(f.logp, logp_ref, opts.kl_estimator, m, opts.kl_clamp,
+                                  w_kl * r)
+    if opts.kl_ratio == "sequence":
+        # d s_i / d logp_t = s_i / n_i: each token of the row gets the row's sum
+        n = np.maximum(m.sum(axis=-1, keepdims=True), 1)
+        dlog_rho = np.where(m, (w_kl * kl * r).sum(axis=-1, keepdims=True) / n, 0.0)
+    else:
+        # d rho_t / d logp_t = rho_t
+        dlog_rho = w_kl * kl * r
+    if opts.log_ratio_clamp is not None:
+        # log rho = clip(logp - logp_old, -c, c): the bound passes the gradient
+        dlog_rho = dlog_rho * (np.abs(f.log_ratio) <= opts.log_ratio_clamp)
+    return dkl + where_valid(m, dlog_rho)
 
 
 def policy_loss_stats(f: PolicyLossForward, A, m, opts: PolicyLossOptions, *,
