@@ -308,6 +308,13 @@ def term_kernel(e: Enumeration, estimator: str, placement: str, form: str | None
                 gamma=1, bound=None):
     """:func:`expected_kl_term` of an enumeration, arguments checked: (value, gradient)."""
     q = e.P if e.on_policy else e.Q
+    value, c = per_response_terms(e, estimator, placement, form, gamma, bound)
+    return (q * value.sum(axis=1)).sum(), _expect(q, c, e.score)
+
+
+def per_response_terms(e: Enumeration, estimator: str, placement: str, form: str | None,
+                       gamma=1, bound=None):
+    """(value_t, c_t = d term / d logp_t), each (N, T), of every response and position."""
     if placement == "loss":
         k, dk = estimator_terms(e.d, e.rm1, estimator)
         value, c = form_terms(k, dk, e.d, e.rho, form, bound)
@@ -321,7 +328,7 @@ def term_kernel(e: Enumeration, estimator: str, placement: str, form: str | None
             carry = value[:, t] + gamma * carry
             G[:, t] = carry
         c = e.rho * G
-    return (q * value.sum(axis=1)).sum(), _expect(q, c, e.score)
+    return value, c
 
 
 def _check_term(estimator, placement, form):
