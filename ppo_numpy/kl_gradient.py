@@ -190,18 +190,18 @@ def kl_term_and_grad(logp, logp_ref, estimator="k3", form="plain", mask=None, *,
         arrays["logp_old"] = logp_old
     checked, m = prepare(arrays, mask, exact=False)
     logp, logp_ref = checked[:2]
-    logp_old = checked[2] if logp_old is not None else None
-    return kl_term_kernel(logp, logp_ref, logp_old, m, estimator, form, bound, clamp)
+    log_rho = checked[0] - checked[2] if logp_old is not None else None
+    return kl_term_kernel(logp, logp_ref, log_rho, m, estimator, form, bound, clamp)
 
 
-def kl_term_kernel(logp, logp_ref, logp_old, m, estimator, form, bound=None, clamp=None):
-    """:func:`kl_term_and_grad` on checked float64 arrays (unchecked kernel); ``logp_old``
-    ``None`` for rho = 1. Returns (value, dlogp), 0 at padding."""
+def kl_term_kernel(logp, logp_ref, log_rho, m, estimator, form, bound=None, clamp=None):
+    """:func:`kl_term_and_grad` on checked float64 arrays (unchecked kernel); ``log_rho`` =
+    logp - logp_old, or ``None`` for rho = 1. Returns (value, dlogp), 0 at padding."""
     # k and k' of ppo_numpy.kl (clamped: the derivative 0 where |k| > clamp)
     k = where_valid(m, kl_estimate_kernel(logp, logp_ref, estimator, clamp))
     dk = kl_estimate_grad_kernel(logp, logp_ref, estimator, m, clamp)
     # d = logp - logp_ref;  rho = exp(logp - logp_old), 1 on-policy
     d = logp - logp_ref
-    rho = np.ones_like(logp) if logp_old is None else np.exp(logp - logp_old)
+    rho = np.ones_like(logp) if log_rho is None else np.exp(log_rho)
     value, dvalue = form_terms(k, dk, d, rho, form, bound)
     return where_valid(m, value), where_valid(m, dvalue + 0.0)

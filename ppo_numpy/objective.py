@@ -47,6 +47,7 @@ from ._validation import (
 from .aggregation import aggregate_kernel, aggregation_weights, check_mode, mode_norm
 from .clipping import UNCLIPPED, check_dual_clip, clip_bounds, clip_case, surrogate_term
 from .kl import _check_estimator, check_kl_clamp, kl_estimate_grad_kernel, kl_estimate_kernel
+from .kl_gradient import OPENRLHF_IS_BOUND, check_form, check_is_bound, kl_term_kernel
 from .ratio import check_clamp, check_level
 
 __all__ = ["CISPO_CLIPS", "LOSS_TYPES", "PolicyLossOptions", "loss_options",
@@ -127,6 +128,17 @@ class PolicyLossOptions:
     kl_agg : str, optional
         The KL term's aggregation mode; ``None`` (default): ``agg``, as TRL adds it per
         token to the policy loss.
+    kl_gradient : {"plain", "ratio", "straight_through", "importance"}
+        How the KL term is differentiated (:mod:`ppo_numpy.kl_gradient`): ``"plain"``
+        (default) the estimator's own derivative (verl's ``low_var_kl``); ``"ratio"`` KL_t
+        times the differentiable token ratio exp(logp - logp_old) (TRL 1.16's
+        ``use_bias_correction_kl``, its default); ``"straight_through"`` KL_t's value with
+        k2's gradient (verl's ``k3+``); ``"importance"`` KL_t's value with the gradient
+        min(rho, kl_is_bound) (logp - logp_ref), the weight a constant (OpenRLHF 0.11.2's
+        ``unbiased_gradient``). The forms other than plain need ``importance_level="token"``.
+    kl_is_bound : float >= 1 or None
+        The ``"importance"`` form's upper bound on pi_theta / pi_old. Default 10.0
+        (OpenRLHF's ``KL_IS_WEIGHT_CLIP``); ``None``: no bound.
     sapo_tau_pos : float > 0
         SAPO's gate temperature for A > 0. Default 1.0 (verl's ``tau_pos``, TRL's
         ``sapo_temperature_pos``).
@@ -177,6 +189,8 @@ class PolicyLossOptions:
     kl_estimator: str = "k3"
     kl_clamp: float | None = None
     kl_agg: str | None = None
+    kl_gradient: str = "plain"
+    kl_is_bound: float | None = OPENRLHF_IS_BOUND
     vespo_k_pos: float = 2.0
     vespo_lambda_pos: float = 3.0
     vespo_k_neg: float = 3.0
@@ -227,6 +241,12 @@ class PolicyLossOptions:
         set_(self, "kl_clamp", check_kl_clamp(self.kl_clamp, "kl_clamp"))
         if self.kl_agg is not None:
             check_mode(self.kl_agg, "kl_agg")
+        check_form(self.kl_gradient, "kl_gradient")
+        set_(self, "kl_is_bound", check_is_bound(self.kl_is_bound, "kl_is_bound"))
+        if self.kl_gradient != "plain" and self.importance_level != "token":
+            raise ValueError(f"kl_gradient: {self.kl_gradient!r} is written for "
+                             "importance_level='token' (with 'sequence' TRL weights the KL by "
+                             "the sequence ratio instead); use kl_gradient='plain'")
         extra_losses.check_extra_options(self)
 
     def bounds(self, like=None):
@@ -555,7 +575,12 @@ def policy_loss_forward(logp, logp_old, A, m, opts: PolicyLossOptions, logp_ref=
             raise ValueError("logp_ref: the KL term of the loss (kl_coef > 0) needs the "
                              "reference log-probabilities")
         # + beta aggregate(KL_t),  KL_t of pi_theta against pi_ref
-        kl = where_valid(m, kl_estimate_kernel(logp, logp_ref, opts.kl_estimator, opts.kl_clamp))
+        if opts.kl_gradient == "plain":
+            kl = where_valid(m, kl_estimate_kernel(logp, logp_ref, opts.kl_estimator,
+                                                   opts.kl_clamp))
+        else:
+            # the form's value: KL_t, or KL_t rho_t (ratio), rho_t = exp(log_ratio_t)
+            kl = _kl_term(logp, logp_ref, log_ratio, m, opts)[0]
         kl_loss = float(aggregate_kernel(kl, m, *_kl_agg(opts)))
     loss = policy_loss + opts.kl_coef * kl_loss if opts.kl_coef > 0 else policy_loss
     return PolicyLossForward(logp, log_ratio, log_rho, log_w_raw, log_w, rho, lo, hi, term, kl,
@@ -580,6 +605,14 @@ def vespo_phi(log_rho, A, m, opts: PolicyLossOptions, is_weights=None):
                                    for x in (log_rho, A, m)), params,
                                  is_weights if two_d or is_weights is None else is_weights[None])
     return phi if two_d else phi[0]
+
+
+def _kl_term(logp, logp_ref, log_ratio, m, opts: PolicyLossOptions):
+    """(value, d value / d logp) of the KL term's form ``opts.kl_gradient`` (not plain), its
+    ratio rho_t = exp(logp_t - logp_old_t) the token ratio before any clamp (TRL's
+    ``coef_1``)."""
+    return kl_term_kernel(logp, logp_ref, log_ratio, m, opts.kl_estimator, opts.kl_gradient,
+                          opts.kl_is_bound, opts.kl_clamp)
 
 
 def _kl_agg(opts: PolicyLossOptions):
@@ -649,8 +682,13 @@ def policy_loss_backward(f: PolicyLossForward, A, m, opts: PolicyLossOptions, lo
         # + beta aggregate(KL_t)
         mode, norm = _kl_agg(opts)
         w_kl = aggregation_weights(m, mode, norm)
-        dlogp = dlogp + opts.kl_coef * kl_estimate_grad_kernel(
-            f.logp, logp_ref, opts.kl_estimator, m, opts.kl_clamp, w_kl)
+        if opts.kl_gradient == "plain":
+            dkl = kl_estimate_grad_kernel(f.logp, logp_ref, opts.kl_estimator, m, opts.kl_clamp,
+                                          w_kl)
+        else:
+            # d (form's value) / d logp (ppo_numpy.kl_gradient), times the weights
+            dkl = w_kl * _kl_term(f.logp, logp_ref, f.log_ratio, m, opts)[1]
+        dlogp = dlogp + opts.kl_coef * dkl
     return dlogp + 0.0  # (turns -0.0 into 0.0)
 
 

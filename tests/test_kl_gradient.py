@@ -213,3 +213,89 @@ def test_bad_input_names_the_argument(kwargs, error, message):
     with pytest.raises(error) as err:
         kl_term_and_grad(**args)
     assert message in str(err.value), str(err.value)
+
+
+# ---------------------------------------------------------------- in the loss of a toy policy
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_policy_parameters_against_differences_of_what_is_differentiated(form):
+    """ppo_loss_and_grads(..., kl_gradient=form): every parameter's gradient against finite
+    differences of the loss without the KL term plus the KL surrogate of the form (the
+    function the framework differentiates, written out above), with a weight bound that cuts
+    some tokens."""
+    from ppo_numpy.aggregation import aggregation_weights
+    from ppo_numpy.policy import BOS, MLPPolicy, evaluate, ppo_loss_and_grads, sample
+
+    model = MLPPolicy(7, 3, 4, 6, np.random.default_rng(0), max_len=8)
+    rng = np.random.default_rng(1)
+    prompts = np.array([[BOS, 3], [BOS, 4], [BOS, 5], [BOS, 6]])
+    r = sample(model, prompts, rng, 5)
+    m = r.mask.astype(bool)
+    batch = dict(prompts=prompts, responses=r.responses, mask=r.mask,
+                 logp_old=r.logp - rng.uniform(-0.4, 0.4, m.shape), old_values=r.values,
+                 advantages=np.zeros(m.shape), returns=r.values,
+                 logp_ref=r.logp + rng.uniform(0.1, 0.6, m.shape) * rng.choice([-1, 1], m.shape))
+    kw = dict(c_v=0.0, agg="seq-mean-token-mean", kl_coef=0.5, kl_estimator="k3",
+              kl_gradient=form, kl_is_bound=1.1)
+    _, grads, _ = ppo_loss_and_grads(model, batch, **kw)
+    w_agg = aggregation_weights(m, "seq-mean-token-mean")
+    logp0 = r.logp
+
+    def f(p):
+        logp = evaluate(model, prompts, r.responses, r.mask, params=p).logp
+        d = logp - batch["logp_ref"]
+        k3 = np.exp(-d) - 1 + d
+        rho = np.exp(logp - batch["logp_old"])
+        w = np.minimum(np.exp(logp0 - batch["logp_old"]), 1.1)  # held at the check's point
+        s = {"plain": k3, "ratio": k3 * rho, "straight_through": d**2 / 2,
+             "importance": w * d**2 / 2}[form]
+        return 0.5 * float((w_agg * np.where(m, s, 0.0)).sum())
+
+    report = gradcheck(f, model.params, grads, n_coords=8, rng=np.random.default_rng(2))
+    bad = [str(c) for c in report.values() if not c.close]
+    assert not bad, "\n".join(bad)
+    assert (np.exp(logp0 - batch["logp_old"])[m] > 1.1).any()  # the bound cuts
+
+
+def test_the_loop_passes_the_form(monkeypatch):
+    from ppo_numpy.training import loop
+    from ppo_numpy.training.config import PPOConfig
+
+    seen = []
+    real = loop.loss_and_grads_kernel
+
+    def spy(model, batch, opts, **kw):
+        seen.append(opts)
+        return real(model, batch, opts, **kw)
+
+    monkeypatch.setattr(loop, "loss_and_grads_kernel", spy)
+    config = PPOConfig(iterations=1, warmup_steps=5, batch_size=8, minibatches=2, epochs=1,
+                       beta=0.0, kl_loss_coef=0.1, kl_loss_gradient="importance",
+                       kl_loss_is_bound=None)
+    loop.ppo_iteration(loop.new_run(config))
+    assert (seen[0].kl_gradient, seen[0].kl_is_bound, seen[0].kl_coef) == ("importance", None,
+                                                                            0.1)
+
+
+@pytest.mark.parametrize("fields, message", [
+    (dict(kl_loss_is_bound=0.5), "kl_loss_is_bound: must be >= 1 or None"),
+    (dict(kl_loss_gradient="k3+"), "kl_loss_gradient: unknown"),
+    (dict(kl_loss_gradient="ratio", importance_level="sequence"),
+     "kl_loss_gradient: 'ratio' is written for importance_level='token'"),
+])
+def test_config_errors_name_the_field(fields, message):
+    from ppo_numpy.training.config import PPOConfig
+
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        PPOConfig(**fields)
+
+
+def test_policy_loss_options_refuse_a_form_at_the_sequence_level():
+    from ppo_numpy import PolicyLossOptions
+
+    with pytest.raises(ValueError, match="kl_gradient: 'ratio' is written for importance_level"):
+        PolicyLossOptions(kl_gradient="ratio", importance_level="sequence")
+    with pytest.raises(ValueError, match="kl_is_bound: must be >= 1"):
+        PolicyLossOptions(kl_is_bound=0.9)
+    assert PolicyLossOptions(kl_gradient="straight_through").kl_is_bound == 10.0
