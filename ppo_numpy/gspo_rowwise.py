@@ -55,7 +55,7 @@ def _sequence_clip(opts) -> bool:
     """The options part of the rule of :func:`use_rowwise`: the sequence level with the
     clipped surrogate."""
     return (opts.importance_level == "sequence" and opts.loss_type == "clip"
-            and opts.kl_ratio is None)
+            and opts.kl_gradient == "plain")
 
 
 def may_use_rowwise(opts) -> bool:

@@ -2,7 +2,8 @@
 ``use_bias_correction_kl`` (default True) multiplies the per-token k3 by the ratio coef_1, the
 token ratio or the sequence ratio, before ``delta`` clamps it, and differentiates through it
 (trl/trainer/grpo_trainer.py ``_compute_loss``: ``per_token_kl = per_token_kl * coef_1``).
-ppo_numpy: ``kl_ratio=`` of the policy loss; preset ``trl-grpo``'s ``use_bias_correction_kl``.
+ppo_numpy: ``kl_gradient="ratio"`` of the policy loss; preset ``trl-grpo``'s
+``use_bias_correction_kl``.
 
 Expectations: hand values (docs/conventions.md section 16's worked example) and central
 finite differences of the loss value in float64."""
@@ -30,7 +31,7 @@ def test_at_ratio_one_the_correction_adds_the_kl_itself_to_the_gradient():
     k3 = math.log(2) - 0.5
     for level in ("token", "sequence"):
         loss, stats, d = policy_loss_and_grad(logp, logp, A, logp_ref=ref, kl_coef=1.0,
-                                              kl_ratio=level, importance_level=level)
+                                              kl_gradient="ratio", importance_level=level)
         assert loss == pytest.approx(k3, rel=1e-15)
         # (at the sequence level each token gets s/n times the row's sum of w_u k3_u: the
         # same (1/2)(2 k3 / 2) = k3 / 2 here, plus the KL's own (1/2)(1/2))
@@ -49,9 +50,9 @@ def test_the_sequence_ratio_spreads_the_kl_over_the_response():
     A = np.zeros((1, 2))
     k3 = np.array([0.0, math.log(2) - 0.5])
     tok, _, _ = policy_loss_and_grad(logp, logp_old, A, logp_ref=ref, kl_coef=1.0,
-                                     kl_ratio="token")
+                                     kl_gradient="ratio")
     seq, _, d = policy_loss_and_grad(logp, logp_old, A, logp_ref=ref, kl_coef=1.0,
-                                     kl_ratio="sequence", importance_level="sequence")
+                                     kl_gradient="ratio", importance_level="sequence")
     assert tok == pytest.approx((k3 * [2.0, 0.5]).sum() / 2, rel=1e-14)
     assert seq == pytest.approx(k3.sum() / 2, rel=1e-14)
     # d/dlogp_t: (1/2)(s dk3_t + (s/2) sum_u k3_u), dk3 = (0, 1/2), s = 1
@@ -69,7 +70,7 @@ def test_the_gradient_by_finite_differences(level, agg):
     logp = logp_old + rng.normal(0.0, 0.3, (B, T))
     ref = logp + rng.normal(0.0, 0.4, (B, T))
     A = np.repeat(rng.normal(0.0, 1.0, (B, 1)), T, axis=1)
-    opts = dict(kl_coef=0.3, kl_ratio=level, importance_level=level, agg=agg, delta=1.4,
+    opts = dict(kl_coef=0.3, kl_gradient="ratio", importance_level=level, agg=agg, delta=1.4,
                 epsilon=0.2, epsilon_high=0.28)
 
     def loss(x):
@@ -102,6 +103,23 @@ def test_trl_grpo_defaults_to_the_correction_on_the_kl_case():
         preset(case, use_bias_correction_kl="yes")
 
 
-def test_kl_ratio_is_checked():
-    with pytest.raises(ValueError, match="kl_ratio"):
-        policy_loss_and_grad([0.0], [0.0], [1.0], logp_ref=[0.0], kl_coef=0.1, kl_ratio="row")
+def test_kl_gradient_and_its_ratio_level_are_checked():
+    with pytest.raises(ValueError, match="kl_gradient"):
+        policy_loss_and_grad([0.0], [0.0], [1.0], logp_ref=[0.0], kl_coef=0.1,
+                             kl_gradient="row")
+    with pytest.raises(ValueError, match="kl_ratio_level"):
+        policy_loss_and_grad([0.0], [0.0], [1.0], logp_ref=[0.0], kl_coef=0.1,
+                             kl_gradient="ratio", kl_ratio_level="row")
+
+
+def test_the_ratio_level_may_differ_from_the_importance_level():
+    # TRL's VESPO: its weight per token, the KL times the sequence ratio. rho = (2, 1/2),
+    # s = 1: with kl_ratio_level="sequence" the token-level loss's KL term is sum(k3_t)/2
+    logp_old = np.array([[-1.0, -1.0]])
+    logp = logp_old + np.log([2.0, 0.5])
+    ref = logp - np.array([0.0, math.log(2)])
+    k3 = np.array([0.0, math.log(2) - 0.5])
+    A = np.zeros((1, 2))
+    loss, _, _ = policy_loss_and_grad(logp, logp_old, A, logp_ref=ref, kl_coef=1.0,
+                                      kl_gradient="ratio", kl_ratio_level="sequence")
+    assert loss == pytest.approx(k3.sum() / 2, rel=1e-14)

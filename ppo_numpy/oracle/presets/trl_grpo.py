@@ -117,7 +117,8 @@ def _trl_grpo(x: Rollout, p: dict) -> dict:
         kl_estimator=p["kl_estimator"], log_ratio_clamp=p["log_ratio_clamp"],
         # why: TRL 1.16.0 multiplies the per-token k3 by coef_1, the ratio of
         # importance_sampling_level (vespo's too), before delta clamps it
-        kl_ratio=level if _flag(p, "use_bias_correction_kl", name) else None, **vespo)
+        kl_gradient="ratio" if _flag(p, "use_bias_correction_kl", name) else "plain",
+        kl_ratio_level=level, **vespo)
     # (CISPO's loss is (B, T) at either level: -c A logp_t; the row-mean form is the clip's)
     # (VESPO's weights enter phi per token, whatever the level, which it ignores)
     is_w, rollout_stats = _rollout_correction(name, x, m, A, p,
