@@ -14,7 +14,8 @@ DEV_STAMP := $(VENV)/.installed-dev
 DOCS_STAMP := $(VENV)/.installed-docs
 DOCS_OUT   := build/docs
 
-.PHONY: demo test lint doctest pytest notebooks bench clean docs docs-check docs-serve conformance
+.PHONY: demo test test-cpu-kinds lint doctest pytest notebooks bench clean docs docs-check \
+	docs-serve conformance
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -56,6 +57,13 @@ pytest: $(DEV_STAMP) docs
 	$(ONE_THREAD) $(PY) -m pytest -q --durations=5 -n $(TEST_WORKERS) --dist loadfile tests
 
 test: lint doctest pytest
+
+# The numeric test files again as each CPU kind narrower than this machine (AVX2 with
+# OpenBLAS's Haswell kernel on an AVX-512 machine, then SSE4.2 with Nehalem's and two BLAS
+# threads): NumPy's NPY_DISABLE_CPU_FEATURES and OPENBLAS_CORETYPE (tests/cpu_kinds.py,
+# docs/testing.md). Where NumPy dispatches nothing beyond its baseline it says so and passes.
+test-cpu-kinds: $(DEV_STAMP)
+	$(PY) -m tests.cpu_kinds
 
 notebooks: $(DEV_STAMP)
 	$(ONE_THREAD) $(PY) -m tests.notebook_runner --write notebooks/*.ipynb

@@ -9,6 +9,8 @@ rho_t                  probability_ratio           ppo_numpy.ratio
 min(rho A, clip A)     clipped_surrogate           ppo_numpy.clipping
 KL_t estimators        kl_estimate                 ppo_numpy.kl
 r~_t                   kl_shaped_rewards           ppo_numpy.kl
+KL term's gradient     kl_term_and_grad            ppo_numpy.kl_gradient
+  forms, exactly       kl_gradient_table           ppo_numpy.kl_exact
 delta_t                td_errors                   ppo_numpy.td
 A_hat_t, R_t           gae                         ppo_numpy.gae
 whitening              whiten                      ppo_numpy.whitening
@@ -51,6 +53,9 @@ from .group_advantages import (
 )
 from .kl import ESTIMATORS as KL_ESTIMATORS
 from .kl import kl_estimate, kl_shaped_rewards
+from .kl_exact import kl_gradient_table
+from .kl_gradient import FORMS as KL_GRADIENT_FORMS
+from .kl_gradient import kl_term_and_grad
 from .loss_grads import (
     aggregate_grad,
     entropy_grad,
@@ -88,6 +93,7 @@ __all__ = [
     "BigramPolicy",
     "FixedKLController",
     "KL_ESTIMATORS",
+    "KL_GRADIENT_FORMS",
     "MLPPolicy",
     "PolicyLossOptions",
     "Rollout",
@@ -108,7 +114,9 @@ __all__ = [
     "grpo_passk_advantages",
     "kl_estimate",
     "kl_estimate_grad",
+    "kl_gradient_table",
     "kl_shaped_rewards",
+    "kl_term_and_grad",
     "load_checkpoint",
     "log_softmax",
     "masked_mean",

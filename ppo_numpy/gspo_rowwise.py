@@ -54,7 +54,8 @@ def rowwise_advantages(A, m):
 def _sequence_clip(opts) -> bool:
     """The options part of the rule of :func:`use_rowwise`: the sequence level with the
     clipped surrogate."""
-    return opts.importance_level == "sequence" and opts.loss_type == "clip"
+    return (opts.importance_level == "sequence" and opts.loss_type == "clip"
+            and opts.kl_gradient == "plain")
 
 
 def may_use_rowwise(opts) -> bool:

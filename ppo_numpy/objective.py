@@ -47,6 +47,7 @@ from ._validation import (
 from .aggregation import aggregate_kernel, aggregation_weights, check_mode, mode_norm
 from .clipping import UNCLIPPED, check_dual_clip, clip_bounds, clip_case, surrogate_term
 from .kl import _check_estimator, check_kl_clamp, kl_estimate_grad_kernel, kl_estimate_kernel
+from .kl_gradient import OPENRLHF_IS_BOUND, check_form, check_is_bound, kl_term_kernel
 from .ratio import check_clamp, check_level
 
 __all__ = ["CISPO_CLIPS", "LOSS_TYPES", "PolicyLossOptions", "loss_options",
@@ -127,6 +128,25 @@ class PolicyLossOptions:
     kl_agg : str, optional
         The KL term's aggregation mode; ``None`` (default): ``agg``, as TRL adds it per
         token to the policy loss.
+    kl_gradient : {"plain", "ratio", "straight_through", "importance"}
+        How the KL term is differentiated (:mod:`ppo_numpy.kl_gradient`): ``"plain"``
+        (default) the estimator's own derivative (verl's ``low_var_kl``); ``"ratio"`` KL_t
+        times the ratio of the current policy to pi_old, *differentiated* (TRL 1.16.0's
+        ``use_bias_correction_kl``, its default): the token ratio rho_t = exp(log rho_t), or
+        at ``importance_level="sequence"`` the sequence ratio s_i = exp((1/n_i) sum_t
+        log rho_t), the one before any ``delta`` or ``log_ratio_max`` (TRL multiplies before
+        ``delta`` clamps it); the KL's gradient gains KL_t times the ratio's own gradient,
+        even where the ratio is 1. ``"straight_through"`` KL_t's value with k2's gradient
+        (verl's ``k3+``); ``"importance"`` KL_t's value with the gradient min(rho,
+        kl_is_bound) (logp - logp_ref), the weight a constant (OpenRLHF 0.11.2's
+        ``unbiased_gradient``). These two need ``importance_level="token"``.
+    kl_ratio_level : {None, "token", "sequence"}
+        The level of ``"ratio"``'s ratio; ``None`` (default): ``importance_level``. (TRL's
+        VESPO takes its own weight per token but multiplies the KL by the ratio of
+        ``importance_sampling_level``.)
+    kl_is_bound : float >= 1 or None
+        The ``"importance"`` form's upper bound on pi_theta / pi_old. Default 10.0
+        (OpenRLHF's ``KL_IS_WEIGHT_CLIP``); ``None``: no bound.
     sapo_tau_pos : float > 0
         SAPO's gate temperature for A > 0. Default 1.0 (verl's ``tau_pos``, TRL's
         ``sapo_temperature_pos``).
@@ -177,6 +197,9 @@ class PolicyLossOptions:
     kl_estimator: str = "k3"
     kl_clamp: float | None = None
     kl_agg: str | None = None
+    kl_gradient: str = "plain"
+    kl_ratio_level: str | None = None
+    kl_is_bound: float | None = OPENRLHF_IS_BOUND
     vespo_k_pos: float = 2.0
     vespo_lambda_pos: float = 3.0
     vespo_k_neg: float = 3.0
@@ -227,6 +250,15 @@ class PolicyLossOptions:
         set_(self, "kl_clamp", check_kl_clamp(self.kl_clamp, "kl_clamp"))
         if self.kl_agg is not None:
             check_mode(self.kl_agg, "kl_agg")
+        check_form(self.kl_gradient, "kl_gradient")
+        if self.kl_ratio_level is not None:
+            check_level(self.kl_ratio_level, "kl_ratio_level")
+        set_(self, "kl_is_bound", check_is_bound(self.kl_is_bound, "kl_is_bound"))
+        if self.kl_gradient in ("straight_through", "importance") and \
+                self.importance_level != "token":
+            raise ValueError(f"kl_gradient: {self.kl_gradient!r} is written for "
+                             "importance_level='token'; at 'sequence' use 'plain' or "
+                             "'ratio' (TRL weights the KL by the sequence ratio)")
         extra_losses.check_extra_options(self)
 
     def bounds(self, like=None):
@@ -555,11 +587,34 @@ def policy_loss_forward(logp, logp_old, A, m, opts: PolicyLossOptions, logp_ref=
             raise ValueError("logp_ref: the KL term of the loss (kl_coef > 0) needs the "
                              "reference log-probabilities")
         # + beta aggregate(KL_t),  KL_t of pi_theta against pi_ref
-        kl = where_valid(m, kl_estimate_kernel(logp, logp_ref, opts.kl_estimator, opts.kl_clamp))
+        if opts.kl_gradient in ("plain", "ratio"):
+            kl = where_valid(m, kl_estimate_kernel(logp, logp_ref, opts.kl_estimator,
+                                                   opts.kl_clamp))
+            if opts.kl_gradient == "ratio":
+                # KL_t r_t: the bias correction, r_t = rho_t or s_i (before delta),
+                # differentiated
+                kl = kl * kl_correction_ratio(log_rho, m, _kl_ratio_level(opts))
+        else:
+            # the form's value: KL_t (its gradient another one: ppo_numpy.kl_gradient)
+            kl = _kl_term(logp, logp_ref, log_ratio, m, opts)[0]
         kl_loss = float(aggregate_kernel(kl, m, *_kl_agg(opts)))
     loss = policy_loss + opts.kl_coef * kl_loss if opts.kl_coef > 0 else policy_loss
     return PolicyLossForward(logp, log_ratio, log_rho, log_w_raw, log_w, rho, lo, hi, term, kl,
                              policy_loss, kl_loss, loss, surrogate, is_weights, extra)
+
+
+def _kl_ratio_level(opts: PolicyLossOptions) -> str:
+    return opts.kl_ratio_level or opts.importance_level
+
+
+def kl_correction_ratio(log_rho, m, level: str):
+    """The ratio that multiplies KL_t under ``kl_gradient="ratio"``: rho_t = exp(log rho_t)
+    (``"token"``) or s_i = exp((1/n_i) sum_t log rho_t) at every token of response i
+    (``"sequence"``); 0 at padding."""
+    if level == "sequence":
+        n = np.maximum(m.sum(axis=-1, keepdims=True), 1)
+        log_rho = np.where(m, log_rho, 0.0).sum(axis=-1, keepdims=True) / n
+    return np.where(m, np.exp(log_rho), 0.0)
 
 
 def cispo_weight(rho, lo, hi, opts: PolicyLossOptions):
@@ -580,6 +635,14 @@ def vespo_phi(log_rho, A, m, opts: PolicyLossOptions, is_weights=None):
                                    for x in (log_rho, A, m)), params,
                                  is_weights if two_d or is_weights is None else is_weights[None])
     return phi if two_d else phi[0]
+
+
+def _kl_term(logp, logp_ref, log_ratio, m, opts: PolicyLossOptions):
+    """(value, d value / d logp) of the KL term's form ``opts.kl_gradient`` (not plain), its
+    ratio rho_t = exp(logp_t - logp_old_t) the token ratio before any clamp (TRL's
+    ``coef_1``)."""
+    return kl_term_kernel(logp, logp_ref, log_ratio, m, opts.kl_estimator, opts.kl_gradient,
+                          opts.kl_is_bound, opts.kl_clamp)
 
 
 def _kl_agg(opts: PolicyLossOptions):
@@ -649,9 +712,39 @@ def policy_loss_backward(f: PolicyLossForward, A, m, opts: PolicyLossOptions, lo
         # + beta aggregate(KL_t)
         mode, norm = _kl_agg(opts)
         w_kl = aggregation_weights(m, mode, norm)
-        dlogp = dlogp + opts.kl_coef * kl_estimate_grad_kernel(
-            f.logp, logp_ref, opts.kl_estimator, m, opts.kl_clamp, w_kl)
+        if opts.kl_gradient == "plain":
+            dkl = kl_estimate_grad_kernel(f.logp, logp_ref, opts.kl_estimator, m, opts.kl_clamp,
+                                          w_kl)
+        elif opts.kl_gradient == "ratio":
+            dkl = _dkl_corrected(f, logp_ref, m, opts, w_kl)
+        else:
+            # d (form's value) / d logp (ppo_numpy.kl_gradient), times the weights
+            dkl = w_kl * _kl_term(f.logp, logp_ref, f.log_ratio, m, opts)[1]
+        dlogp = dlogp + opts.kl_coef * dkl
     return dlogp + 0.0  # (turns -0.0 into 0.0)
+
+
+def _dkl_corrected(f: PolicyLossForward, logp_ref, m, opts: PolicyLossOptions, w_kl):
+    """d aggregate(KL_t r_t) / d logp (``kl_gradient="ratio"``): r_t dKL_t (the KL's own
+    gradient, weighted by the ratio) plus KL_t times the ratio's gradient: d rho_t / d logp_t
+    = rho_t at the token level; d s_i / d logp_t = s_i / n_i at every token of response i, so each
+    token gets s_i / n_i sum_u w_u KL_u. Nonzero even where the ratio is 1."""
+    r = kl_correction_ratio(f.log_rho, m, _kl_ratio_level(opts))
+    kl = where_valid(m, kl_estimate_kernel(f.logp, logp_ref, opts.kl_estimator, opts.kl_clamp))
+    # r_t d KL_t
+    dkl = kl_estimate_grad_kernel(f.logp, logp_ref, opts.kl_estimator, m, opts.kl_clamp,
+                                  w_kl * r)
+    if _kl_ratio_level(opts) == "sequence":
+        # d s_i / d logp_t = s_i / n_i: each token of the row gets the row's sum
+        n = np.maximum(m.sum(axis=-1, keepdims=True), 1)
+        dlog_rho = np.where(m, (w_kl * kl * r).sum(axis=-1, keepdims=True) / n, 0.0)
+    else:
+        # d rho_t / d logp_t = rho_t
+        dlog_rho = w_kl * kl * r
+    if opts.log_ratio_clamp is not None:
+        # log rho = clip(logp - logp_old, -c, c): the bound passes the gradient
+        dlog_rho = dlog_rho * (np.abs(f.log_ratio) <= opts.log_ratio_clamp)
+    return dkl + where_valid(m, dlog_rho)
 
 
 def policy_loss_stats(f: PolicyLossForward, A, m, opts: PolicyLossOptions, *,

@@ -318,7 +318,7 @@ def rollout_rejection_mask(logp_old, logp_rollout, mask=None, *, criterion, low=
     return (keep & m).reshape(shape)
 
 
-def rollout_divergence_gate(logp_old, logp_rollout, mask=None, *, divergence, high,
+def rollout_divergence_gate(logp_old, logp_rollout, mask=None, *, divergence, high, low=0.0,
                             level="token"):
     """OpenRLHF 0.11.2's divergence gate: token ratios where a divergence is small, (B, T).
 
@@ -331,10 +331,13 @@ def rollout_divergence_gate(logp_old, logp_rollout, mask=None, *, divergence, hi
 
     (the KL and the total variation between the two Bernoulli distributions "this token or
     another"). ``level="token"`` reads d_t, ``"sequence"`` the mean of d over the response's
-    tokens (one statistic per response). A unit with statistic <= ``high`` keeps the token
-    ratios w_t = exp(logp_old_t - logp_rollout_t) (unclamped); one above it gets 0. An upper
-    bound only: a divergence is >= 0 (OpenRLHF also tests statistic >= low, 0 for one
-    threshold, which its rounding can fail: ``docs/conventions.md`` section 14).
+    tokens (one statistic per response). A unit with ``low`` <= statistic <= ``high`` keeps
+    the token ratios w_t = exp(logp_old_t - logp_rollout_t) (unclamped); one outside gets 0.
+    ``low`` is 0 by default, as OpenRLHF 0.11.2 makes one threshold [0, h]
+    (``openrlhf/models/loss.py``, ``cli/train_ppo_ray.py``): a divergence is >= 0 in exact
+    arithmetic, but the binary KL of two nearly equal probabilities rounds below 0, and
+    OpenRLHF then drops the token (``docs/conventions.md`` section 14); a negative ``low``
+    keeps such tokens.
 
     Parameters
     ----------
@@ -344,6 +347,8 @@ def rollout_divergence_gate(logp_old, logp_rollout, mask=None, *, divergence, hi
         ``is_correction_gating`` (required).
     high : float > 0
         The bound (OpenRLHF's ``is_correction_threshold`` HIGH, required).
+    low : float <= high
+        The lower bound (OpenRLHF's LOW; 0 for one threshold). Default 0.0.
     level : {"token", "sequence"}
         ``is_correction_level`` ``"token"`` or ``"seq"``. Default ``"token"``.
 
@@ -370,6 +375,9 @@ def rollout_divergence_gate(logp_old, logp_rollout, mask=None, *, divergence, hi
         raise ValueError("high: the divergence gate needs an upper bound (OpenRLHF's "
                          "is_correction_threshold), got None")
     high = _bound(high, "high", positive=True)
+    low = check_scalar(low, "low", allow_exact=False)
+    if low > high:
+        raise ValueError(f"low: must be <= high, got {low} > {high}")
     (lp_old, lp_roll), m = prepare({"logp_old": logp_old, "logp_rollout": logp_rollout}, mask,
                                    exact=False)
     shape = lp_old.shape
@@ -387,6 +395,6 @@ def rollout_divergence_gate(logp_old, logp_rollout, mask=None, *, divergence, hi
     if level == "sequence":
         # the mean over the response's tokens, at each of them
         d = d.sum(axis=-1, keepdims=True) / np.maximum(m.sum(axis=-1, keepdims=True), 1)
-    # w_t = exp(logp_old_t - logp_rollout_t) where the unit's statistic <= high
-    w = np.where(m & (d <= high), np.exp(lp_old - lp_roll), 0.0)
+    # w_t = exp(logp_old_t - logp_rollout_t) where low <= the unit's statistic <= high
+    w = np.where(m & (d >= low) & (d <= high), np.exp(lp_old - lp_roll), 0.0)
     return w.reshape(shape) + 0.0

@@ -20,7 +20,8 @@ OUTPUTS["verl-grpo"] = OUTPUTS["verl-grpo"] + ["stat/actor/ppo_kl"]
 
 TRL = {"loss_type": "dapo", "scale_rewards": "group", "importance_sampling_level": "token",
        "epsilon": 0.2, "epsilon_high": None, "delta": None, "beta": 0.0,
-       "max_completion_length": 512, "num_items_in_batch": None, "std_ddof": 1,
+       "use_bias_correction_kl": True, "max_completion_length": 512,
+       "num_items_in_batch": None, "std_ddof": 1,
        "std_eps": 1e-4, "std_eps_placement": "std", "singleton": "zero",
        "kl_estimator": "k3", "log_ratio_clamp": None, "cispo_clip": "max",
        "vespo_k_pos": 2.0, "vespo_lambda_pos": 3.0, "vespo_k_neg": 3.0, "vespo_lambda_neg": 2.0}
@@ -154,6 +155,8 @@ def trl_grpo(case, **plant):
         rho = np.exp(lw) * np.ones_like(m)
     else:
         rho = np.exp(lr)
+    # coef_1 of the level (vespo's too: TRL computes it before the loss type's branch)
+    coef_1, level_sequence = rho, sequence
     vespo = p["loss_type"] == "vespo"
     if vespo:
         # TRL's get_gamma_weights: phi of the summed token log-ratios, detached; the level
@@ -178,14 +181,28 @@ def trl_grpo(case, **plant):
         loss_t, g = _clip_terms(rho, rho * (dlr if not sequence else 1.0), Ab, p["epsilon"],
                                 eps_high, p["delta"])
         dloss_t = g
+    kl_ratio_part = None
     if p["beta"] != 0:
         kind = "k3_raw" if p["kl_estimator"] == "k3" else p["kl_estimator"]
         kl, dkl = kl_and_grad(logp, ref, kind)
+        if p["use_bias_correction_kl"]:
+            # per_token_kl * coef_1 (trl 1.16.0): the ratio's own gradient is added below
+            kl_ratio_part = kl * coef_1
+            kl, dkl = kl * coef_1, dkl * coef_1
         loss_t, dloss_t = loss_t + p["beta"] * kl, dloss_t + p["beta"] * dkl
     mode = {"cispo": "dapo", "vespo": "dapo"}.get(p["loss_type"], p["loss_type"])
     norm = {"dr_grpo": p["max_completion_length"], "dapo": p["num_items_in_batch"]}.get(mode)
     w = aggregate_weights(m, mode, norm)
     loss = float((w * loss_t * m).sum())
+    extra = 0.0
+    if kl_ratio_part is not None:
+        # d coef_1 / d logp_t: coef_1 dlr_t (token); coef_1 dlr_t / n_i (sequence, every
+        # token of the row gets the row's weighted sum)
+        if level_sequence:
+            extra = (w * kl_ratio_part * m).sum(axis=1, keepdims=True) * dlr / n_i * m
+        else:
+            extra = w * kl_ratio_part * dlr * m
+        extra = p["beta"] * extra
     if sequence and p["loss_type"] not in ("cispo", "vespo"):
         # the clip term's derivative in lw, summed over the row's weights, times dlw/dlogp_t
         clip_part = g
@@ -194,7 +211,7 @@ def trl_grpo(case, **plant):
         dlogp = (row * dlr / n_i) * m + w * kl_part * m
     else:
         dlogp = w * dloss_t * m
-    return {"advantages": A, "policy_loss": loss, "dlogp": dlogp}
+    return {"advantages": A, "policy_loss": loss, "dlogp": dlogp + extra}
 
 
 def verl_grpo(case, **plant):

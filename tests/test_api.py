@@ -38,6 +38,10 @@ CORE = {
     "PolicyLossOptions": "ppo_numpy.objective",
     "rollout_importance_weights": "ppo_numpy.rollout_correction",
     "rollout_rejection_mask": "ppo_numpy.rollout_correction",
+    # issue 38: the KL term's gradient forms, and their exact expectations
+    "KL_GRADIENT_FORMS": "ppo_numpy.kl_gradient",
+    "kl_term_and_grad": "ppo_numpy.kl_gradient",
+    "kl_gradient_table": "ppo_numpy.kl_exact",
 }
 
 
@@ -61,7 +65,8 @@ def test_star_import_gives_the_core_names():
 
 def test_each_name_is_the_one_from_its_module():
     # the two tuples are exported under longer names than in their modules
-    local = {"KL_ESTIMATORS": "ESTIMATORS", "AGGREGATION_MODES": "MODES"}
+    local = {"KL_ESTIMATORS": "ESTIMATORS", "AGGREGATION_MODES": "MODES",
+             "KL_GRADIENT_FORMS": "FORMS"}
     for name, module in CORE.items():
         mod = importlib.import_module(module)
         assert getattr(ppo_numpy, name) is getattr(mod, local.get(name, name)), (name, module)
@@ -81,6 +86,8 @@ def test_signatures_match_the_documented_api():
     assert sig["probability_ratio"][:3] == ["logp", "logp_old", "mask"]
     assert sig["clipped_surrogate"][:3] == ["rho", "advantages", "epsilon"]
     assert sig["kl_estimate"][:4] == ["logp", "logp_ref", "estimator", "mask"]
+    assert sig["kl_term_and_grad"][:5] == ["logp", "logp_ref", "estimator", "form", "mask"]
+    assert sig["kl_gradient_table"][:3] == ["pi", "pi_ref", "pi_old"]
     assert sig["kl_shaped_rewards"][:6] == ["scores", "logp", "logp_ref", "beta", "mask",
                                             "estimator"]
     assert sig["td_errors"] == ["rewards", "values", "gamma", "mask"]
@@ -105,8 +112,8 @@ def test_every_public_callable_has_a_doctest():
 
 
 CORE_MODULES = ("aggregation", "clipping", "entropy", "gae", "gradcheck", "group_advantages",
-                "kl", "loss_grads", "objective", "ratio", "rollout", "td", "value_loss",
-                "whitening")
+                "kl", "kl_exact", "kl_gradient", "loss_grads", "objective", "ratio", "rollout",
+                "td", "value_loss", "whitening")
 
 
 @pytest.mark.parametrize("name", CORE_MODULES)

@@ -150,6 +150,7 @@ def test_critic_vs_constant_by_hand_and_bad_input():
 
 @pytest.mark.parametrize("model", ["mlp", "transformer"])
 def test_the_critic_layer_gradients_match_finite_differences(model):
+    from ppo_numpy import cmp
     from ppo_numpy.policy import MLPPolicy, TransformerPolicy
 
     rng = np.random.default_rng(3)
@@ -171,16 +172,21 @@ def test_the_critic_layer_gradients_match_finite_differences(model):
     _, values, cache = m.forward(tokens)
     grads = m.backward(cache, A, 2 * W * values)
     assert {"W1_v", "b1_v"} <= set(grads) and grads["w_v"].shape == (m.value_hidden,)
+    # per tensor, the norm-wise relative error of ppo_numpy.cmp (largest difference over the
+    # largest magnitude) on every fifth coordinate: an element-wise ratio is rounding noise
+    # where the true gradient is 0 (the attention's key bias: softmax ignores it), and that
+    # noise, about eps |f| / h = 1e-10, is another number on another CPU kind
     h = 1e-6
     for name, p in m.params.items():
+        numeric = np.full(p.shape, np.nan)
         for idx in list(np.ndindex(p.shape))[:: max(1, p.size // 5)]:
             plus = {k: v.copy() for k, v in m.params.items()}
             minus = {k: v.copy() for k, v in m.params.items()}
             plus[name][idx] += h
             minus[name][idx] -= h
-            fd = (f(plus) - f(minus)) / (2 * h)
-            rel = abs(fd - grads[name][idx]) / max(abs(fd), abs(grads[name][idx]), 1e-6)
-            assert rel < 1e-6, (name, idx, fd, grads[name][idx])
+            numeric[idx] = (f(plus) - f(minus)) / (2 * h)
+        check = cmp(name, grads[name], numeric)
+        assert check.close, str(check)
 
 
 def test_the_critic_layer_changes_only_the_values():

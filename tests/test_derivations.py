@@ -1,4 +1,4 @@
-"""The worked numbers of docs/derivations.md sections 10-12, recomputed by running the library.
+"""The worked numbers of docs/derivations.md sections 10-14, recomputed by running the library.
 
 Each test computes the numbers with ppo_numpy's functions, checks them against the closed
 forms derived in the docs (exact fractions where the formula is rational), and checks that
@@ -124,7 +124,10 @@ def test_length_weights_of_grpo_token_mean_and_dr_grpo():
 def test_k3_gradient_worked_example():
     k3 = kl_estimate([-1.0], [-1.5], "k3")[0]
     dk3 = kl_estimate_grad([-1.0], [-1.5], "k3")[0]
-    assert np.isclose(k3, np.exp(-0.5) - 1 + 0.5, rtol=1e-15, atol=0)
+    # each side rounds once: an exp of -0.5 (0.607, within 1 ulp = 1.1e-16 on every CPU
+    # kind) or an expm1 (-0.393, within 1 ulp = 5.6e-17); the additions are exact (Sterbenz).
+    # So they may differ by 1.7e-16, 1.6e-15 of k3 = 0.107: rtol 4e-15
+    assert np.isclose(k3, np.exp(-0.5) - 1 + 0.5, rtol=4e-15, atol=0)
     assert np.isclose(dk3, 1 - np.exp(-0.5), rtol=1e-15, atol=0)
     d = policy_loss_grad([-1.0], [-1.0], [0.0], logp_ref=[-1.5], kl_coef=1.0,
                          kl_estimator="k3")[0]
@@ -156,3 +159,71 @@ def test_k3_expectations_in_the_loss_and_in_the_reward():
     assert reward_k3[0] > 0
     in_doc(12, "(-1/4, 1/4)", g10(kl), f"({g10(grad_kl[0])}, {g10(grad_kl[1])})",
            f"({g10(reward_k3[0])}, {g10(reward_k3[1])})")
+
+
+# ---------------------------------------------------------------- 13. the gradient forms
+
+
+def test_forms_worked_example_off_policy():
+    from ppo_numpy import kl_gradient_table, kl_term_and_grad
+
+    pi, ref, old = [F(1, 4), F(3, 4)], [F(1, 2), F(1, 2)], [F(1, 3), F(2, 3)]
+    d = [np.log(0.5), np.log(1.5)]
+    # on-policy, per token: c = rho d = d for the ratio form of k3 (rho = 1 in value)
+    _, c = kl_term_and_grad(np.log([0.25, 0.75]), np.log([0.5, 0.5]), "k3", "ratio")
+    assert np.allclose(c, d, rtol=1e-14)
+    want = {  # the first component of each expected gradient, by hand
+        ("pi_theta", "k3", "ratio"): 0.25 * d[0] * 0.75 + 0.75 * d[1] * -0.25,
+        ("pi_old", "k3", "ratio"): (1 / 3) * 0.75 * d[0] * 0.75 + (2 / 3) * 1.125 * d[1] * -0.25,
+        ("pi_old", "k3", "straight_through"): (1 / 3) * d[0] * 0.75 + (2 / 3) * d[1] * -0.25,
+        ("pi_old", "k3", "importance"): (1 / 3) * 0.75 * d[0] * 0.75
+        + (2 / 3) * 1.125 * d[1] * -0.25,
+    }
+    rows = {(r["sampler"], r["estimator"], r["form"]): r
+            for r in kl_gradient_table(pi, ref, old) if r["placement"] == "loss"}
+    for key, value in want.items():
+        assert np.isclose(float(rows[key]["grad"][0]), value, rtol=1e-14, atol=0), key
+    assert rows[("pi_old", "k3", "plain")]["grad"][0] == F(-11, 36)
+    assert rows[("pi_old", "k3", "plain")]["gradient_of"] == "neither"
+    assert rows[("pi_old", "k3", "ratio")]["gradient_of"] == "KL(pi||ref)"
+    bounded = {(r["sampler"], r["estimator"], r["form"]): r
+               for r in kl_gradient_table(pi, ref, old, bound=1)}[("pi_old", "k3", "importance")]
+    cut = (1 / 3) * 0.75 * d[0] * 0.75 + (2 / 3) * 1 * d[1] * -0.25
+    assert np.isclose(float(bounded["grad"][0]), cut, rtol=1e-14, atol=0)
+    in_doc(13, g10(want[("pi_theta", "k3", "ratio")]), "-11/36", "-1/4",
+           g10(want[("pi_old", "k3", "straight_through")]), g10(cut), "(3/4, 9/8)",
+           "KL_IS_WEIGHT_CLIP = 10.0", "use_bias_correction_kl=True", "kl_loss_type=k3+")
+
+
+# ---------------------------------------------------------------- 14. a sequence
+
+
+def test_sequence_worked_example_reward_against_loss():
+    from ppo_numpy import kl_gradient_table
+    from ppo_numpy.kl_exact import kl_targets
+
+    half = [F(1, 2), F(1, 2)]
+    pi = [[F(1, 4), F(3, 4)], [half, [F(1, 5), F(4, 5)]]]
+    ref = [half, [half, half]]
+    kl2 = 0.2 * np.log(0.4) + 0.8 * np.log(1.6)
+    own = 0.25 * np.log(0.5) * 0.75 + 0.75 * np.log(1.5) * -0.25  # the first position's KL'
+    seq = own + 0.75 * -0.25 * kl2
+    second = 0.75 * 0.2 * (np.log(0.4) - kl2)  # d/dz[1 | 2]: P(2) pi(1|2) (d - KL_2)
+    kl = 0.25 * np.log(0.5) + 0.75 * np.log(1.5) + 0.75 * kl2
+    t = kl_targets(pi, ref)
+    assert np.isclose(float(t.kl_reverse), kl, rtol=1e-14)
+    rows = {(r["placement"], r["estimator"], r["form"]): r
+            for r in kl_gradient_table(pi, ref)}
+    reward = [float(x) for x in rows[("reward", "k1", None)]["grad"]]
+    loss = [float(x) for x in rows[("loss", "k3", "ratio")]["grad"]]
+    assert np.isclose(reward[0], seq, rtol=1e-14) and np.isclose(loss[0], own, rtol=1e-14)
+    assert np.isclose(reward[4], second, rtol=1e-14) and np.isclose(loss[4], second, rtol=1e-14)
+    assert rows[("reward", "k1", None)]["gradient_of"] == "KL(pi||ref)"
+    assert rows[("loss", "k3", "ratio")]["gradient_of"] == "neither"
+    assert np.isclose(float(rows[("loss", "k3", "ratio")]["gap_reverse"]), 3 / 16 * kl2,
+                      rtol=1e-13)
+    assert rows[("loss", "k3", "plain")]["grad"][4] == F(-9, 40)
+    assert t.dkl_forward[4] == F(-3, 20)
+    assert all(x == 0 for x in rows[("loss", "k1", "plain")]["grad"])
+    in_doc(14, g10(kl2), g10(kl), g10(seq), g10(own), g10(3 / 16 * kl2), g10(second), "-9/40",
+           "-3/20")

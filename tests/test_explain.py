@@ -27,6 +27,7 @@ from ppo_numpy.explain import (
 )
 from ppo_numpy.programs.explain import main
 from ppo_numpy.programs.hand_calculations import REGENERATE, render_docs
+from tests._helpers import last_digit, same_printout
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -154,15 +155,24 @@ def test_clip_table_kink_derivative_is_the_left_or_right_limit_from_inside():
 
 def test_clip_table_derivative_agrees_with_loss_grads_including_kinks():
     loss_grads = pytest.importorskip("ppo_numpy.loss_grads")
-    # rho = exp(log rho) round-trips exactly for these values, so rows 5 and 6 sit on the kinks
-    rho = np.exp(np.log([1.1, 1.5, 0.9, 0.5, 1.2, 0.8]))
-    assert rho[4] == 1.2 and rho[5] == 0.8
+    # rows 5 and 6 sit exactly on the kinks on every CPU kind: rho is exp(logp - 0), the very
+    # bits the loss computes from logp and logp_old = 0 (NumPy's exp gives an element the
+    # same bits whatever array it is in), and the clip range is read off those rhos:
+    # eps_high = rho_5 - 1 and eps = 1 - rho_6 are exact (Sterbenz: rho in [1/2, 2]), so
+    # 1 + eps_high == rho_5 and 1 - eps == rho_6. (exp(log 1.2) == 1.2 holds on some kinds
+    # only.)
+    logp = np.log([1.1, 1.5, 0.9, 0.5, 1.2, 0.8])
+    rho = np.exp(logp - 0.0)
+    eps, eps_high = 1 - rho[5], rho[4] - 1
+    assert 1 + eps_high == rho[4] and 1 - eps == rho[5]
     A = np.array([2.0, 2.0, -1.0, -1.0, 2.0, -1.0])
-    table_d = clip_table(rho, A, 0.2).column("d min / d rho_t")
+    table_d = clip_table(rho, A, eps, epsilon_high=eps_high).column("d min / d rho_t")
     assert table_d == [2.0, 0.0, -1.0, 0.0, 2.0, -1.0]
-    # policy loss summed over tokens: dloss/dlogp = -(dterm/drho) rho
-    dlogp = loss_grads.policy_loss_grad(np.log(rho), np.zeros(6), A, agg="seq-mean-token-sum")
-    assert list(-dlogp / rho) == pytest.approx(table_d, rel=1e-15, abs=0)
+    # policy loss summed over tokens: dloss/dlogp = -(dterm/drho) rho; dterm/drho is 2, 0 or
+    # -1, so the product and the division by rho are exact
+    dlogp = loss_grads.policy_loss_grad(logp, np.zeros(6), A, agg="seq-mean-token-sum",
+                                        epsilon=eps, epsilon_high=eps_high)
+    assert list(-dlogp / rho) == table_d
 
 
 def test_clip_table_dual_clip():
@@ -476,9 +486,24 @@ def test_cli_subprocess():
 
 
 def test_docs_are_up_to_date():
+    # the page as generated on this machine: the same text, each float printed to 10
+    # significant digits within one unit of its last digit (another CPU kind may round a
+    # number that sits at a boundary the other way: tests._helpers.same_printout); exact
+    # fractions and every word the same
     committed = (ROOT / "docs" / "hand-calculations.md").read_text()
-    assert render_docs() == committed, (
+    fresh = render_docs()
+    assert fresh == committed or same_printout(fresh, committed), (
         f"docs/hand-calculations.md is out of date; regenerate it with `{REGENERATE}`")
+
+
+def test_same_printout_allows_one_unit_of_the_last_digit_only():
+    assert same_printout("A_1 = 0.4657500000, x 1.5e-12", "A_1 = 0.4657499999, x 1.4e-12")
+    assert not same_printout("A_1 = 0.4657500000", "A_1 = 0.4657499998")   # two units
+    assert not same_printout("A_1 = 0.4657500000", "A_1 = 0.4657600000")   # a changed value
+    assert not same_printout("A_1 = 1863/4000", "A_1 = 1864/4000")         # fractions exactly
+    assert not same_printout("A_1 = 0.46575", "A_2 = 0.46575")              # the words too
+    assert last_digit("0.4657") == 1e-4 and last_digit("42") == 0.0
+    assert last_digit("1.5e-12") == pytest.approx(1e-13, rel=1e-12)
 
 
 def test_exact_table_with_nan_and_inf_at_padding():

@@ -60,10 +60,18 @@ def fresh_run(path: Path):
     return _RUNS[path]
 
 
+#: numbers kept free for a notebook written on another branch (16: another engineer's, in
+#: progress while 17 was written); a reserved number may be missing or present
+RESERVED = {16}
+
+
 def test_there_are_notebooks():
     assert len(NOTEBOOKS) >= 8, f"expected notebooks/00_*.ipynb ... 07_*.ipynb, found {NOTEBOOKS}"
-    numbers = [p.name[:3] for p in NOTEBOOKS]
-    assert numbers == [f"{k:02d}_" for k in range(len(NOTEBOOKS))], numbers
+    numbers = [int(p.name[:2]) for p in NOTEBOOKS]
+    assert all(p.name[2] == "_" for p in NOTEBOOKS), [p.name for p in NOTEBOOKS]
+    # 00, 01, ... in order, none twice, a gap only at a reserved number
+    expected = [k for k in range(max(numbers) + 1) if k not in RESERVED or k in numbers]
+    assert numbers == expected, numbers
 
 
 #: the lesson's parts, in order (issue 5 and STYLE.md habit 9)
@@ -301,6 +309,15 @@ def test_stale_outputs_join_a_stream_cut_into_pieces():
     assert len(stale_outputs(whole, cell(out("18 cases\n"),
                                          new_output("stream", name="stderr",
                                                     text="report: ok\n")))) == 1
+
+
+def test_a_column_realigned_by_a_numbers_width_is_the_same_text():
+    # a table's right-aligned column: 6.05e-12 on one CPU kind, 8.3e-12 on another
+    stored = _printing("  W_pi   (6, 7)      6.05e-12   True\n")
+    fresh = _printing("  W_pi   (6, 7)       8.3e-12   True\n")
+    assert stale_outputs(stored, fresh) == []
+    assert len(stale_outputs(stored, _printing("  W_pi   (6, 7)       8.3e-12   False\n"))) == 1
+    assert len(stale_outputs(stored, _printing("  W_pi   (6, 7)       6.05e-12True\n"))) == 1
 
 
 def test_volatile_cells_are_not_compared():

@@ -241,12 +241,16 @@ def test_bad_directory_and_format(tmp_path):
         golden.export(tmp_path / "x", "seed", cases)
 
 
-def test_an_export_whose_every_case_the_preset_rejects_still_verifies(tmp_path, capsys):
-    # trl whitens the advantages over the batch: one valid token has no variance
+def test_an_export_whose_every_case_the_preset_rejects_is_not_verified(tmp_path, capsys):
+    # trl refuses the one-valid-token case: the export keeps it, with its reason; verify
+    # then compares nothing, which is no verification (issue 34: no pass on nothing)
     assert main(["export", str(tmp_path), "--preset", "trl", "--cases", "one-valid-token"]) == 0
-    assert main(["verify", str(tmp_path)]) == 0
     assert "rejected by the preset (inputs kept, no expected outputs): one-valid-token" in \
         capsys.readouterr().out
+    assert main(["verify", str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith("NOT passed: nothing compared (the reference rejected all 1 case(s))")
+    assert out.rstrip().endswith("NOT verified")
 
 
 def test_a_bad_manifest_entry_is_named_by_its_path(tmp_path):

@@ -36,9 +36,11 @@ from matplotlib.patches import Polygon, Rectangle  # noqa: E402
 from matplotlib.text import Text  # noqa: E402
 
 from ppo_numpy.gradcheck import cmp  # noqa: E402
+from ppo_numpy.kl_exact import kl_gradient_table  # noqa: E402
 from ppo_numpy.plotting import (  # noqa: E402
     concepts,
     grpo,
+    kl_gradient,
     mismatch,
     oracle,
     overoptimisation,
@@ -106,6 +108,18 @@ CASES = {f"concepts.{name}": call for name, call in CONCEPT_CASES.items()} | {
                                     "MIS, [0.5, 2]": np.geomspace(0.1, 10, 30) * (
                                         np.abs(np.log(np.geomspace(0.1, 10, 30))) < 0.69),
                                     "sequence mask": np.ones(30)}),
+    "kl_gradient.plot_kl_gradient_table": lambda: kl_gradient.plot_kl_gradient_table(
+        kl_gradient_table([0.25, 0.75], [0.5, 0.5], [1 / 3, 2 / 3])),
+    "kl_gradient.plot_sequence_gradients": lambda: kl_gradient.plot_sequence_gradients(
+        ["z[1]", "z[2]", "z[1 | 1]", "z[2 | 1]", "z[1 | 2]", "z[2 | 2]"],
+        {"grad KL(P || R) (sequence)": [-0.24, 0.24, 0, 0, -0.17, 0.17],
+         "k1 in the reward, gamma 1": [-0.24, 0.24, 0, 0, -0.17, 0.17],
+         "k3 x ratio in the loss": [-0.21, 0.21, 0, 0, -0.17, 0.17],
+         "k3 plain in the loss": [-0.25, 0.25, 0, 0, -0.225, 0.225]}),
+    "kl_gradient.plot_kl_runs": lambda: kl_gradient.plot_kl_runs(
+        {"k1 in the loss, plain (OpenRLHF's default)": RNG.uniform(0, 4, (3, 25)),
+         "k1, importance-weighted k2 gradient (--algo.kl.unbiased_gradient)":
+         RNG.uniform(0, 2, (3, 25))}),
     "overoptimisation.plot_overoptimisation": lambda: overoptimisation.plot_overoptimisation(
         _oo_rows(), smooth=2),
     "overoptimisation.plot_reward_model_fit": lambda: overoptimisation.plot_reward_model_fit(
@@ -136,8 +150,8 @@ CASES = {f"concepts.{name}": call for name, call in CONCEPT_CASES.items()} | {
 
 def _public_plot_functions():
     names = set()
-    for module in (concepts, grpo, mismatch, oracle, overoptimisation, policy, training,
-                   transformer):
+    for module in (concepts, grpo, kl_gradient, mismatch, oracle, overoptimisation, policy,
+                   training, transformer):
         short = module.__name__.rsplit(".", 1)[1]
         for name, obj in vars(module).items():
             if (name.startswith("plot_") and inspect.isfunction(obj)

@@ -75,6 +75,10 @@ TERMS = {
     "kl-k1": (no_policy, dict(c_v=0.0, kl_coef=1.0, kl_estimator="k1")),
     "kl-k3": (no_policy, dict(c_v=0.0, kl_coef=1.0, kl_estimator="k3")),
     "kl-k2": (no_policy, dict(c_v=0.0, kl_coef=1.0, kl_estimator="k2")),
+    # TRL 1.16's default: k3 times the differentiable ratio (its value is what is
+    # differentiated); the other forms: tests/test_kl_gradient.py
+    "kl-k3-ratio": (no_policy, dict(c_v=0.0, kl_coef=1.0, kl_estimator="k3",
+                                    kl_gradient="ratio")),
     "combined": (lambda b: b, dict(c_v=0.7, c_H=0.05, value_clip=VCLIP, epsilon_high=EPS_HIGH,
                                    dual_clip=DUAL, kl_coef=0.1)),
 }

@@ -132,25 +132,30 @@ def test_verl_actor_pg_loss_is_logged_before_the_kl_loss_as_verl_0_9_1():
 
 def test_gspo_token_gradient_is_verl_0_9_1s_sg_form():
     # verl 0.9.1 compute_policy_loss_gspo: token t's ratio is sg[s_i] pi_t / sg[pi_t]. One row,
-    # log-ratios [0.1, -0.1] (log s = 0, s = 1, unclipped), A = [1, 3], token-mean (c = 1/2):
+    # log-ratios [0.125, -0.125] (log s = 0, s = 1, unclipped), A = [1, 3], token-mean (c = 1/2):
     # loss = -(1/2)(1 + 3) = -2; token form d/dlogp_t = -c A_t s = [-0.5, -1.5]; the sequence
-    # ratio differentiated (TRL, the paper) gives each token (1/2)(-0.5 - 1.5) = -1
+    # ratio differentiated (TRL, the paper) gives each token (1/2)(-0.5 - 1.5) = -1.
+    # Exact on every CPU kind: -1 + 0.125, -2 - 0.125 and their differences are exact in
+    # binary, so log s = (0.125 - 0.125) / 2 = 0 exactly and exp(0) = 1 exactly; the rest is
+    # products and sums of small dyadic numbers. (With log-ratios 0.1 and -0.1 the two
+    # differences round, log s = -5.6e-17, and exp of it rounds to 1 - 2**-53 with NumPy's
+    # AVX-512 loop but to 1 with its AVX2 one: the loss read -1.9999999999999998 there.)
     from ppo_numpy import policy_loss_grad, ppo_policy_loss
 
     logp_old = np.array([[-1.0, -2.0]])
-    logp = logp_old + np.array([[0.1, -0.1]])
+    logp = logp_old + np.array([[0.125, -0.125]])
     A, m = np.array([[1.0, 3.0]]), np.ones((1, 2))
     kw = dict(importance_level="sequence")
     for form in ("token", "sequence"):
         assert ppo_policy_loss(logp, logp_old, A, m, sequence_gradient=form, **kw)[0] == -2.0
     token = policy_loss_grad(logp, logp_old, A, m, sequence_gradient="token", **kw)
     seq = policy_loss_grad(logp, logp_old, A, m, **kw)
-    np.testing.assert_allclose(token, [[-0.5, -1.5]], rtol=1e-15)
-    np.testing.assert_allclose(seq, [[-1.0, -1.0]], rtol=1e-15)
+    np.testing.assert_array_equal(token, [[-0.5, -1.5]])
+    np.testing.assert_array_equal(seq, [[-1.0, -1.0]])
     # with one advantage per response the two forms agree
     A1 = np.array([[2.0, 2.0]])
-    np.testing.assert_allclose(
+    np.testing.assert_array_equal(
         policy_loss_grad(logp, logp_old, A1, m, sequence_gradient="token", **kw),
-        policy_loss_grad(logp, logp_old, A1, m, **kw), rtol=1e-15)
+        policy_loss_grad(logp, logp_old, A1, m, **kw))
     with pytest.raises(ValueError, match="sequence_gradient"):
         policy_loss_grad(logp, logp_old, A, m, sequence_gradient="row", **kw)

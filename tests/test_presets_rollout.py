@@ -147,7 +147,7 @@ def test_correction_without_logp_rollout_names_the_option(name, options, option)
 
 @pytest.mark.parametrize("name, options, message", [
     ("trl-grpo", {"vllm_importance_sampling_clip_min": 4.0},
-     "vllm_importance_sampling_clip_min must be <= vllm_importance_sampling_clip_max"),
+     "vllm_importance_sampling_clip_min must be < vllm_importance_sampling_clip_max"),
     ("trl-grpo", {"vllm_importance_sampling_clip_max": -1.0},
      "vllm_importance_sampling_clip_max: must be > 0"),
     ("trl-grpo", {"vllm_importance_sampling_clip_max": math.nan},
@@ -179,7 +179,8 @@ def test_bad_options_name_the_argument(name, options, message):
 def test_openrlhf_binary_kl_rounds_below_zero():
     # docs/conventions.md section 14: OpenRLHF 0.11.2's binary KL (p log(p/q) + (1 - p)
     # log((1 - p)/(1 - q))) of two nearly equal probabilities rounds below 0, and its
-    # single-threshold gate [0, h] drops the token; rollout_divergence_gate keeps it
+    # single-threshold gate [0, h] drops the token; rollout_divergence_gate follows it
+    # (issue 34 defect 6: low 0 by default), a negative low keeps it
     from ppo_numpy.rollout_correction import rollout_divergence_gate
 
     lp_old, lp_roll = -2.3132620422323567, -2.313262052349042
@@ -187,6 +188,9 @@ def test_openrlhf_binary_kl_rounds_below_zero():
     d = p * math.log(p / q) + (1 - p) * math.log((1 - p) / (1 - q))
     assert -1e-16 < d < 0
     w = rollout_divergence_gate([[lp_old]], [[lp_roll]], divergence="binary_kl", high=0.01)
+    assert w[0, 0] == 0.0  # (dropped, as OpenRLHF drops it)
+    w = rollout_divergence_gate([[lp_old]], [[lp_roll]], divergence="binary_kl", high=0.01,
+                                low=-1e-12)
     assert w[0, 0] == pytest.approx(math.exp(lp_old - lp_roll), rel=1e-15)
     # the measurement quoted: 200,000 tokens, |logp_rollout - logp_old| ~ N(0, 1e-6)
     rng = np.random.default_rng(0)
@@ -194,7 +198,10 @@ def test_openrlhf_binary_kl_rounds_below_zero():
     lp = lq + rng.normal(0, 1e-6, lq.shape)
     p, q = np.exp(lp), np.exp(lq)
     d = p * np.log(p / q) + (1 - p) * np.log((1 - p) / (1 - q))
-    assert round(float(np.mean(d < 0)) * 100, 2) == 0.52
+    # about half a percent round below 0 (docs/conventions.md: 0.52 %): 1035 of 200,000 with
+    # NumPy's AVX-512 exp and log, 1039 with its AVX2 and SSE loops; the count is of
+    # rounding artefacts, so it is a claim about its size, not about the count
+    assert 0.4 < float(np.mean(d < 0)) * 100 < 0.65
 
 
 def test_gspo_gradient_forms_of_the_presets():

@@ -32,7 +32,10 @@ def test_bradley_terry_loss_and_gradient_by_hand():
     # Delta = 0: p = 1/2, loss log 2, d/dDelta = -1/2
     assert bradley_terry_loss([0.0], [0.0]) == pytest.approx(math.log(2), rel=1e-15)
     dr_w, dr_l = bradley_terry_grad([0.0], [0.0])
-    assert dr_w.tolist() == [-0.5] and dr_l.tolist() == [0.5]
+    # 1 - sigmoid(0) through logaddexp (a log1p) and an exp: within 2 ulps of 1/2 on every
+    # CPU kind (0.1 ulp above it with NumPy's AVX2 loops; the AVX-512 exp may round below)
+    assert dr_w.tolist() == [pytest.approx(-0.5, rel=2**-51)]
+    assert dr_l.tolist() == [pytest.approx(0.5, rel=2**-51)]
     # Delta = log 3: p = 3/4, loss log(4/3), d/dDelta = -(1 - 3/4) = -1/4
     assert bradley_terry_loss([math.log(3) + 2.0], [2.0]) == pytest.approx(math.log(4 / 3),
                                                                           rel=1e-14)
@@ -121,8 +124,23 @@ def test_padding_and_trimmed_responses_do_not_change_r():
     r = model.reward(x, y, m)
     garbage = np.where(m == 1, y, 7)
     assert np.array_equal(model.reward(x, garbage, m), r)
-    # the first row's response has 3 tokens: trimmed to 3 columns it scores the same
-    assert model.reward(x[:1], y[:1, :3], m[:1, :3])[0] == pytest.approx(r[0], rel=1e-15)
+    # the first row's response has 3 tokens: trimmed to 3 columns it scores the same, up to
+    # the order in which BLAS sums products of other shapes (another order per shape and
+    # OpenBLAS kernel). Each computation rounds a_j = b1_j + (P + n) selected weights
+    # within (P + n) u A_j (A_j: the sum of their magnitudes), tanh adds 2 ulps and does
+    # not stretch an error, and r = sum_j h_j w2_j adds H u sum_j |h_j w2_j|; the two
+    # computations together at most twice that. A misplaced or unmasked token moves r by a
+    # weight (about 0.5), far above it.
+    p, u, n = model.params, 2.0**-53, int(m[0].sum())
+    A = np.abs(p["b1"]) + sum(np.abs(p["W_x"][k, x[0, k]]) for k in range(2)) + sum(
+        np.abs(p["W_y"][t, y[0, t]]) for t in range(n))
+    h = np.tanh(p["b1"] + sum(p["W_x"][k, x[0, k]] for k in range(2))
+                + sum(p["W_y"][t, y[0, t]] for t in range(n)))
+    bound = 2 * u * ((2 + n + 2) * np.sum(np.abs(p["w2"]) * A)
+                     + model.d_hidden * np.sum(np.abs(h * p["w2"])))
+    assert abs(model.reward(x[:1], y[:1, :3], m[:1, :3])[0] - r[0]) <= bound
+    other = np.array([[4, 4, 3]])                      # one token changed
+    assert abs(model.reward(x[:1], other, m[:1, :3])[0] - r[0]) > 1000 * bound
     # inputs are not modified
     assert np.array_equal(y, BATCH[1]) and np.array_equal(m, BATCH[2])
 

@@ -1,6 +1,7 @@
 """docs/data/training_exercises.json, which notebook 10's exercise solutions read instead of
 running: it holds every run and number the notebook uses, it came from this code (the first
-iterations of each run, rerun here, give the stored rows), and the command that writes it
+iterations of each run, rerun here, give the stored rows: bit for bit on the CPU kind that
+wrote them, within ``tests._helpers.RERUN_RTOL`` on another), and the command that writes it
 (``python -m ppo_numpy train --exercises --json PATH``) checks its options.
 
 Why the first ``K`` = 3 iterations are enough: a run is deterministic (the same configuration
@@ -26,9 +27,9 @@ import pytest
 
 from ppo_numpy._machine import cpu_kind
 from ppo_numpy.programs import train as cli
-from ppo_numpy.training import SWEEP_CONFIG
+from ppo_numpy.training import SWEEP_CONFIG, train
 from ppo_numpy.training.metrics import COLUMNS
-from tests._helpers import same_row
+from tests._helpers import RERUN_RTOL, row_drift, same_row
 
 ROOT = Path(__file__).resolve().parents[1]
 STORED = ROOT / "docs" / "data" / "training_exercises.json"
@@ -117,6 +118,20 @@ def test_the_first_iterations_rerun_give_the_stored_rows(stored, name):
         assert [r["iteration"] for r in new] == list(range(1, K + 1))
         for a, b in zip(new, old):
             assert same_row(a, b, exact), (name, j, a, b)
+
+
+def test_a_planted_change_fails_the_comparison(stored):
+    # what the cross-kind allowance still catches: epochs_16 with a learning rate 0.1 % off
+    # moves iteration 1's row by about 8e-3 of its numbers, thousands of times RERUN_RTOL
+    # (the kinds' drift is 1e-13 on these runs)
+    run = stored["runs"]["epochs_16"]
+    rows = train(SWEEP_CONFIG.replace(iterations=1, epochs=16, lr=SWEEP_CONFIG.lr * 1.001),
+                 plot=False)
+    fresh = json.loads(cli.exercises_json({"x": {"config": {}, "iterations": 1,
+                                                 "cpu_seconds": 0, "rows": rows}}))
+    drift = row_drift(fresh["runs"]["x"]["rows"][0], run["rows"][0])
+    assert drift * RERUN_RTOL > 1e-3, drift
+    assert not same_row(fresh["runs"]["x"]["rows"][0], run["rows"][0], exact=False)
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -111,6 +111,10 @@ TOLERANCES = {
 
 DTYPES = tuple(TOLERANCES)
 
+PRECISION_RANK = {"float64": 0, "float32": 1, "float16": 1, "bfloat16": 2}
+"""How coarse a returned dtype is (float16 counts as float32: its 11 significant bits are
+within float32's tolerance, not bfloat16's); integers and Python floats are float64."""
+
 
 def tolerance_for(reference, dtype) -> Tolerance:
     """The tolerance to compare with ``reference`` in ``dtype``: the preset's own
@@ -223,6 +227,8 @@ class OutputComparison:
     passes_at: str = ""
     #: the largest error over the error allowed at the same element (<= 1: passed)
     worst_ratio: float = float("nan")
+    #: the dtype the candidate returned this output in (float64 for Python numbers)
+    returned_dtype: str = "float64"
 
     def describe(self) -> str:
         """Several lines: what was expected, what came out (the worst element's own values and
@@ -259,19 +265,54 @@ class ComparisonReport:
 
     @property
     def passed(self) -> bool:
-        """Every comparison passed and the candidate returned every output the reference
-        produces (``unchecked`` is empty: with ``outputs=`` it lists none)."""
-        return all(r.passed for r in self.rows) and not self.unchecked
+        """Something was compared, every comparison passed, and the candidate returned every
+        output the reference produces (``unchecked`` is empty: with ``outputs=`` it lists
+        none). A report that compared nothing (every case rejected by the reference, no
+        case given) does not pass: it cannot say that anything matches."""
+        return bool(self.rows) and all(r.passed for r in self.rows) and not self.unchecked
+
+    @property
+    def verdict(self) -> str:
+        """One line: ``passed: N output comparisons``, ``FAILED: k of N output comparisons``
+        (and the outputs not returned), or ``NOT passed: nothing compared (...)``."""
+        if not self.rows:
+            why = (f"the reference rejected all {len(self.rejected)} case(s)" if self.rejected
+                   else "no case was run")
+            if self.unchecked:
+                why += f"; not returned by the candidate: {', '.join(self.unchecked)}"
+            return f"NOT passed: nothing compared ({why})"
+        n_fail = len(self.failures)
+        if not n_fail and not self.unchecked:
+            return f"passed: {len(self.rows)} output comparisons"
+        parts = []
+        if n_fail:
+            outputs = ", ".join(dict.fromkeys(r.output for r in self.failures))
+            parts.append(f"{n_fail} of {len(self.rows)} output comparisons ({outputs})")
+        if self.unchecked:
+            parts.append(f"not returned by the candidate: {', '.join(self.unchecked)}")
+        return "FAILED: " + "; ".join(parts)
 
     def precision_hint(self) -> str:
-        """``"matches at float32 tolerance: pass dtype='float32'"`` when every failing
-        comparison passes at one looser dtype's tolerance; else ``""``."""
+        """``"matches at float32 tolerance: pass dtype='float32' (...)"`` when the candidate
+        really computes in a looser dtype and that explains every failure: every failing
+        comparison passes at that dtype's tolerance *and* the candidate returned that output
+        in that dtype or a coarser one (float32 arrays, bfloat16 tensors). Else ``""``: a
+        float64 candidate whose numbers differ has a convention wrong, and a looser
+        tolerance would hide it. The hint says how large a difference that tolerance lets
+        through."""
         fails = self.failures
         looser = {r.passes_at for r in fails}
         if not fails or self.unchecked or "" in looser:
             return ""
         dtype = max(looser, key=DTYPES.index)  # the loosest any of them needs
-        return f"matches at {dtype} tolerance: pass dtype={dtype!r}"
+        if any(PRECISION_RANK.get(r.returned_dtype, 0) < PRECISION_RANK[dtype] for r in fails):
+            return ""
+        tol = TOLERANCES[dtype]
+        returned = ", ".join(sorted({r.returned_dtype for r in fails}))
+        return (f"matches at {dtype} tolerance: pass dtype={dtype!r} (the candidate returned "
+                f"{returned} outputs; that tolerance lets through any difference up to "
+                f"{tol.atol:g} + {tol.rtol:g} |value|: a convention that changes an output "
+                f"by less is not seen)")
 
     @property
     def failures(self) -> list:
@@ -308,17 +349,22 @@ class ComparisonReport:
     def __str__(self) -> str:
         t = self.tolerance
         n_fail = len(self.failures)
-        lines = [f"oracle comparison, {self.title}: dtype {self.dtype} (rtol {t.rtol:g}, "
+        hint = self.precision_hint() if n_fail else ""
+        # the verdict first, then the table: per output its worst error over its own
+        # allowance (<= 1 passes), where that is, and the worst element's own values
+        lines = [self.verdict] + ([hint] if hint else []) + [
+                 f"oracle comparison, {self.title}: dtype {self.dtype} (rtol {t.rtol:g}, "
                  f"atol {t.atol:g}), {len(self.cases)} cases compared, "
                  f"{len(self.rejected)} rejected by the reference",
-                 f"{'output':<24} {'max abs err':>11} {'max rel err':>11}  {'worst case':<20} "
-                 f"{'worst index':<12} {'kinks':>5}  result"]
-        for output, (abs_err, rel_err) in self.max_errors().items():
+                 f"{'output':<24} {'err/allowed':>11}  {'expected':>11} {'got':>11}  "
+                 f"{'worst case':<20} {'worst index':<12} {'kinks':>5}  result"]
+        for output in dict.fromkeys(r.output for r in self.rows):
             w = self.worst(output)
             n_kinks = sum(r.n_kinks for r in self.rows if r.output == output)
             ok = all(r.passed for r in self.rows if r.output == output)
-            lines.append(f"{output:<24} {abs_err:>11.3g} {rel_err:>11.3g}  {w.case:<20} "
-                         f"{str(w.worst_index):<12} {n_kinks:>5}  {'ok' if ok else 'FAIL'}")
+            lines.append(f"{output:<24} {error_ratio(w):>11.3g}  {w.expected:>11.4g} "
+                         f"{w.actual:>11.4g}  {w.case:<20} {str(w.worst_index):<12} "
+                         f"{n_kinks:>5}  {'ok' if ok else 'FAIL'}")
         for name, reason in self.rejected.items():
             lines.append(f"rejected by the reference, not compared: {name}: {reason}")
         for output, names in self.not_produced.items():
@@ -333,9 +379,10 @@ class ComparisonReport:
         if n_fail:
             lines.append(f"FAILED: {n_fail} of {len(self.rows)} output comparisons")
             lines += [r.describe() for r in sorted(self.failures, key=error_ratio, reverse=True)]
-            hint = self.precision_hint()
             if hint:
                 lines.append(hint)
+        elif not self.rows:
+            lines.append(self.verdict)
         elif not self.unchecked:
             lines.append(f"passed: {len(self.rows)} output comparisons")
         return "\n".join(lines)
@@ -356,6 +403,19 @@ def error_ratio(row: OutputComparison) -> float:
     if not np.isfinite(err) or row.allowed <= 0:
         return np.inf
     return err / float(row.allowed)
+
+
+def returned_dtype(x) -> str:
+    """The floating dtype a candidate returned an output in: ``"float32"`` for a float32
+    array or tensor, ``"bfloat16"`` for a bfloat16 tensor, ``"float16"``; ``"float64"`` for
+    float64, Python numbers and integers (which carry no rounding of their own).
+
+    >>> returned_dtype(np.zeros(2, np.float32)), returned_dtype(0.5)
+    ('float32', 'float64')
+    """
+    dt = getattr(x, "dtype", None)
+    name = str(dt).removeprefix("torch.") if dt is not None else "float64"
+    return name if name in PRECISION_RANK else "float64"
 
 
 def _as_output(x) -> np.ndarray:
@@ -462,7 +522,8 @@ def compare_output(name: str, actual, expected, *, alternatives=(), mask=None, i
 
     ``looser``: ``(dtype, Tolerance)`` pairs, loosest last; a failing row records in
     ``passes_at`` the first under whose tolerance it would pass."""
-    row = OutputComparison(case=case_name, output=name, passed=False, params=dict(params or {}))
+    row = OutputComparison(case=case_name, output=name, passed=False, params=dict(params or {}),
+                           returned_dtype=returned_dtype(actual))
     e = _as_output(expected)
     try:
         a = _as_output(actual)
@@ -624,7 +685,7 @@ def assert_matches(actual: dict, expected: dict, dtype="float64", case=None, *, 
     ...                expected, case=case)  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    AssertionError: oracle comparison, candidate vs reference: dtype float64 (rtol 1e-09, ...
+    AssertionError: FAILED: 1 of 2 output comparisons (advantages)...
     """
     report = compare_outputs(actual, expected, dtype=dtype, case=case, outputs=outputs,
                              tolerance=tolerance)
@@ -724,6 +785,11 @@ def compare(candidate, reference, cases=None, dtype="float64", *, outputs=None,
         report.extend(compare_outputs(actual, expected, dtype=dtype, case=ref_case,
                                       outputs=outputs, tolerance=tol, alternatives=alternatives,
                                       known=known, looser=looser, candidate=label))
+    # an output that is an exception to the comparison's rules says so where it fails
+    notes = getattr(reference, "output_notes", None) or {}
+    for row in report.failures:
+        if row.output in notes and notes[row.output] not in row.note:
+            row.note = f"{row.note}; {notes[row.output]}" if row.note else notes[row.output]
     return report
 
 

@@ -150,7 +150,9 @@ class Diagnosis:
         if passing:
             lines.append(f"match the preset as it is: {', '.join(passing)}")
         hint = self.report.precision_hint()
-        if hint and any(not d.explanations for d in failing):
+        # (a looser dtype only where no convention explains any failing output: a named
+        # convention is a real difference, which that tolerance would hide)
+        if hint and not any(d.explanations for d in failing):
             lines.append(hint)
         if missing:
             lines.append(missing)
@@ -165,7 +167,8 @@ class Diagnosis:
                 f"{', '.join(self.report.unchecked)}")
 
     def __str__(self) -> str:
-        return f"{self.report}\n\n{self.summary()}"
+        # the verdict and the named conventions first, the comparison's table after them
+        return f"{self.summary()}\n\n{self.report}"
 
 
 def _matches(name, actual, expected, case, tol):

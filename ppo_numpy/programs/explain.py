@@ -10,6 +10,7 @@
     python -m ppo_numpy explain rloo --scores 1,0,0,1 --groups 0,0,1,1 --exact
     python -m ppo_numpy explain rollout-is --logp-old -1,-2,-0.5 --logp-rollout -1.5,-1.8,-0.4 \\
         --level sequence --mode mask --clip-max 3 --exact
+    python -m ppo_numpy explain kl-gradient --pi 1/4,3/4 --pi-ref 1/2,1/2 --pi-old 1/3,2/3 --exact
 
 The last command is the running example of ``docs/objective.md`` (``python -m ppo_numpy
 walkthrough`` prints it in floats).
@@ -17,7 +18,8 @@ walkthrough`` prints it in floats).
 Numbers are written as integers, decimals or fractions (``0.95``, ``19/20``);
 lists are comma-separated, one number per token of the response (its length
 is T); for ``grpo`` and ``rloo``, one score and one integer prompt id per
-response. Without ``--exact`` they are read as float64; with it, as the exact
+response (for ``kl-gradient``, one probability per token of the vocabulary). Without
+``--exact`` they are read as float64; with it, as the exact
 fraction written (``0.95`` is 19/20), and the tables print exact fractions.
 Bad input exits with status 2 and a message naming the option. A nonzero reward
 that ``--mask`` marks as padding is ignored, as every core function ignores padding;
@@ -31,6 +33,7 @@ import re
 import sys
 from fractions import Fraction
 
+from ..explain.kl_gradient import kl_gradient_tables
 from ..explain.tables import (
     clip_table,
     gae_table,
@@ -56,10 +59,13 @@ OPTION_OF = {
     "logp_old": "--logp-old", "logp_ref": "--logp-ref", "beta": "--beta", "scores": "--score",
     "logp_rollout": "--logp-rollout", "level": "--level", "mode": "--mode",
     "clip_max": "--clip-max", "clip_min": "--clip-min", "log_ratio_bound": "--log-ratio-bound",
+    "pi": "--pi", "pi_ref": "--pi-ref", "pi_old": "--pi-old", "bound": "--bound",
 }
 # the group baselines take one score per response
 GROUP_OPTION_OF = {"scores": "--scores", "groups": "--groups", "eps": "--eps", "ddof": "--ddof"}
 GROUP_QUANTITIES = ("grpo", "rloo")
+#: quantities of one distribution over the vocabulary, not of a response: no --mask
+DISTRIBUTION_QUANTITIES = ("kl-gradient",)
 
 LIST = "X1,X2,..."
 
@@ -154,18 +160,23 @@ def build_parser():
         "rloo": "RLOO advantages of a batch: score, the others' mean, advantage",
         "rollout-is": "the rollout correction's importance weights pi_old / pi_rollout of one "
                       "response",
+        "kl-gradient": "the KL term's expected gradient for every estimator, placement and "
+                       "gradient form, exactly, for one distribution over the tokens: which "
+                       "KL's gradient each is",
     }
     subs = {}
     for name, help_ in specs.items():
         group = name in GROUP_QUANTITIES
+        numbers = (_GROUP_HELP if group else _DISTRIBUTION_HELP
+                   if name in DISTRIBUTION_QUANTITIES else _NUMBERS_HELP)
         p = sub.add_parser(name, help=help_, allow_abbrev=False,
-                           description=help_ + ". " + (_GROUP_HELP if group else _NUMBERS_HELP))
+                           description=help_ + ". " + numbers)
         p.value_options = set()
         p.add_argument("--exact", action="store_true",
                        help="exact fractions: read 0.95 as 19/20 and print fractions")
         p.add_value("--format", choices=("text", "markdown"), default="text",
                     help="plain text (default) or a Markdown table")
-        if not group:
+        if not group and name not in DISTRIBUTION_QUANTITIES:
             p.add_value("--mask", metavar="M1,M2,...",
                         help="1 = response token, 0 = padding (default: all 1)")
         subs[name] = p
@@ -243,11 +254,25 @@ def build_parser():
     w.add_value("--clip-min", help="lower bound (default: none)")
     w.add_value("--log-ratio-bound", help="clamp the log-ratio (or its sum) to [-b, b] before "
                                           "exp (verl: 20; default: none)")
+
+    k = subs["kl-gradient"]
+    k.add_value("--pi", required=True, metavar="P1,P2,...",
+                help="pi_theta: the probability of each token (they sum to 1, each > 0)")
+    k.add_value("--pi-ref", required=True, metavar="P1,P2,...", help="pi_ref, the reference")
+    k.add_value("--pi-old", metavar="P1,P2,...",
+                help="pi_old, the sampler: adds the terms sampled from it (default: none, "
+                     "only those sampled from pi_theta)")
+    k.add_value("--bound", default="10",
+                help="the importance form's upper bound on pi / pi_old, >= 1 (default 10, "
+                     "OpenRLHF's; 'none': no bound)")
     return parser, subs
 
 
 _GROUP_HELP = ("Numbers: 1, 0.5 or 1/2, one score per response, comma-separated; prompt ids "
                "are integers, one per response; every group needs >= 2 responses.")
+_DISTRIBUTION_HELP = ("Numbers: 1, 0.25 or 1/4; one probability per token of the vocabulary, "
+                      "comma-separated (--pi 1/4,3/4). See docs/hand-calculations.md, section "
+                      "11.")
 _NUMBERS_HELP = ("Numbers: 1, 0.95 or 19/20; lists comma-separated, one number per token. "
                  "Negative lists: --logp -1,-2 or --logp=-1,-2.")
 
@@ -371,6 +396,11 @@ def _tables(args) -> list:
                                  clip_max=clip_max, clip_min=num("--clip-min"),
                                  log_ratio_bound=num("--log-ratio-bound"),
                                  mask=mask(logp_old, "--logp-old"))]
+    if args.quantity == "kl-gradient":
+        pi = lst("--pi")
+        pi_ref = lst("--pi-ref", pi, "--pi")
+        bound = None if args.bound.strip().lower() == "none" else num("--bound")
+        return kl_gradient_tables(pi, pi_ref, lst("--pi-old", pi, "--pi"), bound=bound)
     if args.quantity == "rewards":
         logp = lst("--logp")
         logp_ref = lst("--logp-ref", logp, "--logp")

@@ -23,7 +23,8 @@ INTRO = f"""\
 # Checking formulas by hand
 
 `python -m ppo_numpy explain` prints, token by token, every intermediate step of the
-objective's formulas ([objective.md](objective.md)) for one response: the numbers a person
+objective's formulas ([objective.md](objective.md)) for one response (and, for the KL
+term's gradient, section 11, for one distribution over the tokens): the numbers a person
 writes down when working them out on paper, in the order they would write them. A learner
 who gets a different A_hat_1 than the library can find the first row where their working and
 the table part ways.
@@ -103,6 +104,8 @@ GRPO_THREE = ["grpo", "--scores", "1,0,0,0,1,1", "--groups", "0,0,0,1,1,1", "--e
               "--exact"]
 GRPO_BATCH = ["grpo", "--scores", "1,0,0,0,1,1", "--groups", "0,0,0,1,1,1", "--scale", "batch",
               "--exact"]
+KL_GRADIENT = ["kl-gradient", "--pi", "1/4,3/4", "--pi-ref", "1/2,1/2", "--pi-old", "1/3,2/3",
+               "--exact"]
 RLOO = ["rloo", "--scores", "1,0,0,1", "--groups", "0,0,1,1", "--exact"]
 RLOO_THREE = ["rloo", "--scores", "3,0,0,1,0,0", "--groups", "0,1,1,0,1,0", "--exact"]
 
@@ -292,6 +295,29 @@ def render_docs() -> str:
         "1.068939106, inside its default band [0.5, 5], so the response keeps its token "
         "ratios, 2.2255 included (no truncation):",
         _example(RIS_GEOMETRIC),
+        "## 11. The KL term's gradient: which KL each estimator, placement and form follows",
+        "The estimators k1 and k3 agree in expectation on the value of KL(pi_theta || pi_ref); "
+        "their gradients do not, and neither do the ways the frameworks differentiate the same "
+        "k3 in the loss (`ppo_numpy.kl_gradient`, [derivations.md](derivations.md), sections "
+        "12 to 14). `explain kl-gradient` takes one distribution over a vocabulary of K "
+        "tokens, the reference and optionally the sampler pi_old, and enumerates every "
+        "token: no sampling. The running example of derivations.md, section 12, "
+        "pi_theta = (1/4, 3/4), pi_ref = (1/2, 1/2), sampled on-policy and from "
+        "pi_old = (1/3, 2/3):",
+        _example(KL_GRADIENT),
+        "By hand, on-policy: the plain k3's derivative is c(y) = 1 - pi_ref / pi = (-1, 1/3), "
+        "so E[c(y) (e_y - pi)] = (1/4)(-1)(3/4) + (3/4)(1/3)(-1/4) = -1/4 for z[1]: pi - "
+        "pi_ref, the gradient of KL(pi_ref || pi), exact. TRL's k3 times the ratio, verl's "
+        "`k3+` and OpenRLHF's `unbiased_gradient` all have c(y) = d(y) = log(pi / pi_ref) = "
+        "(-log 2, log 3/2), and (1/4)(-0.6931)(3/4) + (3/4)(0.4055)(-1/4) = -0.20599 is the "
+        "gradient of KL(pi || pi_ref): the gap between the two directions is 0.04401. The k1 "
+        "in the loss has c = 1 and expected gradient 0 (its value is still unbiased); in the "
+        "reward it is the whole gradient of KL(pi || pi_ref).",
+        "Sampled from pi_old, rho = pi / pi_old = (3/4, 9/8) and only the forms that weight "
+        "by rho stay unbiased: the ratio form (E_old[rho f] = E_pi[f]) and OpenRLHF's while "
+        "its bound, 10, does not bind. The plain k3 becomes (1/3)(-1)(3/4) + (2/3)(1/3)(-1/4) "
+        "= -11/36, and verl's `k3+` (-0.2409) follows neither KL. With `--bound 1` the "
+        "weight 9/8 is cut to 1 and OpenRLHF's form is biased too.",
     ]
     return "\n\n".join(parts) + "\n"
 

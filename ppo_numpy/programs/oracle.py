@@ -18,7 +18,8 @@ unknown preset, case or parameter, a candidate that cannot be loaded or returns 
 that is not a dict of numbers, a preset that rejects every case. ``--param beta=0.04``
 sets a preset parameter on every case (the candidate sees it in ``case["params"]``); the
 value is read as a Python literal (``0.04``, ``None``, ``True``, ``'k3'``), else kept as
-the string.
+the string; a number written with an underscore (``0.5_5``: the number 0.55 or verl's
+bounds string "0.5_5"?) is an error naming both readings (quote it for the string).
 See ``docs/oracle.md`` for the file format and how to check your own code.
 """
 
@@ -146,10 +147,26 @@ def parse_params(items, preset) -> dict:
             raise ValueError(f"--param {name}: preset {preset.name!r} has no parameter "
                              f"{name!r}{hint}; valid ones are {', '.join(preset.parameters)}")
         try:
-            params[name] = ast.literal_eval(text)
+            value = ast.literal_eval(text)
         except (ValueError, SyntaxError):
-            params[name] = text
+            value = text
+        if _digit_separated(text, value):
+            # why: Python reads 0.5_5 as 0.55 (a digit separator), where verl's
+            # rollout_is_threshold reads "0.5_5" as the bounds [0.5, 5]: neither reading
+            # may be picked silently
+            raise ValueError(f"--param {name}={text}: ambiguous value: the number {value!r} "
+                             f"(Python's digit separator '_') or the string {text!r}; write "
+                             f"{name}={value!r} for the number or {name}='{text}' (quoted) "
+                             f"for the string")
+        params[name] = value
     return params
+
+
+def _digit_separated(text: str, value) -> bool:
+    """``text`` is a number written with an underscore (``0.5_5``, ``1_000``), which
+    ``ast.literal_eval`` reads as a number and a preset may read as a string."""
+    return ("_" in text and isinstance(value, (int, float, complex))
+            and not isinstance(value, bool))
 
 
 def _run_candidate(args, command: str):

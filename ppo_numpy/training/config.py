@@ -17,6 +17,7 @@ from .._validation import check_choice
 from ..aggregation import MODES, TRL_MODES
 from ..group_advantages import SCALES
 from ..kl import ESTIMATORS
+from ..kl_gradient import FORMS
 from ..policy.precision import PRECISIONS
 from .tasks import TASKS
 
@@ -114,6 +115,13 @@ class PPOConfig:
                                               "loss, beta_loss * agg(KL_t) (GRPO's; 0: off)")
     kl_loss_estimator: str = _f("k3", "", "per-token estimator of KL(pi_theta || pi_ref) in "
                                           "the loss term", choices=ESTIMATORS)
+    kl_loss_gradient: str = _f("plain", "", "how the loss's KL term is differentiated "
+                               "(ppo_numpy.kl_gradient): plain (verl's low_var_kl), ratio "
+                               "(KL_t times the differentiable pi_theta / pi_old: TRL 1.16's "
+                               "default), straight_through (k2's gradient: verl's k3+), "
+                               "importance (OpenRLHF's unbiased_gradient)", choices=FORMS)
+    kl_loss_is_bound: float | None = _f(10.0, "", "importance form: upper bound on pi_theta / "
+                                        "pi_old, >= 1 (OpenRLHF's 10; none: no bound)")
     # 3. TD errors, GAE, returns, whitening
     gamma: float = _f(1.0, "gamma", "discount factor")
     lam: float = _f(0.95, "lambda", "GAE parameter")
@@ -237,6 +245,12 @@ def check_config(c: PPOConfig) -> None:
     for name in ("value_clip", "max_grad_norm", "group_size", "rollout_log_ratio_bound"):
         if getattr(c, name) is not None and getattr(c, name) <= 0:
             raise ValueError(f"{name}: must be > 0 or None, got {getattr(c, name)}")
+    if c.kl_loss_is_bound is not None and c.kl_loss_is_bound < 1:
+        raise ValueError(f"kl_loss_is_bound: must be >= 1 or None (an upper bound on pi_theta / "
+                         f"pi_old; on-policy the weight is 1), got {c.kl_loss_is_bound}")
+    if c.kl_loss_gradient != "plain" and c.importance_level != "token":
+        raise ValueError(f"kl_loss_gradient: {c.kl_loss_gradient!r} is written for "
+                         "importance_level='token'; use 'plain' with the sequence level")
     if c.rollout_temperature <= 0:
         raise ValueError(f"rollout_temperature: must be > 0, got {c.rollout_temperature}")
     _check_rollout_bounds(c)

@@ -188,7 +188,8 @@ def ppo_iteration(state: RunState) -> dict:
     # 4. K epochs x minibatches: policy loss + c_V value loss - c_H entropy
     #    (+ beta_loss KL_t in the loss), clip, Adam
     opts = PolicyLossOptions(epsilon=c.eps, agg=c.agg, importance_level=c.importance_level,
-                             kl_coef=c.kl_loss_coef, kl_estimator=c.kl_loss_estimator)
+                             kl_coef=c.kl_loss_coef, kl_estimator=c.kl_loss_estimator,
+                             kl_gradient=c.kl_loss_gradient, kl_is_bound=c.kl_loss_is_bound)
     c_v = 0.0 if critic_free else c.c_v
     sums = dict.fromkeys(("clipfrac", "approx_kl_k1", "approx_kl_k3", "entropy",
                           "policy_loss", "value_loss", "grad_norm"), 0.0)

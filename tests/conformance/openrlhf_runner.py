@@ -58,34 +58,61 @@ def rollout_kl(x: dict, estimator: str):
                              kl_estimator=estimator)
 
 
-def openrlhf_ppo(case: dict) -> dict:
-    """Preset ``openrlhf``: PPO with GAE and a critic."""
-    p = params_of("openrlhf", case)
+def parsed_args(preset_name: str, case: dict, log: set | None, **composition):
+    """OpenRLHF's parsed ``args`` (its parser's defaults, the case's options, the file's
+    post-processing: ``framework_config.openrlhf_args``), read through a Recorder into
+    ``log``; epsilon_high is the second value of ``--actor.eps_clip_low_high``."""
+    from .framework_config import (
+        DEFINING,
+        EPS_HIGH_FLAG,
+        OPENRLHF,
+        OPENRLHF_GRPO,
+        Recorder,
+        openrlhf_args,
+        openrlhf_parser_defaults,
+    )
+
+    mapping = OPENRLHF if preset_name == "openrlhf" else OPENRLHF_GRPO
+    params = dict(case.get("params", {}))
+    for option in DEFINING.get(preset_name, {}):
+        params.setdefault(option, params_of(preset_name, case)[option])
+    if params.get("epsilon_high") is not None:
+        eps = params.get("epsilon", openrlhf_parser_defaults()["--actor.eps_clip"])
+        composition[EPS_HIGH_FLAG] = (eps, params["epsilon_high"])
+    if case["inputs"].get("logp_rollout") is None:
+        # (no rollout log-probs: the correction is off, as the runner always had it)
+        composition["--algo.advantage.is_correction_level"] = "off"
+    args = openrlhf_args(params, mapping, **composition)
+    return args if log is None else Recorder(args, log, "args.")
+
+
+def openrlhf_ppo(case: dict, log: set | None = None) -> dict:
+    """Preset ``openrlhf``: PPO with GAE and a critic, from OpenRLHF's parsed arguments."""
     x = case["inputs"]
     B = x["mask"].shape[0]
-    kl = rollout_kl(x, p["kl_estimator"])
+    args = parsed_args("openrlhf", case, log)
+    kl = rollout_kl(x, args.algo.kl.estimator)
     exp = experience(x, kl, index=range(B), values=x["old_values"])
-    maker = ExperienceMaker(estimator="gae", gamma=p["gamma"], lambd=p["lam"],
-                            kl_coef=p["beta"], n_samples=1,
-                            clip_range=tuple(p["reward_clip_range"]))
+    clip_range = tuple(args.reward.clip_range)
+    coef = args.algo.kl.init_coef
+    maker = ExperienceMaker(estimator="gae", gamma=args.algo.advantage.gamma,
+                            lambd=args.algo.advantage.lambd, kl_coef=coef, n_samples=1,
+                            clip_range=clip_range)
     # (the rewards compute_reward makes there are local to its loop: the same call again)
-    rewards = compute_reward(tensor(x["scores"]), p["beta"], kl, action_mask=exp.action_mask,
-                             reward_clip_range=tuple(p["reward_clip_range"]))
+    rewards = compute_reward(tensor(x["scores"]), coef, kl, action_mask=exp.action_mask,
+                             reward_clip_range=clip_range)
     info_kl = masked_mean(kl, exp.action_mask, dim=-1)
     (exp,) = maker.compute_advantages_and_returns([exp])
-    eps_high = p["epsilon"] if p["epsilon_high"] is None else p["epsilon_high"]
     rollout = x.get("logp_rollout")
-    loss_fn = PolicyLoss(clip_eps_low=p["epsilon"], clip_eps_high=eps_high,
-                         dual_clip=p["dual_clip"],
-                         token_level_loss=p["loss_agg_mode"] == "token-mean",
-                         **is_correction(p, rollout))
+    loss_fn = policy_loss_of(args)
     logp = tensor(x["logp"], grad=True)
     pl, clip_ratio, ppo_kl, vllm_kl, filtered = loss_fn(
         logp, tensor(x["logp_old"]), exp.advantages, action_mask=exp.action_mask,
         rollout_log_probs=None if rollout is None else tensor(rollout))
     values = tensor(x["values"], grad=True)
-    vl = ValueLoss(p["value_clip"])(values, tensor(x["old_values"]), exp.returns,
-                                    action_mask=exp.action_mask)
+    # (ppo_critic.py line 60: ValueLoss(args.critic.value_clip))
+    vl = ValueLoss(args.critic.value_clip)(values, tensor(x["old_values"]), exp.returns,
+                                           action_mask=exp.action_mask)
     m = exp.action_mask
     out = {"rewards": numpy(rewards * m), "advantages": numpy(exp.advantages),
            "returns": numpy(exp.returns), "policy_loss": item(pl), "value_loss": item(vl),
@@ -97,6 +124,20 @@ def openrlhf_ppo(case: dict) -> dict:
     if vllm_kl is not None:
         out.update({"stat/vllm_kl": item(vllm_kl), "stat/is_filter_ratio": item(filtered)})
     return out
+
+
+def policy_loss_of(args) -> PolicyLoss:
+    """``PolicyLoss`` as ``trainer/ray/ppo_actor.py`` (lines 76-86) builds it from args."""
+    return PolicyLoss(
+        clip_eps_low=args.actor.eps_clip_low_high[0],
+        clip_eps_high=args.actor.eps_clip_low_high[1],
+        dual_clip=args.actor.dual_clip,
+        token_level_loss=args.actor.loss_agg_mode == "token-mean",
+        policy_loss_type=args.actor.policy_loss_type,
+        is_correction_level=args.algo.advantage.is_correction_level,
+        is_correction_mode=args.algo.advantage.is_correction_mode,
+        is_correction_gating=args.algo.advantage.is_correction_gating,
+        is_correction_threshold=args.algo.advantage.is_correction_threshold)
 
 
 def is_correction(p: dict, rollout) -> dict:
@@ -121,32 +162,32 @@ def grouped_index(groups) -> list:
     return index.tolist()
 
 
-def openrlhf_grpo(case: dict) -> dict:
-    """Preset ``openrlhf-grpo``: the critic-free estimators, ``PolicyLoss`` ppo or gspo."""
-    p = params_of("openrlhf-grpo", case)
+def openrlhf_grpo(case: dict, log: set | None = None) -> dict:
+    """Preset ``openrlhf-grpo``: the critic-free estimators, ``PolicyLoss`` ppo or gspo, from
+    OpenRLHF's parsed arguments."""
     x = case["inputs"]
     groups = np.asarray(x["groups"])
     _, counts = np.unique(groups, return_counts=True)
-    est = p["advantage_estimator"]
-    use_kl_loss = p["use_kl_loss"]
-    kl = (torch.zeros_like(tensor(x["logp"])) if use_kl_loss
-          else rollout_kl(x, p["kl_estimator"]))
     # groups of unequal sizes (the preset takes them for reinforce, which ignores groups) are
     # not an OpenRLHF layout: there every response is its own prompt (n_samples_per_prompt 1)
     n_samples = int(counts[0]) if np.all(counts == counts[0]) else 1
+    args = parsed_args("openrlhf-grpo", case, log,
+                       **{"--rollout.n_samples_per_prompt": n_samples})
+    est = args.algo.advantage.estimator
+    use_kl_loss = args.algo.kl.use_loss
+    coef = args.algo.kl.init_coef
+    kl = (torch.zeros_like(tensor(x["logp"])) if use_kl_loss
+          else rollout_kl(x, args.algo.kl.estimator))
     index = grouped_index(groups) if n_samples > 1 else range(len(groups))
     exp = experience(x, kl, index=index)
     # (--algo.advantage.gamma applies to reinforce only: the others set it to 1, with a warning)
-    maker = ExperienceMaker(estimator=est, gamma=p["gamma"], lambd=1.0,
-                            kl_coef=p["init_kl_coef"], n_samples=n_samples,
-                            clip_range=tuple(p["reward_clip_range"]))
+    maker = ExperienceMaker(estimator=est, gamma=args.algo.advantage.gamma, lambd=1.0,
+                            kl_coef=coef, n_samples=n_samples,
+                            clip_range=tuple(args.reward.clip_range))
     info_kl = masked_mean(kl, exp.action_mask, dim=-1)
     (exp,) = maker.compute_advantages_and_returns([exp])
-    eps_high = p["epsilon"] if p["epsilon_high"] is None else p["epsilon_high"]
     rollout = x.get("logp_rollout")
-    loss_fn = PolicyLoss(clip_eps_low=p["epsilon"], clip_eps_high=eps_high,
-                         dual_clip=p["dual_clip"], token_level_loss=True,
-                         policy_loss_type=p["policy_loss_type"], **is_correction(p, rollout))
+    loss_fn = policy_loss_of(args)
     logp = tensor(x["logp"], grad=True)
     m = exp.action_mask
     pl, clip_ratio, ppo_kl, vllm_kl, filtered = loss_fn(
@@ -165,10 +206,10 @@ def openrlhf_grpo(case: dict) -> dict:
         # init_coef 0), aggregated as the policy loss (a token mean)
         kl_now = (compute_approx_kl(logp, tensor(x["logp_ref"]),
                                     log_probs_old=tensor(x["logp_old"]),
-                                    kl_estimator=p["kl_estimator"])
-                  if p["init_kl_coef"] > 0 else torch.zeros_like(logp))
+                                    kl_estimator=args.algo.kl.estimator)
+                  if coef > 0 else torch.zeros_like(logp))
         kl_loss = aggregate_loss(kl_now, m)
-        total = pl + kl_loss * p["init_kl_coef"]
+        total = pl + kl_loss * coef
         stats["kl"] = item(kl_loss)
     else:
         stats["kl"] = item(info_kl.mean())

@@ -9,6 +9,15 @@ from .stubs import STUBS
 #: what running the released code showed, and what the presets do about it now (facts with
 #: the version; each is tested in tests/ without torch, see the last column)
 DIFFERENCES = [
+    ("trl-grpo", "TRL 1.16.0 `GRPOConfig.use_bias_correction_kl` defaults to True: "
+     "`_compute_loss` multiplies the per-token k3 by the differentiable ratio coef_1 before "
+     "`delta` clamps it; the preset had no such option and the runner switched it off by hand "
+     "(`kl-in-loss`: -0.095772 vs TRL's -0.096402)",
+     "`use_bias_correction_kl` (default True); the runner takes TRL's default",
+     "tests/test_kl_bias_correction.py"),
+    ("trl-grpo", "TRL 1.16.0 logs `reward_std` as `nanstd` of every reward of the batch; the "
+     "preset logged the mean of the group stds (1.7293 vs 1.6417 on `rollout-close`)",
+     "the batch's nanstd, float32; compared now", "tests/test_presets_issue34.py"),
     ("openrlhf-grpo", "OpenRLHF 0.11.2 `PolicyLoss` (`policy_loss_type=\"ppo\"`) clamps the "
      "token log-ratio to [-20, 20] before `exp`; the preset applied no clamp (its `ppo` option "
      "differed on every token with \\|logp - logp_old\\| > 20)",
@@ -117,6 +126,60 @@ def write_report(path: Path, summaries: dict, errors: dict, specs: dict, not_run
         "clip statistics that differ: torch splits the gradient of `min`/`max` at a tie and "
         "which side of the bound a tied ratio falls on is one rounding; they are counted "
         "here, not failed (every other output of those cases must match).")
+    add("")
+    add("## The presets' defaults are the frameworks' (read from the releases)")
+    add("")
+    add("Each runner builds the framework's own configuration from the installed release "
+        "with its defaults and sets only the options a case sets "
+        "(`tests/conformance/framework_config.py`): TRL's `GRPOConfig()`, verl's trainer "
+        "file `verl/trainer/config/_generated_ppo_trainer.yaml` through its "
+        "`omega_conf_to_dataclass` (ActorConfig, PolicyLossConfig, AlgoConfig, "
+        "RolloutCorrectionConfig), OpenRLHF's `cli/train_ppo_ray.py` parser defaults. Every "
+        "preset default is compared with the framework's, read at run time (a difference "
+        "fails the preset), and one run per preset sets nothing on either side but the "
+        "preset's defining option (the critic-free presets' estimator).")
+    add("")
+    add("| preset | option | preset default | framework field | framework default | "
+        "equal |")
+    add("|---|---|---|---|---|---|")
+    for name, s in summaries.items():
+        for o, mine, where, theirs, same in s.get("default_pairs", []):
+            add(f"| `{name}` | `{o}` | `{mine}` | `{where}` | `{theirs}` | "
+                f"{'yes' if same else '**no**'} |")
+    add("")
+    add("A changed default fails the preset. Checked once per framework (issue 34), each file "
+        "restored after: TRL's `trl/trainer/grpo_config.py` `epsilon` default 0.2 -> 0.25 "
+        "gives `conformance: FAILED: trl-grpo: default epsilon: preset 0.2, "
+        "GRPOConfig.epsilon 0.25 in the installed release`; verl's "
+        "`_generated_ppo_trainer.yaml` actor `clip_ratio_c` 3.0 -> 2.5 fails `verl` and "
+        "`verl-grpo` (`default dual_clip: preset 3.0, actor_rollout_ref.actor.clip_ratio_c 2.5`); "
+        "OpenRLHF's `train_ppo_ray.py` `--actor.eps_clip` default 0.2 -> 0.25 fails "
+        "`openrlhf` and `openrlhf-grpo` (`default epsilon: preset 0.2, --actor.eps_clip 0.25`). "
+        "Each time the nothing-set run failed too (12 of 17, 3 of 26 and 2 of 16, 17 of 24 "
+        "and 10 of 16 cases). `tests/test_conformance_mechanism.py` tests the mechanism "
+        "without the frameworks.")
+    add("")
+    add("Nothing set on either side (the oracle's own cases):")
+    add("")
+    for name, s in summaries.items():
+        run = s.get("defaults_run")
+        if run:
+            failed = ", ".join(run["failed"]) or "none"
+            add(f"* `{name}`: {run['cases']} cases, failed: {failed}")
+    add("")
+    add("## Config coverage")
+    add("")
+    add("Every field of the frameworks' configuration objects that their loss, advantage and "
+        "statistics code read in this run (recorded at run time: "
+        "`framework_config.Recorder`), mapped to a preset option or pinned at the "
+        "framework's default with the reason (`tests/conformance/coverage.py`). A field "
+        "read, unmapped and unlisted fails the suite. Where they are read:")
+    add("")
+    from .coverage import READ_IN, table_lines
+    for name, where in READ_IN.items():
+        add(f"* `{name}`: {where}")
+    add("")
+    L.extend(table_lines(summaries))
     add("")
     add("## Differences from the releases, found by running them")
     add("")

@@ -108,14 +108,17 @@ def f32(*names):
     return transform
 
 
-def _candidate(name):
-    """The framework's code for preset ``name`` as a function case -> outputs."""
+def _candidate(name, log: set | None = None):
+    """The framework's code for preset ``name`` as a function case -> outputs; ``log``
+    collects the configuration fields the framework's code reads."""
     if name in ("verl", "verl-grpo"):
         from . import verl_runner as r
-        return r.verl_ppo if name == "verl" else r.verl_grpo
+        fn = r.verl_ppo if name == "verl" else r.verl_grpo
+        return lambda case: fn(case, log)
     if name in ("openrlhf", "openrlhf-grpo"):
         from . import openrlhf_runner as r
-        return r.openrlhf_ppo if name == "openrlhf" else r.openrlhf_grpo
+        fn = r.openrlhf_ppo if name == "openrlhf" else r.openrlhf_grpo
+        return lambda case: fn(case, log)
     if name == "trl-grpo":
         from ppo_numpy.oracle.presets import get_preset
 
@@ -125,7 +128,7 @@ def _candidate(name):
         def trl_grpo(case):
             # the preset's advantages (B,): TRL computes its own inline (see SPECS)
             A, m = preset(case)["advantages"], case["inputs"]["mask"] == 1
-            return r.trl_grpo(case, A[np.arange(len(A)), np.argmax(m, axis=-1)])
+            return r.trl_grpo(case, A[np.arange(len(A)), np.argmax(m, axis=-1)], log)
         return trl_grpo
     if name == "trl-0.11":
         from . import trl_runner as r
@@ -290,13 +293,17 @@ SPECS = {
                     "vllm_importance_sampling_clip_min": [None, 0.5],
                     "vllm_importance_sampling_clip_max": [3.0, 1.5, None],
                     "off_policy_mask_threshold": [None, 0.05, 0.5]},
-        "inputs": None,
+        # (TRL's rewards are float32: the reward functions' values in a float32 tensor)
+        "inputs": f32("scores"),
         "exclude": {},
         "not_compared": [
-            "advantages, reward, reward_std, frac_reward_zero_std (so scale_rewards only "
-            "through the advantages the loss is given): TRL computes them inline in "
+            "advantages and frac_reward_zero_std (so scale_rewards only through the "
+            "advantages the loss is given): TRL computes them inline in "
             "GRPOTrainer._generate_and_score_completions, with generation and the reward "
-            "functions, which cannot be called alone; the loss is fed the preset's advantages",
+            "functions, which cannot be called alone; the loss is fed the preset's "
+            "advantages; reward, TRL's float32 nanmean of the scores: where their mean nearly "
+            "cancels its rounding, u_32 sum|s| / n, exceeds any relative tolerance. "
+            "reward_std is compared: TRL's nanstd of the float32 scores (line 2829)",
             "entropy: needs logits"],
     },
     "trl-0.11": {
@@ -335,10 +342,12 @@ NOT_RUN = {
 
 
 def run_one(name: str, n_random: int, seed: int = 0) -> dict:
-    from . import harness
+    from . import coverage, harness
+    from .framework_config import DEFINING, default_pairs
 
     spec = SPECS[name]
-    candidate = _candidate(name)
+    log = set()
+    candidate = _candidate(name, log)
     transform = spec["inputs"]
     exclude = spec["exclude"]
 
@@ -357,7 +366,14 @@ def run_one(name: str, n_random: int, seed: int = 0) -> dict:
     oracle = [c for c in harness.oracle_cases(name, spec["options"], rng, seed)
               if c["name"].split("[", 1)[0] not in exclude]
     rand = random_cases(rng, n_random)
-    cases = oracle + harness.with_options(rand, harness.option_combinations(
+    # (b) nothing set on either side but the preset's defining options: the framework's
+    # defaults against the preset's, on the oracle's own cases
+    defining = {k: get_preset(name).parameters[k] for k in DEFINING.get(name, {})}
+    base = [c for c in harness.oracle_cases(name, {}, rng, seed)
+            if c["name"].split("[", 1)[0] not in exclude]
+    defaults_run = [{**c, "name": c["name"] + "[defaults]", "params": {
+        **c.get("params", {}), **defining}} for c in base]
+    cases = defaults_run + oracle + harness.with_options(rand, harness.option_combinations(
         spec["options"], rng, len(rand)))
     if spec.get("params") is not None:
         cases = [{**c, "params": spec["params"](c)} for c in cases]
@@ -381,6 +397,19 @@ def run_one(name: str, n_random: int, seed: int = 0) -> dict:
     for o, row in summary["outputs"].items():
         row["failed"] = sum(1 for r in real if r.output == o)
         row["tie_mismatches"] = sum(1 for r in tie_rows if r.output == o)
+    # (a) every preset default against the framework's, read from the release now
+    pairs = default_pairs(name)
+    summary["default_pairs"] = [[o, repr(mine), where, repr(theirs), same]
+                                for o, mine, where, theirs, same in pairs]
+    summary["defaults_differ"] = [o for o, *_, same in pairs if not same]
+    summary["defaults_run"] = {
+        "cases": len(defaults_run),
+        "failed": sorted({r.case for r in real if r.case.endswith("[defaults]")})}
+    # the configuration fields the framework's code read, against the coverage table
+    summary["fields_read"] = sorted(log)
+    summary["unlisted_fields"] = coverage.unlisted(name, log)
+    if summary["defaults_differ"] or summary["unlisted_fields"]:
+        summary["passed"] = False
     summary["excluded"] = exclude
     summary["input_rounding"] = list(transform.names) if transform else []
     summary["version"] = version_of(spec["package"].split("==")[0])
@@ -464,6 +493,13 @@ def main(argv=None) -> int:
         print(f"conformance: {name}: {'ok' if s['passed'] else 'FAILED'} "
               f"({s['cases']} cases, {s['comparisons']} comparisons, {s['seconds']} s)",
               flush=True)
+        for o, mine, where, theirs, same in s.get("default_pairs", []):
+            print(f"    default {o} = {mine} | {where} = {theirs}"
+                  f"{'' if same else '   DIFFERS'}")
+        if s.get("default_pairs"):
+            run = s["defaults_run"]
+            print(f"    nothing set on either side: {run['cases']} cases, "
+                  f"{len(run['failed'])} failed")
     elapsed = time.time() - t0
     if args.preset is None:
         from .report import write_report
@@ -475,8 +511,24 @@ def main(argv=None) -> int:
     for name, err in errors.items():
         print(f"conformance: FAILED: {name}: {err}")
         failed = True
+    if args.preset is None:
+        from .coverage import table_lines
+        print("conformance: config coverage (fields the loss / advantage / statistics path "
+              "read):")
+        for line in table_lines(summaries):
+            print("    " + line)
     for name, s in summaries.items():
-        if not s["passed"]:
+        for o in s.get("defaults_differ", []):
+            pair = next(p for p in s["default_pairs"] if p[0] == o)
+            print(f"conformance: FAILED: {name}: default {o}: preset {pair[1]}, "
+                  f"{pair[2]} {pair[3]} in the installed release")
+            failed = True
+        for f in s.get("unlisted_fields", []):
+            print(f"conformance: FAILED: {name}: {f} is read by the framework's code and "
+                  "neither mapped to a preset option nor pinned (tests/conformance/"
+                  "coverage.py)")
+            failed = True
+        if not s["passed"] and s["failed_outputs"]:
             print(f"conformance: FAILED: {name}: {', '.join(s['failed_outputs'])}")
             for line in s["failures"][:1]:
                 print("    " + line.replace("\n", "\n    "))

@@ -74,10 +74,36 @@ def trl_is_ratio(trainer, old, sampling, completion_mask):
     return scope["vllm_importance_sampling_ratio"]
 
 
-def grpo_trainer(p: dict, logp):
-    """A stand-in GRPOTrainer with the attributes ``_compute_loss`` reads (GRPOConfig's
-    defaults where the preset has no parameter)."""
+#: the options the trl-grpo preset takes that are not GRPOConfig fields: use_vllm (the
+#: preset's None: "the case carries logp_rollout", TRL's own default False) and
+#: num_items_in_batch (what the trainer computes, below; a number replaces it)
+NOT_CONFIG = ("use_vllm", "num_items_in_batch")
+
+
+def grpo_args(case: dict):
+    """GRPOConfig of the installed TRL with its defaults and the options the case sets (the
+    preset's names are GRPOConfig's), and use_vllm as the case says."""
+    from .framework_config import TRL_GRPO, grpo_config
+
+    params = case.get("params", {})
+    fields = {TRL_GRPO[k]: v for k, v in params.items() if k in TRL_GRPO}
+    use_vllm = params.get("use_vllm")
+    # the preset's reading of use_vllm None: vLLM sampled iff the case has its log-probs
+    fields["use_vllm"] = (case["inputs"].get("logp_rollout") is not None if use_vllm is None
+                          else use_vllm)
+    return grpo_config(**fields)
+
+
+def grpo_trainer(args, logp, log: set):
+    """A stand-in GRPOTrainer: ``args`` (read through a Recorder into ``log``) and the
+    attributes ``__init__`` sets from it, as trl 1.16.0 grpo_trainer.py sets them (lines
+    782-983: max_completion_length 782, use_vllm 811, the vLLM correction 815-818, loss_type
+    819, importance_sampling_level 834, off_policy_mask_threshold 835, top_entropy_quantile
+    845, entropy_coef / use_adaptive_entropy / _entropy_bonus_enabled 846-850, epsilon_low /
+    epsilon_high 945-946, beta 983); aux_loss_enabled (832) False: no router logits."""
     from trl.trainer.grpo_trainer import GRPOTrainer
+
+    from .framework_config import Recorder
 
     class Trainer:
         _compute_loss = GRPOTrainer._compute_loss
@@ -88,44 +114,51 @@ def grpo_trainer(p: dict, logp):
             return logp, torch.zeros_like(logp), None
 
     t = Trainer()
-    eps_high = p["epsilon"] if p["epsilon_high"] is None else p["epsilon_high"]
-    t.args = SimpleNamespace(use_bias_correction_kl=False, delta=p["delta"],
-                             steps_per_generation=1,
-                             **{k: p[k] for k in ("vespo_k_pos", "vespo_lambda_pos",
-                                                  "vespo_k_neg", "vespo_lambda_neg")},
-                             sapo_temperature_pos=p["sapo_temperature_pos"],
-                             sapo_temperature_neg=p["sapo_temperature_neg"])
-    t.loss_type, t.beta = p["loss_type"], p["beta"]
-    t.epsilon_low, t.epsilon_high = p["epsilon"], eps_high
-    t.importance_sampling_level = p["importance_sampling_level"]
-    t.max_completion_length = p["max_completion_length"]
-    t.top_entropy_quantile = 1.0
-    t.off_policy_mask_threshold = p["off_policy_mask_threshold"]
-    t.use_vllm = bool(p["use_vllm"])
-    t.vllm_importance_sampling_correction = p["vllm_importance_sampling_correction"]
-    t.vllm_importance_sampling_mode = p["vllm_importance_sampling_mode"]
-    t.vllm_importance_sampling_clip_min = p["vllm_importance_sampling_clip_min"]
-    t.vllm_importance_sampling_clip_max = p["vllm_importance_sampling_clip_max"]
-    t.aux_loss_enabled, t._entropy_bonus_enabled = False, False
-    t.current_gradient_accumulation_steps = 1
+    a = t.args = Recorder(args, log, "GRPOConfig.")
+    t.max_completion_length = a.max_completion_length
+    t.use_vllm = a.use_vllm
+    t.vllm_importance_sampling_correction = a.vllm_importance_sampling_correction
+    t.vllm_importance_sampling_mode = a.vllm_importance_sampling_mode
+    t.vllm_importance_sampling_clip_max = a.vllm_importance_sampling_clip_max
+    t.vllm_importance_sampling_clip_min = a.vllm_importance_sampling_clip_min
+    t.loss_type = a.loss_type
+    t.aux_loss_enabled = False
+    t.importance_sampling_level = a.importance_sampling_level
+    t.off_policy_mask_threshold = a.off_policy_mask_threshold
+    t.top_entropy_quantile = a.top_entropy_quantile
+    t.entropy_coef = a.entropy_coef
+    t.use_adaptive_entropy = a.use_adaptive_entropy
+    t._entropy_bonus_enabled = t.entropy_coef != 0.0 or t.use_adaptive_entropy
+    t.epsilon_low = a.epsilon
+    t.epsilon_high = a.epsilon_high if a.epsilon_high is not None else a.epsilon
+    t.beta = a.beta
+    # transformers' Trainer sets it from TrainingArguments.gradient_accumulation_steps: one
+    # micro-batch per optimizer step
+    t.current_gradient_accumulation_steps = args.gradient_accumulation_steps
     t.model = SimpleNamespace(training=True)
     t.accelerator = _Accelerator()
     t._metrics = {"train": defaultdict(list), "eval": defaultdict(list)}
     return t
 
 
-def trl_grpo(case: dict, advantages) -> dict:
+def trl_grpo(case: dict, advantages, log: set | None = None) -> dict:
     """Preset ``trl-grpo``'s loss, given the advantages (B,) (see ``run.py``: TRL computes them
-    inline in ``_generate_and_score_completions``, which is not callable alone)."""
-    p = params_of("trl-grpo", case)
+    inline in ``_generate_and_score_completions``, which is not callable alone), one
+    micro-batch on one rank; ``log`` collects the GRPOConfig fields read."""
+    from trl.trainer.utils import nanstd
+
+    log = set() if log is None else log
     x = case["inputs"]
-    if p["use_vllm"] is None:  # the preset's reading: vLLM sampled iff the case has its log-probs
-        p["use_vllm"] = x.get("logp_rollout") is not None
+    args = grpo_args(case)
     logp = tensor(x["logp"], grad=True)
-    trainer = grpo_trainer(p, logp)
+    trainer = grpo_trainer(args, logp, log)
     mask = tensor(x["mask"], dtype=torch.int64)
     B = mask.shape[0]
-    n_items = mask.sum() if p["num_items_in_batch"] is None else tensor(p["num_items_in_batch"])
+    n_set = case.get("params", {}).get("num_items_in_batch")
+    # trl 1.16.0 grpo_trainer.py line 2498: num_items_in_batch =
+    # accelerator.gather(loss_mask.sum()).sum(), the loss mask's token count over the
+    # generation batch (one process: this batch's)
+    n_items = mask.sum() if n_set is None else tensor(n_set)
     inputs = {"prompt_ids": torch.zeros((B, 1), dtype=torch.int64),
               "prompt_mask": torch.ones((B, 1), dtype=torch.int64),
               "completion_ids": torch.zeros_like(mask), "completion_mask": mask,
@@ -142,6 +175,11 @@ def trl_grpo(case: dict, advantages) -> dict:
     metrics = {k: v[-1] for k, v in trainer._metrics["train"].items() if k != "entropy"}
     out = {"policy_loss": item(loss), "dlogp": grad_of(loss, logp)}
     out.update({f"stat/{k}": float(v) for k, v in metrics.items()})
+    # the reward statistic of _generate_and_score_completions (line 2829): nanstd of the
+    # float32 rewards over the whole batch (its reward, a float32 nanmean whose rounding
+    # u_32 sum|s| / n is beyond a relative tolerance where the mean nearly cancels, is not)
+    rewards = tensor(x["scores"], dtype=torch.float32)
+    out["stat/reward_std"] = float(nanstd(rewards).item())
     return out
 
 

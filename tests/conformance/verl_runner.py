@@ -15,7 +15,6 @@ from unittest import mock
 
 import numpy as np
 import torch
-from verl.trainer.config import AlgoConfig
 from verl.trainer.config.algorithm import RolloutCorrectionConfig
 from verl.trainer.ppo import core_algos
 from verl.trainer.ppo.ray_trainer import apply_kl_penalty, compute_advantage
@@ -24,7 +23,7 @@ from verl.trainer.ppo.rollout_corr_helper import (
     compute_rollout_correction_weights,
     compute_rollout_rejection_mask,
 )
-from verl.workers.config import ActorConfig, PolicyLossConfig
+from verl.workers.config import ActorConfig
 
 from .harness import grad_of, item, numpy, params_of, tensor
 
@@ -88,17 +87,18 @@ POLICY_LOSS_FIELDS = ("clip_cov_ratio", "clip_cov_lb", "clip_cov_ub", "kl_cov_ra
                       "ppo_kl_coef", "dro_beta")
 
 
-def actor_config(eps_low, eps_high, clip_ratio_c, agg, loss_mode, use_kl_loss, kl_coef,
-                 kl_type, rollout_correction=None, p=None) -> ActorConfig:
-    p = p or {}
-    extra = {k: p[k] for k in ("tau_pos", "tau_neg") if k in p}
-    loss_extra = {} if rollout_correction is None else {"rollout_correction": rollout_correction}
-    return ActorConfig(strategy="fsdp", rollout_n=1, ppo_micro_batch_size_per_gpu=1,
-                       clip_ratio=eps_low, clip_ratio_low=eps_low, clip_ratio_high=eps_high,
-                       clip_ratio_c=clip_ratio_c, loss_agg_mode=agg, use_kl_loss=use_kl_loss,
-                       kl_loss_coef=kl_coef, kl_loss_type=kl_type, **extra,
-                       policy_loss=PolicyLossConfig(loss_mode=loss_mode, **loss_extra, **{
-                           k: p[k] for k in POLICY_LOSS_FIELDS if k in p}))
+def verl_configs(preset_name: str, case: dict):
+    """(ActorConfig, AlgoConfig, RolloutCorrectionConfig, the critic's settings) of verl's own
+    trainer configuration file with its defaults and only the options the case sets
+    (``framework_config.VERL`` / ``VERL_GRPO``; the critic-free estimator of verl-grpo
+    always)."""
+    from .framework_config import DEFINING, VERL, VERL_GRPO, verl_objects_with, verl_overrides
+
+    mapping = VERL if preset_name == "verl" else VERL_GRPO
+    params = dict(case.get("params", {}))
+    for option in DEFINING.get(preset_name, {}):
+        params.setdefault(option, params_of(preset_name, case)[option])
+    return verl_objects_with(verl_overrides(mapping, params))
 
 
 def numpy_randperm(seed):
@@ -117,23 +117,13 @@ def kl_cov_boundary_tied(x: dict, advantages, ratio) -> bool:
     return k < len(cov) and cov[k - 1] == cov[k]
 
 
-def rollout_config(p: dict) -> RolloutCorrectionConfig:
-    """``algorithm.rollout_correction`` of the preset's parameters."""
-    return RolloutCorrectionConfig(
-        rollout_is=p["rollout_is"], rollout_is_threshold=p["rollout_is_threshold"],
-        rollout_is_batch_normalize=p["rollout_is_batch_normalize"], rollout_rs=p["rollout_rs"],
-        rollout_rs_threshold=p["rollout_rs_threshold"], bypass_mode=p["bypass_mode"],
-        loss_type=p["rollout_loss_type"])
-
-
-def rollout_correction(p: dict, x: dict, mask_t):
+def rollout_correction(cfg: RolloutCorrectionConfig, x: dict, mask_t):
     """Decoupled mode, as ``ray_trainer.compute_rollout_correction_and_add_to_batch`` runs it
     before ``compute_advantage``: (IS weights or None, the response mask after rejection,
     the metrics). ``compute_rollout_correction_and_rejection_mask`` wraps the weights in a
     DataProto (a TensorDict, stubbed here), so its three steps are called as it calls them:
     ``compute_rollout_correction_weights``, ``compute_rollout_rejection_mask``,
     ``compute_offpolicy_metrics`` on log_ratio = old_log_prob - rollout_log_prob."""
-    cfg = rollout_config(p)
     old, rollout = tensor(x["logp_old"]), tensor(x["logp_rollout"])
     log_ratio = old - rollout
     w, new_mask = None, mask_t.clone()
@@ -191,46 +181,62 @@ def policy_loss(cfg: ActorConfig, x: dict, advantages, mask_bool, *, rollout_is_
     return total, pg_loss, metrics, logp, kl_loss
 
 
-def verl_ppo(case: dict) -> dict:
-    """Preset ``verl``: the PPO pipeline with GAE and a critic."""
-    p = params_of("verl", case)
+def bypass_configs(preset_name, case, B, log, x):
+    """verl_configs, and in bypass mode (a case with logp_rollout and
+    rollout_correction.bypass_mode) what ``rollout_corr_helper.apply_bypass_mode`` does to
+    the actor's policy-loss configuration: loss_mode "bypass_mode", its rollout_correction
+    the algorithm's. The ActorConfig and AlgoConfig are read through Recorders into ``log``."""
+    import dataclasses
+
+    actor, algo, rc, critic = verl_configs(preset_name, case)
+    bypass = x.get("logp_rollout") is not None and rc.bypass_mode
+    if bypass:
+        actor = dataclasses.replace(actor, policy_loss=dataclasses.replace(
+            actor.policy_loss, loss_mode="bypass_mode", rollout_correction=rc))
+    if log is not None:
+        from .framework_config import recording
+        actor = recording(actor, log, "ActorConfig.")
+        algo = recording(algo, log, "AlgoConfig.")
+    return actor, algo, rc, critic, bypass
+
+
+def verl_ppo(case: dict, log: set | None = None) -> dict:
+    """Preset ``verl``: the PPO pipeline with GAE and a critic, from verl's own configuration
+    (its file's defaults, the case's options)."""
     x = case["inputs"]
     B = x["mask"].shape[0]
+    actor, algo, rc, critic, bypass = bypass_configs("verl", case, B, log, x)
     mask_t = response_mask(x["mask"])
     scores = scores_at_last_token(x["scores"], x["mask"])
     data = Data(Batch(B, response_mask=mask_t, token_level_scores=scores,
                       old_log_probs=tensor(x["logp_old"]), ref_log_prob=tensor(x["logp_ref"]),
                       values=tensor(x["old_values"])))
     out, stats = {}, {}
-    if p["use_kl_in_reward"]:
-        data, kl_metrics = apply_kl_penalty(data, core_algos.FixedKLController(p["beta"]),
-                                            kl_penalty=KL_NAMES[p["kl_estimator"]])
+    if algo.use_kl_in_reward:
+        data, kl_metrics = apply_kl_penalty(data, core_algos.FixedKLController(
+            algo.kl_ctrl.kl_coef), kl_penalty=algo.kl_penalty)
         stats.update(kl_metrics)
     else:
         data.batch["token_level_rewards"] = scores
-    w, loss_mode, logp_old, rc = None, "vanilla", None, None
-    if x.get("logp_rollout") is not None and p["bypass_mode"]:
-        loss_mode, logp_old, rc = "bypass_mode", x["logp_rollout"], rollout_config(p)
+    w, logp_old = None, None
+    if bypass:
+        logp_old = x["logp_rollout"]
     elif x.get("logp_rollout") is not None:
         # the rejection replaces the response mask before compute_advantage (and the critic's)
-        w, mask_t, rc_metrics = rollout_correction(p, x, mask_t)
+        w, mask_t, rc_metrics = rollout_correction(rc, x, mask_t)
         data.batch["response_mask"] = mask_t
         stats["rollout_corr/kl"] = rc_metrics["rollout_corr/kl"]
-    algo = AlgoConfig(gamma=p["gamma"], lam=p["lam"], adv_estimator="gae",
-                      use_kl_in_reward=p["use_kl_in_reward"])
-    data = compute_advantage(data, core_algos.AdvantageEstimator.GAE, gamma=p["gamma"],
-                             lam=p["lam"], config=algo)
+    data = compute_advantage(data, core_algos.AdvantageEstimator.GAE, gamma=algo.gamma,
+                             lam=algo.lam, config=algo)
     advantages, returns = data.batch["advantages"], data.batch["returns"]
     mask_bool = mask_t.to(bool)
-    cfg = actor_config(p["epsilon"], p["epsilon_high"], p["dual_clip"], p["loss_agg_mode"],
-                       loss_mode, p["use_kl_loss"], p["beta"], "low_var_kl", rc)
-    total, pg_loss, metrics, logp, _ = policy_loss(cfg, x, advantages, mask_bool,
+    total, pg_loss, metrics, logp, _ = policy_loss(actor, x, advantages, mask_bool,
                                                    rollout_is_weights=w, logp_old=logp_old)
     metrics = {k: v for k, v in metrics.items() if not k.startswith("rollout_corr/")}
     values = tensor(x["values"], grad=True)
     vf_loss, vf_clipfrac = core_algos.compute_value_loss(
         vpreds=values, returns=returns, values=tensor(x["old_values"]), response_mask=mask_bool,
-        cliprange_value=p["value_clip"], loss_agg_mode=p["loss_agg_mode"])
+        cliprange_value=critic.cliprange_value, loss_agg_mode=critic.loss_agg_mode)
     stats.update(metrics)
     stats.update({"actor/pg_loss": item(pg_loss), "critic/vf_loss": item(vf_loss),
                   "critic/vf_clipfrac": item(vf_clipfrac)})
@@ -262,11 +268,13 @@ def gdpo_inputs(data: Data, x: dict, p: dict) -> dict:
     return {"gdpo_reward_keys": list(cols), "gdpo_reward_weights": p["gdpo_reward_weights"]}
 
 
-def verl_grpo(case: dict) -> dict:
-    """Preset ``verl-grpo``: the critic-free estimators and losses."""
+def verl_grpo(case: dict, log: set | None = None) -> dict:
+    """Preset ``verl-grpo``: the critic-free estimators and losses, from verl's own
+    configuration (its file's defaults, the case's options, the preset's estimator)."""
     p = params_of("verl-grpo", case)
     x = case["inputs"]
     B = x["mask"].shape[0]
+    actor, algo, rc, _, bypass = bypass_configs("verl-grpo", case, B, log, x)
     mask_t = response_mask(x["mask"])
     scores = scores_at_last_token(x["scores"], x["mask"])
     data = Data(Batch(B, response_mask=mask_t, token_level_scores=scores,
@@ -274,52 +282,52 @@ def verl_grpo(case: dict) -> dict:
                       reward_baselines=tensor(x["baseline_scores"])),
                 {"uid": np.asarray(x["groups"]).astype(np.int64).astype(object)})
     stats = {}
-    if p["use_kl_in_reward"]:
-        data, _ = apply_kl_penalty(data, core_algos.FixedKLController(p["kl_coef"]),
-                                   kl_penalty=p["kl_penalty"])
+    if algo.use_kl_in_reward:
+        data, _ = apply_kl_penalty(data, core_algos.FixedKLController(algo.kl_ctrl.kl_coef),
+                                   kl_penalty=algo.kl_penalty)
     else:
         data.batch["token_level_rewards"] = scores
-    w, loss_mode, logp_old, rc = None, p["loss_mode"], None, None
+    w, logp_old = None, None
     has_rollout = x.get("logp_rollout") is not None
-    if has_rollout and p["bypass_mode"]:
+    if bypass:
         # apply_bypass_mode: old_log_probs = rollout_log_probs, loss_mode "bypass_mode" (the
         # correction inside the loss, from the current log-probs)
-        loss_mode, logp_old, rc = "bypass_mode", x["logp_rollout"], rollout_config(p)
+        logp_old = x["logp_rollout"]
     elif has_rollout:
         # the rejection replaces the response mask before the advantages
-        w, mask_t, rc_metrics = rollout_correction(p, x, mask_t)
+        w, mask_t, rc_metrics = rollout_correction(rc, x, mask_t)
         data.batch["response_mask"] = mask_t
         stats["rollout_corr/kl"] = rc_metrics["rollout_corr/kl"]
     gdpo = {}
-    if p["adv_estimator"] == "gdpo":
+    if algo.adv_estimator == "gdpo":
         gdpo = gdpo_inputs(data, x, p)
-    algo = AlgoConfig(gamma=p["gamma"], adv_estimator=p["adv_estimator"],
-                      norm_adv_by_std_in_grpo=p["norm_adv_by_std_in_grpo"],
-                      use_kl_in_reward=p["use_kl_in_reward"], kl_penalty=p["kl_penalty"],
-                      **gdpo)
-    if p["adv_estimator"] != "remax":
+    if gdpo:
+        # (the reward keys are the trainer's reward function's; the weights the option's)
+        import dataclasses
+        algo = dataclasses.replace(algo, gdpo_reward_keys=gdpo["gdpo_reward_keys"])
+        if log is not None:
+            from .framework_config import recording
+            algo = recording(algo, log, "AlgoConfig.")
+    if algo.adv_estimator != "remax":
         del data.batch["reward_baselines"]  # compute_advantage passes it when present
-    data = compute_advantage(data, p["adv_estimator"], gamma=p["gamma"],
-                             norm_adv_by_std_in_grpo=p["norm_adv_by_std_in_grpo"], config=algo)
+    data = compute_advantage(data, algo.adv_estimator, gamma=algo.gamma,
+                             norm_adv_by_std_in_grpo=algo.norm_adv_by_std_in_grpo, config=algo)
     advantages = data.batch["advantages"]
-    cfg = actor_config(p["clip_ratio_low"], p["clip_ratio_high"], p["clip_ratio_c"],
-                       p["loss_agg_mode"], loss_mode, p["use_kl_loss"], p["kl_loss_coef"],
-                       p["kl_loss_type"], rc, p)
     with mock.patch.object(torch, "randperm", numpy_randperm(p["clip_cov_seed"])):
         total, pg_loss, metrics, logp, kl_loss = policy_loss(
-            cfg, x, advantages, mask_t.to(bool), rollout_is_weights=w, logp_old=logp_old)
+            actor, x, advantages, mask_t.to(bool), rollout_is_weights=w, logp_old=logp_old)
     metrics = {k: v for k, v in metrics.items() if not k.startswith("rollout_corr/")}
     stats.update(metrics)
     stats["actor/pg_loss"] = item(pg_loss)
     if kl_loss is not None:
-        stats.update({"actor/kl_loss": item(kl_loss), "actor/kl_coef": cfg.kl_loss_coef})
+        stats.update({"actor/kl_loss": item(kl_loss), "actor/kl_coef": actor.kl_loss_coef})
     # (the advantages where the loss reads them: after a rejection, the kept tokens; remax
     # leaves its returns-to-go at rejected ones, which no loss reads)
     out = {"rewards": numpy(data.batch["token_level_rewards"]),
            "advantages": numpy(advantages * mask_t), "policy_loss": item(total),
            "dlogp": grad_of(total, logp)}
-    if cfg.policy_loss.loss_mode == "kl_cov" and kl_cov_boundary_tied(x, advantages,
-                                                                      p["kl_cov_ratio"]):
+    if actor.policy_loss.loss_mode == "kl_cov" and kl_cov_boundary_tied(
+            x, advantages, actor.policy_loss.kl_cov_ratio):
         for k in ("policy_loss", "dlogp", "stat/actor/pg_loss"):
             out.pop(k, None)  # not compared: see KL_COV_TIES
     out.update({f"stat/{k}": float(v) for k, v in stats.items()})

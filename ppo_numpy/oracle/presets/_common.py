@@ -129,6 +129,9 @@ class Preset:
     tolerances: dict = field(default_factory=dict)
     tolerance_note: str = ""
     input_names: tuple = INPUT_NAMES
+    #: {output: a sentence the comparison adds to that output's failure line} (an output
+    #: that is an exception to a rule of the comparison, e.g. one that reads the padding)
+    output_notes: dict = field(default_factory=dict)
 
     @property
     def parameters(self) -> dict:
@@ -540,6 +543,28 @@ def trl_uses_vllm(name: str, x: Rollout, p: dict) -> bool:
     return bool(p["use_vllm"])
 
 
+def trl_check_is_options(name: str, p: dict) -> None:
+    """GRPOConfig's own checks of the vLLM correction's options, made whatever the case
+    (trl 1.16.0 grpo_config.py ``__post_init__`` refuses the configuration itself, vLLM or
+    not): clip_min < clip_max, and a ``*_truncate`` mode with a bound."""
+    if not _flag(p, "vllm_importance_sampling_correction", name):
+        lo = _optional_bound(p, "vllm_importance_sampling_clip_min", name, positive=False)
+        hi = _optional_bound(p, "vllm_importance_sampling_clip_max", name, positive=True)
+    else:
+        lo = _optional_bound(p, "vllm_importance_sampling_clip_min", name, positive=False)
+        hi = _optional_bound(p, "vllm_importance_sampling_clip_max", name, positive=True)
+        mode = check_choice(p["vllm_importance_sampling_mode"],
+                            f"{name}: vllm_importance_sampling_mode", TRL_IS_MODES, "mode")
+        if mode.endswith("truncate") and lo is None and hi is None:
+            raise ValueError(f"{name}: vllm_importance_sampling_mode={mode!r} needs "
+                             f"vllm_importance_sampling_clip_min or _clip_max (TRL 1.16.0's "
+                             f"GRPOConfig refuses two None bounds)")
+    if lo is not None and hi is not None and lo >= hi:
+        raise ValueError(f"{name}: vllm_importance_sampling_clip_min must be < "
+                         f"vllm_importance_sampling_clip_max, got {lo} >= {hi} (TRL 1.16.0's "
+                         f"GRPOConfig refuses it)")
+
+
 def trl_is_weights(name: str, x: Rollout, m, p: dict):
     """TRL's vLLM importance-sampling ratio (B, T), or None when it is off.
 
@@ -836,9 +861,10 @@ def openrlhf_correction(name: str, x: Rollout, m, p: dict, policy_loss_type: str
                              f"{p['is_correction_threshold']!r}")
         if policy_loss_type != "ppo":
             return None
+        # (low: 0 for one threshold, as OpenRLHF makes it; its rounding below 0 drops tokens)
         return rollout_divergence_gate(x.logp_old, x.logp_rollout, m, divergence=gating,
-                                       high=high, level="sequence" if level == "seq" else
-                                       "token")
+                                       high=high, low=low, level="sequence" if level == "seq"
+                                       else "token")
     if low < 0:
         low = None  # (ratios are >= 0: no bound)
     if policy_loss_type != "ppo":

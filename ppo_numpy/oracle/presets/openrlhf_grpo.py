@@ -159,6 +159,10 @@ PRESET = Preset(
     ),
     pipeline=_openrlhf_grpo,
     input_names=GROUP_INPUT_NAMES,
+    output_notes={"stat/return": (
+        "stat/return reads the padding: OpenRLHF 0.11.2 sums the token rewards over every "
+        "column, -beta KL at padding included (compute_reward does not mask it), so a "
+        "candidate that zeroes its padding differs here (docs/oracle.md, Padding)")},
     tolerances={"float64": (FLOAT64_RTOL + 16 * FLOAT32_ROUNDING, 16 * FLOAT32_ROUNDING)},
     tolerance_note="OpenRLHF 0.11.2 computes the KL and the rewards in float32 "
                    "(openrlhf/models/utils.py) and the normalisation statistics of .float() "

@@ -10,6 +10,7 @@ from ...rollout import Rollout
 from ._common import (
     GROUP_INPUT_NAMES,
     Preset,
+    _flag,
     broadcast,
     float32_roundings,
     group_advantages,
@@ -17,6 +18,7 @@ from ._common import (
     mean_rows,
     policy_result,
     require_choice,
+    trl_check_is_options,
     trl_is_weights,
     trl_off_policy_mask,
     trl_uses_vllm,
@@ -47,7 +49,10 @@ def _trl_grpo(x: Rollout, p: dict) -> dict:
       "sequence" (GSPO: exp of the token mean of the log-ratio, no cap). ``delta``
       (default None): the unclipped branch uses min(rho, delta).
     * The loss (``loss_type``): -min(rho A, clip(rho, 1 - epsilon, 1 + epsilon_high) A)
-      per token, plus ``beta`` * k3 (no clamp) per token, then the normalisation:
+      per token, plus ``beta`` * k3 (no clamp) per token, the k3 multiplied by the ratio
+      (rho_t, or s_i at the sequence level; before ``delta``) and differentiated through it
+      with ``use_bias_correction_kl=True`` (TRL 1.16.0's default; docs/conventions.md
+      section 16), then the normalisation:
       ``"grpo"`` sequence mean of token means over every row, ``"bnpo"`` local token
       mean, ``"dr_grpo"`` sum / (B * ``max_completion_length``; None: the batch's width
       T), ``"dapo"`` (default) sum /
@@ -70,13 +75,15 @@ def _trl_grpo(x: Rollout, p: dict) -> dict:
     * One process, one gradient-accumulation step (TRL divides grpo/bnpo/dr_grpo by the
       number of accumulation steps; the clip statistics' min/max are over processes,
       here the one value).
-    * Statistics: ``kl`` (token mean of k3, with beta > 0), ``clip_ratio/low_mean`` (A < 0
+    * Statistics: ``kl`` (token mean of k3, times the ratio with the bias correction, with
+      beta > 0), ``clip_ratio/low_mean`` (A < 0
       and min(rho, delta) < 1 - epsilon), ``clip_ratio/high_mean`` (A > 0 and above
       1 + epsilon_high), ``clip_ratio/region_mean`` (token means; means over sequences at
       the sequence level), ``low_min`` and ``high_max``, the smallest and the largest
       clipped fraction of one sequence (TRL 1.16.0), ``cispo_clip_ratio`` for cispo;
       ``vespo/phi_seq_mean`` for vespo (the mean over sequences of phi);
-      ``reward``, ``reward_std`` (mean of the group stds), ``frac_reward_zero_std``.
+      ``reward``, ``reward_std`` (TRL's ``nanstd`` of every reward of the batch, float32:
+      ``batch_reward_std``), ``frac_reward_zero_std``.
       ``entropy`` needs logits and is not produced.
     * The rollout correction (``use_vllm``, ``vllm_importance_sampling_*``,
       ``off_policy_mask_threshold``, a case with ``logp_rollout``): ``_rollout_correction``.
@@ -84,6 +91,7 @@ def _trl_grpo(x: Rollout, p: dict) -> dict:
       rounding, float64 rtol 1e-9 + 2^-24.
     """
     name = "trl-grpo"
+    trl_check_is_options(name, p)
     m = x.mask
     xm = x.on(m)
     require_choice(name, p, "loss_type", LOSS_TYPES)
@@ -106,7 +114,11 @@ def _trl_grpo(x: Rollout, p: dict) -> dict:
         sapo_tau_pos=float(np.float32(p["sapo_temperature_pos"])),
         sapo_tau_neg=float(np.float32(p["sapo_temperature_neg"])),
         loss_type=form, cispo_clip=p["cispo_clip"], agg=agg, norm=norm, kl_coef=p["beta"],
-        kl_estimator=p["kl_estimator"], log_ratio_clamp=p["log_ratio_clamp"], **vespo)
+        kl_estimator=p["kl_estimator"], log_ratio_clamp=p["log_ratio_clamp"],
+        # why: TRL 1.16.0 multiplies the per-token k3 by coef_1, the ratio of
+        # importance_sampling_level (vespo's too), before delta clamps it
+        kl_gradient="ratio" if _flag(p, "use_bias_correction_kl", name) else "plain",
+        kl_ratio_level=level, **vespo)
     # (CISPO's loss is (B, T) at either level: -c A logp_t; the row-mean form is the clip's)
     # (VESPO's weights enter phi per token, whatever the level, which it ignores)
     is_w, rollout_stats = _rollout_correction(name, x, m, A, p,
@@ -152,9 +164,26 @@ def _trl_grpo(x: Rollout, p: dict) -> dict:
                       "clip_ratio/high_max": float(np.max(per_sequence(high))),
                       "clip_ratio/region_mean": batch_mean(low | high)})
     std = group_std(x.scores, x.groups, dtype=np.float32, ddof=p["std_ddof"])
-    stats.update({"reward": mean_rows(x.scores), "reward_std": mean_rows(std),
+    stats.update({"reward": mean_rows(x.scores), "reward_std": batch_reward_std(x.scores),
                   "frac_reward_zero_std": mean_rows(np.isclose(std, 0.0)), **rollout_stats})
     return policy_result(A, pl, dlogp, stats)  # A is 0 at padding (broadcast)
+
+
+def batch_reward_std(scores) -> float:
+    """TRL's logged ``reward_std``: ``nanstd(rewards)`` over the whole batch (trl 1.16.0
+    grpo_trainer.py ``_generate_and_score_completions``; ``trl/trainer/utils.py`` ``nanstd``:
+    the mean squared deviation times n / (n - 1), square-rooted), in float32 as TRL's rewards
+    are: NaN for one response (0 times n / 0). Not the mean of the group stds.
+
+    >>> round(batch_reward_std([1.0, 0.0, 0.0, 0.0]), 6)   # sqrt(0.1875 * 4 / 3) = 0.5
+    0.5
+    """
+    s = np.asarray(scores, dtype=np.float32)
+    n = np.float32(s.size)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mean = np.float32(s.sum(dtype=np.float32) / n)
+        var = np.float32(((s - mean) ** 2).sum(dtype=np.float32) / n)
+        return float(np.sqrt(var * (n / np.float32(n - 1))))
 
 
 def _rollout_correction(name, x: Rollout, m, A, p: dict, level: str):
@@ -222,7 +251,8 @@ PRESET = Preset(
                 "loss with beta.",
     defaults={"loss_type": "dapo", "scale_rewards": "group",
               "importance_sampling_level": "token", "epsilon": 0.2, "epsilon_high": None,
-              "delta": None, "beta": 0.0, "max_completion_length": 512,
+              "delta": None, "beta": 0.0, "use_bias_correction_kl": True,
+              "max_completion_length": 512,
               "num_items_in_batch": None, "vespo_k_pos": 2.0, "vespo_lambda_pos": 3.0,
               "vespo_k_neg": 3.0, "vespo_lambda_neg": 2.0, "sapo_temperature_pos": 1.0,
               "sapo_temperature_neg": 1.05,
@@ -244,10 +274,12 @@ PRESET = Preset(
         "huggingface/trl: trl/trainer/grpo_trainer.py (the vLLM importance sampling of "
         "_generate_and_score_completions, get_off_policy_mask), 1.16.0",
     ),
-    tolerances=float32_roundings(1),
-    tolerance_note="TRL logs its clip statistics as float32 means of .float() flags "
-                   "(trl/trainer/grpo_trainer.py _compute_loss): 2^-24 relative on top of the "
-                   "float64 rtol",
+    tolerances=float32_roundings(4),
+    tolerance_note="TRL logs its clip statistics as float32 means of .float() flags and its "
+                   "reward statistics as float32 nanmean / nanstd of the float32 rewards "
+                   "(trl/trainer/grpo_trainer.py _compute_loss, "
+                   "_generate_and_score_completions): up to 4 float32 roundings, 4 2^-24 "
+                   "relative on top of the float64 rtol",
     pipeline=_trl_grpo,
     input_names=GROUP_INPUT_NAMES,
 )

@@ -1,0 +1,82 @@
+"""The conformance suite's own mechanism (issue 34), without the frameworks: a framework
+default that differs from the preset's is a failing pair naming the option; a configuration
+field read that is neither mapped nor pinned is listed; the recorders log what is read and
+keep the framework's isinstance checks true. (``make conformance`` runs it on the installed
+releases; the closing note of issue 34 shows it failing on an edited release.)"""
+
+from __future__ import annotations
+
+import dataclasses
+from types import SimpleNamespace
+
+import pytest
+
+from tests.conformance import coverage, framework_config
+from tests.conformance.framework_config import Recorder, default_pairs, recording
+
+
+def test_a_changed_framework_default_is_a_failing_pair(monkeypatch):
+    # what GRPOConfig() would give with TRL's epsilon edited from 0.2 to 0.25
+    def edited(name):
+        return {"epsilon": ("GRPOConfig.epsilon", 0.25), "beta": ("GRPOConfig.beta", 0.0),
+                "loss_type": ("GRPOConfig.loss_type", "dapo")}
+
+    monkeypatch.setattr(framework_config, "framework_defaults", edited)
+    pairs = {p[0]: p for p in default_pairs("trl-grpo")}
+    assert pairs["epsilon"] == ("epsilon", 0.2, "GRPOConfig.epsilon", 0.25, False)
+    assert pairs["beta"][-1] and pairs["loss_type"][-1]
+
+
+def test_a_defining_option_may_differ(monkeypatch):
+    monkeypatch.setattr(framework_config, "framework_defaults", lambda name: {
+        "adv_estimator": ("algorithm.adv_estimator", "gae")})
+    assert default_pairs("verl-grpo")[0][-1] is True
+
+
+@pytest.mark.parametrize("a, b, same", [(0.2, 0.2, True), (1, 1.0, True), (None, None, True),
+                                        (None, 0.0, False), (False, 0, False),
+                                        ((0.5, 5.0), [0.5, 5], True), ("k1", "kl", False)])
+def test_same(a, b, same):
+    assert framework_config._same(a, b) is same
+
+
+def test_an_unlisted_field_read_is_named():
+    log = {"GRPOConfig.epsilon", "GRPOConfig.top_entropy_quantile", "GRPOConfig.new_knob"}
+    assert coverage.unlisted("trl-grpo", log) == ["GRPOConfig.new_knob"]
+    rows = coverage.table_lines({"trl-grpo": {"fields_read": sorted(log)}})
+    assert "| `trl-grpo` | `GRPOConfig.new_knob` | **not listed: fails** |" in rows
+    assert "| `trl-grpo` | `GRPOConfig.epsilon` | `epsilon` |" in rows
+
+
+@dataclasses.dataclass(frozen=True)
+class Inner:
+    loss_mode: str = "vanilla"
+
+
+@dataclasses.dataclass(frozen=True)
+class Outer:
+    clip: float = 0.2
+    unused: int = 3
+    inner: Inner = Inner()
+
+
+def test_the_recorders_log_what_is_read():
+    log = set()
+    cfg = recording(Outer(), log, "Outer.")
+    assert isinstance(cfg, Outer) and cfg.clip == 0.2 and cfg.inner.loss_mode == "vanilla"
+    assert isinstance(cfg.inner, Inner)
+    assert log == {"Outer.clip", "Outer.inner.loss_mode"}
+    log2 = set()
+    ns = Recorder(SimpleNamespace(a=SimpleNamespace(b=1), c=2), log2, "args.")
+    assert ns.a.b == 1 and ns.get("c") == 2
+    assert log2 == {"args.a.b", "args.c"}
+
+
+def test_openrlhf_args_post_processing(monkeypatch):
+    monkeypatch.setattr(framework_config, "openrlhf_parser_defaults", lambda: {
+        "--actor.eps_clip": 0.2, "--actor.eps_clip_low_high": None,
+        "--algo.advantage.is_correction_threshold": [5.0]})
+    args = framework_config.openrlhf_args({"epsilon": 0.1}, framework_config.OPENRLHF)
+    # train_ppo_ray.py: eps_clip_low_high from eps_clip; one threshold h is [0, h]
+    assert args.actor.eps_clip_low_high == (0.1, 0.1)
+    assert args.algo.advantage.is_correction_threshold == [0.0, 5.0]
