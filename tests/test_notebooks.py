@@ -84,7 +84,7 @@ def lesson_problems(nb, exported) -> list[str]:
     problems = []
     if not cells or cells[0].cell_type != "markdown" or "**Goal.**" not in cells[0].source:
         problems.append("the first cell does not state the **Goal.**")
-    elif not re.search(r"^> \*\*Words used here\*\*\n>\n> - \S", cells[0].source, re.M):
+    elif not re.search(r"^> \*\*Words used here\*\*\n>\n> [-*] \S", cells[0].source, re.M):
         # issue 39: the terms the notebook introduces, defined before they are used
         problems.append("the first cell has no '> **Words used here**' box of terms")
     starts = []
