@@ -41,7 +41,7 @@ SIDEBAR = [
                                         "docs/conformance", "docs/conventions",
                                         "docs/frameworks", "docs/benchmarks"]),
     ("API reference", ["api/index"]),
-    ("About these docs", ["docs/README"]),
+    ("About these docs", ["docs/README", "docs/development"]),
 ]
 EXTRA_DOCS_SECTION = "Using ppo_numpy as a reference"
 
