@@ -473,3 +473,24 @@ def test_policy_step_bad_input_and_inputs_untouched():
     for x, c in zip((logp, logp_old, A, m), copies):
         assert_same(x, c)
     assert layout == [[[0, 5], [2]], [[3, 1], [4]]]
+
+
+def test_docs_step_numbers():
+    # docs/conventions.md, section 16: the table's weights and verdicts, computed
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "conventions.md").read_text()
+    m = (np.arange(1000)[None, :] < np.array([10, 1000])[:, None]).astype(int)
+    rows = {'`Normaliser("global")`': Normaliser("global"),
+            '`Normaliser("micro-batch-mean")`': Normaliser("micro-batch-mean"),
+            '`Normaliser("trl", "grpo")`': Normaliser("trl", "grpo"),
+            '`Normaliser("trl", "bnpo")`': Normaliser("trl", "bnpo")}
+    for label, norm in rows.items():
+        for layout in ([[[0], [1]]], [[[0]], [[1]]]):
+            w = step_weights(m, layout, norm, exact=True)
+            out = step_outputs(np.zeros(m.shape), np.zeros(m.shape), m, layout, norm)
+            line = [ln for ln in text.splitlines() if ln.startswith(f"| {label}")]
+            assert len(line) == 1, label
+            cells = [c.strip() for c in line[0].split("|")[2:5]]
+            assert [F(cells[0]), F(cells[1])] == [w[0, 0], w[1, 0]], (label, cells)
+            assert cells[2].startswith("yes" if out["step/full_batch"] else "no"), label

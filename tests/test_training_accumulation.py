@@ -168,3 +168,19 @@ def test_config_checks_and_old_configs_load():
     del old["micro_batches"], old["normaliser"]
     c = PPOConfig.from_json(json.dumps(old))
     assert (c.micro_batches, c.normaliser) == (1, "global")
+
+
+def test_the_accumulation_command(capsys):
+    from ppo_numpy.__main__ import main
+
+    assert main(["accumulation", "--iterations", "2", "--micro-batches", "2"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("| run | parameters, iteration 1 | parameters, last | ulps")
+    assert [line.split(" | ")[0] for line in lines[2:]] == [
+        "| one pass", "| global, 2 micro-batches", "| micro-batch-mean, 2 micro-batches"]
+    # the one-pass row against itself: every difference 0
+    assert lines[2].split(" | ")[1:5] == ["0", "0", "0", "0"]
+    with pytest.raises(SystemExit) as err:
+        main(["accumulation", "--micro-batches", "3"])
+    assert err.value.code == 2
+    assert "micro_batches: must divide the minibatch's 16 rows" in capsys.readouterr().err
