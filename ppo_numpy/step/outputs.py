@@ -226,28 +226,29 @@ def policy_step_kernel(logp, logp_old, A, m, lay, norm, opts, logp_ref=None, *,
 
 def full_batch_check(norm, m: np.ndarray, lay: list) -> dict:
     """``step/full_batch`` and ``step/deviation``: each row's weight in the step's gradient,
-    1 / (P d_i D_{r,k}), against its weight under ``norm.alone()`` on the whole batch, in
-    exact arithmetic (rows without a token weigh nothing either way)."""
+    1 / (P d_i D_{r,k}), against its weight 1 / (d_i' D') under ``norm.alone()`` on the whole
+    batch, in exact arithmetic (rows without a token weigh nothing either way). The ratio
+    w / w_full = d_i' D' / (P d_i D_{r,k}) is one number per micro-batch where the row
+    divisors agree (every convention here), else one per row."""
     has = m.any(axis=-1)
-    step = _row_factors(norm, m, lay)
-    alone = _row_factors(norm.alone(), m, [[np.arange(m.shape[0])]])
-    ratios = [step[i] / alone[i] for i in np.flatnonzero(has)]
-    deviation = max((abs(float(q - 1)) for q in ratios), default=0.0)
-    return {"step/full_batch": all(q == 1 for q in ratios), "step/deviation": deviation}
-
-
-def _row_factors(norm, m: np.ndarray, lay: list) -> list:
-    """1 / (P d_i D_{r,k}) of every row with a token (Fractions; None for the others)."""
-    factors = [None] * m.shape[0]
-    has = m.any(axis=-1)
-    P = len(lay)
+    B, P = m.shape[0], len(lay)
+    ((d_full, D_full),), = micro_batch_divisors(norm.alone(), m, [[np.arange(B)]], _EXACT)
+    d_full = np.ones(B, dtype=np.int64) if d_full is None else d_full
+    ratios = set()
     for rank, rank_divs in zip(lay, micro_batch_divisors(norm, m, lay, _EXACT)):
         for rows, (d, D) in zip(rank, rank_divs):
-            for j, i in enumerate(rows.tolist()):
-                if has[i]:
-                    d_i = 1 if d is None else d[j]
-                    factors[i] = 1 / (Fraction(d_i) * D * P)
-    return factors
+            keep = has[rows]
+            if not keep.any():
+                continue
+            d = np.ones(len(rows), dtype=np.int64) if d is None else d
+            mine, full = d[keep], d_full[rows][keep]
+            if np.array_equal(mine, full):
+                ratios.add(Fraction(D_full) / (P * Fraction(D)))
+            else:
+                ratios.update(Fraction(a) * D_full / (P * Fraction(b) * D)
+                              for a, b in zip(full.tolist(), mine.tolist()))
+    deviation = max((abs(float(q - 1)) for q in ratios), default=0.0)
+    return {"step/full_batch": all(q == 1 for q in ratios), "step/deviation": deviation}
 
 
 def _weights(m_rows: np.ndarray, divs, P: int) -> np.ndarray:
