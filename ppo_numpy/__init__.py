@@ -29,7 +29,7 @@ sampler-trainer gap    rollout_importance_weights  ppo_numpy.rollout_correction
                        rollout_rejection_mask
 loss options           PolicyLossOptions           ppo_numpy.objective
 one optimizer step     step_layout, Normaliser,    ppo_numpy.step
-(ranks, micro-batches) step_weights, policy_step
+                       step_weights, policy_step
 =====================  ==========================  ===========================
 """
 

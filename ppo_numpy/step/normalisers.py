@@ -18,23 +18,23 @@ Counts: P ranks, K_r micro-batches on rank r (K when every rank has as many); th
 B rows, B' of them with a token, N tokens; the micro-batch's B_{r,k} rows and N_{r,k} tokens;
 n_i tokens in row i; T the padded length.
 
-====================  ==============  ==========================================
-convention (mode)     d_i             D_{r,k}
-====================  ==============  ==========================================
-global (any agg)      the agg's d_i   the agg's D over the whole step, / P
-micro-batch-mean      the agg's d_i   the agg's D over the micro-batch alone, x K_r
-trl grpo, sapo        max(n_i, 1)     B_{r,k} K
-trl bnpo              1               max(N_{r,k}, 1) K
-trl dr_grpo           1               B_{r,k} L K   (L: ``norm``, default T)
-trl luspo             1               B_{r,k} K
-trl dapo cispo vespo  1               max(N_gen, 1) / P x K / S
-verl token-mean       1               N / P
-verl token-sum        1               1 / P
-verl seq-mean-...sum  1               GBS / P       (-norm: x loss_scale_factor)
-verl seq-mean-...mean n_i + 1e-8      GBS / P
-openrlhf token-mean   1               N / P
-openrlhf seq-mean-... n_i + 1e-8      B' / P
-====================  ==============  ==========================================
+======================  ==============  ========================================
+convention (mode)       d_i             D_{r,k}
+======================  ==============  ========================================
+global (any agg)        the agg's d_i   the agg's D over the whole step, / P
+micro-batch-mean        the agg's d_i   the agg's D over the micro-batch, x K_r
+trl grpo, sapo          max(n_i, 1)     B_{r,k} K
+trl bnpo                1               max(N_{r,k}, 1) K
+trl dr_grpo             1               B_{r,k} L K   (L: ``norm``, default T)
+trl luspo               1               B_{r,k} K
+trl dapo, cispo, vespo  1               max(N_gen, 1) / P x K / S
+verl token-mean         1               N / P
+verl token-sum          1               1 / P
+verl seq-mean-...-sum   1               GBS / P     (-norm: x loss_scale_factor)
+verl seq-mean-...-mean  n_i + 1e-8      GBS / P
+openrlhf token-mean     1               N / P
+openrlhf seq-mean-...   n_i + 1e-8      B' / P
+======================  ==============  ========================================
 
 Sources (the released files; the facts, not the code):
 
@@ -73,7 +73,7 @@ Sources (the released files; the facts, not the code):
   rows divided by n_i + 1e-8, and B' counts only rows with a token.
 
 The 1e-8 of verl and OpenRLHF is the number as written (1/10^8 in exact arithmetic, as
-:func:`ppo_numpy._validation.scalar_for` reads a float).
+``ppo_numpy._validation.scalar_for`` reads a float).
 """
 
 from __future__ import annotations
@@ -114,13 +114,13 @@ class Normaliser:
     Attributes
     ----------
     name : str
-        One of :data:`NORMALISERS` (the module docstring has each rule and its source).
+        One of ``NORMALISERS`` (the module docstring has each rule and its source).
     mode : str, optional
         The aggregation inside the convention: for ``"global"`` and ``"micro-batch-mean"``
         an aggregation mode of :func:`ppo_numpy.aggregate` (or TRL's); for ``"trl"`` the
-        ``loss_type`` (:data:`TRL_LOSS_TYPES`); for ``"verl"`` the ``loss_agg_mode``
-        (:data:`VERL_MODES`); for ``"openrlhf"`` ``"token-mean"`` or
-        ``"seq-mean-token-mean"``. ``None``: the default of the name (:data:`DEFAULT_MODES`).
+        ``loss_type`` (``TRL_LOSS_TYPES``); for ``"verl"`` the ``loss_agg_mode``
+        (``VERL_MODES``); for ``"openrlhf"`` ``"token-mean"`` or
+        ``"seq-mean-token-mean"``. ``None``: the default of the name (``DEFAULT_MODES``).
     norm : float > 0, optional
         The constant divisor of the modes that take one: the aggregation's ``norm``, TRL's
         ``max_completion_length`` (``dr_grpo``), verl's ``loss_scale_factor``
@@ -214,7 +214,7 @@ class Normaliser:
 
 
 def check_normaliser(normaliser) -> Normaliser:
-    """A :class:`Normaliser`, or a name of :data:`NORMALISERS` (its defaults), as a Normaliser."""
+    """A :class:`Normaliser`, or a name of ``NORMALISERS`` (its defaults), as a Normaliser."""
     if isinstance(normaliser, Normaliser):
         return normaliser
     if isinstance(normaliser, str):
@@ -226,11 +226,11 @@ def check_normaliser(normaliser) -> Normaliser:
 def micro_batch_divisors(normaliser: Normaliser, m: np.ndarray, layout: list, like) -> list:
     """The ``(d, D)`` of every micro-batch of a checked ``layout`` (unchecked kernel).
 
-    ``m`` the step's bool (B, T) mask; ``layout`` from :func:`~ppo_numpy.step.layout.
-    check_layout`; ``like`` an array whose arithmetic the divisors take (float64, or exact:
-    Fractions). Returns a list over ranks of lists of ``(d, D)``: ``d`` None or the (b,)
-    divisors of the micro-batch's rows, ``D`` the micro-batch's, so that its loss is
-    sum_i sum_t m l / (d_i D) (the module docstring's table).
+    ``m`` the step's bool (B, T) mask; ``layout`` from ``check_layout``; ``like`` an array
+    whose arithmetic the divisors take (float64, or exact: Fractions). Returns a list over
+    ranks of lists of ``(d, D)``: ``d`` None or the (b,) divisors of the micro-batch's rows,
+    ``D`` the micro-batch's, so that its loss is sum_i sum_t m l / (d_i D) (the module
+    docstring's table).
     """
     n_tokens = m.sum(axis=-1)  # (B,)
     P = len(layout)

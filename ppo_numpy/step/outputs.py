@@ -10,11 +10,11 @@ L_{r,k} = sum_{i in (r,k)} sum_t m l / (d_i D_{r,k}), P ranks):
   log-probabilities: each rank's sum over its micro-batches of d L_{r,k} / d logp, averaged
   over the ranks, (1/P) sum_r sum_k d L_{r,k} / d logp (each row is in one micro-batch);
 * ``step/full_batch``: whether every token weighs in that gradient what it weighs under the
-  same convention on one rank with one micro-batch (:meth:`Normaliser.alone`), so that the
+  same convention on one rank with one micro-batch (``Normaliser.alone``), so that the
   step's gradient is the full-batch gradient whatever the per-token terms: decided in exact
   arithmetic;
-* ``step/deviation``: max over the response tokens of |w_step / w_full - 1|, 0.0 when
-  ``step/full_batch``.
+* ``step/deviation``: the largest ``abs(w_step / w_full - 1)`` over the response tokens,
+  0.0 when ``step/full_batch``.
 
 Without a layout (one rank, one micro-batch) and with the ``"global"`` convention of an
 aggregation mode, ``step/losses`` is the one-batch loss and ``step/dlogp`` the one-batch
@@ -59,7 +59,7 @@ def step_weights(mask, layout=None, normaliser="global", *, exact=False) -> np.n
     layout : list over ranks of lists of micro-batches of row indices, optional
         :func:`ppo_numpy.step_layout`; ``None``: one rank, one micro-batch.
     normaliser : Normaliser or str
-        The convention (:class:`ppo_numpy.step.Normaliser`, or a name with its defaults).
+        The convention (:class:`ppo_numpy.Normaliser`, or a name with its defaults).
         Default ``"global"`` (the global token mean).
     exact : bool
         Fractions instead of float64.
