@@ -30,6 +30,8 @@ rollout batch          Rollout                     ppo_numpy.rollout
 sampler-trainer gap    rollout_importance_weights  ppo_numpy.rollout_correction
                        rollout_rejection_mask
 loss options           PolicyLossOptions           ppo_numpy.objective
+one optimizer step     step_layout, Normaliser,    ppo_numpy.step
+                       step_weights, policy_step
 =====================  ==========================  ===========================
 """
 
@@ -79,6 +81,7 @@ from .policy import (
 from .ratio import probability_ratio
 from .rollout import Rollout
 from .rollout_correction import rollout_importance_weights, rollout_rejection_mask
+from .step import Normaliser, policy_step, step_layout, step_weights
 from .td import td_errors
 from .training.kl_controllers import AdaptiveKLController, FixedKLController
 from .value_loss import value_loss
@@ -95,6 +98,7 @@ __all__ = [
     "KL_ESTIMATORS",
     "KL_GRADIENT_FORMS",
     "MLPPolicy",
+    "Normaliser",
     "PolicyLossOptions",
     "Rollout",
     "SGD",
@@ -124,6 +128,7 @@ __all__ = [
     "opo_advantages",
     "policy_loss_and_grad",
     "policy_loss_grad",
+    "policy_step",
     "ppo_loss_and_grads",
     "ppo_objective",
     "ppo_policy_loss",
@@ -136,6 +141,8 @@ __all__ = [
     "rollout_importance_weights",
     "rollout_rejection_mask",
     "save_checkpoint",
+    "step_layout",
+    "step_weights",
     "td_errors",
     "value_loss",
     "value_loss_grad",

@@ -530,12 +530,15 @@ class PolicyLossForward:
 
 
 def policy_loss_forward(logp, logp_old, A, m, opts: PolicyLossOptions, logp_ref=None, *,
-                        is_weights=None):
+                        is_weights=None, divs=None):
     """The policy loss on checked arrays (unchecked kernel), every intermediate named.
 
     ``logp``, ``logp_old``, ``A`` (and ``logp_ref`` when ``opts.kl_coef > 0``, and
     ``is_weights`` when given) float64 (B, T) or (T,) arrays, 0 at padding; ``m`` the bool
-    mask; ``opts`` checked. Returns a ``PolicyLossForward``.
+    mask; ``opts`` checked. ``divs``: the ``(d, D)`` of :func:`ppo_numpy.aggregation.divisors`
+    to aggregate with instead of those of ``opts.agg`` on these rows (a micro-batch's share of
+    a step, :mod:`ppo_numpy.step`); the KL term takes them too unless it has its own
+    ``kl_agg``. Returns a ``PolicyLossForward``.
 
     >>> f = policy_loss_forward(np.log([1.5, 0.5, 1.1]), np.zeros(3), np.array([2.0, -1, 1]),
     ...                         np.ones(3, bool), PolicyLossOptions())
@@ -580,7 +583,7 @@ def policy_loss_forward(logp, logp_old, A, m, opts: PolicyLossOptions, logp_ref=
     weighted = is_weights is not None and opts.loss_type != "vespo"
     term = is_weights * surrogate if weighted else surrogate
     # loss = -aggregate(term)   (0 at padding: rho and A are)
-    policy_loss = -float(aggregate_kernel(term, m, opts.agg, opts.norm))
+    policy_loss = -float(aggregate_kernel(term, m, opts.agg, opts.norm, divs))
     kl, kl_loss = None, 0.0
     if opts.kl_coef > 0:
         if logp_ref is None:
@@ -597,7 +600,7 @@ def policy_loss_forward(logp, logp_old, A, m, opts: PolicyLossOptions, logp_ref=
         else:
             # the form's value: KL_t (its gradient another one: ppo_numpy.kl_gradient)
             kl = _kl_term(logp, logp_ref, log_ratio, m, opts)[0]
-        kl_loss = float(aggregate_kernel(kl, m, *_kl_agg(opts)))
+        kl_loss = float(aggregate_kernel(kl, m, *_kl_agg(opts), _kl_divs(opts, divs)))
     loss = policy_loss + opts.kl_coef * kl_loss if opts.kl_coef > 0 else policy_loss
     return PolicyLossForward(logp, log_ratio, log_rho, log_w_raw, log_w, rho, lo, hi, term, kl,
                              policy_loss, kl_loss, loss, surrogate, is_weights, extra)
@@ -653,15 +656,21 @@ def _kl_agg(opts: PolicyLossOptions):
     return opts.kl_agg, None
 
 
-def policy_loss_backward(f: PolicyLossForward, A, m, opts: PolicyLossOptions, logp_ref=None):
+def _kl_divs(opts: PolicyLossOptions, divs):
+    """The KL term's divisors: ``divs`` when it aggregates as the policy term does."""
+    return divs if opts.kl_agg is None or opts.kl_agg == opts.agg else None
+
+
+def policy_loss_backward(f: PolicyLossForward, A, m, opts: PolicyLossOptions, logp_ref=None,
+                         divs=None):
     """d loss / d logp of ``policy_loss_forward``'s result ``f`` (unchecked kernel).
 
     Back through the forward's names, each gradient ``d<name>`` shaped like ``<name>``;
     0 at padding. At the kinks of clip, min and the clamps the bound counts as inside
-    (``ppo_numpy.loss_grads``).
+    (``ppo_numpy.loss_grads``). ``divs``: as the forward's.
     """
     # loss = -aggregate(term) = -sum w_t term_t
-    dterm = -aggregation_weights(m, opts.agg, opts.norm)
+    dterm = -aggregation_weights(m, opts.agg, opts.norm, divs)
     # term = is_weights surrogate: the weights multiply each token's gradient, at the end,
     # nothing flows through them (at the sequence level: w_t times the derivative of the
     # sequence term, verl's per-token form; see ppo_policy_loss); vespo's are inside phi,
@@ -711,7 +720,7 @@ def policy_loss_backward(f: PolicyLossForward, A, m, opts: PolicyLossOptions, lo
     if opts.kl_coef > 0:
         # + beta aggregate(KL_t)
         mode, norm = _kl_agg(opts)
-        w_kl = aggregation_weights(m, mode, norm)
+        w_kl = aggregation_weights(m, mode, norm, _kl_divs(opts, divs))
         if opts.kl_gradient == "plain":
             dkl = kl_estimate_grad_kernel(f.logp, logp_ref, opts.kl_estimator, m, opts.kl_clamp,
                                           w_kl)
@@ -809,7 +818,7 @@ def policy_loss_stats(f: PolicyLossForward, A, m, opts: PolicyLossOptions, *,
 
 
 def policy_loss_kernel(logp, logp_old, A, m, opts: PolicyLossOptions, logp_ref=None, *,
-                       is_weights=None, approx_kl=APPROX_KL):
+                       is_weights=None, approx_kl=APPROX_KL, divs=None):
     """``(forward, stats, dlogp)`` of checked arrays: the forward's names, the statistics and
     d loss / d logp in one call (unchecked kernel: the toy policy's loss, the presets and
     :func:`ppo_numpy.policy_loss_and_grad` use it).
@@ -818,11 +827,13 @@ def policy_loss_kernel(logp, logp_old, A, m, opts: PolicyLossOptions, logp_ref=N
     ``ppo_numpy.gspo_rowwise.ROWWISE_FROM`` entries and no ``is_weights`` it takes the
     fast form of ``ppo_numpy.gspo_rowwise`` (the same numbers to rounding); else the
     readable one (importance weights vary per token: the per-response form has no place for
-    them)."""
-    A_row = None if is_weights is not None else gspo_rowwise.use_rowwise(A, m, opts)
+    them, nor for given ``divs``: a micro-batch's share of a step, ``policy_loss_forward``)."""
+    rowwise = is_weights is None and divs is None
+    A_row = gspo_rowwise.use_rowwise(A, m, opts) if rowwise else None
     if A_row is not None:
         return gspo_rowwise.gspo_rowwise_kernel(logp, logp_old, A_row, m, opts, logp_ref,
                                                 approx_kl=approx_kl)
-    f = policy_loss_forward(logp, logp_old, A, m, opts, logp_ref, is_weights=is_weights)
+    f = policy_loss_forward(logp, logp_old, A, m, opts, logp_ref, is_weights=is_weights,
+                            divs=divs)
     return (f, policy_loss_stats(f, A, m, opts, approx_kl=approx_kl),
-            policy_loss_backward(f, A, m, opts, logp_ref))
+            policy_loss_backward(f, A, m, opts, logp_ref, divs))
