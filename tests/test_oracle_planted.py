@@ -20,19 +20,23 @@ from ppo_numpy.oracle.compare import compare
 from ppo_numpy.oracle.diagnose import diagnose
 from ppo_numpy.oracle.group_cases import cases_for
 from ppo_numpy.oracle.presets import get_preset
-from ppo_numpy.oracle.switches import switches_for
+from ppo_numpy.oracle.switches import SWITCHES, switches_for
 from tests._helpers import CachedPreset
 from tests.critic_free_numpy import CANDIDATES, DTYPES, OUTPUTS
 
 NAMES = list(CANDIDATES)
-#: the transcription has no rollout correction: the cases with logp_rollout and the
-#: correction's switch are left out here (make conformance checks the corrections against
-#: the released frameworks, tests/test_presets_rollout.py by hand)
-ROLLOUT_SWITCHES = ("is_log_ratio_bound",)
-CASES = {name: [c for c in cases_for(get_preset(name), 0) if "logp_rollout" not in c["inputs"]]
-         for name in NAMES}
+#: the transcription has no rollout correction and no SAPO yet: the cases with logp_rollout
+#: or SAPO and their switches are left out here (make conformance checks the corrections
+#: against the released frameworks, tests/test_third_policy_conventions.py by hand)
+ROLLOUT_SWITCHES = tuple(p for p, s in SWITCHES.items() if s.kind == "third policy") + (
+    "sequence_gradient", "sapo_temperature_neg", "tau_neg")
+CASES = {name: [c for c in cases_for(get_preset(name), 0) if "logp_rollout" not in c["inputs"]
+                and c["name"] != "sapo-loss"] for name in NAMES}
 SETTINGS = {name: [(p, v) for p, (alts, _) in switches_for(get_preset(name), CASES[name]).items()
-                   if p not in ROLLOUT_SWITCHES for v in alts] for name in NAMES}
+                   if p not in ROLLOUT_SWITCHES for v in alts
+                   if (p, v) not in (("loss_type", "sapo"), ("loss_mode", "sapo"),
+                                     ("loss_mode", "geo_mean"), ("loss_mode", "gpg"))]
+            for name in NAMES}
 N_PAIRS = 24
 CACHED = {name: CachedPreset(get_preset(name)) for name in NAMES}  # (test speed only)
 

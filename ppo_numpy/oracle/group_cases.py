@@ -260,6 +260,21 @@ EDGE_CASES = {
         garbage=GARBAGE),
 }
 
+#: row scales of the rollout noise of the cases that switch a correction on: token ratios
+#: from about e^-2 to e^2 and responses' products beyond both bounds of [0.5, 2]
+MIXED = (0.05, 0.3, 0.7, 1.2)
+
+
+def _rollout_case(description):
+    return _rollout_mismatch(MIXED, description)
+
+
+_TRUNCATE = {"trl-grpo": {"vllm_importance_sampling_mode": "token_truncate",
+                          "vllm_importance_sampling_clip_min": 0.5,
+                          "vllm_importance_sampling_clip_max": 2.0},
+             "verl-grpo": {"rollout_is": "token", "rollout_is_threshold": 2.0},
+             "openrlhf-grpo": {"is_correction_level": "token", "is_correction_mode": "clip",
+                               "is_correction_threshold": (0.5, 2.0)}}
 PRESET_CASES = {
     "kl-in-loss": (_policy_case("3 prompts x 4 responses, log-ratios of std 0.4, the KL term "
                                 "in the loss (coefficient 0.04)"),
@@ -278,7 +293,77 @@ PRESET_CASES = {
                              {"trl-grpo": {"vllm_importance_sampling_mode": "token_mask",
                                            "vllm_importance_sampling_clip_max": None},
                               "verl-grpo": {"rollout_is": "token",
-                                            "rollout_is_threshold": 1e12}}),
+                                            "rollout_is_threshold": 1e12},
+                              "openrlhf-grpo": {"is_correction_level": "token",
+                                                "is_correction_threshold": (0.0, 1e12)}}),
+    # the corrections switched on, each framework's way (cases named rollout-*: they carry
+    # logp_rollout; --cases rollout selects them)
+    "rollout-truncate": (_rollout_case(
+        "token weights truncated: TRL token_truncate to [0.5, 2]; verl token TIS at 2; "
+        "OpenRLHF token clip to [0.5, 2]; weights beyond both bounds"), _TRUNCATE),
+    "rollout-mask": (_rollout_case(
+        "token weights masked outside [0.5, 2]: TRL token_mask; verl IcePop '0.5_2.0'; "
+        "OpenRLHF token mask"),
+        {"trl-grpo": {"vllm_importance_sampling_mode": "token_mask",
+                      "vllm_importance_sampling_clip_min": 0.5,
+                      "vllm_importance_sampling_clip_max": 2.0},
+         "verl-grpo": {"rollout_is": "token", "rollout_is_threshold": "0.5_2.0"},
+         "openrlhf-grpo": {"is_correction_level": "token",
+                           "is_correction_threshold": (0.5, 2.0)}}),
+    "rollout-sequence": (_rollout_case(
+        "one weight per response: TRL sequence_truncate to [0.5, 2]; verl sequence TIS at 2; "
+        "OpenRLHF's sequence gate [0.5, 2]"),
+        {"trl-grpo": {"vllm_importance_sampling_mode": "sequence_truncate",
+                      "vllm_importance_sampling_clip_min": 0.5,
+                      "vllm_importance_sampling_clip_max": 2.0},
+         "verl-grpo": {"rollout_is": "sequence", "rollout_is_threshold": 2.0},
+         "openrlhf-grpo": {"is_correction_level": "seq", "is_correction_threshold": (0.5, 2.0)}}),
+    "rollout-batch-normalize": (_rollout_case(
+        "verl's token TIS at 2 divided by the batch's mean weight (not 1 here)"),
+        {"verl-grpo": {"rollout_is": "token", "rollout_is_threshold": 2.0,
+                       "rollout_is_batch_normalize": True}}),
+    "rollout-rejection": (_rollout_case(
+        "rejections that bind: verl rollout_rs seq_mean_k1 at 1.5 with token TIS; TRL's "
+        "off-policy mask at 0.2 with its default sequence_mask weights"),
+        {"trl-grpo": {"off_policy_mask_threshold": 0.2},
+         "verl-grpo": {"rollout_is": "token", "rollout_is_threshold": 2.0,
+                       "rollout_rs": "seq_mean_k1", "rollout_rs_threshold": 1.5}}),
+    "rollout-gate": (_rollout_case(
+        "OpenRLHF's token gate by the binary KL of the token's two probabilities, [0, 0.05]"),
+        {"openrlhf-grpo": {"is_correction_level": "token", "is_correction_gating": "binary_kl",
+                           "is_correction_threshold": 0.05}}),
+    "rollout-bypass": (_rollout_case(
+        "verl's bypass mode (logp_old := logp_rollout), PPO-clip, the rejection token_k1 at 2 "
+        "of the current log-probs"),
+        {"verl-grpo": {"bypass_mode": True, "rollout_is": "token",
+                       "rollout_rs": "token_k1", "rollout_rs_threshold": 2.0}}),
+    "rollout-bypass-reinforce": (_rollout_case(
+        "verl's bypass mode with the reinforce loss: -A w logp, w the token TIS weights at 2 "
+        "of the current log-probs"),
+        {"verl-grpo": {"bypass_mode": True, "rollout_loss_type": "reinforce",
+                       "rollout_is": "token", "rollout_is_threshold": 2.0}}),
+    "rollout-kl": (_rollout_case(
+        "token weights and the KL term in the loss (coefficient 0.04)"),
+        {"trl-grpo": {"beta": 0.04, **_TRUNCATE["trl-grpo"]},
+         "verl-grpo": {"use_kl_loss": True, "kl_loss_coef": 0.04, "rollout_is": "token",
+                       "rollout_is_threshold": 2.0},
+         "openrlhf-grpo": {"use_kl_loss": True, "init_kl_coef": 0.04,
+                           "is_correction_level": "token",
+                           "is_correction_threshold": (0.5, 2.0)}}),
+    "rollout-gspo": (_rollout_case(
+        "GSPO's sequence ratio with token weights: TRL's row mean of token_truncate weights; "
+        "verl's per-token TIS weights; OpenRLHF's ratio against logp_rollout"),
+        {"trl-grpo": {"importance_sampling_level": "sequence", **_TRUNCATE["trl-grpo"]},
+         "verl-grpo": {"loss_mode": "gspo", "rollout_is": "token",
+                       "rollout_is_threshold": 2.0},
+         "openrlhf-grpo": {"policy_loss_type": "gspo", "is_correction_level": "token"}}),
+    "rollout-gmpo": (_rollout_case(
+        "verl's GMPO (geo_mean) with IcePop token weights '0.5_2.0': masked weights in most "
+        "responses"),
+        {"verl-grpo": {"loss_mode": "geo_mean", "rollout_is": "token",
+                       "rollout_is_threshold": "0.5_2.0"}}),
+    "sapo-loss": (_policy_case("3 prompts x 4 responses, log-ratios of std 0.4, SAPO's gate"),
+                  {"trl-grpo": {"loss_type": "sapo"}, "verl-grpo": {"loss_mode": "sapo"}}),
     "gspo-large-log-ratios": (_large_log_ratios,
                               {"trl-grpo": {"importance_sampling_level": "sequence"},
                                "verl-grpo": {"loss_mode": "gspo"},

@@ -50,6 +50,7 @@ from ...value_loss import (
     value_loss_kernel,
 )
 from ...whitening import masked_mean_kernel, whiten_kernel
+from . import _third_policy as third_policy
 
 INPUT_NAMES = ("logp", "logp_old", "logp_ref", "values", "old_values", "scores", "mask")
 #: the inputs of the critic-free presets: no values; prompt ids and (ReMax) greedy scores
@@ -354,10 +355,12 @@ def losses(x: Rollout, advantages, returns, p: dict, agg: str = "token-mean", *,
     The stats are the policy loss's, ``"value_clipfrac"``: the token mean over the value
     mask of "the clipped value error is strictly larger" (TRL/verl ``vf_clipfrac``; 0 without
     a value clip), and ``"loss_without_kl"``: the policy loss before the KL term of ``kl``;
-    ``is_weights``: the rollout correction's weights on the policy term."""
-    pl, pl_stats, dlogp = policy_loss_kernel(
-        where_valid(mask, x.logp), where_valid(mask, x.logp_old), where_valid(mask, advantages),
-        mask, loss_options(p, agg, kl), where_valid(mask, x.logp_ref),
+    ``is_weights``: the rollout correction's weights on the policy term (and on the KL term
+    under the convention ``is_weights_on_kl``, where the preset has it)."""
+    pl, pl_stats, dlogp = third_policy.policy_loss(
+        "preset", p, where_valid(mask, x.logp), where_valid(mask, x.logp_old),
+        where_valid(mask, advantages), mask, loss_options(p, agg, kl),
+        where_valid(mask, x.logp_ref),
         is_weights=None if is_weights is None else where_valid(mask, is_weights))
     vm = mask if value_mask is None else value_mask
     PolicyLossOptions(agg=value_agg)  # checks the mode's name
@@ -532,6 +535,9 @@ def _flag(p: dict, key: str, name: str) -> bool:
 # -- TRL 1.16.0 (GRPOConfig: vllm_importance_sampling_*, off_policy_mask_threshold)
 
 TRL_IS_MODES = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
+#: the off-policy mask's log-ratio: the sampler's - the current (TRL), logp_old - the current,
+#: the sampler's - logp_old
+OFF_POLICY_MASK_LOGPS = ("sampling-current", "old-current", "sampling-old")
 
 
 def trl_uses_vllm(name: str, x: Rollout, p: dict) -> bool:
@@ -588,22 +594,29 @@ def trl_is_weights(name: str, x: Rollout, m, p: dict):
         raise ValueError(f"{name}: vllm_importance_sampling_mode={mode!r} needs "
                          f"vllm_importance_sampling_clip_min or _clip_max (TRL 1.16.0's "
                          f"torch.clamp refuses two None bounds)")
-    return rollout_importance_weights(x.logp_old, x.logp_rollout, m, level=level, mode=how,
-                                      clip_max=hi, clip_min=lo,
-                                      log_ratio_bound=p["is_log_ratio_bound"])
+    bounds = dict(mode=how, clip_max=hi, clip_min=lo, log_ratio_bound=p["is_log_ratio_bound"])
+    if level == "sequence":
+        # (the convention is_sequence_weight: TRL's product, or the geometric mean)
+        return third_policy.sequence_weights(name, x.logp_old, x.logp_rollout, m, p, **bounds)
+    return rollout_importance_weights(x.logp_old, x.logp_rollout, m, level=level, **bounds)
 
 
 def trl_off_policy_mask(name: str, x: Rollout, m, A, p: dict, use_vllm: bool):
     """TRL's off-policy sequence mask (DeepSeek-V3.2), (B, 1) of 0/1, or None when off: keep a
     response with A >= 0 or with mean_t (logp_sampling_t - logp_t) <= threshold, the sampling
     log-probs being logp_rollout under vLLM and logp_old otherwise, logp the *current* ones
-    (trl 1.16.0 grpo_trainer.py ``get_off_policy_mask``)."""
+    (trl 1.16.0 grpo_trainer.py ``get_off_policy_mask``; the convention
+    ``off_policy_mask_logps`` "sampling-current"; "old-current" reads logp_old - logp even
+    under vLLM, "sampling-old" the sampling log-probs - logp_old)."""
     if p["off_policy_mask_threshold"] is None:
         return None
     delta = check_scalar(p["off_policy_mask_threshold"], f"{name}: off_policy_mask_threshold",
                          low=0, allow_exact=False)
-    sampling = x.logp_rollout if use_vllm else x.logp_old
-    kl = where_valid(m, sampling) - where_valid(m, x.logp)  # (0 at padding)
+    which = check_choice(p["off_policy_mask_logps"], f"{name}: off_policy_mask_logps",
+                         OFF_POLICY_MASK_LOGPS, "log-probs")
+    sampling = x.logp_rollout if use_vllm and which != "old-current" else x.logp_old
+    current = x.logp_old if which == "sampling-old" else x.logp
+    kl = where_valid(m, sampling) - where_valid(m, current)  # (0 at padding)
     mean_kl = kl.sum(axis=-1, keepdims=True) / np.maximum(m.sum(axis=-1, keepdims=True), 1)
     # A: one advantage per response, at its first token
     a = A[np.arange(A.shape[0]), np.argmax(m, axis=-1)][:, None]
@@ -688,10 +701,13 @@ def verl_rollout_correction(name: str, x: Rollout, m, p: dict, logp_old=None):
     if level is not None and p["rollout_is_threshold"] is not None:
         need_rollout(name, x, f"rollout_is={level!r}")
         mode, lower, upper = verl_is_threshold(name, p["rollout_is_threshold"])
-        w = rollout_importance_weights(old, x.logp_rollout, m, level=level, mode=mode,
-                                       clip_max=upper, clip_min=lower,
-                                       batch_normalize=batch_normalize,
-                                       log_ratio_bound=p["is_log_ratio_bound"])
+        bounds = dict(mode=mode, clip_max=upper, clip_min=lower,
+                      batch_normalize=batch_normalize, log_ratio_bound=p["is_log_ratio_bound"])
+        if level == "sequence":
+            # (the convention is_sequence_weight: verl's product, or the geometric mean)
+            w = third_policy.sequence_weights(name, old, x.logp_rollout, m, p, **bounds)
+        else:
+            w = rollout_importance_weights(old, x.logp_rollout, m, level=level, **bounds)
         if not np.any(w[m] > 0):
             # why: verl 0.9.1 compute_is_metrics' effective sample size 1 / mean(w^2)
             # raises ZeroDivisionError when the mask mode drops every weight
@@ -755,7 +771,12 @@ def verl_correction_before_advantages(name, x: Rollout, m, p: dict) -> dict:
         if not np.any(keep):
             raise ValueError(f"{name}: rollout_rs rejects every token of the batch (verl's "
                              f"loss would divide by zero)")
-        out["mask"], out["xm"] = keep, x.on(keep)
+        if third_policy.check(name, p, "rejection", third_policy.REJECTIONS) == "weight":
+            # (the convention rejection="weight": a rejected token keeps its place in the
+            # mask, with weight 0)
+            out["is_weights"] = np.where(keep, 1.0 if w is None else w, 0.0)
+        else:
+            out["mask"], out["xm"] = keep, x.on(keep)
     return out
 
 
@@ -770,6 +791,15 @@ def verl_bypass_loss(name, x: Rollout, xm: Rollout, A, m, opts, p: dict, dual_cl
     w, keep = verl_rollout_correction(name, x, m, p, logp_old=x.on(m).logp)
     if not np.any(keep):
         raise ValueError(f"{name}: rollout_rs rejects every token of the batch")
+    if third_policy.check(name, p, "rejection", third_policy.REJECTIONS) == "weight":
+        # (the convention rejection="weight": the rejected tokens stay, with weight 0)
+        w = np.where(keep, 1.0 if w is None else w, 0.0)
+        ppo_weights, keep = np.where(keep, 1.0, 0.0), m
+    else:
+        ppo_weights = None
+    if loss_type == "reinforce":
+        # (the convention masked_weights: a masked weight's token in the loss's mask or not)
+        keep = third_policy.loss_mask(name, p, keep, w)
     xk = xm.on(keep)
     A = np.where(keep, A, 0.0)
     # why: verl 0.9.1 apply_bypass_mode sets loss_mode="bypass_mode" whatever the actor's, and
@@ -778,16 +808,24 @@ def verl_bypass_loss(name, x: Rollout, xm: Rollout, A, m, opts, p: dict, dual_cl
                    dual_clip=dual_clip, log_ratio_clamp=p["log_ratio_clamp"])
     if loss_type == "ppo_clip":
         pl, st, dlogp = policy_loss_kernel(xk.logp, xk.logp_old, A, keep,
-                                           replace(opts, kl_coef=0.0), xk.logp_ref)
+                                           replace(opts, kl_coef=0.0), xk.logp_ref,
+                                           is_weights=ppo_weights)
     else:
         pl, st, dlogp = verl_reinforce_loss(xk, A, keep, opts, w)
+        # (the convention is_weights_detach: the weight reads the current log-probs here)
+        dlogp = dlogp + third_policy.reinforce_weight_gradient(
+            name, p, xm.logp, xm.logp_old, A, m, keep, w,
+            aggregation_weights(keep, opts.agg, opts.norm))
     if opts.kl_coef > 0:
         # why: verl 0.9.1 workers/utils/losses.py ppo_loss adds the KL loss over the batch's
         # response mask; the bypass loss's rejection is inside the policy loss only
+        # (the convention is_weights_on_kl: the reinforce weights on it too)
+        kl_w = np.ones(m.shape) if w is None or loss_type == "ppo_clip" or \
+            not third_policy.kl_weights_on(name, p) else np.where(m, w, 0.0)
         kl = where_valid(m, kl_estimate_kernel(xm.logp, xm.logp_ref, opts.kl_estimator,
                                                opts.kl_clamp))
-        kl_loss = float(aggregate_kernel(kl, m, opts.agg, opts.norm))
-        dlogp = dlogp + opts.kl_coef * kl_estimate_grad_kernel(
+        kl_loss = float(aggregate_kernel(kl * kl_w, m, opts.agg, opts.norm))
+        dlogp = dlogp + opts.kl_coef * kl_w * kl_estimate_grad_kernel(
             xm.logp, xm.logp_ref, opts.kl_estimator, m, opts.kl_clamp,
             aggregation_weights(m, opts.agg, opts.norm))
         pl = SimpleNamespace(loss=pl.policy_loss + opts.kl_coef * kl_loss,
@@ -869,10 +907,16 @@ def openrlhf_correction(name: str, x: Rollout, m, p: dict, policy_loss_type: str
         low = None  # (ratios are >= 0: no bound)
     if policy_loss_type != "ppo":
         return None
+    bound = p["is_log_ratio_bound"]  # (the convention: OpenRLHF bounds no log-ratio)
+    if level == "seq" and third_policy.check(name, p, "is_sequence_weight",
+                                             third_policy.SEQUENCE_WEIGHTS) == "product":
+        # (the convention is_sequence_weight: the gate reads the product, not OpenRLHF's
+        # geometric mean)
+        return third_policy.gate_by_product(x.logp_old, x.logp_rollout, m, low, high, bound)
     return rollout_importance_weights(
         x.logp_old, x.logp_rollout, m, clip_max=high, clip_min=low,
         level="geometric" if level == "seq" else "token",
-        mode="truncate" if mode == "clip" else "mask")
+        mode="truncate" if mode == "clip" else "mask", log_ratio_bound=bound)
 
 
 def openrlhf_correction_and_stats(name, x: Rollout, xm: Rollout, m, p: dict,

@@ -7,6 +7,7 @@ import numpy as np
 
 from ...objective import PolicyLossOptions, policy_loss_kernel, vespo_phi
 from ...rollout import Rollout
+from . import _third_policy as third_policy
 from ._common import (
     GROUP_INPUT_NAMES,
     Preset,
@@ -121,10 +122,17 @@ def _trl_grpo(x: Rollout, p: dict) -> dict:
         kl_ratio_level=level, **vespo)
     # (CISPO's loss is (B, T) at either level: -c A logp_t; the row-mean form is the clip's)
     # (VESPO's weights enter phi per token, whatever the level, which it ignores)
-    is_w, rollout_stats = _rollout_correction(name, x, m, A, p,
-                                              "token" if form in ("cispo", "vespo") else level)
-    pl, _, dlogp = policy_loss_kernel(xm.logp, xm.logp_old, A, m, opts, xm.logp_ref,
-                                      is_weights=is_w)
+    is_w, rollout_stats, lm = _rollout_correction(
+        name, x, m, A, p, "token" if form in ("cispo", "vespo") else level)
+    # (the loss aggregates over lm: m, or m without the tokens the conventions
+    # masked_weights="drop" and rejection="mask" take out; the weights on the KL term too
+    # under is_weights_on_kl)
+    xl = xm if lm is m else xm.on(lm)
+    pl, _, dlogp = third_policy.policy_loss(
+        name, p, xl.logp, xl.logp_old, np.where(lm, A, 0.0), lm, opts, xl.logp_ref,
+        is_weights=None if is_w is None else np.where(lm, is_w, 0.0))
+    # (the statistics of every response token, as TRL logs them)
+    f = pl if lm is m else policy_loss_kernel(xm.logp, xm.logp_old, A, m, opts, xm.logp_ref)[0]
     n = max(int(m.sum()), 1)
 
     def per_sequence(flags):
@@ -142,9 +150,9 @@ def _trl_grpo(x: Rollout, p: dict) -> dict:
 
     stats = {}
     if p["beta"] != 0:
-        stats["kl"] = float(pl.kl.sum() / n)
+        stats["kl"] = float(f.kl.sum() / n)
     if form == "cispo":
-        stats["cispo_clip_ratio"] = batch_mean((pl.rho > eps_high) & (A > 0))
+        stats["cispo_clip_ratio"] = batch_mean((f.rho > eps_high) & (A > 0))
     elif form == "vespo":
         # TRL's global_masked_mean of phi_seq (B, 1): a mean over the sequences
         phi = vespo_phi(xm.logp - xm.logp_old, A, m, opts, is_w)
@@ -154,7 +162,7 @@ def _trl_grpo(x: Rollout, p: dict) -> dict:
         # min(rho, delta) below the range with A < 0, above it with A > 0 (the delta of
         # the loss: none for cispo)
         lo, hi = opts.bounds()
-        rho = pl.rho if opts.delta is None else np.minimum(pl.rho, opts.delta)
+        rho = f.rho if opts.delta is None else np.minimum(f.rho, opts.delta)
         low, high = (rho < lo) & (A < 0), (rho > hi) & (A > 0)
         # why: TRL 1.16.0 _compute_loss logs nanmin / nanmax over the sequences (gathered
         # over processes) of each sequence's clipped fraction
@@ -233,15 +241,23 @@ def _rollout_correction(name, x: Rollout, m, A, p: dict, level: str):
                  "sampling/importance_sampling_ratio/min": float(np.min(flat)),
                  "sampling/importance_sampling_ratio/mean": float(np.mean(flat)),
                  "sampling/importance_sampling_ratio/max": float(np.max(flat))}
+    # the loss's mask: m, without the tokens of masked weights under masked_weights="drop"
+    # and without the dropped responses under rejection="mask" (TRL: "weight", a factor 0)
+    lm = third_policy.loss_mask(name, p, m, w)
+    if keep is not None and third_policy.check(name, p, "rejection",
+                                               third_policy.REJECTIONS) == "mask":
+        lm, keep = lm & (keep > 0), None
+        if not np.any(lm):
+            raise ValueError(f"{name}: rejection='mask': the off-policy mask drops every "
+                             f"response of the batch")
     if w is None and keep is None:
-        return None, stats
+        return None, stats, lm
     is_w = m.astype(np.float64) if w is None else w
     if keep is not None:
         is_w = is_w * keep
     if level == "sequence":
-        row = is_w.sum(axis=-1, keepdims=True) / np.maximum(m.sum(axis=-1, keepdims=True), 1)
-        is_w = np.where(m, row, 0.0)
-    return is_w, stats
+        is_w = third_policy.row_mean(is_w, m)
+    return is_w, stats, lm
 
 
 PRESET = Preset(
@@ -266,7 +282,7 @@ PRESET = Preset(
     # _generate_and_score_completions, _compute_loss; trl/trainer/utils.py nanstd)
     conventions={"std_ddof": 1, "std_eps": 1e-4, "std_eps_placement": "std",
                  "singleton": "zero", "kl_estimator": "k3", "log_ratio_clamp": None,
-                 "cispo_clip": "max", "is_log_ratio_bound": None},
+                 "cispo_clip": "max", "is_log_ratio_bound": None, **third_policy.TRL},
     sources=(
         "huggingface/trl: trl/trainer/grpo_trainer.py (GRPOTrainer."
         "_generate_and_score_completions, _compute_loss), 1.16.0",

@@ -18,8 +18,9 @@ from ...group_advantages import (
     remax_advantages,
     rloo_advantages,
 )
-from ...objective import PolicyLossOptions, policy_loss_kernel
+from ...objective import PolicyLossOptions
 from ...rollout import Rollout
+from . import _third_policy as third_policy
 from ._common import (
     FLOAT32_ROUNDING,
     GROUP_INPUT_NAMES,
@@ -171,7 +172,8 @@ def _verl_grpo(x: Rollout, p: dict) -> dict:
             # why: verl 0.9.1 compute_policy_loss_gspo aggregates by the loss_agg_mode it is
             # given (workers/utils/losses.py ppo_loss passes actor.loss_agg_mode)
             # and its ratio sg[s_i] pi_t / sg[pi_t] sends token t's gradient to token t alone
-            "gspo": dict(importance_level="sequence", sequence_gradient="token",
+            # (the convention sequence_gradient: verl's "token")
+            "gspo": dict(importance_level="sequence", sequence_gradient=p["sequence_gradient"],
                          log_ratio_max=p["log_ratio_max"], agg=agg),
             "cispo": dict(loss_type="cispo", log_ratio_clamp=clamp, agg=agg,
                           cispo_clip=p["cispo_clip"]),
@@ -206,8 +208,19 @@ def _verl_grpo(x: Rollout, p: dict) -> dict:
         pl, st, dlogp, m = verl_bypass_loss(name, x, xm, A, m, opts, p, p["clip_ratio_c"])
         mode = "vanilla"
     else:
-        pl, st, dlogp = policy_loss_kernel(xm.logp, xm.logp_old, A, m, opts, xm.logp_ref,
-                                           is_weights=corr["is_weights"])
+        # the third policy's conventions: a masked weight's token in the loss's mask or not,
+        # GMPO's mean of the weights, the weights on the KL term or not
+        lm = third_policy.loss_mask(name, p, m, corr["is_weights"])
+        xl = xm if lm is m else xm.on(lm)
+        w = None if corr["is_weights"] is None else np.where(lm, corr["is_weights"], 0.0)
+        if p["loss_mode"] == "geo_mean":
+            w = third_policy.gmpo_row_weights(name, p, w, lm)
+        elif p["loss_mode"] == "gspo" and p["sequence_gradient"] == "sequence":
+            w = third_policy.row_mean(w, lm)
+        with np.errstate(divide="ignore"):  # (GMPO's log(0 + 1e-10 - 1e-10): a weight 0)
+            pl, st, dlogp = third_policy.policy_loss(name, p, xl.logp, xl.logp_old,
+                                                     np.where(lm, A, 0.0), lm, opts,
+                                                     xl.logp_ref, is_weights=w)
         mode = p["loss_mode"]
     stats = {"actor/pg_loss": pl.policy_loss, **_loss_stats(mode, st),
         "critic/score/mean": mean_rows(x.scores),
@@ -295,7 +308,8 @@ PRESET = Preset(
     # clamp(log_seq_importance_ratio, max=10.0))
     conventions={"std_ddof": 1, "std_eps": 1e-6, "std_eps_placement": "std",
                  "singleton": "raw", "log_ratio_clamp": 20.0, "cispo_clip": "range",
-                 "log_ratio_max": 10.0, "is_log_ratio_bound": 20.0, "clip_cov_seed": 0},
+                 "log_ratio_max": 10.0, "is_log_ratio_bound": 20.0, "clip_cov_seed": 0,
+                 "sequence_gradient": "token", **third_policy.VERL},
     sources=(
         "volcengine/verl: verl/trainer/ppo/core_algos.py (compute_grpo_outcome_advantage, "
         "compute_rloo_outcome_advantage, compute_reinforce_plus_plus_outcome_advantage, "
