@@ -141,8 +141,9 @@ SPECS = {
         "framework": "verl", "package": "verl==0.9.1",
         "functions": ["ray_trainer.apply_kl_penalty", "ray_trainer.compute_advantage",
                       "core_algos.compute_gae_advantage_return (via compute_advantage)",
-                      "core_algos.get_policy_loss_fn('vanilla')", "core_algos.kl_penalty",
-                      "core_algos.agg_loss", "core_algos.compute_value_loss",
+                      "workers.utils.losses.ppo_loss (core_algos.get_policy_loss_fn("
+                      "'vanilla' / 'bypass_mode'), kl_penalty, agg_loss)",
+                      "workers.utils.losses.value_loss (core_algos.compute_value_loss)",
                       "core_algos.FixedKLController", "workers.config.ActorConfig"],
         "options": {"use_kl_in_reward": [False, True], "kl_estimator": ["k1", "k2", "abs", "k3"],
                     "beta": [0.001, 0.05], "epsilon": [0.2, 0.1], "epsilon_high": [0.2, 0.28],
@@ -161,10 +162,13 @@ SPECS = {
         "not_compared": [
             "the statistics of metric_utils.compute_data_metrics (critic/score/mean, "
             "critic/rewards/mean, critic/advantages/mean, critic/returns/mean, "
-            "critic/values/mean, critic/vf_explained_var) and critic/vpred_mean: they are "
-            "computed from a whole DataProto (prompts, responses, attention masks)",
-            "workers/utils/losses.ppo_loss itself (it takes a TensorDict, a stub here): its "
-            "composition of the policy loss, kl_penalty and agg_loss is called piece by piece",
+            "critic/values/mean, critic/vf_explained_var): they are computed from a whole "
+            "DataProto (prompts, responses, attention masks)",
+            "the bypass mode's actor/rollout_corr/ metrics (compute_policy_loss_bypass_mode "
+            "merges them into the policy loss's)",
+            "workers/utils/losses.py ppo_loss and value_loss run on a dict stand-in for their "
+            "TensorDict (a stub here), with no_padding_2_padding the identity: the suite's "
+            "log-probs and values are already in the padded (B, T) response layout",
             "the reward manager (naive.py): needs a tokenizer; the suite writes the float32 "
             "token_level_scores at the last response token, its index rule for right padding",
             "log_ratio_clamp other than 20 and the diagnosis's convention switches: verl has "
@@ -182,9 +186,9 @@ SPECS = {
                       "core_algos.compute_gpg_outcome_advantage",
                       "core_algos.compute_grpo_passk_outcome_advantage",
                       "core_algos.compute_gdpo_outcome_advantage",
-                      "core_algos.get_policy_loss_fn (vanilla, gspo, cispo, sapo, geo_mean, "
-                      "gpg, clip_cov, kl_cov, dppo_tv, dppo_kl, dro)",
-                      "core_algos.kl_penalty", "core_algos.agg_loss",
+                      "workers.utils.losses.ppo_loss (core_algos.get_policy_loss_fn: vanilla, "
+                      "gspo, cispo, sapo, geo_mean, gpg, clip_cov, kl_cov, dppo_tv, dppo_kl, "
+                      "dro, bypass_mode; kl_penalty, agg_loss)",
                       "workers.config.ActorConfig, PolicyLossConfig"],
         "options": {"adv_estimator": ["grpo", "rloo", "reinforce_plus_plus",
                                       "reinforce_plus_plus_baseline", "remax", "opo", "gpg",
