@@ -222,7 +222,10 @@ def write_report(path: Path, summaries: dict, errors: dict, specs: dict, not_run
         notes = [_note(n) for n in spec["not_compared"]]
         notes += [f"the oracle's case {why}" if why.startswith("garbage") else
                   f"the oracle's case `{case}`: {why}" for case, why in s["excluded"].items()]
-        notes += [f"`{o}`: not compared in {n} cases (above)" if o in s["outputs"] else
+        why = spec.get("partial_outputs", {})
+        notes += [(f"`{o}`: not returned by the framework's code in {n} cases: "
+                   f"{_note(why[o])}" if o in why else f"`{o}`: not compared in {n} cases "
+                   "(above)") if o in s["outputs"] else
                   f"`{o}`: not returned by the framework's functions (above)"
                   for o, n in s["not_returned"].items()]
         add("Not compared:")
