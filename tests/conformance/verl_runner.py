@@ -112,9 +112,10 @@ def numpy_randperm(seed):
     return randperm
 
 
-def kl_cov_boundary_tied(x: dict, advantages, ratio) -> bool:
-    """The k-th and (k+1)-th largest of verl's kl_cov covariances are equal (KL_COV_TIES)."""
-    m = np.asarray(x["mask"]) == 1
+def kl_cov_boundary_tied(x: dict, advantages, ratio, mask_t) -> bool:
+    """The k-th and (k+1)-th largest of verl's kl_cov covariances are equal (KL_COV_TIES),
+    over the tokens kl_cov reads: ``mask_t``, the response mask after a rejection."""
+    m = numpy(mask_t) == 1
     a, lp = numpy(advantages)[m], np.asarray(x["logp"])[m]
     cov = np.sort((a - a.mean()) * (lp - lp.mean()))[::-1]
     k = max(1, int(len(cov) * ratio))
@@ -376,9 +377,9 @@ def verl_grpo(case: dict, log: set | None = None) -> dict:
     out = {"rewards": numpy(data.batch["token_level_rewards"]),
            "advantages": numpy(advantages * mask_t), "policy_loss": item(total),
            "dlogp": grad_of(total, logp)}
+    out.update({f"stat/{k}": float(v) for k, v in stats.items()})
     if actor.policy_loss.loss_mode == "kl_cov" and kl_cov_boundary_tied(
-            x, advantages, actor.policy_loss.kl_cov_ratio):
+            x, advantages, actor.policy_loss.kl_cov_ratio, mask_t):
         for k in ("policy_loss", "dlogp", "stat/actor/pg_loss"):
             out.pop(k, None)  # not compared: see KL_COV_TIES
-    out.update({f"stat/{k}": float(v) for k, v in stats.items()})
     return out
