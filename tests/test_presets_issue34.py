@@ -263,3 +263,62 @@ def test_a_candidate_logging_what_verl_logs_on_the_reinforce_path_passes():
 
     report = compare(verl_like, "verl-grpo", [case], probes=0)
     assert report.passed and not report.unchecked
+
+
+# ---------------------------------------------------------------------------------------
+# verl-grpo's opo when a rejection leaves a group without tokens (defect 5)
+
+
+def _opo_case():
+    """Two groups of two; group 0's rows rejected whole (their log-ratio logp_old -
+    logp_rollout sums to 2 > log 2: seq_sum_k1 at threshold 2), group 1 kept with lengths 2
+    and 1, scores [1, 0]; logp = logp_old (every ratio 1)."""
+    m = np.array([[1, 1], [1, 1], [1, 1], [1, 0]], float)
+    lp = np.full((4, 2), -1.0)
+    rollout = np.where(np.arange(4)[:, None] < 2, -2.0, lp)
+    return {"logp": lp, "logp_old": lp.copy(), "logp_ref": lp.copy(),
+            "scores": np.array([0.5, 0.25, 1.0, 0.0]), "groups": np.array([0, 0, 1, 1]),
+            "baseline_scores": np.zeros(4), "mask": m, "logp_rollout": rollout}
+
+
+OPO = dict(adv_estimator="opo", rollout_rs="seq_sum_k1", rollout_rs_threshold=2.0,
+           loss_agg_mode="seq-mean-token-mean")
+
+
+def test_verl_opo_group_without_tokens_is_trained_on_as_verl_computes_it():
+    # verl 0.9.1 compute_opo_outcome_advantage: group 0's baseline (0 s + 0 s) / 0 = NaN, its
+    # advantages (s - NaN) * mask = NaN at every position; group 1's b = (2 * 1 + 1 * 0) / 3
+    # = 2/3, A = [1/3, -2/3]. The loss (seq-mean-token-mean, over the trainer's 4 rows) reads
+    # the kept tokens only: row means -1/3 and +2/3, (1/3) / 4 = 1/12.
+    out = VERL_GRPO(_opo_case(), **OPO)
+    A = out["advantages"]
+    assert np.isnan(A[:2]).all()
+    np.testing.assert_allclose(A[2:], [[1 / 3, 1 / 3], [-2 / 3, 0.0]], rtol=1e-15)
+    assert out["policy_loss"] == pytest.approx(1 / 12, rel=1e-15)
+    assert out["stat/actor/pg_loss"] == pytest.approx(1 / 12, rel=1e-15)
+    assert out["stat/actor/pg_clipfrac"] == 0.0 and out["stat/actor/ppo_kl"] == 0.0
+    # the gradient: -A / (n_i B) at the kept tokens (-1/24, and +1/6 for row 3's token);
+    # verl's autograd multiplies the zero the mask leaves by the NaN advantage (0 * NaN):
+    # NaN at group 0's response tokens, after which verl's engine skips the update
+    d = out["dlogp"]
+    assert np.isnan(d[:2]).all()
+    np.testing.assert_allclose(d[2:], [[-1 / 24, -1 / 24], [1 / 6, 0.0]], rtol=1e-15)
+
+
+def test_verl_opo_group_without_tokens_geo_mean_loss_is_nan():
+    # geo_mean takes torch.mean over every row, group 0's NaN advantage included
+    out = VERL_GRPO(_opo_case(), **OPO, loss_mode="geo_mean")
+    assert math.isnan(out["policy_loss"]) and math.isnan(out["stat/actor/pg_loss"])
+    assert np.isnan(out["dlogp"][:2]).all() and np.isfinite(out["dlogp"][2:]).all()
+
+
+def test_opo_advantages_empty_group_rule():
+    from ppo_numpy import opo_advantages
+
+    with pytest.raises(ValueError, match="0 / 0"):
+        opo_advantages([1.0, 0.0], [0, 0], [0, 0])
+    with pytest.raises(ValueError, match="empty"):
+        opo_advantages([1.0, 0.0], [0, 0], [0, 0], empty="zero")
+    # a group of one without tokens keeps its singleton rule (verl: baseline 0)
+    A = opo_advantages([1.0, 0.0, 3.0], [0, 0, 1], [0, 0, 0], singleton="raw", empty="nan")
+    assert np.isnan(A[:2]).all() and A[2] == 3.0

@@ -6,6 +6,8 @@ dppo_tv, dppo_kl, dro."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 
 from ...group_advantages import (
@@ -73,8 +75,11 @@ def _verl_grpo(x: Rollout, p: dict) -> dict:
       ``reinforce_plus_plus_baseline``: s - group mean (mean 0 for a group of one) at every
       token, whitened. ``remax``: returns-to-go minus the greedy response's score.
       ``opo``: s - the group's length-weighted mean score (lengths: the mask's row sums;
-      a group of one keeps its score). ``gpg``: (B / #nonzero scores) (s - group mean),
-      f_norm 1 (a group of one: mean 0). ``grpo_passk``: the best response of each group
+      a group of one keeps its score; a group whose tokens were all rejected gets NaN,
+      verl's 0 / 0, read by no loss term but geo_mean's, and NaN gradients at its tokens,
+      as verl's autograd gives: ``_nan_advantage_rows``).
+      ``gpg``: (B / #nonzero scores) (s - group mean), f_norm 1 (a group of one: mean 0).
+      ``grpo_passk``: the best response of each group
       gets (s_max - s_second) / (std + 1e-6) (no division with
       ``norm_adv_by_std_in_grpo=False``), the others 0; a group of one is refused, as verl
       raises. ``gdpo``: GRPO on each column of the case's ``reward_components`` (verl's
@@ -164,6 +169,10 @@ def _verl_grpo(x: Rollout, p: dict) -> dict:
         A = remax_advantages(rewards, x.baseline_scores, m)
     else:
         A = _verl_091_estimator(est, x, s, m, p)
+    # why: verl 0.9.1's opo divides 0 by 0 for a group whose tokens were all rejected: those
+    # rows' advantages are NaN, read by no loss term (they have no token in the mask)
+    no_tokens = np.isnan(A).any(axis=-1) if est == "opo" else np.zeros(len(A), bool)
+    A_loss = np.where(no_tokens[:, None], 0.0, A)
     # why: verl 0.9.1's trainer divides the losses by the mini-batch's token count and row
     # count (batch_num_tokens, global_batch_size), not by what agg_loss would count alone;
     # the batch's mask is the unrejected one in bypass mode (its rejection is in the loss)
@@ -221,9 +230,11 @@ def _verl_grpo(x: Rollout, p: dict) -> dict:
         pl, st, dlogp, m = verl_bypass_loss(name, x, xm, A, m, opts, p, p["clip_ratio_c"])
         mode = "reinforce" if p["rollout_loss_type"] == "reinforce" else "vanilla"
     else:
-        pl, st, dlogp = policy_loss_kernel(xm.logp, xm.logp_old, A, m, opts, xm.logp_ref,
+        pl, st, dlogp = policy_loss_kernel(xm.logp, xm.logp_old, A_loss, m, opts, xm.logp_ref,
                                            is_weights=corr["is_weights"])
         mode = p["loss_mode"]
+    if np.any(no_tokens):
+        pl, dlogp = _nan_advantage_rows(pl, dlogp, no_tokens, x.mask, mode)
     stats = {"actor/pg_loss": pl.policy_loss, **_loss_stats(mode, st),
         "critic/score/mean": mean_rows(x.scores),
         "critic/rewards/mean": mean_rows(s),
@@ -236,12 +247,28 @@ def _verl_grpo(x: Rollout, p: dict) -> dict:
     return policy_result(A, pl, dlogp, stats, rewards=rewards)
 
 
+def _nan_advantage_rows(pl, dlogp, rows, response, mode):
+    """What verl 0.9.1 computes from rows whose advantages are NaN (opo's 0 / 0 for a group
+    whose tokens were all rejected): ``agg_loss`` leaves them out (``masked_sum`` takes
+    ``torch.where``; the seq-means mask their row sums), so the loss is the other rows'; but
+    autograd multiplies the zero gradient the mask leaves by the NaN advantage, so the
+    gradient is NaN at every response token of those rows (``response``; then the FSDP
+    engine skips the update, ``optimizer_step``: grad_norm not finite). ``geo_mean`` takes
+    torch.mean over rows, those included: its loss is NaN."""
+    dlogp = np.where(rows[:, None] & response, np.nan, dlogp)
+    if mode == "geo_mean":
+        pl = SimpleNamespace(loss=np.nan, policy_loss=np.nan, kl_loss=pl.kl_loss)
+    return pl, dlogp
+
+
 def _verl_091_estimator(est, x: Rollout, s, m, p):
     """The advantages (B, T) of ``opo``, ``gpg``, ``grpo_passk`` and ``gdpo``: verl 0.9.1
     ``compute_opo_outcome_advantage``, ``compute_gpg_outcome_advantage``,
     ``compute_grpo_passk_outcome_advantage``, ``compute_gdpo_outcome_advantage``."""
     if est == "opo":
-        return broadcast(opo_advantages(s, x.groups, m.sum(axis=-1), singleton="raw"), m)
+        # (a group without tokens: NaN at every position, as verl's (s - 0 / 0) * mask)
+        a = opo_advantages(s, x.groups, m.sum(axis=-1), singleton="raw", empty="nan")
+        return np.where(np.isnan(a)[:, None], np.nan, broadcast(a, m))
     if est == "gpg":
         return broadcast(gpg_advantages(s, x.groups, singleton="raw"), m)
     if est == "grpo_passk":
