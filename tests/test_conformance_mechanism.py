@@ -95,3 +95,26 @@ def test_an_output_the_framework_returns_on_some_paths_only_is_named():
     # (critic/score/mean is never returned: listed apart, as not returned)
     assert partial_outputs(unchecked, compared, allowed) == {"stat/actor/pg_clipfrac": 2}
     assert partial_outputs({}, compared, allowed) == {}
+
+
+def test_the_nan_padding_claims_are_read_from_the_docs_and_checked():
+    # issue 34, defect 7: docs/conventions.md said NaN at padding makes verl's loss NaN; its
+    # table now says which cells, and make conformance runs verl on each
+    import math
+    from pathlib import Path
+
+    from tests.conformance import nan_padding
+
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "conventions.md").read_text()
+    table = nan_padding.read_table(docs)
+    assert set(table) == {(m, c) for m in nan_padding.MODES for c in nan_padding.COLUMNS}
+    assert table[("token-mean", '`rollout_is="token"`')] == "finite"
+    assert table[("seq-mean-token-mean", "`bypass_mode=True`")] == "NaN"
+    rows = [("token-mean", "no weights", "NaN", 0.19476, "equal"),         # docs wrong
+            ("seq-mean-token-sum", "no weights", "finite", math.nan, ""),  # docs wrong
+            ("token-mean", "x", "finite", 0.5, "policy_loss: expected 1"),  # preset differs
+            ("token-mean", "y", None, 0.5, "equal"),                       # not in the docs
+            ("seq-mean-token-mean", "z", "NaN", math.nan, "")]             # as the docs say
+    lines = nan_padding.failures(rows)
+    assert len(lines) == 4 and "docs/conventions.md says NaN, verl 0.9.1's loss is 0.19476" \
+        in lines[0] and "not in docs" in lines[3]

@@ -46,11 +46,16 @@ NAN_PADDING = ("garbage-in-padding: NaN and +-inf at padding; the framework mult
 
 
 NAN_ROLLOUT = ("rollout-nan-padding: NaN, +-inf and +-1e30 in logp_rollout at padding; verl "
-               "0.9.1 (rollout_corr_helper: exp(clamp(log_ratio)) * response_mask, NaN * 0 = "
-               "NaN) and OpenRLHF 0.11.2 (PolicyLoss: a kept response's coefficient is its "
-               "token ratio at padding too, NaN or exp(1e30) = inf, times a loss of 0) carry "
-               "it into the loss; TRL 1.16.0 zeroes it (nan_to_num) and is compared; the "
-               "preset's outputs equal those on clean padding (tests/test_presets_rollout.py)")
+               "0.9.1 carries it into the loss with the seq-means and token-level weights or "
+               "the bypass mode (exp(clamp(log_ratio)) * response_mask, then loss_mat * "
+               "loss_mask: NaN * 0 = NaN; token-mean's masked_sum, a torch.where, drops it), "
+               "which the options of the random grid mix: the case is run apart, cell by cell "
+               "against docs/conventions.md's table (the section on NaN at logp_rollout's "
+               "padding below); OpenRLHF 0.11.2 (PolicyLoss: a kept response's coefficient is "
+               "its token ratio at padding too, NaN or exp(1e30) = inf, times a loss of 0) "
+               "carries it into the loss; TRL 1.16.0 zeroes it (nan_to_num) and is compared; "
+               "the preset's outputs equal those on clean padding "
+               "(tests/test_presets_rollout.py)")
 
 #: verl rejection criteria tried, each with a threshold that cuts in the cases (verl_rs_threshold)
 VERL_RS = ("token_k1", "seq_sum_k1", "seq_mean_k1", "token_k2", "seq_sum_k2", "seq_mean_k2",
@@ -524,12 +529,20 @@ def main(argv=None) -> int:
             run = s["defaults_run"]
             print(f"    nothing set on either side: {run['cases']} cases, "
                   f"{len(run['failed'])} failed")
+    nan = None
+    if "verl-grpo" in summaries:
+        # the docs' table of verl's loss with NaN at logp_rollout's padding, run on verl
+        from . import nan_padding
+        nan = nan_padding.run()
+        print(f"conformance: NaN at logp_rollout's padding (docs/conventions.md's table, "
+              f"verl 0.9.1): {len(nan['rows'])} cells, {len(nan['failures'])} contradicted",
+              flush=True)
     elapsed = time.time() - t0
     if args.preset is None:
         from .report import write_report
         write_report(Path(args.report), summaries, errors, SPECS, NOT_RUN, elapsed,
                      stubbed=stubs.stubbed(), python=platform.python_version(),
-                     torch_version=torch.__version__, n_random=args.random)
+                     torch_version=torch.__version__, n_random=args.random, nan_padding=nan)
         print(f"conformance: wrote {Path(args.report).relative_to(ROOT)}")
     failed = False
     for name, err in errors.items():
@@ -541,6 +554,9 @@ def main(argv=None) -> int:
               "read):")
         for line in table_lines(summaries):
             print("    " + line)
+    for line in (nan or {}).get("failures", []):
+        print(f"conformance: FAILED: verl-grpo: NaN at logp_rollout's padding: {line}")
+        failed = True
     for name, s in summaries.items():
         for o in s.get("defaults_differ", []):
             pair = next(p for p in s["default_pairs"] if p[0] == o)
