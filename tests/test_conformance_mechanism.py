@@ -118,3 +118,26 @@ def test_the_nan_padding_claims_are_read_from_the_docs_and_checked():
     lines = nan_padding.failures(rows)
     assert len(lines) == 4 and "docs/conventions.md says NaN, verl 0.9.1's loss is 0.19476" \
         in lines[0] and "not in docs" in lines[3]
+
+
+def test_a_field_set_through_a_recorder_is_set_on_the_object():
+    # OpenRLHF's experience maker writes args.algo.advantage.gamma = 1.0 for the critic-free
+    # estimators: the write must reach the parsed arguments, as in OpenRLHF
+    args = SimpleNamespace(algo=SimpleNamespace(advantage=SimpleNamespace(gamma=0.9)))
+    log = set()
+    view = Recorder(args, log, "args.")
+    view.algo.advantage.gamma = 1.0
+    assert args.algo.advantage.gamma == 1.0 and view.algo.advantage.gamma == 1.0
+    assert log == {"args.algo.advantage.gamma"}
+
+
+def test_openrlhf_experience_maker_reads_are_listed():
+    # the stand-in experience maker reads its arguments from the parsed args (issue 34): the
+    # length penalties, no_std_norm and n_samples_per_prompt are in the coverage table
+    reads = {"args.algo.advantage.no_std_norm", "args.reward.overlong_buffer_len",
+             "args.reward.stop_properly_penalty_coef", "args.rollout.n_samples_per_prompt",
+             "args.algo.advantage.estimator"}
+    assert coverage.unlisted("openrlhf", reads) == []
+    assert coverage.unlisted("openrlhf-grpo", reads) == []
+    assert coverage.unlisted("openrlhf", {"args.reward.overlong_penalty_factor"}) == [
+        "args.reward.overlong_penalty_factor"]

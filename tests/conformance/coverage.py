@@ -52,12 +52,27 @@ PINNED = {
     "openrlhf": {
         "args.actor.policy_loss_type": ("ppo", "preset openrlhf is PPO's clipped loss; "
                                                "gspo is an option of openrlhf-grpo"),
+        "args.algo.advantage.estimator": ("gae", "preset openrlhf is GAE with a critic; the "
+                                                 "critic-free estimators are openrlhf-grpo's"),
     },
     "openrlhf-grpo": {
         "args.actor.loss_agg_mode": ("token-mean", "preset openrlhf-grpo aggregates by token "
                                                    "mean, OpenRLHF's default"),
     },
 }
+_OPENRLHF_SHARED = {
+    "args.algo.advantage.no_std_norm": (
+        False, "the batch normalisation of the advantages (gae, reinforce, "
+               "reinforce_baseline) divides by the std; no preset option drops it"),
+    "args.reward.overlong_buffer_len": (
+        None, "DAPO's overlong penalty (experience_maker.py apply_length_penalties) needs "
+              "the responses' lengths against max_new_tokens, which no case carries: off"),
+    "args.reward.stop_properly_penalty_coef": (
+        None, "ProRL's stop-properly penalty needs vLLM's finish_reason (truncated), which "
+              "no case carries: off"),
+}
+PINNED["openrlhf"].update(_OPENRLHF_SHARED)
+PINNED["openrlhf-grpo"].update(_OPENRLHF_SHARED)
 _SCALE = ("seq-mean-token-sum-norm divides by T, the padded response length (agg_loss's "
           "horizon, loss_mask.shape[-1]); no preset option sets another factor")
 _VERL_SHARED = {
@@ -99,6 +114,11 @@ COMPOSED = {
         "1352-1362), loss_scale_factor; the preset follows (_common.verl_trainer_agg)")},
 }
 COMPOSED["verl-grpo"] = COMPOSED["verl"]
+COMPOSED["openrlhf"] = {"args.rollout.n_samples_per_prompt": (
+    "1, the parser's default: preset openrlhf has no groups (each response its own prompt)")}
+COMPOSED["openrlhf-grpo"] = {"args.rollout.n_samples_per_prompt": (
+    "the case's group size (openrlhf_runner.openrlhf_grpo: equal groups of G rows, prompt-"
+    "major by Experience.index; 1 for groups of unequal sizes, no OpenRLHF layout)")}
 
 
 def mapped(preset_name: str) -> dict:

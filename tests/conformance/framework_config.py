@@ -35,13 +35,18 @@ from types import SimpleNamespace
 
 
 class Recorder:
-    """A read-only view of a configuration object that records the dotted name of every
-    field read through it (nested configuration objects and namespaces are wrapped too)."""
+    """A view of a configuration object that records the dotted name of every field read
+    through it (nested configuration objects and namespaces are wrapped too); a field set
+    through it is set on the object (OpenRLHF's experience maker sets
+    ``args.algo.advantage.gamma = 1.0`` for the critic-free estimators)."""
 
     def __init__(self, target, log: set, prefix: str = ""):
         object.__setattr__(self, "_target", target)
         object.__setattr__(self, "_log", log)
         object.__setattr__(self, "_prefix", prefix)
+
+    def __setattr__(self, name, value):
+        setattr(self._target, name, value)
 
     def __getattr__(self, name):
         value = getattr(self._target, name)
