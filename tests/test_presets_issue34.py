@@ -322,3 +322,39 @@ def test_opo_advantages_empty_group_rule():
     # a group of one without tokens keeps its singleton rule (verl: baseline 0)
     A = opo_advantages([1.0, 0.0, 3.0], [0, 0, 1], [0, 0, 0], singleton="raw", empty="nan")
     assert np.isnan(A[:2]).all() and A[2] == 3.0
+
+
+# ---------------------------------------------------------------------------------------
+# TRL's token-level vLLM weights on a sequence-level loss with delta (defect 4)
+
+
+def test_trl_sequence_level_token_truncate_weights_with_delta_by_trls_arithmetic():
+    # trl 1.16.0 _compute_loss at importance_sampling_level="sequence": coef_1 = s_i (B, 1),
+    # coef_2 = clamp(s_i, 0.8, 1.2), then coef_1 = clamp(s_i, max=delta); the (B, 1) loss
+    # -min(coef_1 A, coef_2 A) times the (B, T) vLLM weights w = min(exp(logp_old -
+    # logp_rollout), 3) (token_truncate), summed over the mask / N (dapo). Autograd of that:
+    # token t of row i gets -(1/N) (sum_u w_iu) (1/n_i) A_i s_i where the unclipped branch
+    # with s_i < delta is the min, else 0. Four rows (A = s scores, scale_rewards none):
+    # A = +1, s = 1.1: unclipped; A = -1, s = 3.5: above delta 3, the clamped coef_1 is the
+    # min (no gradient); A = -1, s = 2.5: unclipped below delta; A = +1, s = 1.5: clipped.
+    s = np.array([1.1, 3.5, 2.5, 1.5])
+    A = np.array([1.0, -1.0, -1.0, 1.0])
+    lp_old = np.full((4, 2), -2.0)
+    lp = lp_old + np.log(s)[:, None]           # each token's log-ratio log s_i
+    ratio_old_rollout = np.array([[0.5, 4.0], [2.0, 1.0], [1.0, 0.25], [3.0, 5.0]])
+    rollout = lp_old - np.log(ratio_old_rollout)
+    w = np.minimum(ratio_old_rollout, 3.0)     # truncated at vllm_importance_sampling_clip_max
+    case = {"logp": lp, "logp_old": lp_old, "logp_ref": lp_old.copy(), "scores": A,
+            "groups": np.zeros(4), "baseline_scores": np.zeros(4), "mask": np.ones((4, 2)),
+            "logp_rollout": rollout}
+    out = TRL(case, loss_type="dapo", importance_sampling_level="sequence",
+              vllm_importance_sampling_mode="token_truncate", delta=3.0,
+              scale_rewards="none")
+    N, n = 8, 2
+    flows = np.array([True, False, True, False])
+    expected = np.where(flows, -(w.sum(axis=1) / n) * A * s / N, 0.0)[:, None] * np.ones(2)
+    np.testing.assert_allclose(out["dlogp"], expected, rtol=1e-14, atol=1e-17)
+    # the loss: sum_i (sum_t w_it) (-min(coef_1 A, coef_2 A)) / N
+    term = -np.minimum(np.minimum(s, 3.0) * A, np.clip(s, 0.8, 1.2) * A)
+    assert out["policy_loss"] == pytest.approx(float((w.sum(axis=1) * term).sum() / N),
+                                               rel=1e-14)
