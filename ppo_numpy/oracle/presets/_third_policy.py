@@ -100,13 +100,14 @@ def gate_by_product(logp_old, logp_rollout, m, low, high, log_ratio_bound=None):
     return np.where(keep & m, np.exp(log_w), 0.0)
 
 
-def loss_mask(name, p, m, w):
+def loss_mask(name, p, m, w, *, allow_empty=False):
     """The mask the loss aggregates over under ``masked_weights``: ``m`` (``"zero"``), or
-    ``m`` without the tokens whose weight ``w`` is 0 (``"drop"``; ``w`` None: ``m``)."""
+    ``m`` without the tokens whose weight ``w`` is 0 (``"drop"``; ``w`` None: ``m``). A mask
+    left without a token is a ValueError unless ``allow_empty``."""
     if check(name, p, "masked_weights", MASKED_WEIGHTS) == "zero" or w is None:
         return m
     kept = m & (w != 0)
-    if not np.any(kept):
+    if not np.any(kept) and not allow_empty:
         raise ValueError(f"{name}: masked_weights='drop' drops every token of the batch")
     return kept
 
