@@ -41,7 +41,7 @@ from .compare import (
     tolerance_for,
     with_params,
 )
-from .switches import explain_switch, switches_for
+from .switches import SWITCHES, explain_switch, switches_for
 
 __all__ = ["Diagnosis", "Explanation", "diagnose"]
 
@@ -302,22 +302,32 @@ def diagnose(candidate, preset, cases=None, dtype="float64", *, outputs=None, to
         if not row.passed:
             d.failed_cases.append(row.case)
 
-    def runs(overrides, ds):
-        """Per output of ``ds``: ``(case, the candidate's output, the preset's under
-        ``overrides``)`` on every usable case where the candidate returns it; the preset's
-        is None where it rejects the case or does not return the output."""
-        out = {d.output: [] for d in ds}
-        for ref, actual in usable:
-            try:
-                expected = preset(ref, **overrides)
-            except ValueError:
-                expected = {}
-            for d in ds:
-                if d.output in actual:
-                    out[d.output].append((ref, actual[d.output], expected.get(d.output)))
-        return out
+    # the preset as it is, per usable case (the expected outputs of a setting that does not
+    # apply to a case)
+    as_is = {}
+    for ref, _ in usable:
+        try:
+            as_is[ref["name"]] = preset(ref)
+        except ValueError:
+            as_is[ref["name"]] = {}
 
-    baseline = runs({}, by_output.values())
+    def run(ref, overrides):
+        """The preset's outputs on ``ref`` under the ``overrides`` that apply to it (a switch
+        whose ``needs`` input the case lacks is left out: the frameworks skip the sampler's
+        correction on a batch without its log-probs); {} where the preset rejects it."""
+        applied = {k: v for k, v in overrides.items()
+                   if SWITCHES[k].needs is None or ref["inputs"].get(SWITCHES[k].needs)
+                   is not None} if overrides else {}
+        if not applied:
+            return as_is[ref["name"]]
+        try:
+            return preset(ref, **applied)
+        except ValueError:
+            return {}
+
+    baseline = {d.output: [(ref, actual[d.output], as_is[ref["name"]].get(d.output))
+                           for ref, actual in usable if d.output in actual]
+                for d in by_output.values()}
     # an output that passes only within its kinks' ranges (probes) but differs from the
     # preset without them: a convention decided at a tie (e.g. the value clip's form)
     for d in by_output.values():
@@ -349,10 +359,7 @@ def diagnose(candidate, preset, cases=None, dtype="float64", *, outputs=None, to
         for ref, actual in order:
             if stop_early and not alive:
                 break
-            try:
-                expected = preset(ref, **overrides)
-            except ValueError:
-                expected = {}
+            expected = run(ref, overrides)
             for d in ds:
                 out = d.output
                 if out not in actual or (stop_early and out not in alive):

@@ -30,7 +30,6 @@ rollout-close           ``logp_rollout`` (the inference engine's log-probs, the
 rollout-far             ``logp_rollout`` 0.3 to 2 from logp_old: beyond every
                         threshold of the three frameworks' corrections
 rollout-one-token       one-token responses with ``logp_rollout``
-rollout-nan-padding     ``logp_rollout`` with NaN, +-inf, +-1e30 at its padding
 ======================  ======================================================
 
 The cases of :data:`PRESET_CASES` carry parameters of one preset (the names differ
@@ -255,9 +254,6 @@ EDGE_CASES = {
         (0.3, 1.0, 2.0, 0.05), "logp_rollout 0.3 to 2 from logp_old: token ratios and "
         "sequence sums beyond every threshold (2, 3, 5, 20 on the log), garbage at padding"),
     "rollout-one-token": _rollout_one_token,
-    "rollout-nan-padding": _rollout_mismatch(
-        (1e-2, 0.3), "logp_rollout near logp_old, with NaN, +-inf and +-1e30 at its padding",
-        garbage=GARBAGE),
 }
 
 #: row scales of the rollout noise of the cases that switch a correction on: token ratios
@@ -328,6 +324,13 @@ PRESET_CASES = {
         {"trl-grpo": {"off_policy_mask_threshold": 0.2},
          "verl-grpo": {"rollout_is": "token", "rollout_is_threshold": 2.0,
                        "rollout_rs": "seq_mean_k1", "rollout_rs_threshold": 1.5}}),
+    "rollout-nan-padding": (_rollout_mismatch(
+        (1e-2, 0.3), "logp_rollout near logp_old, with NaN, +-inf and +-1e30 at its padding, "
+        "under a correction (TRL's default; verl token TIS at 2; OpenRLHF's token clip)",
+        garbage=GARBAGE),
+        {"trl-grpo": {}, "verl-grpo": {"rollout_is": "token", "rollout_is_threshold": 2.0},
+         "openrlhf-grpo": {"is_correction_level": "token", "is_correction_mode": "clip",
+                           "is_correction_threshold": (0.5, 2.0)}}),
     "rollout-gate": (_rollout_case(
         "OpenRLHF's token gate by the binary KL of the token's two probabilities, [0, 0.05]"),
         {"openrlhf-grpo": {"is_correction_level": "token", "is_correction_gating": "binary_kl",

@@ -37,7 +37,10 @@ class Switch:
 
     ``means`` maps a value to a phrase completing "yours ..." / "the framework's ...";
     ``default`` phrases a value that is not in ``means`` (``{v}`` is the value), or
-    ``describe(value)`` where given. ``kind``: one of :data:`KINDS`.
+    ``describe(value)`` where given. ``kind``: one of :data:`KINDS`. ``needs``: the input a
+    setting applies to, if any (``"logp_rollout"``: a correction of the sampler's log-probs,
+    which every framework skips or cannot run on a batch without them); the diagnosis
+    leaves the setting out on a case without that input.
     """
 
     param: str
@@ -46,6 +49,7 @@ class Switch:
     default: str = "is {v!r}"
     kind: str = "objective"
     describe: Callable | None = None
+    needs: str | None = None
 
     def phrase(self, value) -> str:
         for k, text in self.means.items():
@@ -346,6 +350,19 @@ for _s in (
            kind="loss family"),
 ):
     add_switch(_s)
+
+# the settings that apply to a case with the sampler's log-probs only: verl 0.9.1 skips its
+# correction on a batch without rollout_log_probs, TRL 1.16.0 corrects only a batch vLLM
+# generated, OpenRLHF 0.11.2's PolicyLoss reads rollout_log_probs (TRL's off-policy mask, its
+# KL correction and the weights it makes apply without: not listed)
+for _p in ("is_log_ratio_bound", "vllm_importance_sampling_correction",
+           "vllm_importance_sampling_mode", "vllm_importance_sampling_clip_min",
+           "vllm_importance_sampling_clip_max", "rollout_is", "rollout_is_threshold",
+           "rollout_is_batch_normalize", "rollout_rs", "rollout_rs_threshold", "bypass_mode",
+           "rollout_loss_type", "is_correction_level", "is_correction_mode",
+           "is_correction_gating", "is_correction_threshold", "is_sequence_weight",
+           "masked_weights", "is_weights_detach", "gmpo_weight_mean"):
+    SWITCHES[_p] = replace(SWITCHES[_p], needs="logp_rollout")
 
 
 PRESET_SWITCHES = {}

@@ -122,14 +122,15 @@ def _trl_grpo(x: Rollout, p: dict) -> dict:
         kl_ratio_level=level, **vespo)
     # (CISPO's loss is (B, T) at either level: -c A logp_t; the row-mean form is the clip's)
     # (VESPO's weights enter phi per token, whatever the level, which it ignores)
-    is_w, rollout_stats, lm = _rollout_correction(
+    is_w, rollout_stats, lm, row_keep = _rollout_correction(
         name, x, m, A, p, "token" if form in ("cispo", "vespo") else level)
+    A_loss = A if row_keep is None else A * row_keep
     # (the loss aggregates over lm: m, or m without the tokens the conventions
     # masked_weights="drop" and rejection="mask" take out; the weights on the KL term too
     # under is_weights_on_kl)
     xl = xm if lm is m else xm.on(lm)
     pl, _, dlogp = third_policy.policy_loss(
-        name, p, xl.logp, xl.logp_old, np.where(lm, A, 0.0), lm, opts, xl.logp_ref,
+        name, p, xl.logp, xl.logp_old, np.where(lm, A_loss, 0.0), lm, opts, xl.logp_ref,
         is_weights=None if is_w is None else np.where(lm, is_w, 0.0))
     # (the statistics of every response token, as TRL logs them)
     f = pl if lm is m else policy_loss_kernel(xm.logp, xm.logp_old, A, m, opts, xm.logp_ref)[0]
@@ -195,8 +196,11 @@ def batch_reward_std(scores) -> float:
 
 
 def _rollout_correction(name, x: Rollout, m, A, p: dict, level: str):
-    """(is_weights (B, T) or None, the sampling statistics): TRL's vLLM correction and its
-    off-policy mask, both multiplying the policy term (the KL term is added after).
+    """(is_weights (B, T) or None, the sampling statistics, the loss's mask, the responses
+    VESPO's loss keeps (B, 1) or None): TRL's vLLM correction and its off-policy mask, both
+    multiplying the policy term (the KL term is added after); the conventions
+    ``masked_weights``, ``rejection``, ``is_sequence_weight`` and ``off_policy_mask_logps``
+    (:mod:`._third_policy`) in the mask and the weights.
 
     * ``use_vllm`` None (the preset's default): vLLM generated the batch iff the case carries
       ``logp_rollout``; TRL's own default is False, and its
@@ -207,7 +211,8 @@ def _rollout_correction(name, x: Rollout, m, A, p: dict, level: str):
     * ``off_policy_mask_threshold`` (default None: off): ``trl_off_policy_mask``, against
       logp_rollout under vLLM, logp_old otherwise. TRL multiplies the loss by the mask and
       then by the ratio (trl 1.16.0 ``_compute_loss``): for finite factors the order changes
-      no number.
+      no number. With ``loss_type="vespo"`` (whose weights enter phi) a dropped response's
+      advantage is set to 0 in the loss: -phi A logp is then TRL's term times 0.
     * GSPO (``importance_sampling_level="sequence"``): TRL's loss is (B, 1), times the (B, T)
       token ratios; its gradient carries the row mean of the weights (ppo_numpy's is_weights
       is verl's per-token form), so the row means are passed (the same loss value: every TRL
@@ -221,13 +226,6 @@ def _rollout_correction(name, x: Rollout, m, A, p: dict, level: str):
         raise ValueError(f"{name}: loss_type 'vespo' with the vLLM correction needs "
                          "vllm_importance_sampling_mode 'token_truncate' or 'token_mask', got "
                          f"{p['vllm_importance_sampling_mode']!r} (as TRL 1.16.0 refuses it)")
-    if p["loss_type"] == "vespo" and p["off_policy_mask_threshold"] is not None:
-        # why: TRL 1.16.0 multiplies the VESPO loss by its off-policy mask while the vLLM
-        # ratio enters phi; the policy loss here takes one weight per token (inside phi for
-        # vespo), so the preset does not reproduce the pair (refused, not approximated)
-        raise ValueError(f"{name}: off_policy_mask_threshold with loss_type 'vespo' is not "
-                         "supported by this preset (TRL masks the VESPO loss and puts the vLLM "
-                         "ratio inside phi: two weights, where the policy loss takes one)")
     w = trl_is_weights(name, x, m, p)
     keep = trl_off_policy_mask(name, x, m, A, p, use_vllm)
     stats = {}
@@ -250,14 +248,21 @@ def _rollout_correction(name, x: Rollout, m, A, p: dict, level: str):
         if not np.any(lm):
             raise ValueError(f"{name}: rejection='mask': the off-policy mask drops every "
                              f"response of the batch")
+    row_keep = None
+    if keep is not None and p["loss_type"] == "vespo":
+        # why: TRL 1.16.0 multiplies the VESPO loss by its off-policy mask while the vLLM
+        # ratio enters phi, where the policy loss takes one weight per token: a response the
+        # mask drops has A < 0, and -phi A logp with A = 0 is TRL's loss times 0 (phi reads
+        # only A's sign, and no statistic reads these A)
+        row_keep, keep = keep, None
     if w is None and keep is None:
-        return None, stats, lm
+        return w, stats, lm, row_keep
     is_w = m.astype(np.float64) if w is None else w
     if keep is not None:
         is_w = is_w * keep
     if level == "sequence":
         is_w = third_policy.row_mean(is_w, m)
-    return is_w, stats, lm
+    return is_w, stats, lm, row_keep
 
 
 PRESET = Preset(
