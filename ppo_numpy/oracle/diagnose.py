@@ -110,6 +110,9 @@ class Diagnosis:
             r = self.report
             if r.rows:  # only the "(candidate)" rows of its exceptions
                 why = "the candidate raised on every case the preset accepts"
+            elif r.not_implemented:
+                why = (f"the candidate implements none of the {len(r.not_implemented)} cases "
+                       f"the preset accepts")
             else:
                 why = f"preset {self.preset!r} rejected {len(r.rejected)} of the cases"
                 if r.unchecked:
@@ -233,7 +236,8 @@ def _first_difference(name, actual, expected, case, tol) -> str:
 
 
 def diagnose(candidate, preset, cases=None, dtype="float64", *, outputs=None, tolerance=None,
-             probes: int = 8, pairs: bool = True, params: dict | None = None) -> Diagnosis:
+             probes: int = 8, pairs: bool = True, params: dict | None = None,
+             omit=None) -> Diagnosis:
     """Compare ``candidate`` with ``preset`` and name the conventions that explain each
     failing output.
 
@@ -245,7 +249,7 @@ def diagnose(candidate, preset, cases=None, dtype="float64", *, outputs=None, to
     preset : Preset or str
         The preset to compare with; its switches are those registered in
         :mod:`ppo_numpy.oracle.switches`.
-    cases, dtype, outputs, tolerance, probes
+    cases, dtype, outputs, tolerance, probes, omit
         As for :func:`~ppo_numpy.oracle.compare.compare` (``cases`` default: the
         preset's, :func:`~ppo_numpy.oracle.group_cases.cases_for`; ``tolerance`` default:
         the preset's own for ``dtype``; ``probes`` for the first comparison only).
@@ -290,7 +294,7 @@ def diagnose(candidate, preset, cases=None, dtype="float64", *, outputs=None, to
 
     recording.__name__ = getattr(candidate, "__name__", type(candidate).__name__)
     report = compare(recording, preset, cases, dtype, outputs=outputs, tolerance=tolerance,
-                     probes=probes)
+                     probes=probes, omit=omit)
 
     diagnosis = Diagnosis(preset.name, report)
     by_output = diagnosis.outputs

@@ -54,7 +54,37 @@ gdpo-components         two reward components of different scales (a 0/1
 vespo-loss              TRL's ``loss_type="vespo"`` (log-ratios of std 0.4:
                         sequence ratios far from 1, where phi decays)
 luspo-loss              TRL's ``loss_type="luspo"`` at the sequence level
+sapo-loss               SAPO's gate (TRL ``loss_type``, verl ``loss_mode``)
 ======================  ======================================================
+
+The cases that switch each framework's sampler/trainer correction on (the third policy;
+``logp_rollout`` 0.05 to 1.2 from logp_old by row, :data:`MIXED`: token ratios from about
+e^-2 to e^2, responses' products beyond both bounds of [0.5, 2]):
+
+========================  ====================================================
+rollout-truncate          token weights truncated (TRL token_truncate [0.5, 2],
+                          verl TIS at 2, OpenRLHF clip [0.5, 2])
+rollout-mask              token weights masked outside [0.5, 2] (TRL token_mask,
+                          verl IcePop "0.5_2.0", OpenRLHF mask)
+rollout-sequence          one weight per response (TRL sequence_truncate, verl
+                          sequence TIS, OpenRLHF's sequence gate)
+rollout-batch-normalize   verl's token TIS divided by the batch mean
+rollout-rejection         rejections that bind (verl rollout_rs seq_mean_k1 at
+                          1.5 with TIS; TRL's off-policy mask at 0.2)
+rollout-nan-padding       NaN, +-inf, +-1e30 at logp_rollout's padding under a
+                          correction (TRL's default, verl TIS, OpenRLHF clip)
+rollout-gate              OpenRLHF's binary-KL token gate [0, 0.05]
+rollout-bypass            verl's bypass mode, PPO-clip, rejection token_k1 at 2
+rollout-bypass-reinforce  verl's bypass mode with the reinforce loss and TIS
+rollout-kl                token weights with the KL term in the loss
+rollout-gspo              GSPO with token weights (OpenRLHF: the ratio against
+                          logp_rollout)
+rollout-gmpo              verl's GMPO with IcePop weights
+========================  ====================================================
+
+A case list may hold the words of :data:`SELECTIONS` besides case names: ``"rollout"``
+picks every case that carries ``logp_rollout`` (the rule: a case does iff its name starts
+with ``rollout-``).
 
 A case may carry the optional input ``reward_components`` (B, K) (only
 ``gdpo-components`` does): the presets that do not read it ignore it.
@@ -389,6 +419,30 @@ def group_case_names(n_random: int = N_RANDOM, preset: str | None = None) -> lis
     return [f"group-random-{k}" for k in range(n_random)] + list(EDGE_CASES) + own
 
 
+SELECTIONS = {
+    "random": "the random batches group-random-K",
+    "edge": "the edge cases (no preset's parameters)",
+    "rollout": "every case with logp_rollout (named rollout-*): the sampler/trainer "
+               "correction, the third policy",
+    "preset": "the cases that carry the preset's parameters (PRESET_CASES)",
+}
+"""The words a case list may hold besides case names (``--cases rollout``): each picks the
+default cases that exercise it, in their order."""
+
+
+def select(names, default) -> list:
+    """``names`` with each word of :data:`SELECTIONS` replaced by the cases of ``default``
+    it picks (a name twice: once)."""
+    picks = {"random": lambda n: n.startswith("group-random-"),
+             "edge": lambda n: n in EDGE_CASES,
+             "rollout": lambda n: n.startswith("rollout-"),
+             "preset": lambda n: n in PRESET_CASES}
+    out = []
+    for name in names:
+        out += [n for n in default if picks[name](n)] if name in picks else [name]
+    return list(dict.fromkeys(out))
+
+
 def generate_group_cases(seed: int = 0, names=None, *, n_random: int = N_RANDOM,
                          preset: str | None = None) -> list:
     """The group cases ``group-random-0`` ... then the edge cases, then the cases of
@@ -401,7 +455,8 @@ def generate_group_cases(seed: int = 0, names=None, *, n_random: int = N_RANDOM,
     >>> [c["params"] for c in generate_group_cases(0, ["kl-in-loss"], preset="trl-grpo")]
     [{'beta': 0.04}]
     """
-    names = check_names(names, group_case_names(n_random, preset))
+    default = group_case_names(n_random, preset)
+    names = select(check_names(names, default), default)
     cases = []
     for name in names:
         params = {}
@@ -414,8 +469,8 @@ def generate_group_cases(seed: int = 0, names=None, *, n_random: int = N_RANDOM,
             params = by_preset.get(preset, {})
         else:
             raise ValueError(f"names: unknown group case {name!r}; valid ones are "
-                             f"'group-random-K', {', '.join(EDGE_CASES)} and "
-                             f"{', '.join(PRESET_CASES)}")
+                             f"{', '.join(map(repr, SELECTIONS))}, 'group-random-K', "
+                             f"{', '.join(EDGE_CASES)} and {', '.join(PRESET_CASES)}")
         description, inputs = build(case_rng(seed, name))
         cases.append(make_case(name, description, inputs, params,
                                input_names=GROUP_INPUT_NAMES))
