@@ -348,15 +348,17 @@ def diagnose(candidate, preset, cases=None, dtype="float64", *, outputs=None, to
     def attempt(overrides, ds, *, stop_early):
         """Run the preset with ``overrides``; it explains each output of ``ds`` that it makes
         match on every case it is compared on, among them every case where the output
-        failed. ``stop_early``: the cases where an output of ``ds`` failed first, and stop
-        at the first case where every output of ``ds`` has differed (the pairs); else every
-        case (the single settings, whose counts rank them for the pairs). Returns
+        failed. ``stop_early``: the cases where the most outputs of ``ds`` failed first, and
+        stop at the first case where every output of ``ds`` has differed (the pairs); else
+        every case (the single settings, whose counts rank them for the pairs). Returns
         ``{output: number of cases on which it matches}`` (of the cases run)."""
         diagnosis.tried += 1
         order = usable
         if stop_early:
-            failed = set().union(*(d.failed_cases for d in ds))
-            order = sorted(usable, key=lambda u: u[0]["name"] not in failed)
+            # the cases where the most outputs of ds failed first: where a setting that
+            # explains nothing makes them all differ at once
+            failed = Counter(c for d in ds for c in set(d.failed_cases))
+            order = sorted(usable, key=lambda u: -failed[u[0]["name"]])
         alive = {d.output for d in ds}
         matched = {d.output: 0 for d in ds}
         rows = {d.output: [] for d in ds}
