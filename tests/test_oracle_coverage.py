@@ -209,3 +209,33 @@ def test_cli_cases_rollout_omit_and_a_partial_candidate(tmp_path, capsys):
     out = capsys.readouterr().out
     assert rc == 1 and out.startswith("NOT passed: nothing compared (the candidate implements "
                                       "none of the 1 case(s)")
+
+
+def test_the_docs_worked_example_prints_what_the_docs_show(capsys):
+    # docs/oracle.md, "Check an implementation that covers part of a framework": every line
+    # of the verdicts, the lists and the coverage (the table's errors vary in their last
+    # digits between CPU kinds, and so does a "max rel err": not these)
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    doc = (root / "docs" / "oracle.md").read_text()
+    example = str(root / "examples" / "trl_token_truncate.py")
+    common = ["--preset", "trl-grpo", "--dtype", "float32", "--outputs", "advantages",
+              "policy_loss", "dlogp"]
+    rollout = ["--cases", "rollout", "--param", "vllm_importance_sampling_mode=token_truncate"]
+    runs = [(["compare", f"{example}:step", *common], 0),
+            (["compare", f"{example}:step", *common, *rollout], 0),
+            (["diagnose", f"{example}:step_without_clip_min", *common, *rollout], 1)]
+    for argv, rc in runs:
+        assert oracle_main(argv) == rc
+        out = capsys.readouterr().out.splitlines()
+        if argv[0] == "diagnose":  # (the docs show the diagnosis's own lines, before the report)
+            out = out[:out.index("")]
+        shown = [line for line in out if line.startswith((
+            "passed:", "FAILED:", "not implemented by the candidate", "rejected by the",
+            "coverage:", "  ", "diagnosis against", "    the vLLM", "match the preset"))]
+        assert len(shown) >= 3, out
+        for line in shown:
+            assert line in doc, line
+    # the example implements what it says: on those cases it matches
+    assert "passed: 42 output comparisons (17 cases not implemented by the candidate)" in doc
