@@ -239,3 +239,17 @@ def test_the_docs_worked_example_prints_what_the_docs_show(capsys):
             assert line in doc, line
     # the example implements what it says: on those cases it matches
     assert "passed: 42 output comparisons (17 cases not implemented by the candidate)" in doc
+
+
+def test_a_correction_switched_on_everywhere_rejects_the_other_cases_in_one_line():
+    verl = get_preset("verl-grpo")
+    cases = cases_for(verl, 0)
+    report = compare(verl, verl, cases, probes=0, params={"rollout_is": "token"})
+    without = [c["name"] for c in cases if "logp_rollout" not in c["inputs"]]
+    assert sorted(report.rejected) == sorted(without)
+    lines = [t for t in str(report).splitlines() if t.startswith("rejected by the reference")]
+    assert len(lines) == 1 and lines[0].startswith(
+        f"rejected by the reference, not compared: {', '.join(without)}: ValueError: "
+        "verl-grpo: rollout_is='token' needs logp_rollout")
+    assert lines[0].endswith("--cases rollout (cases=...) selects the cases with logp_rollout")
+    assert report.passed  # (the preset against itself, on the cases with logp_rollout)

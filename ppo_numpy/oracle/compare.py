@@ -387,8 +387,16 @@ class ComparisonReport:
             lines.append(f"{output:<24} {error_ratio(w):>11.3g}  {w.expected:>11.4g} "
                          f"{w.actual:>11.4g}  {w.case:<20} {str(w.worst_index):<12} "
                          f"{n_kinks:>5}  {'ok' if ok else 'FAIL'}")
+        rejected = {}
         for name, reason in self.rejected.items():
-            lines.append(f"rejected by the reference, not compared: {name}: {reason}")
+            rejected.setdefault(reason, []).append(name)
+        for reason, names in rejected.items():
+            # (one line per reason: a correction switched on rejects every case without the
+            # sampler's log-probs, for one reason)
+            hint = ("; --cases rollout (cases=...) selects the cases with logp_rollout"
+                    if "needs logp_rollout" in reason and len(names) > 1 else "")
+            lines.append(f"rejected by the reference, not compared: {', '.join(names)}: "
+                         f"{reason}{hint}")
         for output, names in self.not_produced.items():
             lines.append(f"returned by the candidate, not produced by the reference on "
                          f"{len(names)} case(s), not compared: {output}")
