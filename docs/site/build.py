@@ -50,14 +50,15 @@ EXTRA_MODULES = ["ppo_numpy.oracle", "ppo_numpy.oracle.cases", "ppo_numpy.oracle
                  "ppo_numpy.oracle.golden", "ppo_numpy.oracle.presets", "ppo_numpy.policy.base",
                  "ppo_numpy.programs.oracle", "ppo_numpy.oracle.diagnose",
                  "ppo_numpy.oracle.switches", "ppo_numpy.oracle.group_cases",
-                 "ppo_numpy.policy_losses_extra"] + [
+                 "ppo_numpy.oracle.coverage", "ppo_numpy.policy_losses_extra"] + [
     f"ppo_numpy.oracle.presets.{m}" for m in ("seed", "trl", "verl", "openrlhf", "deepspeed_chat",
                                               "lm_human_preferences", "trl_grpo", "verl_grpo",
                                               "openrlhf_grpo")]
 # the oracle's modules are documented whole (their functions are the oracle's API)
 FULL_MODULES = ["ppo_numpy.oracle.cases", "ppo_numpy.oracle.compare", "ppo_numpy.oracle.golden",
                 "ppo_numpy.oracle.diagnose", "ppo_numpy.oracle.switches",
-                "ppo_numpy.oracle.group_cases", "ppo_numpy.policy_losses_extra"]
+                "ppo_numpy.oracle.group_cases", "ppo_numpy.oracle.coverage",
+                "ppo_numpy.policy_losses_extra"]
 # names documented on their module's page: not in __all__, but a docstring refers to them
 MODULE_EXTRAS = {
     "ppo_numpy.aggregation": [("data", "TRL_MODES")],

@@ -269,7 +269,8 @@ class ComparisonReport:
     not_implemented: dict = field(default_factory=dict)
     #: the outputs left out by request (``omit=``): not compared
     omitted: tuple = ()
-    #: which option values were compared on how many cases (:class:`.coverage.Coverage`),
+    #: which option values were compared on how many cases
+    #: (:class:`~ppo_numpy.oracle.coverage.Coverage`),
     #: printed at the end; None for a report of one case
     coverage: object = None
 
