@@ -253,3 +253,15 @@ def test_a_correction_switched_on_everywhere_rejects_the_other_cases_in_one_line
         "verl-grpo: rollout_is='token' needs logp_rollout")
     assert lines[0].endswith("--cases rollout (cases=...) selects the cases with logp_rollout")
     assert report.passed  # (the preset against itself, on the cases with logp_rollout)
+
+
+def test_a_numeric_option_with_many_values_is_given_as_its_range():
+    from ppo_numpy.oracle.cases import generate_cases
+
+    seed = get_preset("seed")
+    report = compare(seed, seed, generate_cases(0), probes=0)
+    (gamma,) = [t for t in report.coverage.lines() if t.startswith("  gamma:")]
+    values = {c["params"].get("gamma", 1.0) for c in generate_cases(0)}
+    assert len(values) > 4
+    assert gamma == (f"  gamma: compared {len(values)} values from {min(values)!r} to "
+                     f"{max(values)!r} ({len(report.cases)} cases)")

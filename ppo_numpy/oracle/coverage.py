@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 
 __all__ = ["Coverage", "coverage_of", "implements", "not_implemented_option"]
 
+#: a numeric option with more values compared than this is given as its range
+MAX_LISTED = 4
 _OPTION = re.compile(r"^\s*([A-Za-z_]\w*)\s*=\s*(.+?)\s*$", re.DOTALL)
 
 
@@ -113,10 +115,18 @@ class Coverage:
             where = (f", on the {entry['n_with']} cases with {entry['needs']}"
                      if entry["needs"] else "")
             parts = []
-            if entry["compared"]:
+            compared = entry["compared"]
+            numbers = all(isinstance(v, int | float) and not isinstance(v, bool)
+                          for v in compared)
+            if len(compared) > MAX_LISTED and numbers:
+                # (a hyperparameter the random cases draw: its range, not every value)
+                n = sum(compared.values())
+                parts.append(f"compared {len(compared)} values from {min(compared)!r} to "
+                             f"{max(compared)!r} ({n} cases)")
+            elif compared:
                 parts.append("compared " + ", ".join(
                     f"{v!r} ({n} {'case' if n == 1 else 'cases'})"
-                    for v, n in entry["compared"].items()))
+                    for v, n in compared.items()))
             else:
                 parts.append("compared on no case")
             if entry["not implemented"]:
