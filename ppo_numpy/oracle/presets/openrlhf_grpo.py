@@ -67,7 +67,10 @@ def _openrlhf_grpo(x: Rollout, p: dict) -> dict:
       positions too, as OpenRLHF 0.11.2 sums them), ``group_reward_std``.
     * The rollout correction (``is_correction_*``, a case with ``logp_rollout``):
       ``_common.openrlhf_correction_and_stats``; with ``gspo`` the sequence ratio is taken
-      against logp_rollout instead of weighting.
+      against logp_rollout instead of weighting. The conventions no framework names take
+      OpenRLHF's values (``conventions``; the others in ``_third_policy``): the sequence gate
+      reads the geometric mean, a gated token's coefficient is 0 in the denominators, the
+      KL loss unweighted, no bound on the log-ratio, GSPO's sequence ratio differentiated.
     * Tolerance: as the ``openrlhf`` preset (float32 KL, rewards and normalisation
       statistics in 0.11.2): float64 rtol 1e-9 + 16 2^-24, atol 16 2^-24.
     """

@@ -118,7 +118,11 @@ def _verl_grpo(x: Rollout, p: dict) -> dict:
     * The rollout correction (``algorithm.rollout_correction``, a case with
       ``logp_rollout``): ``_common.verl_correction_before_advantages`` (decoupled mode: the
       weights and the rejection, which replaces the response mask before the advantages) or
-      ``verl_bypass_loss`` (``bypass_mode``); GSPO gives each token its own weight.
+      ``verl_bypass_loss`` (``bypass_mode``); GSPO gives each token its own weight. The
+      conventions no framework names take verl's values (``conventions``; the others in
+      ``_third_policy``): the sequence weight a product, a rejected token out of the mask, a
+      masked weight 0 in the denominators, the KL loss unweighted, the bypass weights
+      detached, GMPO's geometric mean of the weights, GSPO's token gradient.
     * The denominators are the trainer's, one optimizer step of one micro-batch on one rank
       (``_common.verl_trainer_agg``; docs/conventions.md section 8): every ``agg_loss`` gets
       the batch's response-mask sum (``batch_num_tokens``; in bypass mode the unrejected
