@@ -45,14 +45,15 @@ import sys
 
 SECTION = "## Reading paths of issue 22"
 
-#: ``label: (module, function, kind of inputs)``; the inputs are built by :func:`inputs`.
+#: ``label: (module, function, kind of inputs)``; the inputs are built by :func:`inputs`;
+#: module ``None``: the package's public name (found in every layout of the package)
 CALLS = {
-    "ppo_policy_loss": ("objective", "ppo_policy_loss", "policy"),
-    "clipped_surrogate": ("clipping", "clipped_surrogate", "surrogate"),
-    "value_loss": ("value_loss", "value_loss", "value"),
-    "gae, (4, 8)": ("gae", "gae", "gae-small"),
-    "gae, (256, 1024)": ("gae", "gae", "gae-large"),
-    "kl_shaped_rewards": ("kl", "kl_shaped_rewards", "kl"),
+    "ppo_policy_loss": (None, "ppo_policy_loss", "policy"),
+    "clipped_surrogate": (None, "clipped_surrogate", "surrogate"),
+    "value_loss": (None, "value_loss", "value"),
+    "gae, (4, 8)": (None, "gae", "gae-small"),
+    "gae, (256, 1024)": (None, "gae", "gae-large"),
+    "kl_shaped_rewards": (None, "kl_shaped_rewards", "kl"),
 }
 
 CHECK_FILES = {"_validation.py", "_checks.py"}
@@ -130,7 +131,8 @@ def measure_calls(checkout: str, calls: dict, args=None, name: str | None = None
     root = os.path.realpath(os.path.join(checkout, "ppo_numpy"))
     out = {}
     for label, (module, function, kind) in calls.items():
-        fn = getattr(importlib.import_module(f"{name}.{module}"), function)
+        fn = getattr(importlib.import_module(name if module is None else f"{name}.{module}"),
+                     function)
         call_args = args(kind)
         fn(*call_args)  # a first call outside the trace: imports and caches are not reading
         out[label] = [[f, q, kind_of(f, q)] for f, q in trace(fn, call_args, root)]

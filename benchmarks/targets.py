@@ -341,7 +341,7 @@ def markdown(results: dict, *, command: str, machine: list[str]) -> list[str]:
                 f"| {_x(r['ratio'])} |" for r in adv]
     if gae_r:
         out += ["", "`gae(rewards, values, 1.0, 0.95, mask)` as users call it (the size rule of "
-                "`ppo_numpy/gae.py` picks the recursion below 32768 entries, the blocked form "
+                "`ppo_numpy/ppo/gae.py` picks the recursion below 32768 entries, the blocked form "
                 "from there on):", "",
                 "| B | T | gae ms | floor ms | gae / floor | torch loop ms | torch / gae |",
                 "|---:|---:|---:|---:|---:|---:|---:|"]

@@ -26,8 +26,8 @@ dro         A_t logp_t - (dro_beta / 2) lr_t^2 (DRO: a quadratic penalty on the 
 
 The covariance of token t is cov_t = (A_t - mean A)(logp_t - mean logp), means over the
 response tokens. sg: a constant of the gradient. The functions here are the unchecked kernels
-that ``ppo_numpy.objective.policy_loss_forward`` and ``policy_loss_backward`` call for these
-loss types; each building block is public with its formula and an example.
+that ``ppo_numpy.policy_loss.objective.policy_loss_forward`` and ``policy_loss_backward`` call
+for these loss types; each building block is public with its formula and an example.
 
 Sources: volcengine/verl 0.9.1 ``verl/trainer/ppo/core_algos.py`` (``compute_policy_loss_sapo``,
 ``_geo_mean``, ``_gpg``, ``_clip_cov``, ``_kl_cov``, ``_dppo_tv``, ``_dppo_kl``, ``_dro``),
@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._validation import check_bounds, check_int, check_scalar
+from ._checks import check_bounds, check_int, check_scalar
 
 __all__ = ["DIRECT_LOSS_TYPES", "EXTRA_LOSS_TYPES", "RATIO_LOSS_TYPES", "clip_cov_selection",
            "covariance", "dppo_valid", "gmpo_log_ratio", "kl_cov_selection", "sapo_gate"]
@@ -55,8 +55,9 @@ DPPO_DIVERGENCES = {"dppo_tv": "tv", "dppo_kl": "kl"}
 
 
 def check_extra_options(opts) -> None:
-    """The fields of :class:`~ppo_numpy.objective.PolicyLossOptions` that these losses read,
-    checked (the objective's ``__post_init__`` calls it); raises ValueError naming the field."""
+    """The fields of :class:`~ppo_numpy.policy_loss.objective.PolicyLossOptions` that these
+    losses read, checked (the objective's ``__post_init__`` calls it); raises ValueError
+    naming the field."""
     set_ = object.__setattr__
     for name in ("sapo_tau_pos", "sapo_tau_neg", "cov_ratio", "dppo_ratio_max"):
         set_(opts, name, check_scalar(getattr(opts, name), name, low=0, low_open=True,

@@ -9,15 +9,15 @@ import numpy as np
 import pytest
 
 from ppo_numpy import policy_loss_and_grad, ppo_policy_loss
-from ppo_numpy.aggregation import aggregate_kernel
-from ppo_numpy.gspo_rowwise import ROWWISE_FROM, gspo_rowwise_kernel, rowwise_advantages
-from ppo_numpy.objective import (
+from ppo_numpy.fast.gspo_rowwise import ROWWISE_FROM, gspo_rowwise_kernel, rowwise_advantages
+from ppo_numpy.policy_loss.objective import (
     APPROX_KL,
     loss_options,
     policy_loss_backward,
     policy_loss_forward,
     policy_loss_stats,
 )
+from ppo_numpy.ppo.aggregation import aggregate_kernel
 
 ULPS = 4
 
@@ -206,7 +206,7 @@ def test_approx_kl_bad_values_are_named(bad, error, words):
 
 
 def test_row_counts_count_the_tokens():
-    from ppo_numpy.gspo_rowwise import _row_counts
+    from ppo_numpy.fast.gspo_rowwise import _row_counts
 
     m = np.array([[1, 1, 0, 0], [0, 0, 0, 0], [1, 0, 1, 1]], dtype=bool)
     assert _row_counts(m).tolist() == [[2], [0], [3]]

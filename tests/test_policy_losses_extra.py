@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from ppo_numpy import aggregate, ppo_policy_loss
-from ppo_numpy.gradcheck import gradcheck
-from ppo_numpy.loss_grads import policy_loss_and_grad, policy_loss_grad
+from ppo_numpy.grads.gradcheck import gradcheck
+from ppo_numpy.grads.loss_grads import policy_loss_and_grad, policy_loss_grad
 from ppo_numpy.policy_losses_extra import (
     clip_cov_selection,
     covariance,

@@ -12,7 +12,7 @@ policy and value losses, their gradients with respect to ``logp`` and
 
 One module per framework (``seed``, ``trl`` with TRL 0.11, ``verl``, ``openrlhf``,
 ``deepspeed_chat``, ``lm_human_preferences``; what they share in ``_common``). A
-case is checked once, into a :class:`~ppo_numpy.rollout.Rollout`, and the
+case is checked once, into a :class:`~ppo_numpy.batch.Rollout`, and the
 parameters once; the pipelines call the core kernels. Every choice a preset makes
 is a keyword of a core function; each preset's docstring states the choices as
 facts with the repository and file they come from (details and versions in
@@ -43,7 +43,7 @@ Conventions shared by every preset
 * ``value_loss`` is the value loss *before* any ``vf_coef`` (which is in
   ``defaults`` where the framework adds the value loss to the policy loss).
 * ``dlogp`` = d policy_loss / d logp and ``dvalues`` = d value_loss / d values
-  (:mod:`ppo_numpy.loss_grads`); the advantages and returns are constants.
+  (:mod:`ppo_numpy.grads.loss_grads`); the advantages and returns are constants.
 * A case outside the framework's convention raises ValueError naming why (for
   example a mask that is not a prefix of ones for ``trl``, or padding in
   ``lm-human-preferences``, which has no mask).

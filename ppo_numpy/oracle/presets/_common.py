@@ -1,5 +1,5 @@
 """What every preset shares: the :class:`Preset` type, reading a case into a checked
-:class:`~ppo_numpy.rollout.Rollout`, checking the parameters once, and the small
+:class:`~ppo_numpy.batch.Rollout`, checking the parameters once, and the small
 compositions of core kernels that several pipelines use.
 
 Inside a pipeline nothing is checked again: the case was checked when it was read
@@ -18,38 +18,27 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from ..._validation import (
-    as_array,
-    as_mask,
-    check_bounds,
-    check_choice,
-    check_scalar,
-    where_valid,
-)
-from ...aggregation import aggregate_kernel, aggregation_weights
-from ...gae import gae_kernel
-from ...group_advantages import _group_sums, grpo_advantages
-from ...kl import (
-    kl_estimate_grad_kernel,
-    kl_estimate_kernel,
-    kl_shaped_rewards_kernel,
-)
-from ...objective import PolicyLossOptions, policy_loss_kernel
-from ...rollout import Rollout
-from ...rollout_correction import (
+from ..._checks import as_array, as_mask, check_bounds, check_choice, check_scalar, where_valid
+from ...batch import Rollout
+from ...family.advantages import _group_sums, grpo_advantages
+from ...mismatch.correction import (
     CRITERIA,
     rollout_divergence_gate,
     rollout_importance_weights,
     rollout_rejection_mask,
 )
-from ...value_loss import (
+from ...policy_loss.objective import PolicyLossOptions, policy_loss_kernel
+from ...ppo.aggregation import aggregate_kernel, aggregation_weights
+from ...ppo.gae import gae_kernel
+from ...ppo.kl import kl_estimate_grad_kernel, kl_estimate_kernel, kl_shaped_rewards_kernel
+from ...ppo.value_loss import (
     check_value_clip,
     check_value_clip_form,
     clipped_wins,
     value_loss_grad_kernel,
     value_loss_kernel,
 )
-from ...whitening import masked_mean_kernel, whiten_kernel
+from ...ppo.whitening import masked_mean_kernel, whiten_kernel
 
 INPUT_NAMES = ("logp", "logp_old", "logp_ref", "values", "old_values", "scores", "mask")
 #: the inputs of the critic-free presets: no values; prompt ids and (ReMax) greedy scores
@@ -414,7 +403,7 @@ def require_finite(name: str, arrays: dict, where: np.ndarray, why: str) -> None
 
 def require_choice(name: str, p: dict, key: str, allowed) -> None:
     """ValueError unless the parameter ``p[key]`` is one of ``allowed``, the framework's
-    options (:func:`~ppo_numpy._validation.check_choice` for strings; ``allowed`` may also
+    options (:func:`~ppo_numpy._checks.check_choice` for strings; ``allowed`` may also
     hold the bools of an older option, as TRL's ``scale_rewards``)."""
     value = p[key]
     if isinstance(value, (bool, np.bool_)) and value in [a for a in allowed
@@ -473,7 +462,7 @@ def group_advantages(scores, groups, p: dict, *, scale="group", singleton="zero"
                      dtype=np.float64):
     """(s_i - mean_g) / (std + eps) with the preset's ``std_ddof``, ``std_eps`` and
     ``std_eps_placement`` (``"std"``: std + eps; ``"var"``: sqrt(var + eps)); ``scale`` and
-    ``singleton`` as for :func:`ppo_numpy.group_advantages.grpo_advantages`, which computes
+    ``singleton`` as for :func:`ppo_numpy.family.advantages.grpo_advantages`, which computes
     the frameworks' own form (eps > 0 added to the std). The other forms: the centred scores
     divided in ``dtype``; without eps a group of equal scores gives NaN (0 / 0), as in
     torch."""

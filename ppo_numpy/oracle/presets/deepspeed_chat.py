@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-from ..._validation import where_valid
-from ...rollout import Rollout
+from ..._checks import where_valid
+from ...batch import Rollout
 from ._common import (
     Preset,
     gae,

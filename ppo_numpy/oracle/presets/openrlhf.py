@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...rollout import Rollout
+from ...batch import Rollout
 from ._common import (
     FLOAT32_ROUNDING,
     FLOAT64_RTOL,

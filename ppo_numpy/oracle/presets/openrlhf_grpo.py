@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..._validation import check_bounds
-from ...group_advantages import grpo_advantages, returns_to_go, rloo_advantages
-from ...objective import PolicyLossOptions, policy_loss_kernel
-from ...rollout import Rollout
+from ..._checks import check_bounds
+from ...batch import Rollout
+from ...family.advantages import grpo_advantages, returns_to_go, rloo_advantages
+from ...policy_loss.objective import PolicyLossOptions, policy_loss_kernel
 from ._common import (
     FLOAT32_ROUNDING,
     FLOAT64_RTOL,

@@ -4,8 +4,8 @@ the last token, V(s_{T+1}) = 0, no whitening, L_PPO summed over tokens.
 
 from __future__ import annotations
 
-from ..._validation import where_valid
-from ...rollout import Rollout
+from ..._checks import where_valid
+from ...batch import Rollout
 from ._common import (
     Preset,
     aggregate,

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...objective import PolicyLossOptions, policy_loss_kernel, vespo_phi
-from ...rollout import Rollout
+from ...batch import Rollout
+from ...policy_loss.objective import PolicyLossOptions, policy_loss_kernel, vespo_phi
 from ._common import (
     GROUP_INPUT_NAMES,
     Preset,

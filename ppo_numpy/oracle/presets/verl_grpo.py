@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...group_advantages import (
+from ...batch import Rollout
+from ...family.advantages import (
     gdpo_advantages,
     gpg_advantages,
     grpo_passk_advantages,
@@ -18,8 +19,7 @@ from ...group_advantages import (
     remax_advantages,
     rloo_advantages,
 )
-from ...objective import PolicyLossOptions, policy_loss_kernel
-from ...rollout import Rollout
+from ...policy_loss.objective import PolicyLossOptions, policy_loss_kernel
 from ._common import (
     FLOAT32_ROUNDING,
     GROUP_INPUT_NAMES,
