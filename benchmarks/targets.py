@@ -156,13 +156,15 @@ GSPO_ALL_STATS = "gspo loss+grad, approx-KL stats too"
 
 def one_call(name: str, x):
     """The loss + gradient of ``name`` ("gspo loss+grad", :data:`GSPO_ALL_STATS`, "grpo
-    loss+grad") by one call of ``policy_loss_and_grad`` (loss, statistics, gradient;
+    loss+grad") by one call of the fast forms' ``policy_loss_and_grad``
+    (:mod:`ppo_numpy.fast.gspo_rowwise`, chosen explicitly: the row-wise form where its rule
+    applies, the reference otherwise; loss, statistics, gradient;
     ``approx_kl=False`` for "gspo loss+grad"), checked equal to the two calls of
     :func:`benchmarks.grpo.ours`, which are checked against TRL's form."""
     import numpy as np
 
     from benchmarks import grpo
-    from ppo_numpy import policy_loss_and_grad
+    from ppo_numpy.fast.gspo_rowwise import policy_loss_and_grad
 
     b = x.batch
     level = "sequence" if name.startswith("gspo") else "token"

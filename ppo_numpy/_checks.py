@@ -404,3 +404,15 @@ def check_int(value, name: str, low: int = 1) -> int:
     if value < low:
         raise ValueError(f"{name}: must be an integer >= {low}, got {value!r}")
     return int(value)
+
+
+def check_is_weights(is_weights, like: np.ndarray, like_name: str, m: np.ndarray):
+    """``is_weights`` checked against the checked array ``like`` and its mask ``m``: ``None``,
+    or a new float64 array of ``like``'s shape, finite and >= 0 at the response tokens, 0 at
+    padding (whatever it held there)."""
+    if is_weights is None:
+        return None
+    w = as_array(is_weights, "is_weights", exact=False)
+    check_same_shape(like, like_name, w, "is_weights")
+    check_finite(w, "is_weights", m, nonnegative="importance weights")
+    return where_valid(m, w)

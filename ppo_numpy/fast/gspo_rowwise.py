@@ -10,28 +10,33 @@ response), the term, its case and its gradient are one number per response:
     d loss / d logp_{i,t} = (m_{i,t} / n_i) (-W_i) [term_i unclipped] A_i s_i
 
 with w the aggregation weights (``aggregation_weights``). The
-readable form, ``policy_loss_forward`` and
-``policy_loss_backward``, is the definition: it runs the same case
-analysis at every token. This form does the (B, T) work only for the log-ratios, their
-row sums, the approx-KL statistics and the gradient's broadcast, which is what TRL does
-with its (B, 1) sequence ratio. ``policy_loss_kernel`` (and so
-:func:`ppo_numpy.policy_loss_and_grad`) takes it by the rule of ``use_rowwise``; the
-two forms agree to rounding (the same numbers summed in another order:
-``tests/test_gspo_rowwise.py`` bounds the difference by 4 ulps of each output's scale, and
-the clip counts exactly). With ``is_weights`` (the rollout correction's per-token
-weights) the kernel always takes the readable form.
+reference, :func:`ppo_numpy.policy_loss.kernel.policy_loss_kernel` (the clip member of
+:mod:`ppo_numpy.family.losses`), is the definition: it runs the same case analysis at every
+token. This form does the (B, T) work only for the log-ratios, their row sums, the approx-KL
+statistics and the gradient's broadcast, which is what TRL does with its (B, 1) sequence
+ratio. Its callers choose it explicitly: :func:`policy_loss_kernel` here (the toy policy's
+loss in training) and :func:`policy_loss_and_grad` here (the benchmarks) take it by the rule
+of :func:`use_rowwise` and the reference otherwise. The two forms agree to rounding (the same
+numbers summed in another order: ``tests/test_gspo_rowwise.py`` bounds the difference by 4
+ulps of each output's scale, and the clip counts exactly). With ``is_weights`` (the rollout
+correction's per-token weights) the reference is taken.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from ..grads import loss_grads
+from ..policy_loss import kernel
+from ..policy_loss.kernel import APPROX_KL, PolicyLossForward, kl_agg
+from ..policy_loss.objective import _check_approx_kl, _checked
+from ..policy_loss.options import loss_options
 from ..ppo.aggregation import aggregate_kernel, aggregation_weights, divisors
 from ..ppo.clipping import UNCLIPPED, clip_case, surrogate_term
 from ..ppo.kl import kl_estimate_grad_kernel, kl_estimate_kernel
 
-__all__ = ["ROWWISE_FROM", "gspo_rowwise_kernel", "may_use_rowwise", "rowwise_advantages",
-           "use_rowwise"]
+__all__ = ["ROWWISE_FROM", "gspo_rowwise_kernel", "may_use_rowwise", "policy_loss_and_grad",
+           "policy_loss_kernel", "rowwise_advantages", "use_rowwise"]
 
 #: from this many (B, T) entries the sequence level is computed per response
 ROWWISE_FROM = 1 << 14
@@ -87,8 +92,6 @@ def gspo_rowwise_kernel(logp, logp_old, A_row, m, opts, logp_ref=None, *, approx
     made: the log-ratios, the token terms of the approx-KL statistics, and d loss / d logp
     written over those terms.
     """
-    from ..policy_loss.objective import PolicyLossForward, _kl_agg
-
     lo, hi = opts.bounds()
     n_tok = _row_counts(m)  # (B, 1), the one count of the mask
     has = n_tok > 0
@@ -105,6 +108,7 @@ def gspo_rowwise_kernel(logp, logp_old, A_row, m, opts, logp_ref=None, *, approx
     log_w_raw = log_rho.sum(axis=-1, keepdims=True) / n_i
     log_w = log_w_raw if opts.log_ratio_max is None else np.minimum(log_w_raw,
                                                                      opts.log_ratio_max)
+    # (log_w_raw: the uncapped log s_i, whose finiteness policy_loss_and_grad reads)
     s = np.where(has, np.exp(log_w), 0.0)
     # term_i = min(s_i A_i, clip(s_i) A_i)   (B, 1)
     term = surrogate_term(s, A_row, lo, hi, opts.dual_clip, opts.delta)
@@ -119,10 +123,11 @@ def gspo_rowwise_kernel(logp, logp_old, A_row, m, opts, logp_ref=None, *, approx
                              "reference log-probabilities")
         kl = np.where(m, kl_estimate_kernel(logp, logp_ref, opts.kl_estimator, opts.kl_clamp),
                       0.0)
-        kl_loss = float(aggregate_kernel(kl, m, *_kl_agg(opts)))
+        kl_loss = float(aggregate_kernel(kl, m, *kl_agg(opts)))
     loss = policy_loss + opts.kl_coef * kl_loss if opts.kl_coef > 0 else policy_loss
-    f = PolicyLossForward(logp, log_ratio, log_rho, log_w_raw, log_w, s, lo, hi, term, kl,
-                          policy_loss, kl_loss, loss)
+    f = PolicyLossForward(logp, log_ratio, log_rho, log_w, s, lo, hi, surrogate=term,
+                          term=term, kl=kl, policy_loss=policy_loss, kl_loss=kl_loss, loss=loss,
+                          extra={"log_w_raw": log_w_raw})
     # the approx-KL statistics, token by token as policy_loss_stats computes them (the same
     # operations on the same array: the same bits); buf then holds the gradient
     buf = np.empty(log_rho.shape)
@@ -140,7 +145,7 @@ def gspo_rowwise_kernel(logp, logp_old, A_row, m, opts, logp_ref=None, *, approx
     if opts.log_ratio_clamp is not None:
         np.copyto(dlogp, 0.0, where=np.abs(log_ratio) > opts.log_ratio_clamp)
     if opts.kl_coef > 0:
-        mode, norm = _kl_agg(opts)
+        mode, norm = kl_agg(opts)
         dlogp = dlogp + opts.kl_coef * kl_estimate_grad_kernel(
             logp, logp_ref, opts.kl_estimator, m, opts.kl_clamp, aggregation_weights(m, mode, norm))
         dlogp += 0.0
@@ -204,3 +209,59 @@ def _rowwise_stats(f, A_row, n_tok, opts, kl_sums) -> dict:
         stats["clipfrac_high"] = frac((s_u > hi) & (A_row > 0))
         stats["kl_ref"] = float(f.kl.sum() / n) if f.kl is not None else 0.0
     return stats
+
+
+def policy_loss_kernel(logp, logp_old, A, m, opts, logp_ref=None, *, is_weights=None,
+                       approx_kl=APPROX_KL):
+    """``(forward, stats, dlogp)`` as :func:`ppo_numpy.policy_loss.kernel.policy_loss_kernel`,
+    by the row-wise form when the rule of :func:`use_rowwise` says so (and no ``is_weights``),
+    else by the reference (unchecked kernel)."""
+    A_row = None if is_weights is not None else use_rowwise(A, m, opts)
+    if A_row is not None:
+        return gspo_rowwise_kernel(logp, logp_old, A_row, m, opts, logp_ref,
+                                   approx_kl=approx_kl)
+    return kernel.policy_loss_kernel(logp, logp_old, A, m, opts, logp_ref,
+                                     is_weights=is_weights, approx_kl=approx_kl)
+
+
+def policy_loss_and_grad(logp, logp_old, advantages, mask=None, epsilon=0.2, agg="token-mean",
+                         *, logp_ref=None, is_weights=None, approx_kl=True, **options):
+    """:func:`ppo_numpy.policy_loss_and_grad` (the same arguments and results, to rounding) by
+    the row-wise form where the rule of :func:`use_rowwise` applies, else the reference: the
+    fast form the benchmarks time against TRL's."""
+    opts = loss_options(epsilon, agg, **options)
+    approx_kl = _check_approx_kl(approx_kl)
+    if is_weights is None and logp_ref is None and may_use_rowwise(opts):
+        fast = _sequence_level_fast(logp, logp_old, advantages, mask, opts, approx_kl)
+        if fast is not None:
+            return fast
+    return loss_grads.policy_loss_and_grad(logp, logp_old, advantages, mask, epsilon, agg,
+                                           logp_ref=logp_ref, is_weights=is_weights,
+                                           approx_kl=approx_kl, **options)
+
+
+def _sequence_level_fast(logp, logp_old, advantages, mask, opts, approx_kl):
+    """``(loss, stats, dlogp)`` of the row-wise form when it applies
+    to these arguments, else ``None`` (then the caller checks and computes them as usual).
+
+    The inputs' shapes and mask are checked here; their values on the results (one read fewer
+    of each batch-sized input, no copy to zero the padding, which the fast form never reads):
+    A_i finite for every row, and A_t = A_i at every response token, say that the advantages
+    are finite there; finite row sums of the log-ratios, that the log-probabilities are. When
+    any of this fails (NaN, inf, or an overflow of finite values) the answer is ``None``, and
+    the caller's full check names the argument, or the readable form computes the overflow.
+    """
+    (logp, logp_old, A), m = _checked(logp, logp_old, advantages, mask, zero_padding=False,
+                                      check_values=False)
+    A_row = use_rowwise(A, m, opts)
+    if A_row is None or not np.isfinite(A_row).all():
+        return None
+    # (garbage at padding, and a non-finite entry, whose result the check below discards)
+    with np.errstate(over="ignore", invalid="ignore"):
+        f, stats, dlogp = gspo_rowwise_kernel(logp, logp_old, A_row, m, opts,
+                                                           approx_kl=approx_kl)
+        # the log-ratios before a clamp (which would bound an infinite one), 0 at padding
+        sums = f.extra["log_w_raw"] if opts.log_ratio_clamp is None else f.log_ratio.sum()
+        if not np.isfinite(sums).all():
+            return None
+    return f.loss, stats, dlogp

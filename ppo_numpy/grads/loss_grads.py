@@ -44,17 +44,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._checks import prepare
-from ..fast import gspo_rowwise
-from ..policy_loss.objective import (
-    _check_approx_kl,
-    _checked,
-    check_is_weights,
-    loss_options,
-    policy_loss_backward,
-    policy_loss_forward,
-    policy_loss_kernel,
-)
+from .._checks import check_is_weights, prepare
+from ..policy_loss.kernel import policy_loss_backward, policy_loss_forward, policy_loss_kernel
+from ..policy_loss.objective import _check_approx_kl, _checked
+from ..policy_loss.options import loss_options
 from ..ppo.aggregation import aggregation_weights, check_mode, mode_norm
 from ..ppo.entropy import log_softmax_kernel, prepare_logits
 from ..ppo.kl import _check_estimator, check_kl_clamp, kl_estimate_grad_kernel
@@ -187,41 +180,10 @@ def policy_loss_and_grad(logp, logp_old, advantages, mask=None, epsilon=0.2, agg
     """
     opts = loss_options(epsilon, agg, **options)
     approx_kl = _check_approx_kl(approx_kl)
-    if is_weights is None and logp_ref is None and gspo_rowwise.may_use_rowwise(opts):
-        fast = _sequence_level_fast(logp, logp_old, advantages, mask, opts, approx_kl)
-        if fast is not None:
-            return fast
     (logp, logp_old, A, *ref), m = _checked(logp, logp_old, advantages, mask, logp_ref)
     w = check_is_weights(is_weights, logp, "logp", m)
     f, stats, dlogp = policy_loss_kernel(logp, logp_old, A, m, opts, *ref, is_weights=w,
                                          approx_kl=approx_kl)
-    return f.loss, stats, dlogp
-
-
-def _sequence_level_fast(logp, logp_old, advantages, mask, opts, approx_kl):
-    """``(loss, stats, dlogp)`` of the fast form of ``ppo_numpy.fast.gspo_rowwise`` when it applies
-    to these arguments, else ``None`` (then the caller checks and computes them as usual).
-
-    The inputs' shapes and mask are checked here; their values on the results (one read fewer
-    of each batch-sized input, no copy to zero the padding, which the fast form never reads):
-    A_i finite for every row, and A_t = A_i at every response token, say that the advantages
-    are finite there; finite row sums of the log-ratios, that the log-probabilities are. When
-    any of this fails (NaN, inf, or an overflow of finite values) the answer is ``None``, and
-    the caller's full check names the argument, or the readable form computes the overflow.
-    """
-    (logp, logp_old, A), m = _checked(logp, logp_old, advantages, mask, zero_padding=False,
-                                      check_values=False)
-    A_row = gspo_rowwise.use_rowwise(A, m, opts)
-    if A_row is None or not np.isfinite(A_row).all():
-        return None
-    # (garbage at padding, and a non-finite entry, whose result the check below discards)
-    with np.errstate(over="ignore", invalid="ignore"):
-        f, stats, dlogp = gspo_rowwise.gspo_rowwise_kernel(logp, logp_old, A_row, m, opts,
-                                                           approx_kl=approx_kl)
-        # the log-ratios before a clamp (which would bound an infinite one), 0 at padding
-        sums = f.log_w_raw if opts.log_ratio_clamp is None else f.log_ratio.sum()
-        if not np.isfinite(sums).all():
-            return None
     return f.loss, stats, dlogp
 
 

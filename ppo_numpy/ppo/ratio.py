@@ -13,7 +13,8 @@ import numpy as np
 
 from .._checks import check_choice, check_scalar, prepare
 
-__all__ = ["LEVELS", "probability_ratio"]
+__all__ = ["LEVELS", "loss_ratio", "loss_ratio_backward", "probability_ratio",
+           "sequence_log_ratio"]
 
 
 def check_clamp(clamp, name="log_ratio_clamp"):
@@ -74,8 +75,68 @@ def probability_ratio(logp, logp_old, mask=None, *, log_ratio_clamp=None, level=
     # log rho_t = logp_t - logp_old_t   (clamped to [-c, c] before exp)
     log_rho = logp - logp_old if c is None else np.clip(logp - logp_old, -c, c)
     if level == "sequence":
-        # GSPO: log s_i = (1/n_i) sum_t log rho_{i,t}  (log rho is 0 at padding)   (B, 1)
-        n = np.maximum(m.sum(axis=-1, keepdims=True), 1)
-        log_rho = log_rho.sum(axis=-1, keepdims=True) / n
+        log_rho = sequence_log_ratio(log_rho, m)
     # rho_t = exp(log rho_t), exactly 0 at padding
     return np.where(m, np.exp(log_rho), 0.0)
+
+
+def sequence_log_ratio(log_rho, m):
+    """GSPO's log s_i = (1/n_i) sum_t log rho_{i,t} (B, 1) of token log-ratios 0 at padding
+    (unchecked kernel; n_i at least 1)."""
+    n = np.maximum(m.sum(axis=-1, keepdims=True), 1)
+    return log_rho.sum(axis=-1, keepdims=True) / n
+
+
+def loss_ratio(logp, logp_old, m, opts):
+    """The ratio the policy loss uses, on checked arrays (unchecked kernel):
+    ``(log_ratio, log_rho, log_w, rho)``.
+
+    log_ratio = logp - logp_old; log_rho = log_ratio clamped to [-c, c]
+    (``opts.log_ratio_clamp``); log_w = log_rho, or at ``opts.importance_level="sequence"``
+    GSPO's log s_i (B, 1), capped at ``opts.log_ratio_max``; rho = exp(log_w) at every
+    response token, 0 at padding. On the default path (token level, no clamp, no cap) the
+    three logs are one array.
+    """
+    # log rho_t = logp_t - logp_old_t   (clamped to [-c, c] before exp)
+    log_ratio = logp - logp_old
+    log_rho = log_ratio
+    if opts.log_ratio_clamp is not None:
+        log_rho = np.clip(log_ratio, -opts.log_ratio_clamp, opts.log_ratio_clamp)
+    log_w = log_rho
+    if opts.importance_level == "sequence":
+        # GSPO: log s_i = (1/n_i) sum_t log rho_{i,t}, one ratio per response   (B, 1)
+        log_w = sequence_log_ratio(log_rho, m)
+    if opts.log_ratio_max is not None:
+        # capped (verl's GSPO: at 10)
+        log_w = np.minimum(log_w, opts.log_ratio_max)
+    # rho_t = exp(log w_t) at every response token, 0 at padding
+    return log_ratio, log_rho, log_w, np.where(m, np.exp(log_w), 0.0)
+
+
+def loss_ratio_backward(dlog_w, f, m, opts):
+    """d loss / d logp from d loss / d log w (the gradient through rho = exp(log w), (B, T)),
+    back through :func:`loss_ratio`'s cap, sequence level and clamp; ``f`` holds its
+    ``log_ratio`` and ``log_rho`` (unchecked kernel). At the bounds of the cap and the clamp
+    the gradient passes, as ``torch.clamp``'s does.
+
+    At the sequence level, ``opts.sequence_gradient="sequence"`` (GSPO's paper, TRL) gives
+    each token 1/n_i of its row's sum; ``"token"`` (verl's per-token form) gives token t its
+    own d log w_t.
+    """
+    if opts.log_ratio_max is not None:
+        # log w = min(log w, max): the bound passes the gradient
+        uncapped = (f.log_rho if opts.importance_level == "token"
+                    else sequence_log_ratio(f.log_rho, m))
+        dlog_w = dlog_w * (uncapped <= opts.log_ratio_max)
+    dlog_rho = dlog_w
+    if opts.importance_level == "sequence" and opts.sequence_gradient == "sequence":
+        # log s_i = (1/n_i) sum_t m_t log rho_t: each token gets 1/n_i of the row's sum
+        n = np.maximum(m.sum(axis=-1, keepdims=True), 1)
+        dlog_rho = np.where(m, dlog_w.sum(axis=-1, keepdims=True) / n, 0.0)
+    elif opts.importance_level == "sequence":
+        # token t's ratio sg[s_i] pi_t / sg[pi_t]: d log ratio_t / d logp_t = 1, own token
+        dlog_rho = np.where(m, dlog_w, 0.0)
+    if opts.log_ratio_clamp is not None:
+        # log rho = clip(logp - logp_old, -c, c): the bound passes the gradient
+        dlog_rho = dlog_rho * (np.abs(f.log_ratio) <= opts.log_ratio_clamp)
+    return dlog_rho

@@ -49,7 +49,7 @@ from ..models import BigramPolicy, MLPPolicy, TransformerPolicy
 from ..models.loss import loss_and_grads_kernel
 from ..models.optim import Adam, global_norm, scale_to_norm
 from ..models.sampling import evaluate_kernel, sample
-from ..policy_loss.objective import PolicyLossOptions
+from ..policy_loss.options import PolicyLossOptions
 from ..ppo.gae import gae_kernel
 from ..ppo.kl import check_scores, kl_estimate_kernel, kl_shaped_rewards_kernel
 from ..ppo.whitening import whiten_kernel

@@ -28,10 +28,15 @@ import math
 
 import numpy as np
 
-from ..._checks import check_scalar, prepare
+from ..._checks import check_is_weights, check_scalar, prepare
+from .entry import Loss
 
-__all__ = ["LAMBDA_FLOOR", "LOG_W_MAX", "LOG_W_MIN", "check_vespo_params",
-           "vespo_log_weight_kernel", "vespo_phi_kernel", "vespo_weights"]
+__all__ = ["LAMBDA_FLOOR", "LOG_W_MAX", "LOG_W_MIN", "LOSS", "VESPO_SHAPES",
+           "check_vespo_params", "vespo_log_weight_kernel", "vespo_phi", "vespo_phi_kernel",
+           "vespo_weights"]
+
+#: VESPO's default (k_pos, lambda_pos, k_neg, lambda_neg) (TRL 1.16.0 GRPOConfig)
+VESPO_SHAPES = (2.0, 3.0, 3.0, 2.0)
 
 #: the bound on each token's log-ratio and on the sequence's log-weight (TRL: 20)
 LOG_W_MAX = 20.0
@@ -112,8 +117,6 @@ def vespo_weights(logp, logp_old, advantages, mask=None, *, k_pos=2.0, lambda_po
     >>> phi[:, 0].round(6).tolist()
     [0.199148, 1.082682]
     """
-    from ...policy_loss.objective import check_is_weights
-
     params = check_vespo_params(k_pos, lambda_pos, k_neg, lambda_neg)
     (lp, lp_old, A), m = prepare({"logp": logp, "logp_old": logp_old,
                                   "advantages": advantages}, mask, exact=False)
@@ -124,3 +127,47 @@ def vespo_weights(logp, logp_old, advantages, mask=None, *, k_pos=2.0, lambda_po
         w = None if w is None else w[None]
     phi = vespo_phi_kernel(lp - lp_old, A, m, params, w)
     return phi[0] if squeeze else phi
+
+
+def vespo_phi(log_rho, A, m, opts, is_weights=None):
+    """phi (B, T), or (T,) for 1-D arrays, with the options' shapes (unchecked kernel)."""
+    two_d = log_rho.ndim == 2
+    params = (opts.vespo_k_pos, opts.vespo_lambda_pos, opts.vespo_k_neg, opts.vespo_lambda_neg)
+    phi = vespo_phi_kernel(*(x if two_d or x is None else x[None] for x in (log_rho, A, m)),
+                           params,
+                           is_weights if two_d or is_weights is None else is_weights[None])
+    return phi if two_d else phi[0]
+
+
+# --- the member of the policy-loss family (loss_type="vespo") ---------------------------
+
+
+def forward(logp, logp_old, f, A, m, opts, is_weights):
+    # sg(phi_i) A_t logp_t, phi of the summed log-ratio and the is_weights (which enter phi,
+    # not the term)
+    phi = vespo_phi(f.log_rho, A, m, opts, is_weights)
+    return phi * A * logp, None, {"phi": phi}
+
+
+def backward(f, dterm, A, m, opts):
+    # d / d logp = phi A_t (phi a constant)
+    return dterm * f.extra["phi"] * A
+
+
+def stats(f, A, m, opts):
+    # the token mean of phi
+    return {"vespo_phi_mean": float(f.extra["phi"].sum() / np.count_nonzero(m))}
+
+
+def check(opts, selected):
+    shapes = (opts.vespo_k_pos, opts.vespo_lambda_pos, opts.vespo_k_neg, opts.vespo_lambda_neg)
+    if selected or shapes != VESPO_SHAPES:
+        check_vespo_params(*shapes)
+    if selected and (opts.dual_clip is not None or opts.delta is not None
+                     or opts.log_ratio_max is not None or opts.importance_level != "token"):
+        raise ValueError("loss_type: 'vespo' takes no dual_clip, delta or log_ratio_max, "
+                         "and importance_level='token' (it sums the token log-ratios "
+                         "into its sequence weight itself)")
+
+
+LOSS = Loss(forward, backward, stats=stats, check=check)

@@ -27,7 +27,8 @@ from ...mismatch.correction import (
     rollout_importance_weights,
     rollout_rejection_mask,
 )
-from ...policy_loss.objective import PolicyLossOptions, policy_loss_kernel
+from ...policy_loss.kernel import policy_loss_kernel
+from ...policy_loss.options import PolicyLossOptions
 from ...ppo.aggregation import aggregate_kernel, aggregation_weights
 from ...ppo.gae import gae_kernel
 from ...ppo.kl import kl_estimate_grad_kernel, kl_estimate_kernel, kl_shaped_rewards_kernel

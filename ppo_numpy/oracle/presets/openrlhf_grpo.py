@@ -8,7 +8,8 @@ import numpy as np
 from ..._checks import check_bounds
 from ...batch import Rollout
 from ...family.advantages import grpo_advantages, returns_to_go, rloo_advantages
-from ...policy_loss.objective import PolicyLossOptions, policy_loss_kernel
+from ...policy_loss.kernel import policy_loss_kernel
+from ...policy_loss.options import PolicyLossOptions
 from ._common import (
     FLOAT32_ROUNDING,
     FLOAT64_RTOL,

@@ -6,7 +6,9 @@ from __future__ import annotations
 import numpy as np
 
 from ...batch import Rollout
-from ...policy_loss.objective import PolicyLossOptions, policy_loss_kernel, vespo_phi
+from ...family.losses.vespo import vespo_phi
+from ...policy_loss.kernel import policy_loss_kernel
+from ...policy_loss.options import PolicyLossOptions
 from ._common import (
     GROUP_INPUT_NAMES,
     Preset,

@@ -19,7 +19,8 @@ from ...family.advantages import (
     remax_advantages,
     rloo_advantages,
 )
-from ...policy_loss.objective import PolicyLossOptions, policy_loss_kernel
+from ...policy_loss.kernel import policy_loss_kernel
+from ...policy_loss.options import PolicyLossOptions
 from ._common import (
     FLOAT32_ROUNDING,
     GROUP_INPUT_NAMES,
@@ -90,7 +91,7 @@ def _verl_grpo(x: Rollout, p: dict) -> dict:
       the gradient of verl's sg[s_i] pi_t / sg[pi_t], ``sequence_gradient="token"``);
       ``cispo`` (log-ratio clamped to [-20, 20]; -clip(rho, 1 - low, 1 + high) A logp, the
       weight not differentiated; ``loss_agg_mode``). The losses of
-      :mod:`ppo_numpy.policy_losses_extra`: ``sapo`` (``tau_pos``, ``tau_neg``, rounded to
+      :mod:`ppo_numpy.family.losses`: ``sapo`` (``tau_pos``, ``tau_neg``, rounded to
       float32 as verl's float32 advantages make them, 4 / tau then rounded to float32 too,
       within the tolerance but for a loss that cancels to < 1e-2 of its terms; log-ratio
       clamped to [-20, 20]; always seq-mean-token-mean, whatever ``loss_agg_mode``);
