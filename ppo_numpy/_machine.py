@@ -26,3 +26,20 @@ def cpu_kind() -> dict:
         core = name().decode()
     return {"numpy": np.__version__, "openblas_core": core,
             "cpu_features": sorted(k for k, on in __cpu_features__.items() if on)}
+
+
+#: NumPy's dispatch level -> the CPU kind's name (README.md's table of the demo's results)
+SIMD_KINDS = (("X86_V4", "AVX-512"), ("X86_V3", "AVX2"))
+
+
+def simd_kind(features=None) -> str:
+    """The CPU kind by the SIMD loops NumPy runs: ``"AVX-512"`` (its ``X86_V4`` targets),
+    ``"AVX2"`` (``X86_V3``, e.g. an AVX-512 machine with ``NPY_DISABLE_CPU_FEATURES="X86_V4
+    AVX512_ICL AVX512_SPR"``), else ``"other"``. ``features``: the enabled features
+    (default: this process's, as :func:`cpu_kind` lists them).
+
+    >>> simd_kind(["AVX2", "X86_V3", "X86_V4"]), simd_kind(["AVX2", "X86_V3"]), simd_kind([])
+    ('AVX-512', 'AVX2', 'other')
+    """
+    have = set(cpu_kind()["cpu_features"] if features is None else features)
+    return next((name for level, name in SIMD_KINDS if level in have), "other")

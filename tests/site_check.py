@@ -10,6 +10,11 @@ DevTools protocol (a websocket; websocket-client is in requirements-docs.txt). F
 * math is typeset: every ``.math`` element Sphinx wrote holds MathJax output
   (``mjx-container``), MathJax reports no TeX error (``mjx-merror``), and no raw TeX is
   left in the text outside code (``$$``, ``$x$``, ``\\begin{``, ``\\frac``);
+* no formula is rendered as emphasis: an ``<em>`` or ``<strong>`` outside code glued to
+  a letter, digit or bracket (``r~<em>t + gamma V(s</em>{t+1}``, what Markdown makes of
+  underscores in a formula written as text), and no backslash is shown as text inside
+  typeset math (``\\text{logp\\_old}`` shows ``logp\\_old``: MathJax prints the
+  argument of ``\\text`` as it stands);
 * every image loaded (``naturalWidth > 0``);
 * every internal link resolves: its file exists in the site and its ``#anchor``, if any,
   is an id of that page (checked after all pages are read);
@@ -24,7 +29,7 @@ DevTools protocol (a websocket; websocket-client is in requirements-docs.txt). F
 :func:`search` types a query into the site's search page and returns the results in order
 (the tests check that a concept's notebook comes first and that no title shows raw TeX).
 
-Screenshots of the home page, one notebook page and one API page go to
+Screenshots of the home page, the objective page, notebooks 05 and 15 and one API page go to
 ``<site>/../screenshots``. The browser is Debian's Chromium (``apt-get install -y
 chromium``); :func:`find_browser` returns None where none is installed (the test then
 skips).
@@ -58,7 +63,10 @@ CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic
 
 # (file name, page, scroll to the first element matching this selector first, or None)
 SCREENSHOTS = [("home.png", "index.html", None),
+               ("objective.png", "docs/objective.html", None),
                ("notebook.png", "notebooks/05_gae.html", "div.cell_output img"),
+               ("notebook15.png", "notebooks/15_the_third_policy_sampler_and_trainer.html",
+                "div.math"),
                ("api.png", "api/names/gae.html", None)]
 
 # evaluated in each page once it has loaded; returns what the checks need
@@ -82,6 +90,26 @@ _PAGE_JS = r"""
     if (!n.parentElement.closest(skip)) text += n.nodeValue + ' ';
   const raw = [/\$\$/, /\$[^$\s](?:[^$\n]*[^$\s\\])?\$/, /\\begin\{/, /\\frac/]
       .map(re => (text.match(re) || [null])[0]).filter(Boolean);
+  // formula text that Markdown took for emphasis: "r~_t ... V(s_{t+1})" puts an <em> between
+  // "r~" and "{t+1}"; prose emphasis stands between spaces or punctuation, not glued to a
+  // letter, digit or bracket of a formula
+  const glued = Array.from(document.querySelectorAll('article em, article strong'))
+      .filter(e => !e.closest(skip)).filter(e => {
+    const prev = e.previousSibling, next = e.nextSibling;
+    const before = prev && prev.nodeType === 3 ? prev.nodeValue.slice(-1) : '';
+    const after = next && next.nodeType === 3 ? next.nodeValue.slice(0, 1) : '';
+    return /[A-Za-z0-9~_^})\]]/.test(before) || /[A-Za-z0-9_{(]/.test(after);
+  }).map(e => ((e.previousSibling || {}).nodeValue || '').slice(-10) + '<' +
+      e.tagName.toLowerCase() + '>' + e.textContent.slice(0, 30));
+  // TeX that MathJax typeset as text: inside \text{...} a backslash is printed as it stands
+  // (\text{logp\_old} shows "logp\_old"); read from the MathML of each typeset formula
+  const texInText = [];
+  if (window.MathJax && MathJax.startup && MathJax.startup.document && MathJax.startup.toMML)
+    for (const item of MathJax.startup.document.math) {
+      const mml = MathJax.startup.toMML(item.root);
+      if ([...mml.matchAll(/<mtext[^>]*>([^<]*)<\/mtext>/g)].some(m => m[1].includes('\\')))
+        texInText.push(item.math.slice(0, 60));
+    }
   const art = document.querySelector('article');
   const artBox = art ? art.getBoundingClientRect() : null;
   const scrolls = (e) => ['auto', 'scroll'].includes(getComputedStyle(e).overflowX);
@@ -110,6 +138,8 @@ _PAGE_JS = r"""
     untypeset: maths.filter(m => !m.querySelector('mjx-container')).length,
     merror: document.querySelectorAll('mjx-merror').length,
     raw_tex: raw,
+    emphasis_in_formula: glued,
+    tex_in_text: texInText,
     images: imgs.length,
     broken_images: imgs.filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.src),
     links: Array.from(document.querySelectorAll('a[href]')).map(a => a.href)
@@ -273,6 +303,10 @@ def check_site(html: Path, screenshots: Path | None = None, binary: str | None =
             if facts["merror"]:
                 bad.append(f"{facts['merror']} MathJax error(s) (bad TeX)")
             bad += [f"raw TeX in the text: {t!r}" for t in facts["raw_tex"]]
+            bad += [f"formula text rendered as emphasis: {t!r}"
+                    for t in facts["emphasis_in_formula"]]
+            bad += [f"a backslash shown as text inside math (escaped underscore?): {t!r}"
+                    for t in facts["tex_in_text"]]
             bad += [f"image not loaded: {src}" for src in facts["broken_images"]]
             bad += [f"cut at the article's right edge (does not scroll): {c!r}"
                     for c in facts["cut"]]

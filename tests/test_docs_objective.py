@@ -18,8 +18,9 @@ ROOT = Path(__file__).resolve().parents[1]
 PAGE = (ROOT / "docs" / "objective.md").read_text(encoding="utf-8")
 
 # first cell of a row of the running-example table -> the walkthrough row it repeats
-TABLE_ROWS = {"KL_t": "1.", "r~_t": "2.", "delta_t": "3.", "A_hat_t": "4.", "R_t": "R_t",
-              "rho_t": "6.", "min(rho": "7."}
+# (the page writes them as math: $\mathrm{KL}_t$, $\tilde{r}_t = ...$)
+TABLE_ROWS = {r"$\mathrm{KL}_t$": "1.", r"$\tilde{r}_t": "2.", r"$\delta_t": "3.",
+              r"$\hat{A}_t": "4.", "$R_t": "R_t", r"$\rho_t$": "6.", r"$\min(\rho\hat{A},": "7."}
 
 
 def example_table() -> dict:
@@ -40,7 +41,8 @@ def test_running_example_table_is_what_walkthrough_prints(capsys):
     for label, key in TABLE_ROWS.items():
         close(table[label], printed[key], f"docs/objective.md row {label}")
     # the sentence below the table: L_PPO, the token-mean loss and the clip fraction 1/3
-    assert f"L_PPO for this response is the sum, {printed['8.'][0]:.10g}" in " ".join(PAGE.split())
+    assert (rf"$\mathcal{{L}}_\text{{PPO}}$ for this response is the sum, "
+            f"{printed['8.'][0]:.10g}") in " ".join(PAGE.split())
     assert f"{printed['9.'][0]:.10g}" in PAGE
 
 

@@ -55,7 +55,8 @@ def test_every_page_renders_in_a_browser():
     assert report.pages == len(list(HTML.rglob("*.html")))
     assert report.math_pages > 0 and report.images > 0 and report.links > 0, str(report)
     assert not report.problems, str(report)
-    assert len(report.screenshots) == 3 and all(p.stat().st_size > 0 for p in report.screenshots)
+    assert len(report.screenshots) == len(site_check.SCREENSHOTS)
+    assert all(p.stat().st_size > 0 for p in report.screenshots)
 
 
 @needs_browser
@@ -85,9 +86,26 @@ def test_the_browser_check_sees_what_is_broken(tmp_path):
         '<details class="hide"><summary>s</summary><div class="cell tag_solution">'
         '<div class="cell_input">print(6)</div></div></details>'))
     (tmp_path / "plain.html").write_text("<html><body>no title, no article</body></html>")
+    # what Markdown made of README's "r~_t ... delta_t = r~_t + gamma V(s_{t+1})" (issue 39),
+    # beside prose emphasis that is fine: between spaces, in brackets, before a comma
+    (tmp_path / "formula.html").write_text(page.format(
+        title="formula", body="<p>rewards r~<em>t, the TD error delta_t = r~t + gamma V(s</em>"
+        "{t+1}) - V(s_t)</p><p>the <em>state</em> before (<em>exactly</em>), <strong>Goal."
+        "</strong> one; <em>once</em>, twice</p>"))
+    # the site's own MathJax: notebook 15's first formula as it was, and a plain \text
+    (tmp_path / "mathjax").symlink_to(built_site() / "_static" / "mathjax")
+    (tmp_path / "tex.html").write_text(page.format(
+        title="tex", body='<script defer src="mathjax/tex-chtml.js"></script>'
+        '<span class="math">\\(\\exp(\\text{logp\\_old}_t - \\text{logp\\_rollout}_t)'
+        '\\)</span>'))
+    (tmp_path / "fine_tex.html").write_text(page.format(
+        title="fine tex", body='<script defer src="mathjax/tex-chtml.js"></script>'
+        '<span class="math">\\(\\log \\pi_{\\theta_\\text{old}}(y_t) - \\text{logp}'
+        '\\_\\text{old}\\)</span>'))
     report = site_check.check_site(tmp_path, binary=BROWSER,
                                    pages=["index.html", "other.html", "inline.html", "plain.html",
-                                          "absent.html", "wide.html", "notebooks/sol.html"])
+                                          "absent.html", "wide.html", "notebooks/sol.html",
+                                          "formula.html", "tex.html", "fine_tex.html"])
     text = "\n".join(report.problems)
     for expected in ("other.html: raw TeX in the text: '$$'",
                      r"other.html: raw TeX in the text: '\\frac'",
@@ -101,9 +119,14 @@ def test_the_browser_check_sees_what_is_broken(tmp_path):
                      "notebooks/sol.html: solution shown open: 'Solution 1'",
                      "notebooks/sol.html: solution shown open: 'Solution 3.'",
                      "notebooks/sol.html: 1 solution code cell(s) shown open",
-                     "notebooks/sol.html: article"):
+                     "notebooks/sol.html: article",
+                     "formula.html: formula text rendered as emphasis: 'rewards r~<em>t, the",
+                     "tex.html: a backslash shown as text inside math (escaped underscore?): "
+                     "'\\\\exp(\\\\text{logp\\\\_old}"):
         assert expected in text, f"the check missed {expected!r}; it reported:\n{text}"
-    assert not any(p.startswith("index.html") for p in report.problems), text
+    assert not any(p.startswith(("index.html", "fine_tex.html")) for p in report.problems), text
+    # one flagged emphasis of the five: the prose emphasis is not taken for a formula
+    assert text.count("formula.html:") == 1 and "tex.html: 1 of" not in text, text
     # the table that scrolls, the closed solutions 2 and 4, the collapsed code cell: fine
     assert "table yyy" not in text and "Solution 2" not in text and "Solution 4" not in text
     assert text.count("solution code cell") == 1
@@ -150,7 +173,11 @@ def test_search_titles_have_no_raw_tex():
 CONCEPT_NOTEBOOKS = {"gae": "05_gae", "clipping": "02_clipping", "grpo": "13_from_ppo_to_grpo",
                      "td errors": "04_td_errors",
                      "transformer": "14_a_tiny_transformer_learns_to_add",
-                     "loss aggregation": "07_loss_aggregation"}
+                     "loss aggregation": "07_loss_aggregation",
+                     # issue 39: a notebook whose heading holds the words before the pages
+                     # that mention them most, and the API page of the function of that name
+                     "importance sampling": "15_the_third_policy_sampler_and_trainer",
+                     "clipped surrogate": "02_clipping"}
 
 
 @needs_browser

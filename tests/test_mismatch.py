@@ -312,23 +312,45 @@ def test_mismatch_program_output_schema(small_results):
     assert "| TIS |" in program.markdown_table(rows)
 
 
-def test_mismatch_figure_draws_the_means(small_results):
+def test_mismatch_figure_draws_each_seed_the_means_and_the_spread(small_results):
     from ppo_numpy.plotting.mismatch import plot_mismatch_comparison
 
     data = json.loads(program.results_json(small_results))
     fig = plot_mismatch_comparison(data)
-    top, mid, low = fig.axes
-    for k, v in enumerate(data["variants"].values()):
+    variants = list(data["variants"].values())
+    final, *small, low = fig.axes
+    assert len(small) == len(variants) == 2
+    first_mean = None
+    for k, v in enumerate(variants):
         runs = v["runs"]
-        mean = [sum(r["trainer_score_frac"][j] for r in runs) / len(runs) for j in range(2)]
-        np.testing.assert_allclose(top.lines[k].get_xdata(), [0, 3])
-        np.testing.assert_allclose(top.lines[k].get_ydata(), mean, rtol=1e-12)
-        np.testing.assert_allclose(mid.lines[k].get_ydata(),
-                                   [sum(r["score_frac"][j] for r in runs) / 2
-                                    for j in range(3)], rtol=1e-12)
+        # two seeds here: the final scores one dot each, their mean as a tick
+        last = [r["trainer_score_frac"][-1] for r in runs]
+        dots, tick = final.lines[2 * k], final.lines[2 * k + 1]
+        np.testing.assert_array_equal(dots.get_xdata(), last)
+        np.testing.assert_array_equal(dots.get_ydata(), [k, k])
+        np.testing.assert_allclose(tick.get_xdata(), [sum(last) / 2], rtol=1e-12)
+        # the small panel: the mean over the seeds, the band from the lowest to the highest
+        curves = np.array([r["trainer_score_frac"] for r in runs])
+        mean = small[k].lines[-1]
+        np.testing.assert_allclose(mean.get_xdata(), [0, 3])
+        np.testing.assert_allclose(mean.get_ydata(), [(a + b) / 2 for a, b in curves.T],
+                                   rtol=1e-12)
+        (band,) = small[k].collections
+        edge = band.get_paths()[0].vertices[:, 1]
+        assert np.isclose(edge.min(), curves.min()) and np.isclose(edge.max(), curves.max())
+        # the first variant's mean, dashed, on every other panel
+        if k == 0:
+            first_mean = mean.get_ydata()
+            assert len(small[k].lines) == 1
+        else:
+            np.testing.assert_array_equal(small[k].lines[0].get_ydata(), first_mean)
+            assert small[k].lines[0].get_linestyle() == "--"
         np.testing.assert_allclose(low.lines[k].get_ydata(),
                                    [sum(r["kl_k1"][j] for r in runs) / 2 for j in range(3)],
                                    rtol=1e-12)
+    assert "seeds" in final.get_title() and "band" in final.get_title()
+    # why k1 can be negative is said where it is drawn
+    assert "not >= 0" in low.get_title() and "below 0" in low.get_title()
     with pytest.raises(ValueError, match="results: no variant"):
         plot_mismatch_comparison({"variants": {}})
 

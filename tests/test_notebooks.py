@@ -84,6 +84,9 @@ def lesson_problems(nb, exported) -> list[str]:
     problems = []
     if not cells or cells[0].cell_type != "markdown" or "**Goal.**" not in cells[0].source:
         problems.append("the first cell does not state the **Goal.**")
+    elif not re.search(r"^> \*\*Words used here\*\*\n>\n> [-*] \S", cells[0].source, re.M):
+        # issue 39: the terms the notebook introduces, defined before they are used
+        problems.append("the first cell has no '> **Words used here**' box of terms")
     starts = []
     for heading in HEADINGS:
         found = [i for i, c in enumerate(cells) if c.cell_type == "markdown"
@@ -124,7 +127,8 @@ def test_notebook_is_a_lesson(path):
 
 def test_lesson_problems_are_found():
     good = new_notebook(cells=[
-        new_markdown_cell("# 99\n\n**Goal.** One sentence."),
+        new_markdown_cell("# 99\n\n**Goal.** One sentence.\n\n> **Words used here**\n>\n"
+                          "> - **Term**: what it means."),
         new_markdown_cell("## The formula\n\n$x$"),
         new_code_cell("from ppo_numpy import gae"),
         new_markdown_cell("## Check against the hand values"),
@@ -132,6 +136,10 @@ def test_lesson_problems_are_found():
         new_markdown_cell("## Pitfalls\n\n* one\n\n## Exercises\n\n1. a\n2. b\n3. c"),
     ])
     assert lesson_problems(good, ["gae"]) == []
+    no_box = new_notebook(cells=[new_markdown_cell("# 99\n\n**Goal.** One sentence."),
+                                 *good.cells[1:]])
+    assert lesson_problems(no_box, ["gae"]) == [
+        "the first cell has no '> **Words used here**' box of terms"]
     bad = new_notebook(cells=[
         new_markdown_cell("# 99"),
         new_markdown_cell("## Check against the hand values"),

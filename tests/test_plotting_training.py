@@ -76,7 +76,10 @@ def test_dashboard_value_head_panels_say_what_they_show():
     assert ev_ax.get_ylim() == (-1.1, 1.0)
     np.testing.assert_array_equal(ev_ax.lines[1].get_xdata(), [5])
     np.testing.assert_array_equal(ev_ax.lines[1].get_ydata(), [-1.05])
-    assert "median 0.10 while" in ev_ax.get_title()        # median of -0.3, 0.1, 0.2
+    # one window for every median the panel shows: the learning phase, 1-3
+    assert "learning, 1-3" in ev_ax.get_title()
+    assert "median 0.10\n(iterations 1-3)" in ev_ax.get_legend().get_title().get_text()
+    # median of -0.3, 0.1, 0.2
     # the learning phase is shaded on both panels: iterations 1 to 3
     for ax in (loss, ev_ax):
         (span,) = ax.patches
@@ -125,3 +128,51 @@ def test_overoptimisation_curves_are_moving_averages_per_beta():
         plot_overoptimisation(_oo_rows(), smooth=0)
     with pytest.raises(ValueError, match="rows"):
         plot_overoptimisation([])
+    # three seeds: the mean of the smoothed curves, a band for gold and for the KL
+    other = [r | {"gold_score": r["gold_score"] + 0.2, "kl_ref": r["kl_ref"] + 1.0}
+             for r in _oo_rows()]
+    fig = plot_overoptimisation([_oo_rows(), other, _oo_rows()], smooth=2)
+    left, middle, right = fig.axes
+    np.testing.assert_allclose(left.lines[0].get_ydata(),
+                               np.array([0.15, 0.45, 0.45]) + 0.2 / 3, rtol=1e-12)
+    np.testing.assert_allclose(right.lines[0].get_ydata(),
+                               np.array([0.5, 2.5, 6.5]) + 1 / 3, rtol=1e-12)
+    assert len(left.collections) == len(right.collections) == 2 and not middle.collections
+    band = left.collections[0].get_paths()[0].vertices[:, 1]   # beta 0's gold: 0.15 .. 0.65
+    assert np.isclose(band.min(), 0.15) and np.isclose(band.max(), 0.65)
+    assert "mean of 3 seeds" in fig.get_suptitle()
+    with pytest.raises(ValueError, match="same betas"):
+        plot_overoptimisation([_oo_rows(), [r for r in _oo_rows() if r["beta"] == 0.0]])
+
+
+def test_runs_and_beta_sweep_over_seeds_draw_the_mean_and_the_spread():
+    from ppo_numpy.plotting.training import plot_runs
+
+    # three seeds of one label, scores by hand: the mean 0.2, 0.5, 0.8; lowest / highest
+    a = _history(3, score=[0.1, 0.4, 0.9], kl_ref=[0.0, 1.0, 2.0])
+    b = _history(3, score=[0.2, 0.5, 0.7], kl_ref=[0.0, 2.0, 4.0])
+    c = _history(3, score=[0.3, 0.6, 0.8], kl_ref=[0.0, 3.0, 6.0])
+    fig = plot_runs({"three seeds": [a, b, c], "one run": a}, columns=("score",))
+    ax = fig.axes[0]
+    np.testing.assert_allclose(ax.lines[0].get_ydata(), [0.2, 0.5, 0.8], rtol=1e-12)
+    np.testing.assert_array_equal(ax.lines[1].get_ydata(), [0.1, 0.4, 0.9])   # as it is
+    (band,) = ax.collections                     # a band for the seeds only, none for one run
+    low_high = band.get_paths()[0].vertices[:, 1]
+    assert np.isclose(low_high.min(), 0.1) and np.isclose(low_high.max(), 0.9)
+    assert (fig.legends[0].get_title().get_text()
+            == "mean of 1/3 seeds each; band: lowest to highest")
+    # the beta sweep: per beta the mean curve with its band, the trade-off's mean points
+    # (mean of the last 2 iterations of each seed, then over the seeds) and each seed's
+    fig = plot_beta_sweep({0.1: [a, b, c], 0.0: [c, b, a]}, last=2)
+    score, kl, tradeoff = fig.axes
+    np.testing.assert_allclose(score.lines[0].get_ydata(), [0.2, 0.5, 0.8], rtol=1e-12)
+    np.testing.assert_allclose(kl.lines[0].get_ydata(), [0.0, 2.0, 4.0], rtol=1e-12)
+    assert len(score.collections) == len(kl.collections) == 2
+    # seeds' (KL, score) of the last 2: a (1.5, 0.65), b (3, 0.6), c (4.5, 0.7)
+    np.testing.assert_allclose(tradeoff.lines[0].get_xdata(), [3.0, 3.0], rtol=1e-12)
+    np.testing.assert_allclose(tradeoff.lines[0].get_ydata(), [0.65, 0.65], rtol=1e-12)
+    np.testing.assert_allclose(tradeoff.lines[1].get_xdata(), [4.5, 3.0, 1.5], rtol=1e-12)
+    np.testing.assert_allclose(tradeoff.lines[1].get_ydata(), [0.7, 0.6, 0.65], rtol=1e-12)
+    assert "3 seeds" in score.get_title() and "each seed" in tradeoff.get_title()
+    with pytest.raises(ValueError, match="same iterations"):
+        plot_runs({"x": [a, _history(2)]})

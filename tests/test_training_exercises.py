@@ -47,7 +47,15 @@ def test_the_file_holds_every_run_and_number_the_notebook_reads(stored):
     assert set(stored["cpu_kind"]) == {"numpy", "openblas_core", "cpu_features"}
     # the three solutions: beta_sweep([0.02, 0.1, 0.2]), the adaptive controller at KL target
     # 4, 16 epochs, each over SWEEP_CONFIG (written out here, not read from the program)
-    assert list(stored["runs"]) == ["sweep", "adaptive", "epochs_16"]
+    # and, for the figures' spread over seeds (issue 39), the runs the notebook compares
+    # (beta_sweep([0, 0.05, 0.5]), lr x 10, c_V = 0, value_hidden 64) with seeds 1 and 2
+    seeds = {"sweep": {"betas": [0.0, 0.05, 0.5]}, "lr_x10": {"lr": 0.03},
+             "c_v_0": {"c_v": 0.0}, "value_hidden_64": {"value_hidden": 64}}
+    assert list(stored["runs"]) == ["sweep", "adaptive", "epochs_16"] + [
+        f"{name}_seed{s}" for s in (1, 2) for name in seeds]
+    for s in (1, 2):
+        for name, config in seeds.items():
+            assert stored["runs"][f"{name}_seed{s}"]["config"] == {**config, "seed": s}
     assert stored["runs"]["sweep"]["config"] == {"betas": [0.02, 0.1, 0.2]}
     assert stored["runs"]["adaptive"]["config"] == {"kl_controller": "adaptive",
                                                     "kl_target": 4.0}
@@ -63,6 +71,12 @@ def test_the_file_holds_every_run_and_number_the_notebook_reads(stored):
     sweep = stored["runs"]["sweep"]["rows"]
     assert [(r["beta"], r["iteration"]) for r in sweep] == \
         [(b, i) for b in (0.02, 0.1, 0.2) for i in range(1, 41)]
+    for s in (1, 2):
+        sweep = stored["runs"][f"sweep_seed{s}"]["rows"]
+        assert [(r["beta"], r["iteration"]) for r in sweep] == \
+            [(b, i) for b in (0.0, 0.05, 0.5) for i in range(1, 41)]
+        # another seed, another run: seeds 1 and 2 differ from their first rollout on
+        assert sweep[0]["score"] != stored["runs"][f"sweep_seed{3 - s}"]["rows"][0]["score"]
     for name in ("adaptive", "epochs_16"):
         rows = stored["runs"][name]["rows"]
         assert [r["iteration"] for r in rows] == list(range(1, 41)), name

@@ -106,3 +106,13 @@ def test_walkthrough_beta_0_note_is_the_docstring_example(capsys):
     # A_1 = 0.1 + 0.95 * 0.385 = 0.46575
     out = output(capsys)
     assert "rewards are [0, 0, 1] and A_hat = [0.46575, 0.385, 0.3]" in out
+
+
+def test_the_walkthrough_says_which_advantages_step_7_uses(capsys):
+    out = output(capsys)
+    # step 5 whitens, steps 7-9 use step 4's A_hat (issue 39): said, and what row 7 holds
+    assert "steps 7-9 use A_hat of step 4, unwhitened" in out
+    found = rows(out)
+    rho, A = found["6."], found["4."]
+    want = [min(r * a, min(max(r, 0.8), 1.2) * a) for r, a in zip(rho, A)]
+    assert all(abs(x - y) < 1e-9 for x, y in zip(found["7."], want)), (found["7."], want)

@@ -41,7 +41,7 @@ SIDEBAR = [
                                         "docs/conformance", "docs/conventions",
                                         "docs/frameworks", "docs/benchmarks"]),
     ("API reference", ["api/index"]),
-    ("About these docs", ["docs/README"]),
+    ("About these docs", ["docs/README", "docs/development"]),
 ]
 EXTRA_DOCS_SECTION = "Using ppo_numpy as a reference"
 
@@ -50,14 +50,18 @@ EXTRA_MODULES = ["ppo_numpy.oracle", "ppo_numpy.oracle.cases", "ppo_numpy.oracle
                  "ppo_numpy.oracle.golden", "ppo_numpy.oracle.presets", "ppo_numpy.models.base",
                  "ppo_numpy.programs.oracle", "ppo_numpy.oracle.diagnose",
                  "ppo_numpy.oracle.switches", "ppo_numpy.oracle.group_cases",
-                 "ppo_numpy.policy_losses_extra"] + [
+                 "ppo_numpy.family.losses"] + [
+    f"ppo_numpy.family.losses.{m}" for m in ("clip", "cispo", "vespo", "sapo", "gmpo", "gpg",
+                                             "cov", "dppo", "dro", "entry")] + [
     f"ppo_numpy.oracle.presets.{m}" for m in ("seed", "trl", "verl", "openrlhf", "deepspeed_chat",
                                               "lm_human_preferences", "trl_grpo", "verl_grpo",
                                               "openrlhf_grpo")]
 # the oracle's modules are documented whole (their functions are the oracle's API)
 FULL_MODULES = ["ppo_numpy.oracle.cases", "ppo_numpy.oracle.compare", "ppo_numpy.oracle.golden",
                 "ppo_numpy.oracle.diagnose", "ppo_numpy.oracle.switches",
-                "ppo_numpy.oracle.group_cases", "ppo_numpy.policy_losses_extra"]
+                "ppo_numpy.oracle.group_cases", "ppo_numpy.family.losses",
+                "ppo_numpy.family.losses.sapo", "ppo_numpy.family.losses.gmpo",
+                "ppo_numpy.family.losses.cov", "ppo_numpy.family.losses.dppo"]
 # names documented on their module's page: not in __all__, but a docstring refers to them
 MODULE_EXTRAS = {
     "ppo_numpy.ppo.aggregation": [("data", "TRL_MODES")],

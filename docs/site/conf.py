@@ -209,10 +209,15 @@ def _qualify_roles(app, what, name, obj, options, lines):
 
 
 #: TeX in a title -> the text a search result shows (the titles with math: 01's rho_t, 04's
-#: delta_t, section titles with beta, gamma, lambda, epsilon)
+#: delta_t, section titles with beta, gamma, lambda, epsilon); search_scorer.js applies the
+#: same table to the summaries under the results, which show the page's TeX source
 _TEX_TEXT = {r"\rho": "ρ", r"\delta": "δ", r"\beta": "β", r"\gamma": "γ", r"\lambda": "λ",
              r"\epsilon": "ε", r"\varepsilon": "ε", r"\pi": "π", r"\theta": "θ",
-             r"\sigma": "σ", r"\mu": "μ", r"\hat A": "Â", r"\hat{A}": "Â"}
+             r"\sigma": "σ", r"\mu": "μ", r"\hat A": "Â", r"\hat{A}": "Â",
+             r"\tilde r": "r̃", r"\partial": "∂", r"\cdot": "·", r"\sum": "∑", r"\prod": "∏",
+             r"\le": "≤", r"\ge": "≥", r"\approx": "≈", r"\infty": "∞", r"\alpha": "α",
+             r"\nabla": "∇", r"\mathbb{E}": "E", r"\qquad": " ", r"\quad": " ",
+             r"\sim": "~", r"\mid": "|", r"\times": "×", r"\in": "∈"}
 
 
 def plain_title(title: str) -> str:

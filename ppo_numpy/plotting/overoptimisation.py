@@ -27,8 +27,11 @@ def plot_overoptimisation(rows, *, smooth=10, title=None, path=None) -> Figure:
 
     Parameters
     ----------
-    rows : list of dicts
-        ``OveroptimisationResult.rows`` or ``read_csv("overoptimisation.csv")``.
+    rows : list of dicts, or a list of such lists (one per random seed)
+        ``OveroptimisationResult.rows`` or ``read_csv("overoptimisation.csv")``. Several
+        runs (seeds) are drawn as their mean, the gold score and the KL with a band from
+        the lowest to the highest of them (each run smoothed first); the middle panel
+        draws the mean gold against the mean sqrt(KL).
     smooth : int >= 1
         Curves are moving averages over this many iterations (the per-iteration means
         over one batch are noisy); 1 plots the raw values.
@@ -45,21 +48,32 @@ def plot_overoptimisation(rows, *, smooth=10, title=None, path=None) -> Figure:
         colour per beta.
     """
     smooth = check_int(smooth, "smooth")
-    runs = rows_by_beta(rows)
-    if not runs:
+    several = bool(rows) and all(isinstance(r, (list, tuple)) for r in rows)
+    seeds = [rows_by_beta(r) for r in (rows if several else [rows])]
+    if not seeds or not all(seeds):
         raise ValueError("rows: nothing to plot")
+    if any(sorted(s) != sorted(seeds[0]) for s in seeds):
+        raise ValueError("rows: the runs of every random seed must hold the same betas")
     fig, ax = two_over_one(height=7.4)
-    for i, (beta, c) in enumerate(sorted(runs.items())):
+
+    def curves(beta, column):
+        """(seeds, n): the column of beta, smoothed, one row per run (random seed)."""
+        return np.array([_moving_average(s[beta][column], smooth) for s in seeds])
+
+    for i, beta in enumerate(sorted(seeds[0])):
         color = f"C{i}"
-        it = _moving_average(c["iteration"], smooth)
-        gold = _moving_average(c["gold_score"], smooth)
-        proxy = _moving_average(c["proxy_score"], smooth)
-        sqrt_kl = _moving_average(c["sqrt_kl"], smooth)
-        for a, x in ((ax[0], it), (ax[1], sqrt_kl)):
-            a.plot(x, gold, color=color, label=f"beta = {beta:g}: gold")
-            a.plot(x, proxy, color=color, ls="--", label=f"beta = {beta:g}: proxy")
-        ax[2].plot(it, _moving_average(c["kl_ref"], smooth), color=color,
-                   label=f"beta = {beta:g}")
+        it = _moving_average(seeds[0][beta]["iteration"], smooth)
+        gold, proxy = curves(beta, "gold_score"), curves(beta, "proxy_score")
+        sqrt_kl, kl = curves(beta, "sqrt_kl"), curves(beta, "kl_ref")
+        for a, x in ((ax[0], it), (ax[1], sqrt_kl.mean(axis=0))):
+            a.plot(x, gold.mean(axis=0), color=color, label=f"beta = {beta:g}: gold")
+            a.plot(x, proxy.mean(axis=0), color=color, ls="--", label=f"beta = {beta:g}: proxy")
+        ax[2].plot(it, kl.mean(axis=0), color=color, label=f"beta = {beta:g}")
+        if len(seeds) > 1:
+            ax[0].fill_between(it, gold.min(axis=0), gold.max(axis=0), color=color, alpha=0.2,
+                               lw=0)
+            ax[2].fill_between(it, kl.min(axis=0), kl.max(axis=0), color=color, alpha=0.2,
+                               lw=0)
     ax[0].set_xlabel("PPO iteration")
     ax[0].set_ylabel("score (reward units)")
     ax[0].set_title("proxy (learned, dashed) keeps rising;\ngold (solid) may not", fontsize=10)
@@ -75,6 +89,9 @@ def plot_overoptimisation(rows, *, smooth=10, title=None, path=None) -> Figure:
                                           label="proxy (reward model)")])
     legend_outside(ax[2], ncols=4)
     note = f"moving average over {smooth} iterations" if smooth > 1 else "raw values"
+    if len(seeds) > 1:
+        note += (f";\nmean of {len(seeds)} seeds, band: lowest to highest gold score and KL "
+                 "of the seeds")
     fig.suptitle(f"{title + ': ' if title else ''}PPO against a learned reward ({note})",
                  fontsize=10)
     return saved(fig, path)

@@ -34,6 +34,31 @@ def _columns(metrics):
     return cols
 
 
+def _runs_of(metrics):
+    """One run or several (one per random seed) -> a list of :func:`_columns`, all on the
+    same iterations. Several: a list of histories (lists of rows) or of column dicts."""
+    several = (isinstance(metrics, (list, tuple)) and len(metrics) > 0
+               and all(isinstance(m, (list, tuple)) or (isinstance(m, dict)
+                                                        and np.ndim(m.get("iteration")) == 1)
+                       for m in metrics))
+    runs = [_columns(m) for m in metrics] if several else [_columns(metrics)]
+    if any(not np.array_equal(r["iteration"], runs[0]["iteration"]) for r in runs):
+        raise ValueError("metrics: the runs of one label must log the same iterations")
+    return runs
+
+
+def _mean_and_band(ax, runs, column, color=None, **kwargs):
+    """The runs' mean of ``column`` as a line (``kwargs`` to ``plot``, e.g. a label) and,
+    for several runs, a band from the lowest to the highest of them in the line's colour."""
+    it = runs[0]["iteration"]
+    y = np.array([r[column] for r in runs], dtype=np.float64)
+    (line,) = ax.plot(it, y.mean(axis=0), color=color, **kwargs)
+    if len(runs) > 1:
+        ax.fill_between(it, y.min(axis=0), y.max(axis=0), color=line.get_color(), alpha=0.2,
+                        lw=0)
+    return line
+
+
 #: the dashboard's panels per row: two panels side by side fit the site's column
 DASHBOARD_COLUMNS = 2
 
@@ -136,14 +161,11 @@ def plot_training(metrics, *, optimum=1.0, random_score=None, title=None, path=N
     ax[7].set_title(f"value loss fell {critic['value_loss_drop']:.0f}x, with Var(R)\n"
                     "(below the dashed line: V beats a constant)", fontsize=9)
     ax[7].set_ylabel("reward units^2\n(log scale)", fontsize=9)
-    # the regime, in words, over the first half of the run (docs/training.md, "What the
-    # critic buys"); a critic-free run has no value loss (NaN) and says so instead
-    half = critic_vs_constant(c)
-    words_loss, words_ev = critic_verdict(half)
-    for a, words in ((ax[7], words_loss), (ax[8], words_ev)):
-        a.text(0.02, 0.97, _lines(words), transform=a.transAxes, ha="left", va="top",
-               fontsize=8,
-               bbox={"facecolor": "white", "alpha": 0.8, "lw": 0})
+    # the regime, in words (docs/training.md, "What the critic buys"), over the shaded
+    # learning phase, the one window of both panels and of the demo's printed median; under
+    # the panel, as the title of its legend, where it covers no curve. A critic-free run has
+    # no value loss (NaN) and says so instead
+    words_loss, words_ev = critic_verdict(critic_vs_constant(c, iterations=n_learn))
 
     ev = c["explained_variance"]
     ax[8].plot(it, ev, color="C5", label="explained variance")
@@ -152,9 +174,8 @@ def plot_training(metrics, *, optimum=1.0, random_score=None, title=None, path=N
                label=f"below -1 ({int(low.sum())} it.)")
     ax[8].axhline(0.0, color="k", lw=0.5, label="a constant V (the mean of R): 0")
     ax[8].set_ylim(-1.1, 1.0)
-    ax[8].set_title(f"explained variance: median {critic['ev_learning']:.2f} while\n"
-                    + ("learning; after it Var(R) ~ 0: noise" if reached else "learning"),
-                    fontsize=9)
+    ax[8].set_title(f"explained variance (shaded: learning, 1-{n_learn})"
+                    + ("\nafter it Var(R) ~ 0: noise" if reached else ""), fontsize=9)
     ax[8].set_ylabel("1 - Var(R - V) / Var(R)", fontsize=9)
 
     curve(9, "response_length", "C6", "response length", "tokens (EOS included)")
@@ -168,8 +189,11 @@ def plot_training(metrics, *, optimum=1.0, random_score=None, title=None, path=N
     for a in ax:
         a.set_xlabel("PPO iteration", fontsize=9)
         a.tick_params(labelsize=8)
-    for k in (0, 4, 7, 8):
+    for k in (0, 4):
         legend_outside(ax[k], ncols=1)
+    for k, words in ((7, words_loss), (8, words_ev)):
+        legend = legend_outside(ax[k], ncols=1, title=_lines(words), title_fontsize=8)
+        legend.get_title().set_multialignment("center")
     exact = bool(np.all(c["ratio_first_min"] == 1.0) and np.all(c["ratio_first_max"] == 1.0))
     check = ("rho = 1 exactly on every first minibatch" if exact
              else "rho != 1 on some first minibatch: logp_old is stale")
@@ -188,9 +212,13 @@ def plot_beta_sweep(results, *, optimum=1.0, last=10, path=None) -> Figure:
     trade-off, mean over the last ``last`` iterations of KL against score, one point
     per beta. The figure is ``SITE_WIDTH_IN`` wide (the site shows it at its own size).
 
+    With several runs per beta (one per random seed) each curve is their mean with a band
+    from the lowest to the highest, and the trade-off panel marks each run's point beside
+    the mean's.
+
     Parameters
     ----------
-    results : dict beta -> history (list of rows) or columns
+    results : dict beta -> history (list of rows) or columns, or a list of them (seeds)
     optimum : float
     last : int >= 1
         Iterations averaged for the trade-off panel.
@@ -206,28 +234,40 @@ def plot_beta_sweep(results, *, optimum=1.0, last=10, path=None) -> Figure:
     # x[-0:] is all of x: last = 0 would average every iteration under a "last 0" label
     last = check_int(last, "last")
     fig, ax = two_over_one(height=7.6)
-    final = []
+    final, each, seeds = [], [], set()
     for beta, metrics in sorted(results.items()):
-        c = _columns(metrics)
-        ax[0].plot(c["iteration"], c["score"], label=f"beta = {beta:g}")
-        ax[1].plot(c["iteration"], c["kl_ref"], label=f"beta = {beta:g}")
-        final.append((beta, float(np.mean(c["kl_ref"][-last:])),
-                      float(np.mean(c["score"][-last:]))))
+        runs = _runs_of(metrics)
+        seeds.add(len(runs))
+        line = _mean_and_band(ax[0], runs, "score", label=f"beta = {beta:g}")
+        _mean_and_band(ax[1], runs, "kl_ref", color=line.get_color(), label=f"beta = {beta:g}")
+        points = [(float(np.mean(r["kl_ref"][-last:])), float(np.mean(r["score"][-last:])))
+                  for r in runs]
+        final.append((beta, float(np.mean([k for k, _ in points])),
+                      float(np.mean([s for _, s in points]))))
+        each.append((line.get_color(), points))
     ax[0].axhline(optimum, color="k", lw=0.8, label="optimum")
-    ax[0].set_title("score", fontsize=10)
+    spread = ("" if seeds == {1} else f" (mean of {'/'.join(map(str, sorted(seeds)))} seeds; "
+              "band: lowest to highest)")
+    ax[0].set_title("score" + spread, fontsize=10)
     ax[0].set_ylabel("score (reward units)")
-    ax[1].set_title("KL(pi_theta || pi_ref)", fontsize=10)
+    ax[1].set_title("KL(pi_theta || pi_ref)" + ("" if seeds == {1} else " (mean, band)"),
+                    fontsize=10)
     ax[1].set_ylabel("nats per response")
     for a in ax[:2]:
         a.set_xlabel("PPO iteration")
         legend_outside(a, ncols=2)
     betas, kls, scores = zip(*final)
     ax[2].plot(kls, scores, "o-")
+    if seeds != {1}:
+        for color, points in each:
+            ax[2].plot(*zip(*points), "x", color=color, ms=6, label="one seed")
     for b, k, s in final:
         ax[2].annotate(f"{b:g}", (k, s), textcoords="offset points", xytext=(4, 4), fontsize=8)
     ax[2].set_xlabel(f"KL to reference (mean of last {last} iterations)")
     ax[2].set_ylabel(f"score (mean of last {last} iterations)")
-    ax[2].set_title("larger beta: closer to pi_ref, lower score", fontsize=10)
+    ax[2].set_title("larger beta: closer to pi_ref, lower score"
+                    + ("" if seeds == {1} else "\n(o: mean of the seeds, x: each seed)"),
+                    fontsize=10)
     return saved(fig, path)
 
 
@@ -268,8 +308,10 @@ def plot_runs(runs, *, columns=RUN_COLUMNS, ncols=2, path=None) -> Figure:
 
     Parameters
     ----------
-    runs : dict label -> history (list of rows) or columns
+    runs : dict label -> history (list of rows) or columns, or a list of them
         E.g. ``{"healthy": train(config), "lr x 10": train(config.replace(lr=...))}``.
+        A list (one run per random seed) is drawn as the runs' mean, with a band from the
+        lowest to the highest of them.
     columns : sequence of str
         Columns of :data:`~ppo_numpy.training.metrics.COLUMNS` to draw, one panel each.
     ncols : int
@@ -283,23 +325,27 @@ def plot_runs(runs, *, columns=RUN_COLUMNS, ncols=2, path=None) -> Figure:
     if unknown or not columns:
         raise ValueError(f"columns: unknown or empty {unknown or list(columns)}; choose from "
                          f"{', '.join(c for c in COLUMNS if c != 'iteration')}")
-    data = {str(label): _columns(metrics) for label, metrics in runs.items()}
+    data = {str(label): _runs_of(metrics) for label, metrics in runs.items()}
     ncols = max(1, min(int(ncols), len(columns)))
     nrows = -(-len(columns) // ncols)
     fig, axes = figure(nrows, ncols, width=SITE_WIDTH_IN, height=2.7 * nrows + 0.6)
     axes = np.atleast_1d(axes).ravel()
+    seeds = {len(r) for r in data.values()}
     for ax, name in zip(axes, columns):
-        for label, c in data.items():
-            ax.plot(c["iteration"], c[name], label=label)
+        for label, group in data.items():
+            _mean_and_band(ax, group, name, label=label)
         title, unit = column_label(name)
         ax.set_title(title, fontsize=9)
         ax.set_ylabel(unit, fontsize=9)
         ax.set_xlabel("PPO iteration", fontsize=9)
         ax.tick_params(labelsize=8)
     finish(fig, axes, len(columns), None)
-    # one legend for every panel, above them: the runs share colours
+    # one legend for every panel, above them: the runs share colours; over seeds, its title
+    # says what the line and the band are
     fig.legend(handles=axes[0].lines, loc="outside upper center",
-               ncols=min(len(data), 3), fontsize=9, frameon=False)
+               ncols=min(len(data), 3), fontsize=9, frameon=False, title_fontsize=9,
+               title=None if seeds == {1} else f"mean of {'/'.join(map(str, sorted(seeds)))} "
+                                               "seeds each; band: lowest to highest")
     return saved(fig, path)
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .._machine import cpu_kind, simd_kind
 from .._npz import BadFileError
 from ..models.sampling import sample
 from ..models.vocab import Vocab
@@ -153,6 +154,9 @@ def main(argv=None) -> int:
               "after the start (warm-up included)")
     else:
         print("90% of the optimum was not reached")
+    kind = cpu_kind()
+    print(f"CPU kind: {simd_kind(kind['cpu_features'])} (NumPy {kind['numpy']}, OpenBLAS "
+          f"{kind['openblas_core']} kernels); README.md gives these numbers per CPU kind")
     print()
     print(describe_health(history, task.optimum))
     print(describe_critic(critic_summary(history_to_columns(history)), config.task))

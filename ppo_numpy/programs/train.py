@@ -6,9 +6,9 @@ Every field of :class:`~ppo_numpy.training.config.PPOConfig` is an option
 (one line ``...: error: <file>: <what>``), 130 interrupted (the checkpoint
 of the last finished iteration is kept; ``--resume DIR`` continues).
 
-With ``--exercises --json PATH``, instead: the runs of notebook 10's exercise solutions
-(:data:`EXERCISES`), written to one JSON file (``docs/data/training_exercises.json``, which
-the notebook reads instead of running them).
+With ``--exercises --json PATH``, instead: the runs of notebook 10's exercise solutions,
+and of its figures with seeds 1 and 2 (:data:`EXERCISES`), written to one JSON file
+(``docs/data/training_exercises.json``, which the notebook reads instead of running them).
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ from ..training.run import SWEEP_CONFIG, RunError, beta_sweep, resume, train
 from ..training.tasks import TASKS, make_task
 from ._exercises import exercises_command, json_path, runs_json
 
-#: the runs of notebook 10's exercise solutions: name -> the fields replaced in
+#: the runs of notebook 10's exercise solutions (and, below, of its figures' other seeds):
+#: name -> the fields replaced in
 #: :data:`~ppo_numpy.training.run.SWEEP_CONFIG` (40 iterations each). ``betas``: one
 #: :func:`~ppo_numpy.training.run.beta_sweep` over them (one shared warm-up)
 EXERCISES = {
@@ -39,6 +40,12 @@ EXERCISES = {
     "adaptive": {"kl_controller": "adaptive", "kl_target": 4.0},
     "epochs_16": {"epochs": 16},
 }
+#: the runs notebook 10's figures compare, again with seeds 1 and 2 (seed 0 runs in the
+#: notebook itself): each comparison drawn over three seeds, their mean and spread
+SEED_RUNS = {"sweep": {"betas": (0.0, 0.05, 0.5)}, "lr_x10": {"lr": 3e-2},
+             "c_v_0": {"c_v": 0.0}, "value_hidden_64": {"value_hidden": 64}}
+EXERCISES.update({f"{name}_seed{seed}": {**fields, "seed": seed}
+                  for seed in (1, 2) for name, fields in SEED_RUNS.items()})
 _EXERCISES_PROGRAM = "python -m ppo_numpy train --exercises"
 #: the command that writes docs/data/training_exercises.json
 EXERCISES_COMMAND = f"{_EXERCISES_PROGRAM} --json docs/data/training_exercises.json"
@@ -59,7 +66,8 @@ def run_exercises(iterations=None, callback=None, names=tuple(EXERCISES)) -> dic
         fields = dict(EXERCISES[name])
         start = time.process_time()
         if "betas" in fields:
-            histories = beta_sweep(fields["betas"], base, callback=callback)
+            others = {k: v for k, v in fields.items() if k != "betas"}
+            histories = beta_sweep(fields["betas"], base.replace(**others), callback=callback)
             rows = [row for history in histories.values() for row in history]
         else:
             rows = train(base.replace(**fields), callback=callback, plot=False)
@@ -118,8 +126,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--exercises", action="store_true",
                      help="instead: the runs of notebook 10's exercise solutions (a beta "
                           "sweep over 0.02, 0.1, 0.2; the adaptive controller with KL target "
-                          "4; 16 epochs; 40 iterations each, or --iterations; about 15 CPU "
-                          "seconds), written to --json; no other option may be given")
+                          "4; 16 epochs) and of its figures with seeds 1 and 2 (a beta sweep "
+                          "over 0, 0.05, 0.5; lr x 10; c_V = 0; value_hidden 64); 40 "
+                          "iterations each, or --iterations; about 60 CPU seconds), written "
+                          "to --json; no other option may be given")
     run.add_argument("--json", metavar="PATH", default=None,
                      help="with --exercises: the JSON file to write (e.g. "
                           "docs/data/training_exercises.json)")

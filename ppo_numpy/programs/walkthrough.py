@@ -76,11 +76,13 @@ def main(argv=None) -> int:
     _row("   R_t = A_hat_t + V_old(s_t)", _fmt(R))
     _row("   mean(A_hat), var(A_hat) with ddof 1", _fmt([np.mean(A), np.var(A, ddof=1)]))
     _row("5. whiten(A_hat) = (A_hat - mean) / sqrt(var + 1e-8)", _fmt(whiten(A)))
+    print("   (shown, not used below: steps 7-9 use A_hat of step 4, unwhitened, so that each\n"
+          "   number stays checkable by hand; training whitens over the whole batch)")
     logp = logp_old + np.log(RHO)
     rho = probability_ratio(logp, logp_old)
     _row("6. after an update: rho_t = exp(logp - logp_old)", _fmt(rho))
     surr = clipped_surrogate(rho, A, EPS)
-    _row("7. min(rho A_hat, clip(rho, 1 - eps, 1 + eps) A_hat)", _fmt(surr))
+    _row("7. min(rho A, clip(rho, 1-eps, 1+eps) A), A: step 4", _fmt(surr))
     _row("8. L_PPO (sum over t, mean over the 1 response)",
          _num(aggregate(surr, None, "seq-mean-token-sum")))
     loss, stats = ppo_policy_loss(logp, logp_old, A, None, EPS)

@@ -130,8 +130,9 @@ def critic_summary(columns, threshold=0.9, start=5, end=10) -> dict:
     return out
 
 
-def critic_vs_constant(columns, fraction=0.5) -> dict:
-    """Does V beat a constant while the policy learns? Over the first ``fraction`` of a run.
+def critic_vs_constant(columns, fraction=0.5, *, iterations=None) -> dict:
+    """Does V beat a constant while the policy learns? Over the first ``fraction`` of a run,
+    or its first ``iterations`` (the dashboard reads its learning phase).
 
     ``value_loss_ratio``: the mean value loss over those iterations divided by the mean of
     Var(R) / 2, the loss of the best constant V (the batch mean of R); below 1, V beats
@@ -146,9 +147,15 @@ def critic_vs_constant(columns, fraction=0.5) -> dict:
     ...                         [0.4, 0.4, 9, 9], "explained_variance": [0.2, 0.6, 9, 9]})
     >>> s["iterations"], round(s["value_loss_ratio"], 12), round(s["ev_median"], 12)
     (2, 1.0, 0.4)
+    >>> critic_vs_constant({"value_loss": [0.1, 0.3, 9, 9], "return_variance": [0.4, 0.4, 9, 9],
+    ...                     "explained_variance": [0.2, 0.6, 9, 9]}, iterations=1)["ev_median"]
+    0.2
     """
     if not 0 < fraction <= 1:
         raise ValueError(f"fraction: must be in (0, 1], got {fraction}")
+    if iterations is not None and (isinstance(iterations, bool) or not isinstance(
+            iterations, (int, np.integer)) or iterations < 1):
+        raise ValueError(f"iterations: must be an int >= 1 or None, got {iterations!r}")
     loss = np.asarray(columns["value_loss"], dtype=np.float64)
     var_R = np.asarray(columns["return_variance"], dtype=np.float64)
     ev = np.asarray(columns["explained_variance"], dtype=np.float64)
@@ -156,7 +163,8 @@ def critic_vs_constant(columns, fraction=0.5) -> dict:
         raise ValueError("columns: value_loss, return_variance and explained_variance must be "
                          f"non-empty and of one length, got {loss.shape}, {var_R.shape}, "
                          f"{ev.shape}")
-    n = max(1, int(len(loss) * fraction))
+    n = max(1, int(len(loss) * fraction)) if iterations is None else min(int(iterations),
+                                                                          len(loss))
     constant = float(np.mean(var_R[:n])) / 2
     ratio = float(np.mean(loss[:n])) / constant if constant > 0 else math.nan
     return {"iterations": n, "value_loss_ratio": ratio, "ev_median": _nanmedian(ev[:n])}
