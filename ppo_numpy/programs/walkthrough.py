@@ -17,15 +17,16 @@ import numpy as np
 from .. import (
     aggregate,
     clipped_surrogate,
+    gae,
     kl_estimate,
     kl_shaped_rewards,
     ppo_policy_loss,
     probability_ratio,
     td_errors,
+    value_loss,
     whiten,
 )
 from ..explain.tables import format_number as _num  # 10 significant digits, -0 as 0
-from ..ppo import gae, value_loss
 
 # The running example: one response of T = 3 tokens.
 LOGP_OLD = (-1.0, -2.0, -0.5)   # log pi_old of the sampled tokens (the rollout policy)
