@@ -129,3 +129,20 @@ def test_every_member_of_the_table_is_a_loss_with_both_halves():
     for name, loss in LOSSES.items():
         assert isinstance(loss, Loss), name
         assert callable(loss.forward) and callable(loss.backward), name
+
+
+def test_an_algorithm_by_its_own_name_is_the_clip_member_with_its_fields():
+    logp, logp_old, A, m, _, _ = batch(2)
+    for name, fields in (("gspo", dict(importance_level="sequence")),
+                         ("luspo", dict(importance_level="sequence", agg="luspo")),
+                         ("dr_grpo", dict(agg="dr_grpo"))):
+        by_name = ppo_policy_loss(logp, logp_old, A, m, loss_type=name)
+        by_fields = ppo_policy_loss(logp, logp_old, A, m, **fields)
+        # the same options object, so the same arithmetic: the same bits
+        assert by_name == by_fields, name
+        assert PolicyLossOptions(loss_type=name) == PolicyLossOptions(**fields)
+    # a field given another value than the name's (and than its default) is an error
+    with pytest.raises(ValueError, match="agg: loss_type='luspo' sets agg='luspo'; got 'grpo'"):
+        PolicyLossOptions(loss_type="luspo", agg="grpo")
+    # a field that agrees with the name is fine
+    assert PolicyLossOptions(loss_type="luspo", agg="luspo").agg == "luspo"

@@ -21,11 +21,20 @@ from ..ppo.kl import _check_estimator, check_kl_clamp
 from ..ppo.kl_gradient import OPENRLHF_IS_BOUND, check_form, check_is_bound
 from ..ppo.ratio import check_clamp, check_level
 
-__all__ = ["DEFAULTS", "OPTION_NAMES", "PolicyLossOptions", "SEQUENCE_GRADIENTS",
-           "loss_options"]
+__all__ = ["ALGORITHMS", "DEFAULTS", "OPTION_NAMES", "PolicyLossOptions",
+           "SEQUENCE_GRADIENTS", "loss_options"]
 
 #: the gradients of the sequence-level loss (PolicyLossOptions.sequence_gradient)
 SEQUENCE_GRADIENTS = ("sequence", "token")
+#: algorithms known by their own name that are a member of the table with other options:
+#: ``loss_type=name`` is the member ``"clip"`` with these fields (GSPO: the sequence ratio;
+#: LUSPO: GSPO aggregated by "luspo", TRL 1.16.0 ``loss_type="luspo"``; Dr. GRPO: the sum
+#: over tokens divided by B T, TRL's ``loss_type="dr_grpo"``)
+ALGORITHMS = {
+    "gspo": {"importance_level": "sequence"},
+    "luspo": {"importance_level": "sequence", "agg": "luspo"},
+    "dr_grpo": {"agg": "dr_grpo"},
+}
 
 
 @dataclass(frozen=True)
@@ -74,7 +83,11 @@ class PolicyLossOptions:
         ``"geo_mean"`` (GMPO), ``"gpg"``, ``"clip_cov"``, ``"kl_cov"``, ``"dppo_tv"``,
         ``"dppo_kl"``, ``"dro"``: each formula in its member's module (for ``geo_mean`` the
         epsilons bound the token log-ratio, for DPPO the change of probability or its binary
-        KL).
+        KL). An algorithm's own name (:data:`ALGORITHMS`) is the ``"clip"`` member with the
+        fields that make it: ``"gspo"`` (``importance_level="sequence"``), ``"luspo"`` (and
+        ``agg="luspo"``), ``"dr_grpo"`` (``agg="dr_grpo"``); one of those fields given another
+        value than the name's and than its default is a ValueError; the object holds
+        ``loss_type="clip"`` with those fields.
     vespo_k_pos : float >= 0
         VESPO's shapes: k for A >= 0 (TRL 1.16.0 ``GRPOConfig``: 2); ``vespo_lambda_pos``
         lambda for A >= 0 (3), ``vespo_k_neg`` and ``vespo_lambda_neg`` for A < 0 (3, 2).
@@ -139,6 +152,9 @@ class PolicyLossOptions:
     >>> opts = PolicyLossOptions(epsilon=0.2, epsilon_high=0.28)
     >>> opts.bounds()
     (0.8, 1.28)
+    >>> gspo = PolicyLossOptions(loss_type="gspo")
+    >>> gspo.loss_type, gspo.importance_level
+    ('clip', 'sequence')
     >>> PolicyLossOptions(dual_clip=0.5)
     Traceback (most recent call last):
     ...
@@ -179,6 +195,15 @@ class PolicyLossOptions:
 
     def __post_init__(self):
         set_ = object.__setattr__
+        if isinstance(self.loss_type, str) and self.loss_type in ALGORITHMS:
+            # an algorithm's own name: the clip member with its fields (ALGORITHMS)
+            for name, value in ALGORITHMS[self.loss_type].items():
+                given = getattr(self, name)
+                if given not in (value, _FIELD_DEFAULTS[name]):
+                    raise ValueError(f"{name}: loss_type={self.loss_type!r} sets {name}="
+                                     f"{value!r}; got {given!r}")
+                set_(self, name, value)
+            set_(self, "loss_type", "clip")
         clip_bounds(self.epsilon, self.epsilon_high)
         set_(self, "dual_clip", check_dual_clip(self.dual_clip))
         set_(self, "log_ratio_clamp", check_clamp(self.log_ratio_clamp))
@@ -194,7 +219,7 @@ class PolicyLossOptions:
         if self.delta is not None:
             set_(self, "delta", check_scalar(self.delta, "delta", low=0, low_open=True,
                                              allow_exact=False))
-        check_choice(self.loss_type, "loss_type", tuple(LOSSES), "loss type")
+        check_choice(self.loss_type, "loss_type", (*LOSSES, *ALGORITHMS), "loss type")
         set_(self, "kl_coef", check_scalar(self.kl_coef, "kl_coef", low=0, allow_exact=False))
         _check_estimator(self.kl_estimator, "kl_estimator")
         set_(self, "kl_clamp", check_kl_clamp(self.kl_clamp, "kl_clamp"))
@@ -235,6 +260,7 @@ class PolicyLossOptions:
 
 
 OPTION_NAMES = tuple(f.name for f in fields(PolicyLossOptions))
+_FIELD_DEFAULTS = {f.name: f.default for f in fields(PolicyLossOptions)}
 DEFAULTS = PolicyLossOptions()
 
 
