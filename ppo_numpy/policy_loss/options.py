@@ -147,6 +147,11 @@ class PolicyLossOptions:
     dro_beta : float > 0, optional
         DRO's coefficient of the quadratic log-ratio penalty; needed by ``loss_type="dro"``.
 
+    Two attributes are read off the fields once, when the object is made: ``eps_high`` (the
+    upper clip width, ``epsilon_high`` or else ``epsilon``) and ``is_ppo`` (token ratio, the
+    clipped surrogate, no delta, no cap, no KL term: the objective's own loss, whose
+    statistics leave out the critic-free family's).
+
     Examples
     --------
     >>> opts = PolicyLossOptions(epsilon=0.2, epsilon_high=0.28)
@@ -239,21 +244,15 @@ class PolicyLossOptions:
         for name, loss in LOSSES.items():
             if loss.check is not None:
                 loss.check(self, name == self.loss_type)
-
-    @property
-    def eps_high(self) -> float:
-        """The upper clip width: ``epsilon_high``, or ``epsilon`` when it is ``None``."""
-        return self.epsilon if self.epsilon_high is None else self.epsilon_high
+        # two readings of the fields, resolved once (attributes, not fields: see the class's
+        # docstring)
+        set_(self, "eps_high", self.epsilon if self.epsilon_high is None else self.epsilon_high)
+        set_(self, "is_ppo", self.importance_level == "token" and self.loss_type == "clip"
+             and self.delta is None and self.log_ratio_max is None and self.kl_coef == 0)
 
     def bounds(self, like=None):
         """``(1 - epsilon, 1 + epsilon_high)`` in the arithmetic of ``like`` (float by default)."""
         return clip_bounds(self.epsilon, self.epsilon_high, like=like)
-
-    @property
-    def is_ppo(self) -> bool:
-        """Token ratio, clipped surrogate, no delta, no KL term: the objective's own loss."""
-        return (self.importance_level == "token" and self.loss_type == "clip"
-                and self.delta is None and self.log_ratio_max is None and self.kl_coef == 0)
 
 
 #: the field names of :class:`PolicyLossOptions`, the keywords of every policy-loss function
