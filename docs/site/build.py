@@ -50,7 +50,7 @@ EXTRA_MODULES = ["ppo_numpy.oracle", "ppo_numpy.oracle.cases", "ppo_numpy.oracle
                  "ppo_numpy.oracle.golden", "ppo_numpy.oracle.presets", "ppo_numpy.models.base",
                  "ppo_numpy.programs.oracle", "ppo_numpy.oracle.diagnose",
                  "ppo_numpy.oracle.switches", "ppo_numpy.oracle.group_cases",
-                 "ppo_numpy.family.losses"] + [
+                 "ppo_numpy.family.losses", "ppo_numpy.policy_loss.kernel"] + [
     f"ppo_numpy.family.losses.{m}" for m in ("clip", "cispo", "vespo", "sapo", "gmpo", "gpg",
                                              "cov", "dppo", "dro", "entry")] + [
     f"ppo_numpy.oracle.presets.{m}" for m in ("seed", "trl", "verl", "openrlhf", "deepspeed_chat",
@@ -61,10 +61,13 @@ FULL_MODULES = ["ppo_numpy.oracle.cases", "ppo_numpy.oracle.compare", "ppo_numpy
                 "ppo_numpy.oracle.diagnose", "ppo_numpy.oracle.switches",
                 "ppo_numpy.oracle.group_cases", "ppo_numpy.family.losses",
                 "ppo_numpy.family.losses.sapo", "ppo_numpy.family.losses.gmpo",
-                "ppo_numpy.family.losses.cov", "ppo_numpy.family.losses.dppo"]
+                "ppo_numpy.family.losses.cov", "ppo_numpy.family.losses.dppo",
+                "ppo_numpy.policy_loss.kernel"]
 # names documented on their module's page: not in __all__, but a docstring refers to them
 MODULE_EXTRAS = {
     "ppo_numpy.ppo.aggregation": [("data", "TRL_MODES")],
+    "ppo_numpy.ppo.ratio": [("function", "loss_ratio"), ("function", "loss_ratio_backward")],
+    "ppo_numpy.policy_loss.options": [("function", "loss_options"), ("data", "ALGORITHMS")],
     "ppo_numpy.oracle.presets": [("function", "get_preset"), ("class", "Preset"),
                                  ("data", "PRESETS"), ("data", "DEFAULT_PRESET"),
                                  ("data", "INPUT_NAMES"), ("data", "GROUP_INPUT_NAMES")],

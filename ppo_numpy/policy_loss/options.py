@@ -41,6 +41,11 @@ ALGORITHMS = {
 class PolicyLossOptions:
     """How the clipped surrogate becomes a loss: clip range, dual clip, clamp, aggregation.
 
+    Two attributes are read off the fields once, when the object is made: ``eps_high`` (the
+    upper clip width, ``epsilon_high`` or else ``epsilon``) and ``is_ppo`` (token ratio, the
+    clipped surrogate, no delta, no cap, no KL term: the objective's own loss, whose
+    statistics leave out the critic-free family's).
+
     Attributes
     ----------
     epsilon : float >= 0
@@ -146,11 +151,6 @@ class PolicyLossOptions:
         ``ActorConfig`` passes ``clip_ratio_c`` = 3.0: the ``verl-grpo`` preset does).
     dro_beta : float > 0, optional
         DRO's coefficient of the quadratic log-ratio penalty; needed by ``loss_type="dro"``.
-
-    Two attributes are read off the fields once, when the object is made: ``eps_high`` (the
-    upper clip width, ``epsilon_high`` or else ``epsilon``) and ``is_ppo`` (token ratio, the
-    clipped surrogate, no delta, no cap, no KL term: the objective's own loss, whose
-    statistics leave out the critic-free family's).
 
     Examples
     --------

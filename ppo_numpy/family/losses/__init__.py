@@ -7,21 +7,21 @@ Each member is one module with its forward, its gradient ``d<name>`` and its sta
 wraps every member: the ratio (clamp, sequence level, cap), the rollout weights, the
 aggregation and the KL term.
 
-==========  =====================================  ===============================================
-loss_type   module                                 term (to maximise)
-==========  =====================================  ===============================================
-clip        :mod:`~.clip` (the default: PPO)       min(rho A, clip(rho, 1 - eps, 1 + eps_high) A)
-cispo       :mod:`~.cispo`                         sg(w) A logp, w the clipped ratio
-vespo       :mod:`~.vespo`                         sg(phi_i) A logp, phi a Gamma weight of s_i
-sapo        :mod:`~.sapo`                          g(rho) A, g a smooth gate
-geo_mean    :mod:`~.gmpo`                          s_i Abar_i, s_i a geometric mean (GMPO)
-gpg         :mod:`~.gpg`                           A logp
-clip_cov    :mod:`~.cov`                           the clipped term, tokens of large cov dropped
-kl_cov      :mod:`~.cov`                           rho A - coef |log rho| on tokens of large cov
-dppo_tv     :mod:`~.dppo`                          sg(min(rho, c)) v A logp, v the TV trust region
-dppo_kl     :mod:`~.dppo`                          the same, v the binary-KL trust region
-dro         :mod:`~.dro`                           A logp - (beta / 2) (log rho)^2
-==========  =====================================  ===============================================
+=========  ========  ==============================================================
+loss_type  module    term (to maximise)
+=========  ========  ==============================================================
+clip       clip      min(rho A, clip(rho, 1 - eps, 1 + eps_high) A): PPO, the default
+cispo      cispo     sg(w) A logp, w the clipped ratio
+vespo      vespo     sg(phi_i) A logp, phi a Gamma weight of the sequence ratio
+sapo       sapo      g(rho) A, g a smooth gate
+geo_mean   gmpo      s_i Abar_i, s_i the geometric mean of the token ratios (GMPO)
+gpg        gpg       A logp
+clip_cov   cov       the clipped term, tokens of large covariance dropped
+kl_cov     cov       rho A - coef abs(log rho) on tokens of large covariance
+dppo_tv    dppo      sg(min(rho, c)) v A logp, v the total-variation trust region
+dppo_kl    dppo      the same, v the binary-KL trust region
+dro        dro       A logp - (beta / 2) (log rho)^2
+=========  ========  ==============================================================
 
 GSPO is the ``clip`` member at ``importance_level="sequence"`` (the ratio is the sequence ratio
 s_i); LUSPO is GSPO aggregated by ``agg="luspo"``; Dr. GRPO is ``clip`` aggregated by

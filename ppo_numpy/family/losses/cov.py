@@ -6,11 +6,11 @@ advantage and log-probability treated apart (verl 0.9.1 ``compute_policy_loss_cl
     clip_cov:  term_t = min(rho_t A_t, clip(rho_t) A_t) (1 - z_t), z_t = 1 for up to
                ``cov_ratio`` n tokens drawn at random among the unclipped ones whose cov_t
                lies in ``cov_bounds``
-    kl_cov:    term_t = rho_t A_t - kl_cov_coef |lr_t| z_t, z_t = 1 for the ``cov_ratio`` n
+    kl_cov:    term_t = rho_t A_t - kl_cov_coef abs(lr_t) z_t, z_t = 1 for the ``cov_ratio`` n
                tokens of largest cov_t
 
 lr_t = logp_t - logp_old_t (clamped by ``log_ratio_clamp``). The gradient runs through rho (and
-KL-Cov's |lr_t|, d|x|/dx = sign(x), 0 at 0 as in torch). Defaults: ``cov_ratio`` 0.0002,
+KL-Cov's abs(lr_t), d abs(x) / dx = sign(x), 0 at 0 as in torch). Defaults: ``cov_ratio`` 0.0002,
 ``cov_bounds`` (1, 5), ``kl_cov_coef`` 0.1 (verl's ``clip_cov_ratio``, ``clip_cov_lb``,
 ``clip_cov_ub``, ``kl_cov_ratio``, ``ppo_kl_coef``).
 """

@@ -5,7 +5,7 @@
     tau = tau_pos where A_t > 0 else tau_neg,   d term_t / d rho_t = 4 s (1 - s) A_t
 
 s = sigmoid(tau (rho - 1)). At rho = 1 the slope is 1, as the unclipped PPO term's; far from 1
-it decays like exp(-tau |rho - 1|) instead of dropping to 0 at a clip bound. Token or sequence
+it decays like exp(-tau abs(rho - 1)) instead of dropping to 0 at a clip bound. Token or sequence
 level (rho the sequence ratio s_i at every token of response i). Defaults: ``sapo_tau_pos``
 1.0, ``sapo_tau_neg`` 1.05 (verl's ``tau_pos``, ``tau_neg``; TRL's ``sapo_temperature_pos``,
 ``sapo_temperature_neg``).
