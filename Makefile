@@ -15,7 +15,7 @@ DOCS_STAMP := $(VENV)/.installed-docs
 DOCS_OUT   := build/docs
 
 .PHONY: demo test test-cpu-kinds lint doctest pytest notebooks bench clean docs docs-check \
-	docs-serve conformance
+	docs-serve conformance conformance-step
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -100,6 +100,12 @@ $(CSTAMP): $(CREQ)
 
 conformance: $(CSTAMP)
 	$(ONE_THREAD) $(CPY) -m tests.conformance.run
+
+# One optimizer step across 2 gloo ranks on loopback (torch.distributed, started and joined
+# by the run), verl's and TRL's loss normalisation against ppo_numpy.policy_step
+# (tests/conformance/step_distributed.py; run_step_conformance for the conformance run).
+conformance-step: $(CSTAMP)
+	$(ONE_THREAD) $(CPY) -m tests.conformance.step_distributed
 
 bench: $(RUN_STAMP)
 	$(PY) -m benchmarks

@@ -4,9 +4,9 @@ against older ones, side by side in one run (issue 35's speed targets).
 * **pipeline** at (8, 128) and (64, 256): shaped rewards -> GAE -> whitening -> the policy
   loss with its statistics and its gradient (``benchmarks.core.ours_pipeline``'s calls, each
   checkout's public functions; this checkout with GAE's fast form chosen explicitly,
-  ``method="blocked"``, the older ones with their defaults), every checkout imported in this process under its own name
-  (:func:`benchmarks.targets.load_package`) and timed in interleaved rounds on the same
-  batch; checked to give the same loss first (to 1e-9);
+  ``method="blocked"``, the older ones with their defaults), every checkout imported in this
+  process under its own name (:func:`benchmarks.targets.load_package`) and timed in
+  interleaved rounds on the same batch; checked to give the same loss first (to 1e-9);
 * **training iteration**: one default ``ppo_iteration`` of each older checkout against this
   one in fresh child processes that import both, alternating
   (:func:`benchmarks.targets.training_iteration`);
@@ -66,7 +66,7 @@ def pipeline_rows(checkouts: dict, *, rounds: int, target: float) -> list[dict]:
         for label, loss in losses.items():
             if abs(loss - losses[new]) > 1e-9 * max(1.0, abs(loss)):
                 raise AssertionError(f"pipeline loss of {label}: {loss} vs {losses[new]}")
-        samples = measure_samples({label: (lambda pkg=pkg, f=fast[label]: pipeline(
+        samples = measure_samples({label: (lambda pkg=pkg, f=fast[label], b=b: pipeline(
             pkg, b, PARAMS, f)) for label, pkg in pkgs.items()}, rounds=rounds,
                                   target=target)
         rows.append({"B": B, "T": T,

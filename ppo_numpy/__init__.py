@@ -29,7 +29,9 @@ group baselines        grpo_advantages, ...        ppo_numpy.family.advantages
 rollout batch          Rollout                     ppo_numpy.batch
 sampler-trainer gap    rollout_importance_weights  ppo_numpy.mismatch.correction
                        rollout_rejection_mask
-loss options           PolicyLossOptions           ppo_numpy.policy_loss.objective
+loss options           PolicyLossOptions           ppo_numpy.policy_loss
+one optimizer step     step_layout, Normaliser,    ppo_numpy.step
+                       step_weights, policy_step
 =====================  ==========================  ===========================
 """
 
@@ -82,6 +84,7 @@ from .ppo.ratio import probability_ratio
 from .ppo.td import td_errors
 from .ppo.value_loss import value_loss
 from .ppo.whitening import masked_mean, whiten
+from .step import Normaliser, policy_step, step_layout, step_weights
 from .training.kl_controllers import AdaptiveKLController, FixedKLController
 
 __version__ = "0.1.0"
@@ -95,6 +98,7 @@ __all__ = [
     "KL_ESTIMATORS",
     "KL_GRADIENT_FORMS",
     "MLPPolicy",
+    "Normaliser",
     "PolicyLossOptions",
     "Rollout",
     "SGD",
@@ -124,6 +128,7 @@ __all__ = [
     "opo_advantages",
     "policy_loss_and_grad",
     "policy_loss_grad",
+    "policy_step",
     "ppo_loss_and_grads",
     "ppo_objective",
     "ppo_policy_loss",
@@ -136,6 +141,8 @@ __all__ = [
     "rollout_importance_weights",
     "rollout_rejection_mask",
     "save_checkpoint",
+    "step_layout",
+    "step_weights",
     "td_errors",
     "value_loss",
     "value_loss_grad",

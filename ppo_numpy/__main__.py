@@ -20,6 +20,8 @@ COMMANDS = {
                  "a sampler that is not the trainer: the mismatch and its corrections"),
     "critic": ("ppo_numpy.programs.critic",
                "what the critic buys: PPO at several lambdas against GRPO, RLOO, V = 0"),
+    "accumulation": ("ppo_numpy.programs.accumulation",
+                     "gradient accumulation (train --micro-batches) against the one-pass run"),
     "gradient-report": ("ppo_numpy.programs.gradient_report",
                         "finite-difference check and timing of the toy policies' gradients"),
 }

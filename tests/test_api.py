@@ -45,6 +45,27 @@ CORE = {
 }
 
 
+#: issue 37: one optimizer step across ranks and micro-batches
+STEP = {
+    "Normaliser": "ppo_numpy.step.normalisers",
+    "step_layout": "ppo_numpy.step.layout",
+    "step_weights": "ppo_numpy.step.outputs",
+    "policy_step": "ppo_numpy.step.outputs",
+}
+
+
+def test_step_names_are_in_all_and_from_their_modules():
+    assert set(STEP) <= set(ppo_numpy.__all__)
+    for name, module in STEP.items():
+        assert getattr(ppo_numpy, name) is getattr(importlib.import_module(module), name)
+    sig = {n: list(inspect.signature(getattr(ppo_numpy, n)).parameters) for n in STEP}
+    assert sig["step_layout"] == ["n_rows", "ranks", "micro_batches", "deal"]
+    assert sig["step_weights"] == ["mask", "layout", "normaliser", "exact"]
+    assert sig["policy_step"][:6] == ["logp", "logp_old", "advantages", "mask", "layout",
+                                      "normaliser"]
+    assert sig["Normaliser"][:2] == ["name", "mode"]
+
+
 def test_core_names_are_in_all():
     missing = set(CORE) - set(ppo_numpy.__all__)
     assert not missing, f"missing from ppo_numpy.__all__: {sorted(missing)}"

@@ -60,18 +60,12 @@ def fresh_run(path: Path):
     return _RUNS[path]
 
 
-#: numbers kept free for a notebook written on another branch (16: another engineer's, in
-#: progress while 17 was written); a reserved number may be missing or present
-RESERVED = {16}
-
-
 def test_there_are_notebooks():
     assert len(NOTEBOOKS) >= 8, f"expected notebooks/00_*.ipynb ... 07_*.ipynb, found {NOTEBOOKS}"
     numbers = [int(p.name[:2]) for p in NOTEBOOKS]
     assert all(p.name[2] == "_" for p in NOTEBOOKS), [p.name for p in NOTEBOOKS]
-    # 00, 01, ... in order, none twice, a gap only at a reserved number
-    expected = [k for k in range(max(numbers) + 1) if k not in RESERVED or k in numbers]
-    assert numbers == expected, numbers
+    # 00, 01, ... in order, none twice, no gap
+    assert numbers == list(range(max(numbers) + 1)), numbers
 
 
 #: the lesson's parts, in order (issue 5 and STYLE.md habit 9)

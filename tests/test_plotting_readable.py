@@ -45,6 +45,7 @@ from ppo_numpy.plotting import (  # noqa: E402
     oracle,
     overoptimisation,
     policy,
+    step,
     training,
     transformer,
 )
@@ -145,13 +146,20 @@ CASES = {f"concepts.{name}": call for name, call in CONCEPT_CASES.items()} | {
         np.arange(200) % 100, (np.arange(200) * 7) % 100,
         {"after warm-up": np.arange(200) % 3 == 0, "after PPO": np.arange(200) % 5 != 0},
         (np.arange(200) % 10 + (np.arange(200) * 7) % 10) >= 10),
+    "step.plot_response_shares": lambda: step.plot_response_shares(
+        {"global token mean": [10 / 1010, 1000 / 1010], "micro-batch mean, 2 x 1": [0.5, 0.5],
+         "TRL grpo, 1 x 2": [0.5, 0.5], "TRL dapo, 1 x 2": [10 / 1010, 1000 / 1010]},
+        ["10 tokens", "1000 tokens"], full_batch=[10 / 1010, 1000 / 1010]),
+    "step.plot_accumulation_drift": lambda: step.plot_accumulation_drift(
+        {"global, 4 micro-batches": [3e-16, 1e-15, 4e-15, 2e-14],
+         "micro-batch-mean, 4 micro-batches": [0.12, 0.38, 0.47, 0.5]}),
 }
 
 
 def _public_plot_functions():
     names = set()
     for module in (concepts, grpo, kl_gradient, mismatch, oracle, overoptimisation, policy,
-                   training, transformer):
+                   step, training, transformer):
         short = module.__name__.rsplit(".", 1)[1]
         for name, obj in vars(module).items():
             if (name.startswith("plot_") and inspect.isfunction(obj)

@@ -212,16 +212,18 @@ def _rowwise_stats(f, A_row, n_tok, opts, kl_sums) -> dict:
 
 
 def policy_loss_kernel(logp, logp_old, A, m, opts, logp_ref=None, *, is_weights=None,
-                       approx_kl=APPROX_KL):
+                       approx_kl=APPROX_KL, divs=None):
     """``(forward, stats, dlogp)`` as :func:`ppo_numpy.policy_loss.kernel.policy_loss_kernel`,
-    by the row-wise form when the rule of :func:`use_rowwise` says so (and no ``is_weights``),
-    else by the reference (unchecked kernel)."""
-    A_row = None if is_weights is not None else use_rowwise(A, m, opts)
+    by the row-wise form when the rule of :func:`use_rowwise` says so (and no ``is_weights``
+    nor ``divs``, a micro-batch's share of a step: the per-response form has no place for
+    them), else by the reference (unchecked kernel)."""
+    rowwise = is_weights is None and divs is None
+    A_row = use_rowwise(A, m, opts) if rowwise else None
     if A_row is not None:
         return gspo_rowwise_kernel(logp, logp_old, A_row, m, opts, logp_ref,
                                    approx_kl=approx_kl)
     return kernel.policy_loss_kernel(logp, logp_old, A, m, opts, logp_ref,
-                                     is_weights=is_weights, approx_kl=approx_kl)
+                                     is_weights=is_weights, approx_kl=approx_kl, divs=divs)
 
 
 def policy_loss_and_grad(logp, logp_old, advantages, mask=None, epsilon=0.2, agg="token-mean",

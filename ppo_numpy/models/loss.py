@@ -210,9 +210,12 @@ def _rollout_is_options(rollout_is, is_weights):
 
 
 def loss_and_grads_kernel(model, batch: Rollout, opts: PolicyLossOptions, *, c_v=0.5, c_H=0.0,
-                          value_clip=None, temperature=1.0, params=None, is_weights=None):
+                          value_clip=None, temperature=1.0, params=None, is_weights=None,
+                          divs=None):
     """:func:`ppo_loss_and_grads` of a checked :class:`Rollout` and checked options
-    (unchecked kernel: the training loop calls it on its minibatches)."""
+    (unchecked kernel: the training loop calls it on its minibatches). ``divs``: the
+    ``(d, D)`` every term aggregates with instead of those of ``agg`` on these rows (a
+    micro-batch's share of a step, ``ppo_numpy.training.accumulation``)."""
     m = batch.mask
     ev = evaluate_kernel(model, batch.prompts, batch.responses, m, temperature, params)
     agg, norm = opts.agg, opts.norm
@@ -220,15 +223,15 @@ def loss_and_grads_kernel(model, batch: Rollout, opts: PolicyLossOptions, *, c_v
     # 1. forward: each term aggregated with agg
     pl, stats, dlogp = policy_loss_kernel(ev.logp, batch.logp_old, batch.advantages, m, opts,
                                           batch.logp_ref if opts.kl_coef > 0 else None,
-                                          is_weights=is_weights)
+                                          is_weights=is_weights, divs=divs)
     L_V = float(aggregate_kernel(where_valid(m, value_loss_kernel(
-        ev.values, batch.old_values, batch.returns, value_clip)), m, agg, norm))
-    H = float(aggregate_kernel(ev.entropy, m, agg, norm))
+        ev.values, batch.old_values, batch.returns, value_clip)), m, agg, norm, divs))
+    H = float(aggregate_kernel(ev.entropy, m, agg, norm, divs))
     # loss = L_pi (+ kl_coef KL) + c_v L_V - c_H H
     loss = pl.loss + c_v * L_V - c_H * H
 
     # 2. backward: d loss / d logp (dlogp), d loss / d values, d loss / d z
-    w = aggregation_weights(m, agg, norm)
+    w = aggregation_weights(m, agg, norm, divs)
     dvalues = c_v * where_valid(m, w * value_loss_grad_kernel(
         ev.values, batch.old_values, batch.returns, value_clip) + 0.0)  # (B, T)
     dz = logits_grad_from_logp(ev.logq, ev.responses, dlogp)  # (B, T, K)

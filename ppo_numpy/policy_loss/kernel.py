@@ -34,8 +34,8 @@ from ..ppo.ratio import loss_ratio, sequence_log_ratio
 from .options import PolicyLossOptions
 
 __all__ = ["APPROX_KL", "PolicyLossForward", "dkl_term", "kl_agg", "kl_correction_ratio",
-           "kl_term", "policy_loss_backward", "policy_loss_forward", "policy_loss_kernel",
-           "policy_loss_stats"]
+           "kl_divs", "kl_term", "policy_loss_backward", "policy_loss_forward",
+           "policy_loss_kernel", "policy_loss_stats"]
 
 #: the approx-KL statistics ``ppo_policy_loss`` reports by default (``approx_kl=True``)
 APPROX_KL = ("k1", "k2", "k3")
@@ -65,12 +65,16 @@ class PolicyLossForward:
 
 
 def policy_loss_forward(logp, logp_old, A, m, opts: PolicyLossOptions, logp_ref=None, *,
-                        is_weights=None):
+                        is_weights=None, divs=None):
     """The policy loss on checked arrays (unchecked kernel), every intermediate named.
 
     ``logp``, ``logp_old``, ``A`` (and ``logp_ref`` when ``opts.kl_coef > 0``, and
     ``is_weights`` when given) float64 (B, T) or (T,) arrays, 0 at padding; ``m`` the bool
-    mask; ``opts`` checked. Returns a :class:`PolicyLossForward`.
+    mask; ``opts`` checked. ``divs``: the ``(d, D)`` of
+    :func:`ppo_numpy.ppo.aggregation.divisors` to aggregate with instead of those of
+    ``opts.agg`` on these rows (a micro-batch's share of a step, :mod:`ppo_numpy.step`); the
+    KL term takes them too unless it has its own ``kl_agg``. Returns a
+    :class:`PolicyLossForward`.
 
     >>> f = policy_loss_forward(np.log([1.5, 0.5, 1.1]), np.zeros(3), np.array([2.0, -1, 1]),
     ...                         np.ones(3, bool), PolicyLossOptions())
@@ -88,32 +92,33 @@ def policy_loss_forward(logp, logp_old, A, m, opts: PolicyLossOptions, logp_ref=
     # term_t = w_t surrogate_t   (the rollout weights, constants)
     f.term = f.surrogate if f.is_weights is None else f.is_weights * f.surrogate
     # loss = -aggregate(term)   (0 at padding)
-    f.policy_loss = f.loss = -float(aggregate_kernel(f.term, m, opts.agg, opts.norm))
+    f.policy_loss = f.loss = -float(aggregate_kernel(f.term, m, opts.agg, opts.norm, divs))
     if opts.kl_coef > 0:
         if logp_ref is None:
             raise ValueError("logp_ref: the KL term of the loss (kl_coef > 0) needs the "
                              "reference log-probabilities")
         # + beta aggregate(KL_t),  KL_t of pi_theta against pi_ref
         f.kl = kl_term(f, logp_ref, m, opts)
-        f.kl_loss = float(aggregate_kernel(f.kl, m, *kl_agg(opts)))
+        f.kl_loss = float(aggregate_kernel(f.kl, m, *kl_agg(opts), kl_divs(opts, divs)))
         f.loss = f.policy_loss + opts.kl_coef * f.kl_loss
     return f
 
 
-def policy_loss_backward(f: PolicyLossForward, A, m, opts: PolicyLossOptions, logp_ref=None):
+def policy_loss_backward(f: PolicyLossForward, A, m, opts: PolicyLossOptions, logp_ref=None,
+                         divs=None):
     """d loss / d logp of :func:`policy_loss_forward`'s result ``f`` (unchecked kernel).
 
     Back through the forward's names, each gradient ``d<name>`` shaped like ``<name>``; 0 at
     padding. At the kinks of clip, min and the clamps the bound counts as inside
-    (``ppo_numpy.grads.loss_grads``).
+    (``ppo_numpy.grads.loss_grads``). ``divs``: as the forward's.
     """
     # loss = -aggregate(term) = -sum w_t term_t
-    dterm = -aggregation_weights(m, opts.agg, opts.norm)
+    dterm = -aggregation_weights(m, opts.agg, opts.norm, divs)
     # the member's gradient, back to logp (its weights included)
     dlogp = LOSSES[opts.loss_type].backward(f, dterm, A, m, opts)
     if opts.kl_coef > 0:
         # + beta aggregate(KL_t)
-        dlogp = dlogp + opts.kl_coef * dkl_term(f, logp_ref, m, opts)
+        dlogp = dlogp + opts.kl_coef * dkl_term(f, logp_ref, m, opts, kl_divs(opts, divs))
     return dlogp + 0.0  # (turns -0.0 into 0.0)
 
 
@@ -126,6 +131,11 @@ def kl_agg(opts: PolicyLossOptions):
     if opts.kl_agg is None or opts.kl_agg == opts.agg:
         return opts.agg, opts.norm
     return opts.kl_agg, None
+
+
+def kl_divs(opts: PolicyLossOptions, divs):
+    """The KL term's divisors: ``divs`` when it aggregates as the policy term does."""
+    return divs if opts.kl_agg is None or opts.kl_agg == opts.agg else None
 
 
 def _kl_ratio_level(opts: PolicyLossOptions) -> str:
@@ -154,9 +164,10 @@ def kl_term(f: PolicyLossForward, logp_ref, m, opts: PolicyLossOptions):
     return kl
 
 
-def dkl_term(f: PolicyLossForward, logp_ref, m, opts: PolicyLossOptions):
-    """d aggregate(KL_t) / d logp of :func:`kl_term` (the aggregation weights included)."""
-    w_kl = aggregation_weights(m, *kl_agg(opts))
+def dkl_term(f: PolicyLossForward, logp_ref, m, opts: PolicyLossOptions, divs=None):
+    """d aggregate(KL_t) / d logp of :func:`kl_term` (the aggregation weights included;
+    ``divs`` the KL term's divisors, :func:`kl_divs`)."""
+    w_kl = aggregation_weights(m, *kl_agg(opts), divs)
     if opts.kl_gradient == "plain":
         return kl_estimate_grad_kernel(f.logp, logp_ref, opts.kl_estimator, m, opts.kl_clamp,
                                        w_kl)
@@ -246,10 +257,11 @@ def policy_loss_stats(f: PolicyLossForward, A, m, opts: PolicyLossOptions, *,
 
 
 def policy_loss_kernel(logp, logp_old, A, m, opts: PolicyLossOptions, logp_ref=None, *,
-                       is_weights=None, approx_kl=APPROX_KL):
+                       is_weights=None, approx_kl=APPROX_KL, divs=None):
     """``(forward, stats, dlogp)`` of checked arrays: the forward's names, the statistics and
     d loss / d logp in one call (unchecked kernel: the presets, the toy policy's loss and
-    :func:`ppo_numpy.policy_loss_and_grad` use it)."""
-    f = policy_loss_forward(logp, logp_old, A, m, opts, logp_ref, is_weights=is_weights)
+    :func:`ppo_numpy.policy_loss_and_grad` use it); ``divs`` as :func:`policy_loss_forward`'s."""
+    f = policy_loss_forward(logp, logp_old, A, m, opts, logp_ref, is_weights=is_weights,
+                            divs=divs)
     return (f, policy_loss_stats(f, A, m, opts, approx_kl=approx_kl),
-            policy_loss_backward(f, A, m, opts, logp_ref))
+            policy_loss_backward(f, A, m, opts, logp_ref, divs))

@@ -37,6 +37,8 @@ counts):
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 import numpy as np
 
 from .._checks import check_choice, check_scalar, prepare, scalar_for
@@ -171,7 +173,9 @@ def aggregate_kernel(x: np.ndarray, m: np.ndarray, mode: str, norm=None, divs=No
         return row_sums.sum() / D
     rows = d > 0
     if x.dtype == object:
-        per_seq = row_sums[rows] / np.array([scalar_for(int(n), x) for n in d[rows]],
+        # (a divisor may be a Fraction itself: n_i + 1e-8, ppo_numpy.step.normalisers)
+        per_seq = row_sums[rows] / np.array([scalar_for(n if isinstance(n, Fraction)
+                                                        else int(n), x) for n in d[rows]],
                                             dtype=object)
     else:
         per_seq = row_sums[rows] / d[rows].astype(np.float64)

@@ -19,6 +19,7 @@ from ..models.precision import PRECISIONS
 from ..ppo.aggregation import MODES, TRL_MODES
 from ..ppo.kl import ESTIMATORS
 from ..ppo.kl_gradient import FORMS
+from .accumulation import NORMALISERS as ACCUMULATION_NORMALISERS
 from .tasks import TASKS
 
 MODELS = ("mlp", "bigram", "transformer")
@@ -134,6 +135,14 @@ class PPOConfig:
     # 4. K epochs x minibatches of updates
     epochs: int = _f(4, "K", "passes over each batch")
     minibatches: int = _f(4, "", "minibatches per epoch (must divide B)")
+    micro_batches: int = _f(1, "", "gradient accumulation: each minibatch's gradient as "
+                                   "the sum of this many micro-batches' backward passes "
+                                   "(must divide the minibatch's rows; 1: one pass)")
+    normaliser: str = _f("global", "", "how each micro-batch's loss is normalised: global "
+                                       "(the minibatch's counts: the one-pass gradient) or "
+                                       "micro-batch-mean (agg of each micro-batch / K: the "
+                                       "2024 gradient-accumulation bug; notebook 16)",
+                         choices=ACCUMULATION_NORMALISERS)
     eps: float = _f(0.2, "epsilon", "clip range of the ratio rho")
     agg: str = _f("token-mean", "", "loss aggregation (ppo_numpy.aggregate modes, or TRL's)",
                   choices=MODES + TRL_MODES)
@@ -230,7 +239,8 @@ def check_config(c: PPOConfig) -> None:
         if choices:
             check_choice(value, f.name, choices)
     for name in ("context", "d_embed", "d_hidden", "d_model", "n_heads", "n_layers",
-                 "warmup_batch", "batch_size", "epochs", "minibatches", "warmup_lr", "lr",
+                 "warmup_batch", "batch_size", "epochs", "minibatches", "micro_batches",
+                 "warmup_lr", "lr",
                  "kl_target", "kl_horizon"):
         if getattr(c, name) <= 0:
             raise ValueError(f"{name}: must be > 0, got {getattr(c, name)}")
@@ -259,6 +269,11 @@ def check_config(c: PPOConfig) -> None:
     if c.batch_size % c.minibatches:
         raise ValueError(f"minibatches: must divide batch_size={c.batch_size}, "
                          f"got {c.minibatches}")
+    rows = c.batch_size // c.minibatches
+    if rows % c.micro_batches:
+        raise ValueError(f"micro_batches: must divide the minibatch's {rows} rows (batch_size "
+                         f"{c.batch_size} / minibatches {c.minibatches}), got "
+                         f"{c.micro_batches}")
     if c.whiten_advantages and c.batch_size < 2:
         raise ValueError("batch_size: whitening the advantages needs at least 2 responses")
     G = responses_per_prompt(c)

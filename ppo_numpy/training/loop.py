@@ -24,7 +24,10 @@ One iteration, each step named as docs/objective.md names it:
    clipping, Adam; c_V = 0 for the critic-free algos (the value head gets no
    gradient and stays as initialised). On the
    first minibatch of each iteration pi_theta = pi_theta_old, so rho is
-   exactly 1 there; the run stops with :class:`RatioNotOneError` otherwise;
+   exactly 1 there; the run stops with :class:`RatioNotOneError` otherwise.
+   With ``micro_batches`` K > 1 each minibatch's gradient is the sum of K micro-batches'
+   backward passes, each normalised by ``normaliser``
+   (``ppo_numpy.training.accumulation``);
 5. update beta with the KL controller (fixed or adaptive).
 
 Before the first iteration the policy is warmed up on the task's prior and
@@ -53,6 +56,7 @@ from ..policy_loss.options import PolicyLossOptions
 from ..ppo.gae import gae_kernel
 from ..ppo.kl import check_scores, kl_estimate_kernel, kl_shaped_rewards_kernel
 from ..ppo.whitening import whiten_kernel
+from .accumulation import accumulated_loss_and_grads
 from .config import CRITIC_FREE, PPOConfig, responses_per_prompt, rollout_is_options
 from .kl_controllers import AdaptiveKLController, FixedKLController
 from .metrics import COLUMNS, explained_variance, return_variance
@@ -194,9 +198,17 @@ def ppo_iteration(state: RunState) -> dict:
         # the B rows in a random order, cut into c.minibatches equal minibatches (it divides B)
         for rows in rng.permutation(B).reshape(c.minibatches, -1):
             minibatch = batch.rows(rows)
-            loss, grads, stats = loss_and_grads_kernel(
-                state.policy, minibatch, opts, c_v=c_v, c_H=c.c_H, value_clip=c.value_clip,
-                is_weights=None if is_weights is None else is_weights[rows])
+            mb_weights = None if is_weights is None else is_weights[rows]
+            if c.micro_batches == 1:
+                loss, grads, stats = loss_and_grads_kernel(
+                    state.policy, minibatch, opts, c_v=c_v, c_H=c.c_H,
+                    value_clip=c.value_clip, is_weights=mb_weights)
+            else:
+                # 4'. gradient accumulation: the micro-batches' gradients added
+                loss, grads, stats = accumulated_loss_and_grads(
+                    state.policy, minibatch, opts, micro_batches=c.micro_batches,
+                    normaliser=c.normaliser, is_weights=mb_weights, c_v=c_v, c_H=c.c_H,
+                    value_clip=c.value_clip)
             if first is None:
                 first = stats
                 _check_ratio_is_one(stats, state.iteration + 1)
