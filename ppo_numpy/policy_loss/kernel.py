@@ -71,8 +71,8 @@ def policy_loss_forward(logp, logp_old, A, m, opts: PolicyLossOptions, logp_ref=
     ``logp``, ``logp_old``, ``A`` (and ``logp_ref`` when ``opts.kl_coef > 0``, and
     ``is_weights`` when given) float64 (B, T) or (T,) arrays, 0 at padding; ``m`` the bool
     mask; ``opts`` checked. ``divs``: the ``(d, D)`` of
-    :func:`ppo_numpy.ppo.aggregation.divisors` to aggregate with instead of those of
-    ``opts.agg`` on these rows (a micro-batch's share of a step, :mod:`ppo_numpy.step`); the
+    ``ppo_numpy.ppo.aggregation.divisors`` to aggregate with instead of those of
+    ``opts.agg`` on these rows (a micro-batch's share of a step, ``ppo_numpy.step``); the
     KL term takes them too unless it has its own ``kl_agg``. Returns a
     :class:`PolicyLossForward`.
 
