@@ -12,16 +12,16 @@ r~_t                   kl_shaped_rewards           ppo_numpy.ppo.kl
 KL term's gradient     kl_term_and_grad            ppo_numpy.ppo.kl_gradient
   forms, exactly       kl_gradient_table           ppo_numpy.grads.kl_exact
 delta_t                td_errors                   ppo_numpy.ppo.td
-A_hat_t, R_t           gae                         ppo_numpy.gae
+A_hat_t, R_t           gae                         ppo_numpy.ppo.gae
 whitening              whiten                      ppo_numpy.ppo.whitening
-value loss             value_loss                  ppo_numpy.value_loss
+value loss             value_loss                  ppo_numpy.ppo.value_loss
 token/sequence means   aggregate                   ppo_numpy.ppo.aggregation
 L_PPO                  ppo_objective               ppo_numpy.policy_loss.objective
 policy loss + stats    ppo_policy_loss             ppo_numpy.policy_loss.objective
 H_t                    entropy_from_logits         ppo_numpy.ppo.entropy
 beta schedule          Adaptive/FixedKLController  ppo_numpy.training.kl_controllers
 d loss / d inputs      policy_loss_grad, ...       ppo_numpy.grads.loss_grads
-finite differences     gradcheck, cmp              ppo_numpy.gradcheck
+finite differences     gradcheck, cmp              ppo_numpy.grads.gradcheck
 toy policies           MLPPolicy, BigramPolicy,    ppo_numpy.models
                        TransformerPolicy
 loss + grads (params)  ppo_loss_and_grads          ppo_numpy.models.loss
@@ -29,7 +29,7 @@ group baselines        grpo_advantages, ...        ppo_numpy.family.advantages
 rollout batch          Rollout                     ppo_numpy.batch
 sampler-trainer gap    rollout_importance_weights  ppo_numpy.mismatch.correction
                        rollout_rejection_mask
-loss options           PolicyLossOptions           ppo_numpy.policy_loss
+loss options           PolicyLossOptions           ppo_numpy.policy_loss.options
 one optimizer step     step_layout, Normaliser,    ppo_numpy.step
                        step_weights, policy_step
 =====================  ==========================  ===========================

@@ -22,7 +22,7 @@ from ppo_numpy.policy_loss.kernel import (
     policy_loss_forward,
     policy_loss_stats,
 )
-from ppo_numpy.policy_loss.options import loss_options
+from ppo_numpy.policy_loss.objective import loss_options
 from ppo_numpy.ppo.aggregation import aggregate_kernel
 
 ULPS = 4

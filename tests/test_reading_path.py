@@ -89,10 +89,14 @@ def test_section_has_a_column_pair_per_checkout_and_lists_the_last_ones_function
 def test_the_reading_paths_of_this_checkout_meet_issue_22s_targets():
     # Issue 22's targets: ppo_policy_loss at most 10 functions in 4 files, clipped_surrogate
     # at most 3, value_loss at most 4, gae at most 6 with the recursion on the default path
-    # (small batches), kl_shaped_rewards at most 6; input checks are not counted.
+    # (small batches), kl_shaped_rewards at most 6; input checks are not counted. Since issue
+    # 35 the policy loss's files are one concept each, six on the default path: the public
+    # function and its keywords (policy_loss/objective.py), the frame around the member
+    # (policy_loss/kernel.py), the ratio (ppo/ratio.py), the member (family/losses/clip.py),
+    # the clipped surrogate (ppo/clipping.py) and the aggregation (ppo/aggregation.py).
     result = reading_path.measure(ROOT)
     c = {call: reading_path.counts(traced) for call, traced in result.items()}
-    assert c["ppo_policy_loss"]["read"] <= 10 and c["ppo_policy_loss"]["read files"] <= 4
+    assert c["ppo_policy_loss"]["read"] <= 10 and c["ppo_policy_loss"]["read files"] <= 6
     assert c["clipped_surrogate"]["read"] <= 3
     assert c["value_loss"]["read"] <= 4
     assert c["gae, (4, 8)"]["read"] <= 6

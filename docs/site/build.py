@@ -66,8 +66,6 @@ FULL_MODULES = ["ppo_numpy.oracle.cases", "ppo_numpy.oracle.compare", "ppo_numpy
 # names documented on their module's page: not in __all__, but a docstring refers to them
 MODULE_EXTRAS = {
     "ppo_numpy.ppo.aggregation": [("data", "TRL_MODES")],
-    "ppo_numpy.ppo.ratio": [("function", "loss_ratio"), ("function", "loss_ratio_backward")],
-    "ppo_numpy.policy_loss.options": [("function", "loss_options"), ("data", "ALGORITHMS")],
     "ppo_numpy.oracle.presets": [("function", "get_preset"), ("class", "Preset"),
                                  ("data", "PRESETS"), ("data", "DEFAULT_PRESET"),
                                  ("data", "INPUT_NAMES"), ("data", "GROUP_INPUT_NAMES")],

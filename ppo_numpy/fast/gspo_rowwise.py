@@ -29,8 +29,7 @@ import numpy as np
 from ..grads import loss_grads
 from ..policy_loss import kernel
 from ..policy_loss.kernel import APPROX_KL, PolicyLossForward, kl_agg
-from ..policy_loss.objective import _check_approx_kl, _checked
-from ..policy_loss.options import loss_options
+from ..policy_loss.objective import _check_approx_kl, _checked, loss_options
 from ..ppo.aggregation import aggregate_kernel, aggregation_weights, divisors
 from ..ppo.clipping import UNCLIPPED, clip_case, surrogate_term
 from ..ppo.kl import kl_estimate_grad_kernel, kl_estimate_kernel

@@ -46,8 +46,7 @@ import numpy as np
 
 from .._checks import check_is_weights, prepare
 from ..policy_loss.kernel import policy_loss_backward, policy_loss_forward, policy_loss_kernel
-from ..policy_loss.objective import _check_approx_kl, _checked
-from ..policy_loss.options import loss_options
+from ..policy_loss.objective import _check_approx_kl, _checked, loss_options
 from ..ppo.aggregation import aggregation_weights, check_mode, mode_norm
 from ..ppo.entropy import log_softmax_kernel, prepare_logits
 from ..ppo.kl import _check_estimator, check_kl_clamp, kl_estimate_grad_kernel

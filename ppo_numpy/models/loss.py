@@ -24,7 +24,8 @@ from ..batch import Rollout
 from ..fast.gspo_rowwise import policy_loss_kernel
 from ..grads.loss_grads import entropy_grad_kernel
 from ..mismatch.correction import rollout_importance_weights
-from ..policy_loss.options import PolicyLossOptions, loss_options
+from ..policy_loss.objective import loss_options
+from ..policy_loss.options import PolicyLossOptions
 from ..ppo.aggregation import aggregate_kernel, aggregation_weights
 from ..ppo.value_loss import check_value_clip, value_loss_grad_kernel, value_loss_kernel
 from .sampling import _check_prompts, check_temperature, evaluate_kernel

@@ -4,7 +4,7 @@
 Three plain functions, makemore style (every intermediate has a name, its gradient is
 ``d<name>``), around the member that ``opts.loss_type`` names in the table:
 
-* :func:`policy_loss_forward`: the ratio (log rho -> rho, :func:`ppo_numpy.ppo.ratio.loss_ratio`)
+* :func:`policy_loss_forward`: the ratio (log rho -> rho, ``ppo_numpy.ppo.ratio.loss_ratio``)
   -> the member's term -> the rollout weights -> the aggregation -> + the KL term;
 * :func:`policy_loss_backward`: d loss / d logp back through the same names;
 * :func:`policy_loss_stats`: the statistics frameworks log, computed apart.

@@ -23,11 +23,52 @@ the policy term and adds beta KL_t after; verl's KL loss is apart).
 
 from __future__ import annotations
 
+import warnings
+
 from .._checks import check_choice, check_is_weights, prepare
 from .kernel import APPROX_KL, policy_loss_forward, policy_loss_stats
-from .options import PolicyLossOptions, loss_options
+from .options import DEFAULTS, OPTION_NAMES, PolicyLossOptions
 
 __all__ = ["PolicyLossOptions", "loss_options", "ppo_objective", "ppo_policy_loss"]
+
+
+def loss_options(epsilon=0.2, agg="token-mean", **options) -> PolicyLossOptions:
+    """The checked :class:`PolicyLossOptions` of a call's keywords.
+
+    An unknown keyword is a TypeError that names it and the valid ones. ``options=`` (a
+    :class:`PolicyLossOptions` passed whole) is deprecated: it still works, with a
+    DeprecationWarning, when no other option is given.
+
+    >>> loss_options(epsilon=0.1).epsilon
+    0.1
+    >>> loss_options(epsilon_hi=0.3)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    TypeError: epsilon_hi: not a policy-loss option; valid ones are epsilon, epsilon_high, ...
+    """
+    if "options" in options:
+        whole = options.pop("options")
+        if whole is not None:
+            warnings.warn("options=PolicyLossOptions(...) is deprecated: pass the options as "
+                          "keywords (ppo_policy_loss(..., epsilon=0.1, agg='grpo'))",
+                          DeprecationWarning, stacklevel=3)
+            if not isinstance(whole, PolicyLossOptions):
+                raise TypeError(f"options: expected a PolicyLossOptions, got "
+                                f"{type(whole).__name__}")
+            given = {k: v for k, v in dict(epsilon=epsilon, agg=agg, **options).items()
+                     if v != getattr(DEFAULTS, k, None)}
+            if given:
+                listed = ", ".join(f"{k}={v!r}" for k, v in given.items())
+                raise ValueError("options: pass the loss options as keywords, not both ways "
+                                 f"(got {listed} too)")
+            return whole
+    for name in options:
+        if name not in OPTION_NAMES:
+            raise TypeError(f"{name}: not a policy-loss option; valid ones are "
+                            f"{', '.join(OPTION_NAMES)}")
+    if epsilon == 0.2 and agg == "token-mean" and not options:
+        return DEFAULTS  # checked once, when this module was imported
+    return PolicyLossOptions(epsilon=epsilon, agg=agg, **options)
 
 
 def ppo_objective(logp, logp_old, advantages, mask=None, epsilon=0.2, **clip_options):

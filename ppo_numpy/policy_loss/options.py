@@ -3,14 +3,14 @@
 
 Every policy-loss function takes the options as keywords (``epsilon`` and ``agg`` by name in
 the signatures, every other field through ``**options``); inside the package they travel as
-one checked :class:`PolicyLossOptions` (:func:`loss_options` makes it from a call's keywords).
+one checked :class:`PolicyLossOptions` (``ppo_numpy.policy_loss.objective.loss_options`` makes
+it from a call's keywords).
 The fields a member of the family reads are checked by that member
 (:mod:`ppo_numpy.family.losses`).
 """
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass, fields
 
 from .._checks import check_choice, check_scalar
@@ -22,7 +22,7 @@ from ..ppo.kl_gradient import OPENRLHF_IS_BOUND, check_form, check_is_bound
 from ..ppo.ratio import check_clamp, check_level
 
 __all__ = ["ALGORITHMS", "DEFAULTS", "OPTION_NAMES", "PolicyLossOptions",
-           "SEQUENCE_GRADIENTS", "loss_options"]
+           "SEQUENCE_GRADIENTS"]
 
 #: the gradients of the sequence-level loss (PolicyLossOptions.sequence_gradient)
 SEQUENCE_GRADIENTS = ("sequence", "token")
@@ -88,7 +88,7 @@ class PolicyLossOptions:
         ``"geo_mean"`` (GMPO), ``"gpg"``, ``"clip_cov"``, ``"kl_cov"``, ``"dppo_tv"``,
         ``"dppo_kl"``, ``"dro"``: each formula in its member's module (for ``geo_mean`` the
         epsilons bound the token log-ratio, for DPPO the change of probability or its binary
-        KL). An algorithm's own name (:data:`ALGORITHMS`) is the ``"clip"`` member with the
+        KL). An algorithm's own name (``ALGORITHMS``) is the ``"clip"`` member with the
         fields that make it: ``"gspo"`` (``importance_level="sequence"``), ``"luspo"`` (and
         ``agg="luspo"``), ``"dr_grpo"`` (``agg="dr_grpo"``); one of those fields given another
         value than the name's and than its default is a ValueError; the object holds
@@ -261,42 +261,3 @@ class PolicyLossOptions:
 OPTION_NAMES = tuple(f.name for f in fields(PolicyLossOptions))
 _FIELD_DEFAULTS = {f.name: f.default for f in fields(PolicyLossOptions)}
 DEFAULTS = PolicyLossOptions()
-
-
-def loss_options(epsilon=0.2, agg="token-mean", **options) -> PolicyLossOptions:
-    """The checked :class:`PolicyLossOptions` of a call's keywords.
-
-    An unknown keyword is a TypeError that names it and the valid ones. ``options=`` (a
-    :class:`PolicyLossOptions` passed whole) is deprecated: it still works, with a
-    DeprecationWarning, when no other option is given.
-
-    >>> loss_options(epsilon=0.1).epsilon
-    0.1
-    >>> loss_options(epsilon_hi=0.3)  # doctest: +ELLIPSIS
-    Traceback (most recent call last):
-    ...
-    TypeError: epsilon_hi: not a policy-loss option; valid ones are epsilon, epsilon_high, ...
-    """
-    if "options" in options:
-        whole = options.pop("options")
-        if whole is not None:
-            warnings.warn("options=PolicyLossOptions(...) is deprecated: pass the options as "
-                          "keywords (ppo_policy_loss(..., epsilon=0.1, agg='grpo'))",
-                          DeprecationWarning, stacklevel=3)
-            if not isinstance(whole, PolicyLossOptions):
-                raise TypeError(f"options: expected a PolicyLossOptions, got "
-                                f"{type(whole).__name__}")
-            given = {k: v for k, v in dict(epsilon=epsilon, agg=agg, **options).items()
-                     if v != getattr(DEFAULTS, k, None)}
-            if given:
-                listed = ", ".join(f"{k}={v!r}" for k, v in given.items())
-                raise ValueError("options: pass the loss options as keywords, not both ways "
-                                 f"(got {listed} too)")
-            return whole
-    for name in options:
-        if name not in OPTION_NAMES:
-            raise TypeError(f"{name}: not a policy-loss option; valid ones are "
-                            f"{', '.join(OPTION_NAMES)}")
-    if epsilon == 0.2 and agg == "token-mean" and not options:
-        return DEFAULTS  # checked once, when this module was imported
-    return PolicyLossOptions(epsilon=epsilon, agg=agg, **options)

@@ -115,7 +115,7 @@ def loss_ratio(logp, logp_old, m, opts):
 
 def loss_ratio_backward(dlog_w, f, m, opts):
     """d loss / d logp from d loss / d log w (the gradient through rho = exp(log w), (B, T)),
-    back through :func:`loss_ratio`'s cap, sequence level and clamp; ``f`` holds its
+    back through ``loss_ratio``'s cap, sequence level and clamp; ``f`` holds its
     ``log_ratio`` and ``log_rho`` (unchecked kernel). At the bounds of the cap and the clamp
     the gradient passes, as ``torch.clamp``'s does.
 

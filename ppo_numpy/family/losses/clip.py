@@ -7,7 +7,7 @@ notebooks 02 and 09).
 with the clipped surrogate's own options: ``dual_clip`` (for A < 0 the term is at least c A)
 and ``delta`` (TRL's two-sided bound: the unclipped branch uses min(rho, delta)). At the
 sequence level (GSPO) rho is the sequence ratio s_i; the way back from rho to each token's
-logp is :func:`ppo_numpy.ppo.ratio.loss_ratio_backward`.
+logp is ``ppo_numpy.ppo.ratio.loss_ratio_backward``.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ a :class:`Loss` of plain functions on checked arrays (unchecked kernels):
     (usually ``is_weights`` itself; ``None``: all 1); a dict of the intermediates its
     gradient and statistics read (or ``None``). ``f`` is the forward record so far: the ratio
     the loss uses (``log_ratio``, ``log_rho``, ``log_w``, ``rho``:
-    :func:`ppo_numpy.ppo.ratio.loss_ratio`) and the clip range ``lo``, ``hi``.
+    ``ppo_numpy.ppo.ratio.loss_ratio``) and the clip range ``lo``, ``hi``.
 ``backward(f, dterm, A, m, opts) -> dlogp``
     d loss / d logp of the policy term from the forward record ``f`` (now with its
     ``surrogate``, ``is_weights`` = the weights above, and ``extra``) and ``dterm`` = d loss /
