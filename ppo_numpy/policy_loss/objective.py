@@ -168,9 +168,7 @@ def ppo_policy_loss(logp, logp_old, advantages, mask=None, epsilon=0.2, agg="tok
     approx_kl : bool or tuple of "k1", "k2", "k3"
         Which ``approx_kl_*`` statistics to compute: True (default) all three, False none,
         or a tuple of some (verl logs k1 only: ``approx_kl=("k1",)``). Only the statistics
-        change; the loss and the gradient do not. Why: k3 needs exp(log rho) - 1 at every
-        token, where the loss of the sequence level needs one exp per response (on a CPU
-        without AVX-512, NumPy's exp is a scalar call, the larger part of the call's time).
+        change; the loss and the gradient do not (verl logs one estimator, TRL none).
     **options
         Any other field of :class:`PolicyLossOptions`: ``epsilon_high``, ``dual_clip``
         (see :func:`clipped_surrogate`), ``norm`` (the divisor of the modes that take one),
