@@ -729,7 +729,7 @@ def _check_lengths(lengths, B):
     return n.astype(np.int64)
 
 
-def opo_advantages(scores, groups, lengths, *, singleton="error"):
+def opo_advantages(scores, groups, lengths, *, singleton="error", empty="error"):
     """OPO advantages: each score minus its group's length-weighted mean score.
 
         b_g = (sum_{j in g} n_j s_j) / (sum_{j in g} n_j),    A_i = s_i - b_g(i)
@@ -745,11 +745,15 @@ def opo_advantages(scores, groups, lengths, *, singleton="error"):
     groups : array of int (B,)
         Prompt id of each response, any order (verl groups by ``uid``).
     lengths : array of int (B,)
-        n_i >= 0, the response lengths (verl: ``response_mask.sum(-1)``). A group whose
-        lengths sum to 0 has no baseline: ValueError.
+        n_i >= 0, the response lengths (verl: ``response_mask.sum(-1)``).
     singleton : {"error", "zero", "raw"}
         A group of one: ``"error"`` (default), ``"zero"`` (its own baseline: A = 0) or
         ``"raw"`` (baseline 0, A = s: verl).
+    empty : {"error", "nan"}
+        A group of two or more whose lengths sum to 0 (every token rejected) has no
+        baseline, 0 / 0: ``"error"`` (default) raises a ValueError; ``"nan"`` gives its
+        responses the advantage NaN (verl 0.9.1, which divides 0 by 0 in torch; no token of
+        the group is in the mask, so no loss term reads it).
 
     Returns
     -------
@@ -768,8 +772,16 @@ def opo_advantages(scores, groups, lengths, *, singleton="error"):
 
     >>> [float(a) for a in opo_advantages([1, 0], [0, 0], [3, 1])]
     [0.25, -0.75]
+
+    Group 0 without tokens (every one rejected), group 1 with lengths [2, 1]: b_1 =
+    (2 * 2 + 1 * 1) / 3 = 5/3, and group 0's baseline is 0 / 0:
+
+    >>> [round(float(a), 6) for a in opo_advantages([1, 0, 2, 1], [0, 0, 1, 1],
+    ...                                             [0, 0, 2, 1], empty="nan")]
+    [nan, nan, 0.333333, -0.666667]
     """
     check_choice(singleton, "singleton", SINGLETONS)
+    check_choice(empty, "empty", ("error", "nan"), "rule for a group without tokens")
     s = _check_scores(scores, "scores")
     grp = _groups(groups, s.shape[0], regular=False)
     n = _check_lengths(lengths, s.shape[0])
@@ -777,11 +789,12 @@ def opo_advantages(scores, groups, lengths, *, singleton="error"):
     single = _singletons(grp, singleton, "Pass singleton='zero' or 'raw' (verl: baseline 0).")
     n_s = n.astype(object) if s.dtype == object else n.astype(np.float64)
     total = _group_sums(n_s, grp.inverse, G)
-    empty = (total == 0) & (grp.counts > 1)
-    if np.any(empty):
-        g = int(np.argmax(empty))
+    no_tokens = (total == 0) & (grp.counts > 1)
+    if np.any(no_tokens) and empty == "error":
+        g = int(np.argmax(no_tokens))
         raise ValueError(f"lengths: the responses of prompt id {grp.ids[g]} have 0 tokens in "
-                         "all, so the length-weighted baseline is 0 / 0")
+                         "all, so the length-weighted baseline is 0 / 0 (empty='nan' gives "
+                         "them NaN, as verl does)")
     # b_g = sum_j n_j s_j / sum_j n_j   (a group of one with 0 tokens: replaced below)
     weighted = _group_sums(n_s * s, grp.inverse, G)
     safe = np.where(total == 0, 1, total) if s.dtype == object else np.maximum(total, 1)
@@ -790,6 +803,9 @@ def opo_advantages(scores, groups, lengths, *, singleton="error"):
     A = np.where(_flat_groups(s, grp.inverse, G), s * 0, s - baseline)
     if np.any(single):
         A = np.where(single, s if singleton == "raw" else s * 0, A)
+    if np.any(no_tokens):
+        # b_g = 0 / 0 for a group without tokens (empty="nan")
+        A = np.where(no_tokens[grp.inverse], np.nan, A)
     return A
 
 

@@ -1,6 +1,7 @@
 """The config-coverage table: every field of the frameworks' configuration objects that the
-loss / advantage / statistics path reads, each mapped to a preset option or pinned with the
-framework's default and why. The reads are recorded at run time (``framework_config.
+loss / advantage / statistics path reads, each mapped to a preset option, set as the
+framework's trainer sets it (:data:`COMPOSED`), or pinned with the framework's default and
+why. The reads are recorded at run time (``framework_config.
 Recorder`` around the objects the framework's code is given); a field read that is neither
 mapped nor pinned here fails ``make conformance`` (:func:`unlisted`).
 """
@@ -23,7 +24,7 @@ READ_IN = {
                 "_generate_and_score_completions",
     "verl": "verl 0.9.1 verl/trainer/ppo/ray_trainer.py (apply_kl_penalty, compute_advantage), "
             "verl/trainer/ppo/core_algos.py (the policy loss of loss_mode, agg_loss), "
-            "verl/workers/utils/losses.py ppo_loss",
+            "verl/workers/utils/losses.py ppo_loss and value_loss",
     "verl-grpo": "verl 0.9.1 verl/trainer/ppo/ray_trainer.py (compute_advantage), "
                  "verl/trainer/ppo/core_algos.py (the estimators, the policy losses, agg_loss), "
                  "verl/workers/utils/losses.py ppo_loss",
@@ -51,17 +52,31 @@ PINNED = {
     "openrlhf": {
         "args.actor.policy_loss_type": ("ppo", "preset openrlhf is PPO's clipped loss; "
                                                "gspo is an option of openrlhf-grpo"),
+        "args.algo.advantage.estimator": ("gae", "preset openrlhf is GAE with a critic; the "
+                                                 "critic-free estimators are openrlhf-grpo's"),
     },
     "openrlhf-grpo": {
         "args.actor.loss_agg_mode": ("token-mean", "preset openrlhf-grpo aggregates by token "
                                                    "mean, OpenRLHF's default"),
     },
 }
+_OPENRLHF_SHARED = {
+    "args.algo.advantage.no_std_norm": (
+        False, "the batch normalisation of the advantages (gae, reinforce, "
+               "reinforce_baseline) divides by the std; no preset option drops it"),
+    "args.reward.overlong_buffer_len": (
+        None, "DAPO's overlong penalty (experience_maker.py apply_length_penalties) needs "
+              "the responses' lengths against max_new_tokens, which no case carries: off"),
+    "args.reward.stop_properly_penalty_coef": (
+        None, "ProRL's stop-properly penalty needs vLLM's finish_reason (truncated), which "
+              "no case carries: off"),
+}
+PINNED["openrlhf"].update(_OPENRLHF_SHARED)
+PINNED["openrlhf-grpo"].update(_OPENRLHF_SHARED)
+_SCALE = ("seq-mean-token-sum-norm divides by T, the padded response length (agg_loss's "
+          "horizon, loss_mask.shape[-1]); no preset option sets another factor")
 _VERL_SHARED = {
-    "ActorConfig.global_batch_info": (
-        {}, "the composition of one micro-batch on one rank: agg_loss then takes the "
-            "micro-batch's own token and sequence counts (what the engine worker passes, "
-            "batch_num_tokens and global_batch_size, is not passed yet: left, issue 34 item 2)"),
+    "ActorConfig.loss_scale_factor": (None, _SCALE),
     "ActorConfig.policy_loss.rollout_correction": (
         None, "set by apply_bypass_mode to the algorithm's rollout_correction (the rollout_* "
               "options) in bypass mode"),
@@ -76,6 +91,8 @@ PINNED["verl"].update(_VERL_SHARED)
 PINNED["verl-grpo"]["AlgoConfig.lam"] = (1.0, "compute_advantage passes it to GAE only; the "
                                               "critic-free estimators do not read it")
 PINNED["verl-grpo"].update(_VERL_SHARED)
+PINNED["verl"]["CriticConfig.loss_scale_factor"] = (
+    None, "the file's ${oc.select:actor_rollout_ref.actor.loss_scale_factor,null}: " + _SCALE)
 PINNED["verl"].update({
     "ActorConfig.kl_loss_type": ("low_var_kl", "preset verl's KL loss is verl's default "
                                                "low_var_kl (k3 clamped to [-10, 10]); "
@@ -83,6 +100,25 @@ PINNED["verl"].update({
     "ActorConfig.policy_loss.loss_mode": ("vanilla", "preset verl is PPO's clipped loss; "
                                                      "the other modes are verl-grpo's"),
 })
+
+
+#: preset -> {field: what the trainer sets it to}: fields the framework's trainer fills from
+#: the batch for the loss, set by the runner as the trainer sets them (file and line in the
+#: runner) and followed by the preset
+COMPOSED = {
+    "verl": {"ActorConfig.global_batch_info": (
+        "set by workers/utils/losses.py ppo_loss (lines 65-68) from what the trainer passes "
+        "for one micro-batch on one rank (verl_runner.trainer_counts): dp_size 1, "
+        "batch_num_tokens = the batch's response-mask sum (transformer_impl.py 730-735), "
+        "global_batch_size = ppo_mini_batch_size * rollout.n = B rows (ray_trainer.py "
+        "1352-1362), loss_scale_factor; the preset follows (_common.verl_trainer_agg)")},
+}
+COMPOSED["verl-grpo"] = COMPOSED["verl"]
+COMPOSED["openrlhf"] = {"args.rollout.n_samples_per_prompt": (
+    "1, the parser's default: preset openrlhf has no groups (each response its own prompt)")}
+COMPOSED["openrlhf-grpo"] = {"args.rollout.n_samples_per_prompt": (
+    "the case's group size (openrlhf_runner.openrlhf_grpo: equal groups of G rows, prompt-"
+    "major by Experience.index; 1 for groups of unequal sizes, no OpenRLHF layout)")}
 
 
 def mapped(preset_name: str) -> dict:
@@ -96,6 +132,8 @@ def mapped(preset_name: str) -> dict:
             for path in paths:
                 if path.startswith("actor_rollout_ref.actor."):
                     out["ActorConfig." + path.removeprefix("actor_rollout_ref.actor.")] = option
+                elif path.startswith("critic."):
+                    out["CriticConfig." + path.removeprefix("critic.")] = option
                 elif path.startswith("algorithm."):
                     out["AlgoConfig." + path.removeprefix("algorithm.")] = option
                 if path.startswith("algorithm.rollout_correction."):
@@ -114,23 +152,26 @@ def mapped(preset_name: str) -> dict:
 
 def unlisted(preset_name: str, log) -> list:
     """The fields read that are neither mapped nor pinned: each fails the suite."""
-    known = set(mapped(preset_name)) | set(PINNED.get(preset_name, {}))
+    known = (set(mapped(preset_name)) | set(PINNED.get(preset_name, {}))
+             | set(COMPOSED.get(preset_name, {})))
     return sorted(f for f in log if f not in known)
 
 
 def table_lines(summaries: dict) -> list:
     """The coverage table (markdown rows): preset, field read, mapped option or pinned value
     and why."""
-    rows = ["| preset | field read | preset option, or pinned (the framework's default: why) |",
-            "|---|---|---|"]
+    rows = ["| preset | field read | preset option, the trainer's composition, or pinned "
+            "(the framework's default: why) |", "|---|---|---|"]
     for name, s in summaries.items():
         reads = s.get("fields_read")
         if not reads:
             continue
-        m, pinned = mapped(name), PINNED.get(name, {})
+        m, pinned, composed = mapped(name), PINNED.get(name, {}), COMPOSED.get(name, {})
         for f in reads:
             if f in m:
                 what = f"`{m[f]}`"
+            elif f in composed:
+                what = f"the trainer's composition: {composed[f]}"
             elif f in pinned:
                 value, why = pinned[f]
                 what = f"pinned, `{value!r}`: {why}"

@@ -35,13 +35,18 @@ from types import SimpleNamespace
 
 
 class Recorder:
-    """A read-only view of a configuration object that records the dotted name of every
-    field read through it (nested configuration objects and namespaces are wrapped too)."""
+    """A view of a configuration object that records the dotted name of every field read
+    through it (nested configuration objects and namespaces are wrapped too); a field set
+    through it is set on the object (OpenRLHF's experience maker sets
+    ``args.algo.advantage.gamma = 1.0`` for the critic-free estimators)."""
 
     def __init__(self, target, log: set, prefix: str = ""):
         object.__setattr__(self, "_target", target)
         object.__setattr__(self, "_log", log)
         object.__setattr__(self, "_prefix", prefix)
+
+    def __setattr__(self, name, value):
+        setattr(self._target, name, value)
 
     def __getattr__(self, name):
         value = getattr(self._target, name)
@@ -166,6 +171,8 @@ def verl_trainer_config(overrides: dict, composition: dict):
 
 #: one optimizer step of one micro-batch on one rank (rollout.n 1: the rows are the
 #: mini-batch); these only satisfy ActorConfig's checks, the loss path does not read them
+#: (the trainer's global_batch_size, ppo_mini_batch_size * rollout.n, is the case's B rows:
+#: verl_runner.trainer_counts)
 VERL_COMPOSITION = {"actor_rollout_ref.rollout.n": 1,
                     "actor_rollout_ref.actor.ppo_mini_batch_size": 1,
                     "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 1}
@@ -181,12 +188,15 @@ def verl_default_objects():
 
 def verl_objects_with(overrides: dict):
     """The default objects with ``overrides`` ({trainer-file path: value}) applied by
-    ``dataclasses.replace`` (each object's own checks run again), and the critic's
-    (cliprange_value, loss_agg_mode). Much faster than hydra per case, the same objects."""
+    ``dataclasses.replace`` (each object's own checks run again), and the critic's fields
+    that ``workers/utils/losses.py`` ``value_loss`` reads (cliprange_value, loss_agg_mode,
+    loss_scale_factor; the file's critic section, whose CriticConfig needs a model to build).
+    Much faster than hydra per case, the same objects."""
     actor, algo, rc, cfg = verl_default_objects()
     parts = {"actor": {}, "policy_loss": {}, "algo": {}, "kl_ctrl": {}, "rc": {}}
     critic = {"cliprange_value": cfg.critic.cliprange_value,
-              "loss_agg_mode": cfg.critic.loss_agg_mode}
+              "loss_agg_mode": cfg.critic.loss_agg_mode,
+              "loss_scale_factor": cfg.critic.loss_scale_factor}
     for path, value in overrides.items():
         for prefix, part in (("actor_rollout_ref.actor.policy_loss.", "policy_loss"),
                              ("actor_rollout_ref.actor.", "actor"),

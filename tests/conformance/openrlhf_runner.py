@@ -28,22 +28,22 @@ VERSION = "0.11.2"
 
 class ExperienceMaker:
     """The stand-in for ``RemoteExperienceMaker``: the attributes its
-    ``compute_advantages_and_returns`` reads, and its own methods."""
+    ``compute_advantages_and_returns`` reads, set as its ``__init__`` sets them from the
+    parsed arguments (``strategy.args``; ``advantage_estimator`` from
+    ``args.algo.advantage.estimator``, experience_maker.py line 35; ``kl_ctl`` the fixed
+    controller of ``--algo.kl.init_coef``), and its own methods. Every argument it reads
+    (``no_std_norm``, the length penalties' ``overlong_buffer_len`` and
+    ``stop_properly_penalty_coef``, ...) comes from ``args``, so the config-coverage check
+    sees it."""
 
     compute_advantages_and_returns = RemoteExperienceMaker.compute_advantages_and_returns
     get_advantages_and_returns = RemoteExperienceMaker.get_advantages_and_returns
     get_cumulative_returns = RemoteExperienceMaker.get_cumulative_returns
 
-    def __init__(self, *, estimator, gamma, lambd, kl_coef, n_samples, clip_range):
-        args = SimpleNamespace(
-            rollout=SimpleNamespace(n_samples_per_prompt=n_samples),
-            algo=SimpleNamespace(advantage=SimpleNamespace(estimator=estimator, gamma=gamma,
-                                                           lambd=lambd, no_std_norm=False)),
-            reward=SimpleNamespace(clip_range=clip_range, overlong_buffer_len=None,
-                                   stop_properly_penalty_coef=None))
+    def __init__(self, args):
         self.strategy = SimpleNamespace(args=args)
-        self.kl_ctl = SimpleNamespace(value=kl_coef)
-        self.advantage_estimator = estimator
+        self.kl_ctl = SimpleNamespace(value=args.algo.kl.init_coef)
+        self.advantage_estimator = args.algo.advantage.estimator
 
 
 def experience(x: dict, kl, *, index, values=None) -> Experience:
@@ -95,9 +95,7 @@ def openrlhf_ppo(case: dict, log: set | None = None) -> dict:
     exp = experience(x, kl, index=range(B), values=x["old_values"])
     clip_range = tuple(args.reward.clip_range)
     coef = args.algo.kl.init_coef
-    maker = ExperienceMaker(estimator="gae", gamma=args.algo.advantage.gamma,
-                            lambd=args.algo.advantage.lambd, kl_coef=coef, n_samples=1,
-                            clip_range=clip_range)
+    maker = ExperienceMaker(args)
     # (the rewards compute_reward makes there are local to its loop: the same call again)
     rewards = compute_reward(tensor(x["scores"]), coef, kl, action_mask=exp.action_mask,
                              reward_clip_range=clip_range)
@@ -173,17 +171,15 @@ def openrlhf_grpo(case: dict, log: set | None = None) -> dict:
     n_samples = int(counts[0]) if np.all(counts == counts[0]) else 1
     args = parsed_args("openrlhf-grpo", case, log,
                        **{"--rollout.n_samples_per_prompt": n_samples})
-    est = args.algo.advantage.estimator
     use_kl_loss = args.algo.kl.use_loss
     coef = args.algo.kl.init_coef
     kl = (torch.zeros_like(tensor(x["logp"])) if use_kl_loss
           else rollout_kl(x, args.algo.kl.estimator))
     index = grouped_index(groups) if n_samples > 1 else range(len(groups))
     exp = experience(x, kl, index=index)
-    # (--algo.advantage.gamma applies to reinforce only: the others set it to 1, with a warning)
-    maker = ExperienceMaker(estimator=est, gamma=args.algo.advantage.gamma, lambd=1.0,
-                            kl_coef=coef, n_samples=n_samples,
-                            clip_range=tuple(args.reward.clip_range))
+    # (--algo.advantage.gamma applies to reinforce only: compute_advantages_and_returns sets
+    # it to 1 for the others, with a warning)
+    maker = ExperienceMaker(args)
     info_kl = masked_mean(kl, exp.action_mask, dim=-1)
     (exp,) = maker.compute_advantages_and_returns([exp])
     rollout = x.get("logp_rollout")

@@ -76,7 +76,8 @@ def _fmt(x: float) -> str:
 
 
 def write_report(path: Path, summaries: dict, errors: dict, specs: dict, not_run: dict,
-                 elapsed: float, *, stubbed, python, torch_version, n_random) -> None:
+                 elapsed: float, *, stubbed, python, torch_version, n_random,
+                 nan_padding=None) -> None:
     L = []
     add = L.append
     add("# Conformance: every preset against its framework's released code")
@@ -222,13 +223,31 @@ def write_report(path: Path, summaries: dict, errors: dict, specs: dict, not_run
         notes = [_note(n) for n in spec["not_compared"]]
         notes += [f"the oracle's case {why}" if why.startswith("garbage") else
                   f"the oracle's case `{case}`: {why}" for case, why in s["excluded"].items()]
-        notes += [f"`{o}`: not compared in {n} cases (above)" if o in s["outputs"] else
+        why = spec.get("partial_outputs", {})
+        notes += [(f"`{o}`: not returned by the framework's code in {n} cases: "
+                   f"{_note(why[o])}" if o in why else f"`{o}`: not compared in {n} cases "
+                   "(above)") if o in s["outputs"] else
                   f"`{o}`: not returned by the framework's functions (above)"
                   for o, n in s["not_returned"].items()]
         add("Not compared:")
         add("")
         for n in notes:
             add(f"* {n}")
+        add("")
+    if nan_padding is not None:
+        add("## NaN at `logp_rollout`'s padding: verl 0.9.1 against the docs' table")
+        add("")
+        add("verl-grpo's pipeline on the group case `rollout-nan-padding` for each "
+            "`loss_agg_mode` and correction (`tests/conformance/nan_padding.py`): verl's loss, "
+            "the claim of docs/conventions.md (section 14, \"NaN at padding\"), and where the "
+            "loss is finite every output against the preset's. "
+            + (f"**{len(nan_padding['failures'])} contradicted**." if nan_padding["failures"]
+               else "Every cell as the table says."))
+        add("")
+        add("| loss_agg_mode | correction | the docs say | verl's loss | the preset |")
+        add("|---|---|---|---|---|")
+        for mode, column, claim, loss, same in nan_padding["rows"]:
+            add(f"| `{mode}` | {column} | {claim} | {loss:.6g} | {same or '-'} |")
         add("")
     add("## Stubs")
     add("")

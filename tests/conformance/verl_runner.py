@@ -2,11 +2,12 @@
 
 Called: ``verl.trainer.ppo.ray_trainer.apply_kl_penalty`` and ``compute_advantage`` (on a
 stand-in for the DataProto batch: a dict of tensors), the advantage estimators of
-``verl.trainer.ppo.core_algos`` behind them, ``get_policy_loss_fn(loss_mode)`` (vanilla,
-gspo, cispo, sapo, geo_mean, gpg, clip_cov, kl_cov, dppo_tv, dppo_kl, dro) with a real
-``ActorConfig`` and ``PolicyLossConfig``, ``kl_penalty`` and ``agg_loss`` for the KL loss
-(composed as ``verl.workers.utils.losses.ppo_loss`` composes them: that function itself takes
-a TensorDict, a stub here), and ``compute_value_loss``. Gradients: autograd of those losses.
+``verl.trainer.ppo.core_algos`` behind them, and the trainer's own loss functions
+``verl.workers.utils.losses.ppo_loss`` (the policy loss of ``loss_mode``: vanilla, gspo,
+cispo, sapo, geo_mean, gpg, clip_cov, kl_cov, dppo_tv, dppo_kl, dro, bypass_mode; the KL loss;
+``agg_loss``) and ``value_loss`` (``compute_value_loss``), with a real ``ActorConfig`` and
+``PolicyLossConfig``, given what the trainer gives them for one optimizer step of one
+micro-batch on one rank (:func:`trainer_counts`). Gradients: autograd of those losses.
 """
 
 from __future__ import annotations
@@ -23,7 +24,10 @@ from verl.trainer.ppo.rollout_corr_helper import (
     compute_rollout_correction_weights,
     compute_rollout_rejection_mask,
 )
+from verl.utils.metric import reduce_metrics
+from verl.utils.py_functional import rename_dict
 from verl.workers.config import ActorConfig
+from verl.workers.utils import losses as verl_losses
 
 from .harness import grad_of, item, numpy, params_of, tensor
 
@@ -108,9 +112,10 @@ def numpy_randperm(seed):
     return randperm
 
 
-def kl_cov_boundary_tied(x: dict, advantages, ratio) -> bool:
-    """The k-th and (k+1)-th largest of verl's kl_cov covariances are equal (KL_COV_TIES)."""
-    m = np.asarray(x["mask"]) == 1
+def kl_cov_boundary_tied(x: dict, advantages, ratio, mask_t) -> bool:
+    """The k-th and (k+1)-th largest of verl's kl_cov covariances are equal (KL_COV_TIES),
+    over the tokens kl_cov reads: ``mask_t``, the response mask after a rejection."""
+    m = numpy(mask_t) == 1
     a, lp = numpy(advantages)[m], np.asarray(x["logp"])[m]
     cov = np.sort((a - a.mean()) * (lp - lp.mean()))[::-1]
     k = max(1, int(len(cov) * ratio))
@@ -141,6 +146,45 @@ def rollout_correction(cfg: RolloutCorrectionConfig, x: dict, mask_t):
     return w, new_mask, metrics
 
 
+def trainer_counts(mask_t) -> dict:
+    """What verl 0.9.1's trainer puts beside the batch for ``ppo_loss`` and ``value_loss``, one
+    optimizer step of one micro-batch on one rank: the mini-batch is the case's B rows
+    (``actor.ppo_mini_batch_size`` = B prompts, ``rollout.n`` = 1), one micro-batch of them.
+    ``mask_t``: the batch's response mask (after a decoupled rejection, which replaces it;
+    a bypass-mode rejection is inside the policy loss and leaves it)."""
+    ppo_mini_batch_size, rollout_n = mask_t.shape[0], 1
+    return {
+        # verl/workers/engine/fsdp/transformer_impl.py line 735 (forward_backward_batch):
+        # dp_size = self.get_data_parallel_size(), one rank
+        "dp_size": 1,
+        # transformer_impl.py lines 730-734: batch_num_tokens = data["loss_mask"].sum(),
+        # all-reduced over the (one) data-parallel rank; loss_mask is the response mask
+        # (verl/workers/utils/padding.py line 71, left_right_2_no_padding)
+        "batch_num_tokens": int(mask_t.sum().item()),
+        # verl/trainer/ppo/ray_trainer.py lines 1352-1353 and 1362 (_update_actor; the
+        # critic's 1382-1383, 1389): global_batch_size = ppo_mini_batch_size * rollout.n
+        "global_batch_size": ppo_mini_batch_size * rollout_n,
+    }
+
+
+class TensorDictStandIn(dict):
+    """The stand-in for the TensorDict ``ppo_loss`` and ``value_loss`` are given (tensordict is
+    a stub here): the batch's tensors and the trainer's counts by name; ``select`` and
+    ``to_padded_tensor`` as for a batch already in the padded (B, T) layout."""
+
+    def select(self, *keys):
+        return TensorDictStandIn({k: self[k] for k in keys})
+
+    def to_padded_tensor(self):
+        return self
+
+
+def _padded(tensor, data):
+    """``no_padding_2_padding`` for a model output already in the padded (B, T) response
+    layout (the suite's log-probs and values are): the tensor as it is."""
+    return tensor
+
+
 class _Proto:
     """The stand-in for DataProto.from_dict (its TensorDict is stubbed here): a ``.batch``
     dict. Only the wrapping of compute_rollout_correction_and_rejection_mask's weights uses
@@ -154,31 +198,44 @@ class _Proto:
         return cls(tensors)
 
 
-def policy_loss(cfg: ActorConfig, x: dict, advantages, mask_bool, *, rollout_is_weights=None,
+def policy_loss(cfg: ActorConfig, x: dict, advantages, mask_t, *, rollout_is_weights=None,
                 logp_old=None):
-    """verl's policy loss (``ppo_loss``'s composition): the loss function of ``loss_mode``,
-    plus ``kl_loss_coef`` times ``agg_loss(kl_penalty(logp, ref, kl_loss_type))`` with the
-    KL loss. Returns (total loss, pg_loss, metrics, logp tensor, kl_loss or None)."""
+    """verl 0.9.1's ``workers/utils/losses.py`` ``ppo_loss`` itself: the policy loss of
+    ``loss_mode``, plus ``kl_loss_coef`` times the aggregated ``kl_penalty`` with the KL
+    loss, every ``agg_loss`` given the trainer's counts (:func:`trainer_counts`, which
+    ``ppo_loss`` writes into ``config.global_batch_info``). Returns (the loss, its metrics
+    as ``ray_trainer._update_actor`` names them, "actor/..." (the bypass mode's
+    ``rollout_corr/`` ones left out), the logp tensor)."""
     logp = tensor(x["logp"], grad=True)
-    fn = core_algos.get_policy_loss_fn(cfg.policy_loss.loss_mode)
-    extra = {} if rollout_is_weights is None else {"rollout_is_weights": rollout_is_weights}
+    data = TensorDictStandIn(
+        response_mask=mask_t, advantages=advantages, ref_log_prob=tensor(x["logp_ref"]),
+        old_log_probs=tensor(x["logp_old"] if logp_old is None else logp_old),
+        **trainer_counts(mask_t))
+    if rollout_is_weights is not None:
+        data["rollout_is_weights"] = rollout_is_weights
     import verl.trainer.ppo.rollout_corr_helper as helper
     saved, helper.DataProto = helper.DataProto, _Proto
     try:
-        pg_loss, metrics = fn(
-            old_log_prob=tensor(x["logp_old"] if logp_old is None else logp_old),
-            log_prob=logp, advantages=advantages, response_mask=mask_bool,
-            loss_agg_mode=cfg.loss_agg_mode, config=cfg, **extra)
+        with mock.patch.object(verl_losses, "no_padding_2_padding", _padded):
+            total, metrics = verl_losses.ppo_loss(cfg, {"log_probs": logp}, data)
     finally:
         helper.DataProto = saved
-    total, kl_loss = pg_loss, None
-    if cfg.use_kl_loss:
-        kld = core_algos.kl_penalty(logprob=logp, ref_logprob=tensor(x["logp_ref"]),
-                                    kl_penalty=cfg.kl_loss_type)
-        kl_loss = core_algos.agg_loss(loss_mat=kld, loss_mask=mask_bool,
-                                      loss_agg_mode=cfg.loss_agg_mode, **cfg.global_batch_info)
-        total = pg_loss + kl_loss * cfg.kl_loss_coef
-    return total, pg_loss, metrics, logp, kl_loss
+    # ray_trainer.py _update_actor: the reduced metrics renamed with the prefix "actor/"
+    metrics = rename_dict(reduce_metrics(metrics), "actor/")
+    metrics = {k: float(v) for k, v in metrics.items() if "rollout_corr/" not in k}
+    return total, metrics, logp
+
+
+def value_loss(critic, x: dict, returns, mask_t):
+    """verl 0.9.1's ``workers/utils/losses.py`` ``value_loss`` itself (``compute_value_loss``
+    with the trainer's counts). Returns (the loss, its metrics "critic/...", the values
+    tensor)."""
+    values = tensor(x["values"], grad=True)
+    data = TensorDictStandIn(values=tensor(x["old_values"]), returns=returns,
+                             response_mask=mask_t, **trainer_counts(mask_t))
+    with mock.patch.object(verl_losses, "no_padding_2_padding", _padded):
+        vf_loss, metrics = verl_losses.value_loss(critic, {"values": values}, data)
+    return vf_loss, {k: float(v) for k, v in reduce_metrics(metrics).items()}, values
 
 
 def bypass_configs(preset_name, case, B, log, x):
@@ -193,10 +250,14 @@ def bypass_configs(preset_name, case, B, log, x):
     if bypass:
         actor = dataclasses.replace(actor, policy_loss=dataclasses.replace(
             actor.policy_loss, loss_mode="bypass_mode", rollout_correction=rc))
+    # (each trainer's own global_batch_info, which ppo_loss fills: not the dict the default
+    # objects share)
+    actor = dataclasses.replace(actor, global_batch_info={})
     if log is not None:
-        from .framework_config import recording
+        from .framework_config import Recorder, recording
         actor = recording(actor, log, "ActorConfig.")
         algo = recording(algo, log, "AlgoConfig.")
+        critic = Recorder(critic, log, "CriticConfig.")
     return actor, algo, rc, critic, bypass
 
 
@@ -229,17 +290,11 @@ def verl_ppo(case: dict, log: set | None = None) -> dict:
     data = compute_advantage(data, core_algos.AdvantageEstimator.GAE, gamma=algo.gamma,
                              lam=algo.lam, config=algo)
     advantages, returns = data.batch["advantages"], data.batch["returns"]
-    mask_bool = mask_t.to(bool)
-    total, pg_loss, metrics, logp, _ = policy_loss(actor, x, advantages, mask_bool,
-                                                   rollout_is_weights=w, logp_old=logp_old)
-    metrics = {k: v for k, v in metrics.items() if not k.startswith("rollout_corr/")}
-    values = tensor(x["values"], grad=True)
-    vf_loss, vf_clipfrac = core_algos.compute_value_loss(
-        vpreds=values, returns=returns, values=tensor(x["old_values"]), response_mask=mask_bool,
-        cliprange_value=critic.cliprange_value, loss_agg_mode=critic.loss_agg_mode)
+    total, metrics, logp = policy_loss(actor, x, advantages, mask_t, rollout_is_weights=w,
+                                       logp_old=logp_old)
+    vf_loss, vf_metrics, values = value_loss(critic, x, returns, mask_t)
     stats.update(metrics)
-    stats.update({"actor/pg_loss": item(pg_loss), "critic/vf_loss": item(vf_loss),
-                  "critic/vf_clipfrac": item(vf_clipfrac)})
+    stats.update(vf_metrics)
     out.update(rewards=numpy(data.batch["token_level_rewards"]),
                advantages=numpy(advantages * mask_t), returns=numpy(returns * mask_t),
                policy_loss=item(total), value_loss=item(vf_loss),
@@ -314,21 +369,17 @@ def verl_grpo(case: dict, log: set | None = None) -> dict:
                              norm_adv_by_std_in_grpo=algo.norm_adv_by_std_in_grpo, config=algo)
     advantages = data.batch["advantages"]
     with mock.patch.object(torch, "randperm", numpy_randperm(p["clip_cov_seed"])):
-        total, pg_loss, metrics, logp, kl_loss = policy_loss(
-            actor, x, advantages, mask_t.to(bool), rollout_is_weights=w, logp_old=logp_old)
-    metrics = {k: v for k, v in metrics.items() if not k.startswith("rollout_corr/")}
+        total, metrics, logp = policy_loss(actor, x, advantages, mask_t, rollout_is_weights=w,
+                                           logp_old=logp_old)
     stats.update(metrics)
-    stats["actor/pg_loss"] = item(pg_loss)
-    if kl_loss is not None:
-        stats.update({"actor/kl_loss": item(kl_loss), "actor/kl_coef": actor.kl_loss_coef})
     # (the advantages where the loss reads them: after a rejection, the kept tokens; remax
     # leaves its returns-to-go at rejected ones, which no loss reads)
     out = {"rewards": numpy(data.batch["token_level_rewards"]),
            "advantages": numpy(advantages * mask_t), "policy_loss": item(total),
            "dlogp": grad_of(total, logp)}
+    out.update({f"stat/{k}": float(v) for k, v in stats.items()})
     if actor.policy_loss.loss_mode == "kl_cov" and kl_cov_boundary_tied(
-            x, advantages, actor.policy_loss.kl_cov_ratio):
+            x, advantages, actor.policy_loss.kl_cov_ratio, mask_t):
         for k in ("policy_loss", "dlogp", "stat/actor/pg_loss"):
             out.pop(k, None)  # not compared: see KL_COV_TIES
-    out.update({f"stat/{k}": float(v) for k, v in stats.items()})
     return out

@@ -323,44 +323,48 @@ def whiten(x, m, shift_mean=True, *, ddof=1, eps=1e-8, eps_mode="add"):
     return whiten_kernel(where_valid(m, x), m, shift_mean, ddof, eps, eps_mode)
 
 
-def loss_options(p: dict, agg: str = "token-mean", kl=None) -> PolicyLossOptions:
+def loss_options(p: dict, agg: str = "token-mean", kl=None, norm=None) -> PolicyLossOptions:
     """The policy-loss options of a preset's parameters: ``epsilon`` and, where the framework
     has them, ``epsilon_high``, ``dual_clip``, ``log_ratio_clamp``; with ``kl = (coef,
     estimator, clamp)`` the KL term ``coef * aggregate(KL(logp || logp_ref), agg)`` in the
-    loss instead of the rewards (verl ``use_kl_loss``)."""
+    loss instead of the rewards (verl ``use_kl_loss``); ``norm`` the divisor of the modes that
+    take one (:func:`verl_trainer_agg`)."""
     coef, estimator, clamp = kl or (0.0, "k3", None)
     return PolicyLossOptions(epsilon=p["epsilon"], epsilon_high=p.get("epsilon_high"),
                              dual_clip=p.get("dual_clip"),
-                             log_ratio_clamp=p.get("log_ratio_clamp"), agg=agg,
+                             log_ratio_clamp=p.get("log_ratio_clamp"), agg=agg, norm=norm,
                              kl_coef=coef, kl_estimator=estimator, kl_clamp=clamp)
 
 
 def losses(x: Rollout, advantages, returns, p: dict, agg: str = "token-mean", *, mask,
-           value_mask=None, value_agg="token-mean", kl=None, is_weights=None):
+           value_mask=None, value_agg="token-mean", kl=None, is_weights=None, norm=None,
+           value_norm=None):
     """Policy loss (the :func:`loss_options` of ``p`` and ``kl``, aggregated by ``agg`` over
     ``mask``), its stats and gradient; value loss (``p["value_clip"]``, ``p["value_clip_form"]``,
-    aggregated by ``value_agg`` over ``value_mask``, default ``mask``) and its gradient.
+    aggregated by ``value_agg`` over ``value_mask``, default ``mask``) and its gradient;
+    ``norm``, ``value_norm``: the divisors of the modes that take one (None: the mode's).
 
     The stats are the policy loss's, ``"value_clipfrac"``: the token mean over the value
     mask of "the clipped value error is strictly larger" (TRL/verl ``vf_clipfrac``; 0 without
-    a value clip), and ``"loss_without_kl"``: the policy loss before the KL term of ``kl``;
+    a value clip), ``"loss_without_kl"``: the policy loss before the KL term of ``kl``,
+    ``"kl_loss"``: that term's aggregate before its coefficient (0.0 without one);
     ``is_weights``: the rollout correction's weights on the policy term."""
     pl, pl_stats, dlogp = policy_loss_kernel(
         where_valid(mask, x.logp), where_valid(mask, x.logp_old), where_valid(mask, advantages),
-        mask, loss_options(p, agg, kl), where_valid(mask, x.logp_ref),
+        mask, loss_options(p, agg, kl, norm), where_valid(mask, x.logp_ref),
         is_weights=None if is_weights is None else where_valid(mask, is_weights))
     vm = mask if value_mask is None else value_mask
-    PolicyLossOptions(agg=value_agg)  # checks the mode's name
-    norm = None  # the mode's default (divisors)
+    PolicyLossOptions(agg=value_agg, norm=value_norm)  # checks the mode's name and norm
     v, v_old, R = (where_valid(vm, a) for a in (x.values, x.old_values, returns))
     c, form = p["value_clip"], p["value_clip_form"]
     # the inputs are 0 outside vm, and so are the loss and its weights there
-    vloss = float(aggregate_kernel(value_loss_kernel(v, v_old, R, c, form), vm, value_agg, norm))
+    vloss = float(aggregate_kernel(value_loss_kernel(v, v_old, R, c, form), vm, value_agg,
+                                   value_norm))
     dL = value_loss_grad_kernel(v, v_old, R, c, form)
-    dvalues = aggregation_weights(vm, value_agg, norm) * dL + 0.0
+    dvalues = aggregation_weights(vm, value_agg, value_norm) * dL + 0.0
     wins = clipped_wins(v, v_old, R, c, form)
     stats = {**pl_stats, "value_clipfrac": masked_mean(wins.astype(np.float64), vm),
-             "loss_without_kl": pl.policy_loss}
+             "loss_without_kl": pl.policy_loss, "kl_loss": pl.kl_loss}
     # why: with kl, a loss of -0.0 is 0.0 even for coef 0 (the kernel then adds no KL term)
     policy_loss = pl.loss + 0.0 if kl else pl.loss
     return policy_loss, stats, dlogp, vloss, dvalues
@@ -749,24 +753,74 @@ def verl_correction_before_advantages(name, x: Rollout, m, p: dict) -> dict:
     return out
 
 
+def verl_trainer_agg(mode: str, batch_mask) -> tuple:
+    """verl 0.9.1's ``agg_loss`` as its trainer calls it, one optimizer step of one
+    micro-batch on one rank: the ``(mode, norm)`` of :mod:`ppo_numpy.aggregation` that divide
+    as it divides.
+
+    The trainer gives the loss two counts of the mini-batch (``workers/utils/losses.py``
+    ``ppo_loss`` and ``value_loss`` pass them to ``agg_loss``): ``batch_num_tokens``, the sum
+    of the batch's response mask ``batch_mask`` (``workers/engine/fsdp/transformer_impl.py``
+    ``forward_backward_batch``: after a decoupled rejection, which replaces the mask, and
+    before a bypass-mode one, which the policy loss applies inside), and ``global_batch_size``
+    = ``ppo_mini_batch_size * rollout.n`` (``trainer/ppo/ray_trainer.py`` ``_update_actor``):
+    B, every row, a row whose tokens were all rejected included. With m the loss's own mask
+    (after every rejection), n_i its row counts and N the sum of ``batch_mask``:
+
+    ========================  ==============================  ==========================
+    verl's ``loss_agg_mode``  what the trainer's agg_loss is   here
+    ========================  ==============================  ==========================
+    token-mean                sum m l / N                      ``("dapo", N)``
+    seq-mean-token-sum        (1/B) sum_i sum_t m l            ``("luspo", None)``
+    seq-mean-token-mean       (1/B) sum_i (1/n_i) sum_t m l    ``("grpo", None)``
+    seq-mean-token-sum-norm   sum m l / (B T)                  ``("dr_grpo", None)``: T
+    ========================  ==============================  ==========================
+
+    (``loss_scale_factor`` unset: T, the padded length.) Without a rejection every row has a
+    token, m is ``batch_mask`` and each is the mode of verl's name; ``agg_loss`` called
+    without the counts divides by the kept tokens and the rows that kept one instead.
+
+    >>> m = np.array([[True, True], [False, False]])   # row 1 rejected whole
+    >>> verl_trainer_agg("token-mean", np.ones((2, 2), bool)), verl_trainer_agg(
+    ...     "seq-mean-token-mean", m)
+    (('dapo', 4), ('grpo', None))
+    """
+    if mode == "token-mean":
+        return "dapo", int(np.count_nonzero(batch_mask))
+    return {"seq-mean-token-sum": ("luspo", None), "seq-mean-token-mean": ("grpo", None),
+            "seq-mean-token-sum-norm": ("dr_grpo", None)}[mode]
+
+
 def verl_bypass_loss(name, x: Rollout, xm: Rollout, A, m, opts, p: dict, dual_clip):
     """verl 0.9.1 ``compute_policy_loss_bypass_mode``: old = rollout; the IS weights and the
     rejection of logp (the current policy, no gradient) against logp_rollout, the loss over
     the kept tokens. ``rollout_loss_type`` (verl's ``rollout_correction.loss_type``)
     ``"ppo_clip"`` (default): the vanilla loss with ratio pi_theta / pi_rollout and no IS
     weights (the ratio is the correction); ``"reinforce"``: -A w logp with the IS weights w,
-    aggregated by ``loss_agg_mode`` (gradient -A w times the aggregation weight)."""
+    aggregated by ``loss_agg_mode`` (gradient -A w times the aggregation weight).
+
+    ``opts`` carries the trainer's aggregation (:func:`verl_trainer_agg` of the unrejected
+    mask ``m``). A rejection of every token leaves the policy term 0 (verl's ``agg_loss``
+    sums nothing over the trainer's counts) and its statistics 0 (``masked_mean`` over no
+    token divides 0 by 1e-8); the KL loss over ``m`` stays. The statistics are the loss's:
+    ``clipfrac_active``, ``dual_clipfrac`` and ``approx_kl_k1`` for ppo_clip,
+    ``approx_kl_k1`` alone for reinforce (verl logs only ``actor/ppo_kl`` there)."""
     _, loss_type = verl_bypass(name, x, p)
     w, keep = verl_rollout_correction(name, x, m, p, logp_old=x.on(m).logp)
-    if not np.any(keep):
-        raise ValueError(f"{name}: rollout_rs rejects every token of the batch")
     xk = xm.on(keep)
     A = np.where(keep, A, 0.0)
     # why: verl 0.9.1 apply_bypass_mode sets loss_mode="bypass_mode" whatever the actor's, and
     # compute_policy_loss_bypass_mode calls compute_policy_loss_vanilla for ppo_clip
     opts = replace(opts, importance_level="token", loss_type="clip", log_ratio_max=None,
                    dual_clip=dual_clip, log_ratio_clamp=p["log_ratio_clamp"])
-    if loss_type == "ppo_clip":
+    if not np.any(keep):
+        # verl: agg_loss over no token is 0 / N (token-mean) or 0 / B, masked_mean 0 / 1e-8
+        pl = SimpleNamespace(loss=0.0, policy_loss=0.0, kl_loss=0.0)
+        st = {"approx_kl_k1": 0.0}
+        if loss_type == "ppo_clip":
+            st.update(clipfrac_active=0.0, dual_clipfrac=0.0)
+        dlogp = np.zeros(m.shape)
+    elif loss_type == "ppo_clip":
         pl, st, dlogp = policy_loss_kernel(xk.logp, xk.logp_old, A, keep,
                                            replace(opts, kl_coef=0.0), xk.logp_ref)
     else:
@@ -787,15 +841,16 @@ def verl_bypass_loss(name, x: Rollout, xm: Rollout, A, m, opts, p: dict, dual_cl
 
 def verl_reinforce_loss(xk: Rollout, A, keep, opts, w):
     """verl's ``compute_policy_loss_reinforce``: loss = agg(-A w logp) (w = 1 without IS),
-    d loss / d logp = -A w times the aggregation weight; ``actor/ppo_kl`` the token mean of
-    logp_rollout - logp. (The KL loss is added by the caller, as verl's ppo_loss adds it.)"""
+    d loss / d logp = -A w times the aggregation weight; its one statistic ``actor/ppo_kl``,
+    the token mean of logp_rollout - logp (``approx_kl_k1``; no clip fractions: verl 0.9.1
+    logs none on this path). (The KL loss is added by the caller, as verl's ppo_loss adds
+    it.)"""
     weight = np.where(keep, 1.0 if w is None else w, 0.0)
     term = -A * weight * xk.logp
     policy_loss = float(aggregate_kernel(term, keep, opts.agg, opts.norm))
     dlogp = -aggregation_weights(keep, opts.agg, opts.norm) * A * weight + 0.0
     pl = SimpleNamespace(loss=policy_loss, policy_loss=policy_loss, kl_loss=0.0)
-    st = {"clipfrac_active": 0.0, "dual_clipfrac": 0.0,
-          "approx_kl_k1": masked_mean(xk.logp_old - xk.logp, keep)}
+    st = {"approx_kl_k1": masked_mean(xk.logp_old - xk.logp, keep)}
     return pl, st, dlogp
 
 

@@ -23,6 +23,7 @@ from ._common import (
     shaped_rewards,
     verl_bypass_loss,
     verl_correction_before_advantages,
+    verl_trainer_agg,
     whiten_advantages,
 )
 
@@ -75,7 +76,15 @@ def _verl(x: Rollout, p: dict) -> dict:
       ``bypass_mode``, ``rollout_loss_type`` (``_common.verl_correction_before_advantages``
       and ``verl_bypass_loss``): the rejection replaces the response mask before GAE, the
       whitening and both losses; the KL penalty in the reward and its statistic were
-      computed before it, on the full mask (docs/conventions.md section 14).
+      computed before it, on the full mask (docs/conventions.md section 14). In bypass mode
+      the policy statistics are the bypass loss's: ``rollout_loss_type="reinforce"`` logs
+      ``actor/ppo_kl`` alone (no clip fractions), as verl's ``compute_policy_loss_reinforce``.
+    * The denominators are the trainer's, one optimizer step of one micro-batch on one rank
+      (``_common.verl_trainer_agg``; docs/conventions.md section 8): ``agg_loss`` gets the
+      batch's response-mask sum (``batch_num_tokens``) and every row (``global_batch_size``),
+      for both losses and the KL loss; they differ from ``agg_loss`` alone only after a
+      rejection. With ``use_kl_loss`` also ``actor/kl_loss`` (before its coefficient) and
+      ``actor/kl_coef``.
     * Tolerance (``tolerances``): verl computes the Bessel factor n / (n - 1) of
       ``masked_var`` as an integer mask sum divided in torch, which gives float32,
       and its clip fractions from ``.float()`` booleans, so k / n is rounded to
@@ -104,26 +113,32 @@ def _verl(x: Rollout, p: dict) -> dict:
     m0, m = m, corr["mask"]  # (apply_kl_penalty ran before, on the response mask m0)
     raw_advantages, returns = gae_over(rewards, x.old_values, m, p)
     advantages = whiten_advantages(raw_advantages, m, p)
-    agg = p["loss_agg_mode"]
+    # why: verl 0.9.1's trainer divides both losses by the mini-batch's token count and row
+    # count (batch_num_tokens, global_batch_size), not by what agg_loss would count alone
+    agg, norm = verl_trainer_agg(p["loss_agg_mode"], m)
     # why: with use_kl_loss, verl core_algos.py kl_penalty "low_var_kl" (k3 clamped to
     # [-10, 10]) of the current policy against the reference, agg_loss'd, times kl_loss_coef
     kl_term = (p["beta"], "k3", 10.0) if p["use_kl_loss"] else None
     policy_loss, st, dlogp, vloss, dvalues = losses(
         x, advantages, returns, p, agg, mask=m, value_agg=agg, kl=kl_term,
-        is_weights=corr["is_weights"])
+        is_weights=corr["is_weights"], norm=norm, value_norm=norm)
+    kl_loss = st["kl_loss"]
     if corr["bypass"]:
         # old = rollout, the correction inside the policy loss (the value loss unchanged)
         pl, bst, dlogp, _ = verl_bypass_loss(name, x, corr["xm"], advantages, m,
-                                             loss_options(p, agg, kl_term), p, p["dual_clip"])
-        policy_loss = pl.loss
-        st = {**st, **bst, "loss_without_kl": pl.policy_loss}
+                                             loss_options(p, agg, kl_term, norm), p,
+                                             p["dual_clip"])
+        policy_loss, kl_loss = pl.loss, pl.kl_loss
+        # (the policy statistics are the bypass loss's: none of the decoupled loss's)
+        st = {"value_clipfrac": st["value_clipfrac"], **bst, "loss_without_kl": pl.policy_loss}
     stats = {
         # why: verl 0.9.1 workers/utils/losses.py ppo_loss logs actor/pg_loss before it adds
-        # the KL loss (use_kl_loss)
+        # the KL loss (use_kl_loss), and the policy loss's own metrics: pg_clipfrac and
+        # pg_clipfrac_lower but for the bypass mode's reinforce loss, which logs ppo_kl alone
         "actor/pg_loss": st["loss_without_kl"],
-        "actor/pg_clipfrac": st["clipfrac_active"],
+        **({"actor/pg_clipfrac": st["clipfrac_active"]} if "clipfrac_active" in st else {}),
         "actor/ppo_kl": st["approx_kl_k1"],
-        "actor/pg_clipfrac_lower": st["dual_clipfrac"],
+        **({"actor/pg_clipfrac_lower": st["dual_clipfrac"]} if "dual_clipfrac" in st else {}),
         "critic/vf_loss": vloss,
         "critic/vf_clipfrac": st["value_clipfrac"],
         "critic/vpred_mean": masked_mean(x.values, m),
@@ -135,6 +150,11 @@ def _verl(x: Rollout, p: dict) -> dict:
         "critic/vf_explained_var": 1.0 - masked_var(returns - x.old_values, m, 1)
         / (masked_var(returns, m, 1) + 1e-5),
     }
+    if p["use_kl_loss"]:
+        # why: verl 0.9.1 ppo_loss logs the KL loss (before kl_loss_coef) and the coefficient,
+        # "kl_loss" and "kl_coef", prefixed "actor/" by ray_trainer.py _update_actor
+        stats["actor/kl_loss"] = kl_loss
+        stats["actor/kl_coef"] = p["beta"]
     if p["use_kl_in_reward"]:
         stats["actor/reward_kl_penalty"] = aggregate(kl, m0, "seq-mean-token-mean")
         stats["actor/reward_kl_penalty_coeff"] = p["beta"]

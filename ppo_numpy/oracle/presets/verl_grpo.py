@@ -6,6 +6,8 @@ dppo_tv, dppo_kl, dro."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 
 from ...batch import Rollout
@@ -35,6 +37,7 @@ from ._common import (
     require_choice,
     verl_bypass_loss,
     verl_correction_before_advantages,
+    verl_trainer_agg,
     whiten,
 )
 
@@ -73,8 +76,11 @@ def _verl_grpo(x: Rollout, p: dict) -> dict:
       ``reinforce_plus_plus_baseline``: s - group mean (mean 0 for a group of one) at every
       token, whitened. ``remax``: returns-to-go minus the greedy response's score.
       ``opo``: s - the group's length-weighted mean score (lengths: the mask's row sums;
-      a group of one keeps its score). ``gpg``: (B / #nonzero scores) (s - group mean),
-      f_norm 1 (a group of one: mean 0). ``grpo_passk``: the best response of each group
+      a group of one keeps its score; a group whose tokens were all rejected gets NaN,
+      verl's 0 / 0, read by no loss term but geo_mean's, and NaN gradients at its tokens,
+      as verl's autograd gives: ``_nan_advantage_rows``).
+      ``gpg``: (B / #nonzero scores) (s - group mean), f_norm 1 (a group of one: mean 0).
+      ``grpo_passk``: the best response of each group
       gets (s_max - s_second) / (std + 1e-6) (no division with
       ``norm_adv_by_std_in_grpo=False``), the others 0; a group of one is refused, as verl
       raises. ``gdpo``: GRPO on each column of the case's ``reward_components`` (verl's
@@ -113,11 +119,18 @@ def _verl_grpo(x: Rollout, p: dict) -> dict:
       ``logp_rollout``): ``_common.verl_correction_before_advantages`` (decoupled mode: the
       weights and the rejection, which replaces the response mask before the advantages) or
       ``verl_bypass_loss`` (``bypass_mode``); GSPO gives each token its own weight.
+    * The denominators are the trainer's, one optimizer step of one micro-batch on one rank
+      (``_common.verl_trainer_agg``; docs/conventions.md section 8): every ``agg_loss`` gets
+      the batch's response-mask sum (``batch_num_tokens``; in bypass mode the unrejected
+      mask) and every row (``global_batch_size``, a row rejected whole included); sapo's
+      fixed seq-mean-token-mean too. They differ from ``agg_loss`` alone only after a
+      rejection.
     * Tolerance: verl computes the outcome estimators in float32 (its reward tensor) and its
       clip fractions as float32 means: float64 rtol and atol 32 u_32 (scores of order 1 to
       5, a few float32 roundings each; the group-normalised advantages are of order 1).
     * Statistics: ``actor/pg_loss`` (without the KL term), ``actor/pg_clipfrac``,
-      ``actor/pg_clipfrac_lower`` (dual clip active), ``actor/ppo_kl``, with the KL loss
+      ``actor/pg_clipfrac_lower`` (dual clip active), ``actor/ppo_kl`` (the bypass mode's
+      ``reinforce``: ``actor/ppo_kl`` alone), with the KL loss
       ``actor/kl_loss`` and ``actor/kl_coef``; ``critic/score/mean``,
       ``critic/rewards/mean``, ``critic/advantages/mean``. verl's ``masked_mean`` divides
       by n + 1e-8 and its seq-mean-token-mean by n_i + 1e-8; this preset by n and n_i.
@@ -157,7 +170,14 @@ def _verl_grpo(x: Rollout, p: dict) -> dict:
         A = remax_advantages(rewards, x.baseline_scores, m)
     else:
         A = _verl_091_estimator(est, x, s, m, p)
-    agg = p["loss_agg_mode"]
+    # why: verl 0.9.1's opo divides 0 by 0 for a group whose tokens were all rejected: those
+    # rows' advantages are NaN, read by no loss term (they have no token in the mask)
+    no_tokens = np.isnan(A).any(axis=-1) if est == "opo" else np.zeros(len(A), bool)
+    A_loss = np.where(no_tokens[:, None], 0.0, A)
+    # why: verl 0.9.1's trainer divides the losses by the mini-batch's token count and row
+    # count (batch_num_tokens, global_batch_size), not by what agg_loss would count alone;
+    # the batch's mask is the unrejected one in bypass mode (its rejection is in the loss)
+    agg, norm = verl_trainer_agg(p["loss_agg_mode"], m)
     kl = {}
     if p["use_kl_loss"]:
         kl_est, kl_clamp = KL_TYPES[p["kl_loss_type"]]
@@ -168,32 +188,36 @@ def _verl_grpo(x: Rollout, p: dict) -> dict:
     # why: verl's advantages are float32 (the reward tensor's dtype) unless a float64 KL was
     # subtracted from the rewards, and sapo's temperatures take their dtype
     tau_dtype = np.float64 if p["use_kl_in_reward"] else np.float32
-    mode = {"vanilla": dict(dual_clip=p["clip_ratio_c"], log_ratio_clamp=clamp, agg=agg),
+    mode = {"vanilla": dict(dual_clip=p["clip_ratio_c"], log_ratio_clamp=clamp, agg=agg,
+                            norm=norm),
             # why: verl 0.9.1 compute_policy_loss_gspo aggregates by the loss_agg_mode it is
             # given (workers/utils/losses.py ppo_loss passes actor.loss_agg_mode)
             # and its ratio sg[s_i] pi_t / sg[pi_t] sends token t's gradient to token t alone
             "gspo": dict(importance_level="sequence", sequence_gradient="token",
-                         log_ratio_max=p["log_ratio_max"], agg=agg),
-            "cispo": dict(loss_type="cispo", log_ratio_clamp=clamp, agg=agg,
+                         log_ratio_max=p["log_ratio_max"], agg=agg, norm=norm),
+            "cispo": dict(loss_type="cispo", log_ratio_clamp=clamp, agg=agg, norm=norm,
                           cispo_clip=p["cispo_clip"]),
             # why: verl 0.9.1 compute_policy_loss_sapo passes "seq-mean-token-mean" to agg_loss
             # whatever loss_agg_mode, and compute_policy_loss_geo_mean takes torch.mean over rows
             # (tau in the advantages' dtype: torch.as_tensor(tau_pos, dtype=advantages.dtype))
-            "sapo": dict(loss_type="sapo", log_ratio_clamp=clamp, agg="seq-mean-token-mean",
+            "sapo": dict(loss_type="sapo", log_ratio_clamp=clamp,
+                         agg=verl_trainer_agg("seq-mean-token-mean", m)[0],
                          sapo_tau_pos=float(tau_dtype(p["tau_pos"])),
                          sapo_tau_neg=float(tau_dtype(p["tau_neg"]))),
             "geo_mean": dict(loss_type="geo_mean", agg="grpo"),
-            "gpg": dict(loss_type="gpg", agg=agg),
-            "clip_cov": dict(loss_type="clip_cov", agg=agg, cov_ratio=p["clip_cov_ratio"],
+            "gpg": dict(loss_type="gpg", agg=agg, norm=norm),
+            "clip_cov": dict(loss_type="clip_cov", agg=agg, norm=norm,
+                             cov_ratio=p["clip_cov_ratio"],
                              cov_bounds=(p["clip_cov_lb"], p["clip_cov_ub"]),
                              cov_seed=p["clip_cov_seed"]),
-            "kl_cov": dict(loss_type="kl_cov", agg=agg, cov_ratio=p["kl_cov_ratio"],
+            "kl_cov": dict(loss_type="kl_cov", agg=agg, norm=norm,
+                           cov_ratio=p["kl_cov_ratio"],
                            kl_cov_coef=p["ppo_kl_coef"]),
-            "dppo_tv": dict(loss_type="dppo_tv", log_ratio_clamp=clamp, agg=agg,
+            "dppo_tv": dict(loss_type="dppo_tv", log_ratio_clamp=clamp, agg=agg, norm=norm,
                             dppo_ratio_max=p["clip_ratio_c"]),
-            "dppo_kl": dict(loss_type="dppo_kl", log_ratio_clamp=clamp, agg=agg,
+            "dppo_kl": dict(loss_type="dppo_kl", log_ratio_clamp=clamp, agg=agg, norm=norm,
                             dppo_ratio_max=p["clip_ratio_c"]),
-            "dro": dict(loss_type="dro", agg=agg, dro_beta=p["dro_beta"])}[
+            "dro": dict(loss_type="dro", agg=agg, norm=norm, dro_beta=p["dro_beta"])}[
         # why: verl 0.9.1 apply_bypass_mode sets loss_mode="bypass_mode" whatever the actor's
         # (PPO-clip or REINFORCE over loss_agg_mode): the actor's loss_mode is not used
         "vanilla" if corr["bypass"] else p["loss_mode"]]
@@ -205,11 +229,13 @@ def _verl_grpo(x: Rollout, p: dict) -> dict:
     if corr["bypass"]:
         # (bypass mode's loss is PPO-clip or REINFORCE: rollout_loss_type, not loss_mode)
         pl, st, dlogp, m = verl_bypass_loss(name, x, xm, A, m, opts, p, p["clip_ratio_c"])
-        mode = "vanilla"
+        mode = "reinforce" if p["rollout_loss_type"] == "reinforce" else "vanilla"
     else:
-        pl, st, dlogp = policy_loss_kernel(xm.logp, xm.logp_old, A, m, opts, xm.logp_ref,
+        pl, st, dlogp = policy_loss_kernel(xm.logp, xm.logp_old, A_loss, m, opts, xm.logp_ref,
                                            is_weights=corr["is_weights"])
         mode = p["loss_mode"]
+    if np.any(no_tokens):
+        pl, dlogp = _nan_advantage_rows(pl, dlogp, no_tokens, x.mask, mode)
     stats = {"actor/pg_loss": pl.policy_loss, **_loss_stats(mode, st),
         "critic/score/mean": mean_rows(x.scores),
         "critic/rewards/mean": mean_rows(s),
@@ -222,12 +248,28 @@ def _verl_grpo(x: Rollout, p: dict) -> dict:
     return policy_result(A, pl, dlogp, stats, rewards=rewards)
 
 
+def _nan_advantage_rows(pl, dlogp, rows, response, mode):
+    """What verl 0.9.1 computes from rows whose advantages are NaN (opo's 0 / 0 for a group
+    whose tokens were all rejected): ``agg_loss`` leaves them out (``masked_sum`` takes
+    ``torch.where``; the seq-means mask their row sums), so the loss is the other rows'; but
+    autograd multiplies the zero gradient the mask leaves by the NaN advantage, so the
+    gradient is NaN at every response token of those rows (``response``; then the FSDP
+    engine skips the update, ``optimizer_step``: grad_norm not finite). ``geo_mean`` takes
+    torch.mean over rows, those included: its loss is NaN."""
+    dlogp = np.where(rows[:, None] & response, np.nan, dlogp)
+    if mode == "geo_mean":
+        pl = SimpleNamespace(loss=np.nan, policy_loss=np.nan, kl_loss=pl.kl_loss)
+    return pl, dlogp
+
+
 def _verl_091_estimator(est, x: Rollout, s, m, p):
     """The advantages (B, T) of ``opo``, ``gpg``, ``grpo_passk`` and ``gdpo``: verl 0.9.1
     ``compute_opo_outcome_advantage``, ``compute_gpg_outcome_advantage``,
     ``compute_grpo_passk_outcome_advantage``, ``compute_gdpo_outcome_advantage``."""
     if est == "opo":
-        return broadcast(opo_advantages(s, x.groups, m.sum(axis=-1), singleton="raw"), m)
+        # (a group without tokens: NaN at every position, as verl's (s - 0 / 0) * mask)
+        a = opo_advantages(s, x.groups, m.sum(axis=-1), singleton="raw", empty="nan")
+        return np.where(np.isnan(a)[:, None], np.nan, broadcast(a, m))
     if est == "gpg":
         return broadcast(gpg_advantages(s, x.groups, singleton="raw"), m)
     if est == "grpo_passk":
@@ -253,17 +295,21 @@ def _verl_091_estimator(est, x: Rollout, s, m, p):
     return whiten(broadcast(S, m), m, ddof=1, eps=1e-8)
 def _loss_stats(mode: str, st: dict) -> dict:
     """The ``actor/`` metrics each loss_mode of verl 0.9.1 returns (core_algos.py: gpg none,
-    kl_cov and dro only ``ppo_kl``, kl_cov's the mean |log rho|; sapo's clip fractions 0)."""
+    kl_cov and dro only ``ppo_kl``, kl_cov's the mean |log rho|; sapo's clip fractions 0;
+    the bypass mode's ``reinforce`` only ``ppo_kl``)."""
+    if mode == "gpg":
+        return {}
+    if mode == "reinforce":
+        # why: verl 0.9.1 compute_policy_loss_reinforce (bypass mode) logs actor/ppo_kl alone
+        return {"actor/ppo_kl": st["approx_kl_k1"]}
+    if mode in ("kl_cov", "dro"):
+        return {"actor/ppo_kl": st["approx_kl_abs" if mode == "kl_cov" else "approx_kl_k1"]}
     clipfrac, lower = {"sapo": (0.0, 0.0),
                        "geo_mean": (st.get("clipfrac_high"), st.get("clipfrac_low")),
                        "clip_cov": (st.get("cov_selected_frac"), None),
                        "dppo_tv": (st.get("dppo_masked_frac"), st.get("dppo_truncated_frac")),
                        "dppo_kl": (st.get("dppo_masked_frac"), st.get("dppo_truncated_frac")),
-                       }.get(mode, (st["clipfrac_active"], st["dual_clipfrac"]))
-    if mode == "gpg":
-        return {}
-    if mode in ("kl_cov", "dro"):
-        return {"actor/ppo_kl": st["approx_kl_abs" if mode == "kl_cov" else "approx_kl_k1"]}
+                       }.get(mode) or (st["clipfrac_active"], st["dual_clipfrac"])
     out = {"actor/pg_clipfrac": clipfrac, "actor/ppo_kl": st["approx_kl_k1"]}
     if lower is not None:
         out["actor/pg_clipfrac_lower"] = lower
