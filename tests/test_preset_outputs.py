@@ -1,10 +1,12 @@
 """Every preset's outputs on the oracle's cases, as recorded before issue 35's restructure.
 
 ``tests/data/presets/outputs.npz`` was written by ``python -m benchmarks.preset_outputs record``
-at aaf2c15 (main when issue 35 began): every preset, every case it takes, and every variant of
-its parameters the tool runs (the defaults, each convention switch's alternatives, each loss
-type of the critic-free presets): 64,356 outputs and 226 errors. Nothing here is computed by
-the code under test: the expected numbers were written by the code before the change.
+on main at ad40319 (the layout before issue 35, with issue 34b's fixes of the verl and TRL
+presets; the first recording, at aaf2c15, matched this branch bit for bit before that merge):
+every preset, every case it takes, and every variant of its parameters the tool runs (the
+defaults, each convention switch's alternatives, each loss type of the critic-free presets):
+64,404 outputs and 226 errors. Nothing here is computed by the code under test: the expected
+numbers were written by the code before the change.
 
 On the CPU kind that recorded the file (the same NumPy dispatch targets) every output must be
 the same bits: the restructure moves code, it does not change arithmetic. On another kind
