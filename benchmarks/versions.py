@@ -11,7 +11,8 @@ against older ones, side by side in one run (issue 35's speed targets).
   one in fresh child processes that import both, alternating
   (:func:`benchmarks.targets.training_iteration`);
 * with ``--torch`` (an environment with PyTorch, e.g. ``.venv-conformance``): the GRPO and
-  GSPO loss + gradient against TRL's torch form with autograd at every grid size
+  GSPO loss + gradient against TRL's torch form with autograd (one intra-op thread) at every
+  grid size
   (:func:`benchmarks.targets.group_rows`: one call of the fast forms' ``policy_loss_and_grad``).
 
 Every ratio is the median over the rounds of old / new of two samples taken one just after
@@ -158,8 +159,12 @@ def main(argv=None) -> int:
                     for label, path in checkouts.items() if label != "HEAD"}
     group = None
     if args.torch:
+        import torch
+
         from benchmarks.targets import group_rows
 
+        # one intra-op thread, as the targets of issue 22 time TRL's form (benchmarks.targets)
+        torch.set_num_threads(1)
         group = group_rows(GROUP_GRID, rounds=args.rounds, target=args.target)
     command = "python -m benchmarks.versions " + " ".join(
         f"{lab}=<checkout of {lab}>" for lab in checkouts if lab != "HEAD") + (
