@@ -20,11 +20,8 @@ from ._common import (
     mean_rows,
     policy_result,
     require_choice,
-    trl_check_is_options,
-    trl_is_weights,
-    trl_off_policy_mask,
-    trl_uses_vllm,
 )
+from ._trl import trl_check_is_options, trl_is_weights, trl_off_policy_mask, trl_uses_vllm
 
 #: loss_type -> (aggregation mode, per-token loss form)
 LOSS_TYPES = {"grpo": ("grpo", "clip"), "bnpo": ("bnpo", "clip"), "dr_grpo": ("dr_grpo", "clip"),
