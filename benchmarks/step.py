@@ -23,6 +23,7 @@ import sys
 
 from benchmarks.data import make_batch
 from benchmarks.report import ms, ratio
+from benchmarks.targets import write_section
 from benchmarks.timing import measure_samples, paired_ratio, warm_heap
 from ppo_numpy import Normaliser, policy_loss_and_grad, policy_step, step_layout, step_weights
 
@@ -69,21 +70,6 @@ def markdown(rows, *, command: str, rounds: int, shape=SHAPE, load: str = "") ->
     return out + [""]
 
 
-def write_at_end(path: str, lines: list[str], section: str = SECTION) -> None:
-    """Replace the section headed ``section`` in ``path``, or append it at the end."""
-    with open(path) as f:
-        text = f.read()
-    body = "\n".join(lines).rstrip("\n") + "\n"
-    start = text.find("\n" + section + "\n")
-    if start >= 0:
-        end = text.find("\n## ", start + 1)
-        text = text[:start + 1] + body + ("\n" + text[end + 1:] if end >= 0 else "")
-    else:
-        text = text.rstrip("\n") + "\n\n" + body
-    with open(path, "w") as f:
-        f.write(text)
-
-
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.step",
                                 description=__doc__.split("\n")[0])
@@ -107,7 +93,7 @@ def main(argv=None) -> int:
     if args.output == "-":
         sys.stdout.write("\n".join(lines) + "\n")
     else:
-        write_at_end(args.output, lines)
+        write_section(args.output, lines, SECTION)
     return 0
 
 

@@ -30,8 +30,8 @@ def test_rows_and_section(tmp_path):
     lines = bench.markdown(rows, command="cmd", rounds=1, shape=(16, 12))
     page = tmp_path / "bench.md"
     page.write_text("# Benchmarks\n\ntext\n\n## Other\n\nkept\n")
-    bench.write_at_end(str(page), lines)
-    bench.write_at_end(str(page), lines)
+    bench.write_section(str(page), lines, bench.SECTION)
+    bench.write_section(str(page), lines, bench.SECTION)
     out = page.read_text()
     assert out.startswith("# Benchmarks\n\ntext\n\n## Other\n\nkept\n\n" + bench.SECTION)
     assert out.count(bench.SECTION) == 1 and out.count("| policy_step, TRL grpo |") == 1
