@@ -93,11 +93,11 @@ def machine_line() -> str:
         f"load average {load:.1f} at the end"
 
 
-def markdown(checkouts, pipe, training, group, command, machine) -> list[str]:
+def markdown(checkouts, pipe, training, group, command, machine, section=SECTION) -> list[str]:
     labels = list(checkouts)
     new = labels[-1]
     old = labels[:-1]
-    out = [SECTION, "", f"Measured with `{command}` on {machine}.", "",
+    out = [section, "", f"Measured with `{command}` on {machine}.", "",
            "| what | " + " | ".join(f"{lab} (ms)" for lab in labels) + " | "
            + " | ".join(f"{lab} / {new}" for lab in old) + " | target met |",
            "|---|" + "---:|" * (len(labels) + len(old)) + "---|"]
@@ -144,6 +144,8 @@ def main(argv=None) -> int:
     p.add_argument("--torch", action="store_true", help="also the GRPO/GSPO rows against TRL")
     p.add_argument("--no-training", action="store_true")
     p.add_argument("--write", action="store_true")
+    p.add_argument("--kind", help="the CPU kind, added to the section's title (e.g. AVX2: a "
+                                  "second section beside the first)")
     args = p.parse_args(argv)
     from benchmarks.targets import ROOT, show, training_iteration
 
@@ -168,9 +170,12 @@ def main(argv=None) -> int:
         group = group_rows(GROUP_GRID, rounds=args.rounds, target=args.target)
     command = "python -m benchmarks.versions " + " ".join(
         f"{lab}=<checkout of {lab}>" for lab in checkouts if lab != "HEAD") + (
-        " --torch" if args.torch else "")
-    show(markdown(checkouts, pipe, training, group, command, machine_line()), args.write,
-         SECTION)
+        " --torch" if args.torch else "") + (
+        f" --kind {args.kind}, with NPY_DISABLE_CPU_FEATURES=\"X86_V4 AVX512_ICL AVX512_SPR\" "
+        "OPENBLAS_CORETYPE=Haswell" if args.kind == "AVX2" else "")
+    section = SECTION if args.kind is None else f"{SECTION}, {args.kind}"
+    show(markdown(checkouts, pipe, training, group, command, machine_line(), section),
+         args.write, section)
     return 0
 
 
