@@ -70,14 +70,17 @@ def load_package(checkout: str, name: str):
 
 def child_main(spec: dict) -> dict:
     """In a fresh process: both checkouts' ``new_run(PPOConfig())``, warmed up, then
-    ``ppo_iteration`` of each in turn (the order alternating), seconds of each call."""
+    ``ppo_iteration`` of each in turn (the order alternating), seconds of each call.
+    ``spec["new_config"]``: fields of this checkout's ``PPOConfig`` other than its defaults."""
     import importlib as il
 
     steps, states = {}, {}
     for variant, name in (("old", "ppo_numpy_old"), ("new", "ppo_numpy")):
         load_package(spec[variant], name)
         loop = il.import_module(f"{name}.training.loop")
-        states[variant] = loop.new_run(il.import_module(f"{name}.training.config").PPOConfig())
+        fields = spec.get("new_config") or {} if variant == "new" else {}
+        config = il.import_module(f"{name}.training.config").PPOConfig(**fields)
+        states[variant] = loop.new_run(config)
         steps[variant] = loop.ppo_iteration
     for _ in range(spec["warm"]):
         for variant in steps:
@@ -93,10 +96,13 @@ def child_main(spec: dict) -> dict:
     return times
 
 
-def training_iteration(old: str, *, rounds: int, iterations=ITERATIONS, warm=WARM_ITERATIONS):
+def training_iteration(old: str, *, rounds: int, iterations=ITERATIONS, warm=WARM_ITERATIONS,
+                       new_config=None):
     """``{"old": s, "new": s, "ratio": old / new}``: medians over ``rounds`` fresh children
-    (``OPENBLAS_NUM_THREADS=1``, as ``make demo`` runs the loop, cwd in neither checkout)."""
-    spec = {"old": os.path.realpath(old), "new": ROOT, "iterations": iterations, "warm": warm}
+    (``OPENBLAS_NUM_THREADS=1``, as ``make demo`` runs the loop, cwd in neither checkout);
+    ``new_config``: fields of this checkout's ``PPOConfig`` (default: its defaults)."""
+    spec = {"old": os.path.realpath(old), "new": ROOT, "iterations": iterations, "warm": warm,
+            "new_config": new_config}
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["OPENBLAS_NUM_THREADS"] = "1"
     per = []

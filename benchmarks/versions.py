@@ -143,6 +143,10 @@ def main(argv=None) -> int:
     p.add_argument("--target", type=float, default=0.05, help="seconds per sample")
     p.add_argument("--torch", action="store_true", help="also the GRPO/GSPO rows against TRL")
     p.add_argument("--no-training", action="store_true")
+    p.add_argument("--training-only", action="store_true", help="no pipeline rows")
+    p.add_argument("--new-config", action="append", default=[], metavar="FIELD=VALUE",
+                   help="the training iteration of this checkout with these PPOConfig fields "
+                        "(Python literals), e.g. value_hidden=0: 2178b48's model")
     p.add_argument("--write", action="store_true")
     p.add_argument("--kind", help="the CPU kind, added to the section's title (e.g. AVX2: a "
                                   "second section beside the first)")
@@ -154,10 +158,16 @@ def main(argv=None) -> int:
         label, _, path = item.rpartition("=")
         checkouts[label or path] = os.path.abspath(path)
     checkouts["HEAD"] = ROOT
-    pipe = pipeline_rows(checkouts, rounds=args.rounds, target=args.target)
+    import ast
+
+    new_config = {k: ast.literal_eval(v) for k, _, v in
+                  (item.partition("=") for item in args.new_config)} or None
+    pipe = [] if args.training_only else pipeline_rows(checkouts, rounds=args.rounds,
+                                                       target=args.target)
     training = None
     if not args.no_training:
-        training = {label: training_iteration(path, rounds=args.training_rounds)
+        training = {label: training_iteration(path, rounds=args.training_rounds,
+                                              new_config=new_config)
                     for label, path in checkouts.items() if label != "HEAD"}
     group = None
     if args.torch:
@@ -170,10 +180,14 @@ def main(argv=None) -> int:
         group = group_rows(GROUP_GRID, rounds=args.rounds, target=args.target)
     command = "python -m benchmarks.versions " + " ".join(
         f"{lab}=<checkout of {lab}>" for lab in checkouts if lab != "HEAD") + (
-        " --torch" if args.torch else "") + (
+        " --torch" if args.torch else "") + "".join(
+        f" --new-config {item}" for item in args.new_config) + (
+        " --training-only" if args.training_only else "") + (
         f" --kind {args.kind}, with NPY_DISABLE_CPU_FEATURES=\"X86_V4 AVX512_ICL AVX512_SPR\" "
         "OPENBLAS_CORETYPE=Haswell" if args.kind == "AVX2" else "")
     section = SECTION if args.kind is None else f"{SECTION}, {args.kind}"
+    if new_config:
+        section += ", " + ", ".join(args.new_config)
     show(markdown(checkouts, pipe, training, group, command, machine_line(), section),
          args.write, section)
     return 0
