@@ -29,17 +29,20 @@ def cpu_kind() -> dict:
 
 
 #: NumPy's dispatch level -> the CPU kind's name (README.md's table of the demo's results)
-SIMD_KINDS = (("X86_V4", "AVX-512"), ("X86_V3", "AVX2"))
+SIMD_KINDS = (("X86_V4", "AVX-512"), ("X86_V3", "AVX2"), ("X86_V2", "SSE4.2"))
 
 
 def simd_kind(features=None) -> str:
     """The CPU kind by the SIMD loops NumPy runs: ``"AVX-512"`` (its ``X86_V4`` targets),
     ``"AVX2"`` (``X86_V3``, e.g. an AVX-512 machine with ``NPY_DISABLE_CPU_FEATURES="X86_V4
-    AVX512_ICL AVX512_SPR"``), else ``"other"``. ``features``: the enabled features
-    (default: this process's, as :func:`cpu_kind` lists them).
+    AVX512_ICL AVX512_SPR"``), ``"SSE4.2"`` (``X86_V2``, NumPy's x86-64 baseline), else
+    ``"other"`` (not x86-64). ``features``: the enabled features (default: this process's,
+    as :func:`cpu_kind` lists them).
 
-    >>> simd_kind(["AVX2", "X86_V3", "X86_V4"]), simd_kind(["AVX2", "X86_V3"]), simd_kind([])
-    ('AVX-512', 'AVX2', 'other')
+    >>> simd_kind(["X86_V2", "X86_V3", "X86_V4"]), simd_kind(["X86_V2", "X86_V3"])
+    ('AVX-512', 'AVX2')
+    >>> simd_kind(["X86_V2"]), simd_kind([])
+    ('SSE4.2', 'other')
     """
     have = set(cpu_kind()["cpu_features"] if features is None else features)
     return next((name for level, name in SIMD_KINDS if level in have), "other")
