@@ -25,7 +25,7 @@ def products(B: int = 256, T: int = 1024, C: int = 32, *, busy: int = 0, rounds:
     """Median seconds of one product, the stack and the floor, while ``busy`` other
     processes run NumPy matrix products of the same shape in a loop, as parallel test
     jobs do (each stopped afterwards, and after 120 s at the latest)."""
-    gae_module = sys.modules["ppo_numpy.gae_blocked"]
+    gae_module = sys.modules["ppo_numpy.fast.gae_blocked"]
     x = np.random.default_rng(0).normal(size=(B * T // C, C))
     W = gae_module._power_matrix(0.95, C)
     spin = (f"import time, numpy as np\nx = np.ones({x.shape}); W = np.ones({W.shape})\n"

@@ -9,7 +9,7 @@ For each function and grid point, in one interleaved run (:func:`measure`):
 * ``torch``: :mod:`benchmarks.torch_impl` on CPU float64 tensors, when installed;
 * for GAE also ``method_loop`` and ``method_blocked``: ``gae(..., method="loop")``, the
   readable reference (a reverse loop of NumPy calls over time), and the blocked form
-  (``ppo_numpy/gae_blocked.py``), each forced; the default call picks one by size.
+  (``ppo_numpy/fast/gae_blocked.py``), each forced; the default call picks one by size.
 """
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ def candidates(B: int = 256, T: int = 1024, out: np.ndarray | None = None) -> di
     """``{name: zero-argument callable}``: the floor, each stage, and the default call. The
     stages write into ``out`` ((2, B, T): the advantages, the returns), a new array if None."""
     from ppo_numpy import gae
-    from ppo_numpy.gae_blocked import (
+    from ppo_numpy.fast.gae_blocked import (
         BLOCK,
         _matmul,
         _power_matrix,

@@ -5,7 +5,7 @@
 Over the grid of :mod:`benchmarks.core`, with groups of G = 8 responses per prompt, in one
 interleaved run (:func:`benchmarks.timing.measure`), each function against two PyTorch
 baselines written here for this comparison from the frameworks' formulas
-(the docstrings of ``ppo_numpy/group_advantages.py`` and ``docs/conventions.md``,
+(the docstrings of ``ppo_numpy/family/advantages.py`` and ``docs/conventions.md``,
 section "Group baselines", give the sources and commits read):
 
 * ``grpo_advantages``: TRL's form, vectorised over ``view(-1, G)`` blocks of consecutive

@@ -19,6 +19,19 @@ each function, and, for ``gae``, a small and a large batch (the default path may
 on the size). ``--code-lines`` adds the code lines of each checkout
 (:mod:`benchmarks.code_lines`); ``--write`` puts the section into ``docs/benchmarks.md``
 under :data:`SECTION`.
+
+``--route PRESET`` measures instead the route of the log-probs through one preset's policy
+loss (issue 35): the preset is called on its first oracle case, and the calls made inside
+its call of the policy-loss kernel (the first function named in :data:`ROUTE_ENTRIES` that a
+preset module calls) are recorded in the order they run. On the functions to read of that
+sequence (input checks and inline code left out, as above), each function's module in turn:
+
+- **modules**: the modules visited; **stays**: the runs of consecutive calls in one module;
+- **returns**: stays minus modules, the times the route comes back to a module it had left;
+- **climbs**: the steps from one stay to the next whose module sits *above* the one it
+  leaves in the import order (imports it, directly or through others:
+  :mod:`benchmarks.imports`; inside an import circle every step between its modules climbs);
+- **functions**: the distinct functions to read.
 """
 
 from __future__ import annotations
@@ -32,17 +45,21 @@ import sys
 
 SECTION = "## Reading paths of issue 22"
 
-#: ``label: (module, function, kind of inputs)``; the inputs are built by :func:`inputs`.
+#: ``label: (module, function, kind of inputs)``; the inputs are built by :func:`inputs`;
+#: module ``None``: the package's public name (found in every layout of the package)
 CALLS = {
-    "ppo_policy_loss": ("objective", "ppo_policy_loss", "policy"),
-    "clipped_surrogate": ("clipping", "clipped_surrogate", "surrogate"),
-    "value_loss": ("value_loss", "value_loss", "value"),
-    "gae, (4, 8)": ("gae", "gae", "gae-small"),
-    "gae, (256, 1024)": ("gae", "gae", "gae-large"),
-    "kl_shaped_rewards": ("kl", "kl_shaped_rewards", "kl"),
+    "ppo_policy_loss": (None, "ppo_policy_loss", "policy"),
+    "clipped_surrogate": (None, "clipped_surrogate", "surrogate"),
+    "value_loss": (None, "value_loss", "value"),
+    "gae, (4, 8)": (None, "gae", "gae-small"),
+    "gae, (256, 1024)": (None, "gae", "gae-large"),
+    "kl_shaped_rewards": (None, "kl_shaped_rewards", "kl"),
 }
 
-CHECK_FILES = {"_validation.py"}
+CHECK_FILES = {"_validation.py", "_checks.py"}
+#: the names of the policy-loss kernel a preset calls (the route starts at its call)
+ROUTE_ENTRIES = ("policy_loss_kernel",)
+ROUTE_SECTION = "## The route of the log-probs through a preset's policy loss (issue 35)"
 INLINE = ("<lambda>", "<listcomp>", "<dictcomp>", "<setcomp>", "<genexpr>")
 
 
@@ -114,7 +131,8 @@ def measure_calls(checkout: str, calls: dict, args=None, name: str | None = None
     root = os.path.realpath(os.path.join(checkout, "ppo_numpy"))
     out = {}
     for label, (module, function, kind) in calls.items():
-        fn = getattr(importlib.import_module(f"{name}.{module}"), function)
+        fn = getattr(importlib.import_module(name if module is None else f"{name}.{module}"),
+                     function)
         call_args = args(kind)
         fn(*call_args)  # a first call outside the trace: imports and caches are not reading
         out[label] = [[f, q, kind_of(f, q)] for f, q in trace(fn, call_args, root)]
@@ -136,6 +154,133 @@ def measure(checkout: str) -> dict:
     done = subprocess.run([sys.executable, "-m", "benchmarks.reading_path", "--child", checkout],
                           capture_output=True, text=True, env=env, check=True)
     return json.loads(done.stdout)
+
+
+def trace_route(fn, args, root: str, entries=ROUTE_ENTRIES) -> list[tuple[str, str]]:
+    """``[(file, qualified name)]`` of every call, in order, made under ``root`` inside the
+    first call of a function named in ``entries`` from a module of ``oracle/presets/``
+    (the entry itself first)."""
+    prefix = os.path.realpath(root) + os.sep
+    calls, depth = [], [None]  # depth[0]: the entry frame once found
+
+    def profile(frame, event, arg):
+        code = frame.f_code
+        if not code.co_filename.startswith(prefix):
+            return
+        rel = os.path.relpath(code.co_filename, root)
+        if event == "call":
+            if depth[0] is None:
+                caller = frame.f_back
+                if (code.co_name in entries and caller is not None and os.sep.join(
+                        ("oracle", "presets")) in caller.f_code.co_filename):
+                    depth[0] = frame
+                    calls.append((rel, code.co_qualname))
+            elif depth[0] is not False:
+                calls.append((rel, code.co_qualname))
+        elif event == "return" and frame is depth[0]:
+            depth[0] = False
+
+    sys.setprofile(profile)
+    try:
+        fn(*args)
+    finally:
+        sys.setprofile(None)
+    return calls
+
+
+def route_child(checkout: str, preset: str) -> dict:
+    """In a fresh process: the route of ``preset`` in ``checkout`` (module docstring) and the
+    package's import graph."""
+    import importlib
+
+    from benchmarks.imports import import_graph
+    from benchmarks.targets import load_package
+
+    checkout = os.path.abspath(checkout)
+    name = "ppo_numpy_route"
+    load_package(checkout, name)
+    presets = importlib.import_module(f"{name}.oracle.presets")
+    cases = importlib.import_module(f"{name}.oracle.group_cases")
+    preset, overrides = parse_preset(preset)
+    p = presets.get_preset(preset)
+    case = cases.cases_for(p)[0]
+    p(case, **overrides)  # a first call outside the trace: imports and caches are not reading
+    root = os.path.realpath(os.path.join(checkout, "ppo_numpy"))
+    calls = trace_route(lambda c: p(c, **overrides), (case,), root)
+    graph = {os.path.relpath(k, "ppo_numpy"): sorted(os.path.relpath(v, "ppo_numpy")
+                                                     for v in vs)
+             for k, vs in import_graph(checkout).items()}
+    return {"calls": [[f, q, kind_of(f, q)] for f, q in calls], "graph": graph}
+
+
+def parse_preset(text: str) -> tuple[str, dict]:
+    """``"trl-grpo:loss_type='vespo',beta=0.04"`` -> ``("trl-grpo", {...})`` (Python
+    literals after each ``=``)."""
+    import ast
+
+    name, _, rest = text.partition(":")
+    overrides = {}
+    if rest:
+        call = ast.parse(f"f({rest})", mode="eval").body
+        overrides = {k.arg: ast.literal_eval(k.value) for k in call.keywords}
+    return name, overrides
+
+
+def route_counts(route: dict) -> dict:
+    """The figures of one route (module docstring) and its sequence of stays."""
+    from benchmarks.imports import above
+
+    graph = {k: set(v) for k, v in route["graph"].items()}
+    read = [(f, q) for f, q, k in route["calls"] if k == "read"]
+    stays = [f for i, (f, _) in enumerate(read) if i == 0 or read[i - 1][0] != f]
+    climbs = sum(above(graph, b, a) for a, b in zip(stays, stays[1:]))
+    modules = len(set(stays))
+    return {"modules": modules, "stays": len(stays), "returns": len(stays) - modules,
+            "climbs": climbs, "functions": len(set(read)), "sequence": stays,
+            "read": list(dict.fromkeys(read))}
+
+
+def route_measure(checkout: str, preset: str) -> dict:
+    """:func:`route_child` of ``checkout`` run in a fresh interpreter."""
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=here)
+    done = subprocess.run([sys.executable, "-m", "benchmarks.reading_path", "--route-child",
+                           preset, checkout], capture_output=True, text=True, env=env,
+                          check=True)
+    return json.loads(done.stdout)
+
+
+def route_section(results: dict[str, dict[str, dict]]) -> list[str]:
+    """The markdown section of ``--route``: per preset (``{preset: {label: route}}``) a row per
+    checkout, then each one's modules in turn and functions to read."""
+    presets = list(results)
+    labels = list(results[presets[0]])
+    out = [ROUTE_SECTION, "",
+           "Measured with `python -m benchmarks.reading_path "
+           + " ".join(f'--route "{p}"' for p in presets) + " "
+           + " ".join(f"{lab}=<checkout of {lab}>" for lab in labels) + " --write` "
+           "(`benchmarks/reading_path.py`): the preset runs with these parameters on its first "
+           "oracle case; the calls inside its call of the policy-loss kernel are recorded in "
+           "order, input checks and inline code left out. *stays*: runs of consecutive calls "
+           "in one module; *returns*: stays minus modules (coming back to a module left); "
+           "*climbs*: steps to a module above the one left in the import order "
+           "(`benchmarks/imports.py`, imports inside functions included); *functions*: "
+           "distinct functions to read.", "",
+           "| preset | checkout | modules | stays | returns | climbs | functions |",
+           "|---|---|---:|---:|---:|---:|---:|"]
+    figures = {p: {lab: route_counts(results[p][lab]) for lab in labels} for p in presets}
+    for p in presets:
+        for lab in labels:
+            c = figures[p][lab]
+            out.append(f"| `{p}` | {lab} | {c['modules']} | {c['stays']} | {c['returns']} | "
+                       f"{c['climbs']} | {c['functions']} |")
+    for p in presets:
+        for lab in labels:
+            seq = [os.path.splitext(f)[0].replace(os.sep, ".")
+                   for f in figures[p][lab]["sequence"]]
+            out += ["", f"`{p}`, {lab}: " + " -> ".join(seq) + "; to read: "
+                    + ", ".join(f"`{f}:{q}`" for f, q in figures[p][lab]["read"])]
+    return out
 
 
 def counts(traced: list) -> dict:
@@ -199,10 +344,27 @@ def main(argv=None) -> int:
                    help="add the table of benchmarks.code_lines for the same checkouts")
     p.add_argument("--exclude", action="append", default=[],
                    help="with --code-lines: a top-level entry left out of a second total")
+    p.add_argument("--route", metavar="PRESET[:KEY=VALUE,...]", action="append",
+                   help="the route of the log-probs through this preset's policy loss, "
+                        "with these parameters (Python literals)")
     p.add_argument("--child", help=argparse.SUPPRESS)
+    p.add_argument("--route-child", nargs=2, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:
         print(json.dumps(child_main(args.child)))
+        return 0
+    if args.route_child:
+        print(json.dumps(route_child(args.route_child[1], args.route_child[0])))
+        return 0
+    if args.route:
+        if not args.checkouts:
+            p.error("give at least one checkout")
+        from benchmarks.targets import show
+
+        results = {preset: {label: route_measure(path, preset)
+                            for label, path in _checkouts(args.checkouts).items()}
+                   for preset in args.route}
+        show(route_section(results), args.write, ROUTE_SECTION)
         return 0
     if args.list:
         for label, path in _checkouts(args.checkouts).items():

@@ -116,8 +116,8 @@ def method_table(rows) -> list[str]:
     """GAE with ``method="loop"`` (the readable reference) beside ``method="blocked"``."""
     lines = [
         "The same calls with `method=\"loop\"`, the readable reference (a reverse loop of "
-        "NumPy calls over time, `ppo_numpy/gae.py`), and with `method=\"blocked\"` "
-        "(`ppo_numpy/gae_blocked.py`); the default call above runs the loop below "
+        "NumPy calls over time, `ppo_numpy/ppo/gae.py`), and with `method=\"blocked\"` "
+        "(`ppo_numpy/fast/gae_blocked.py`); the default call above runs the loop below "
         "32768 entries and the blocked form from there on. The two are tested equal to each "
         "other and to the sum definition in `tests/test_td_gae.py`:",
         "",

@@ -70,14 +70,17 @@ def load_package(checkout: str, name: str):
 
 def child_main(spec: dict) -> dict:
     """In a fresh process: both checkouts' ``new_run(PPOConfig())``, warmed up, then
-    ``ppo_iteration`` of each in turn (the order alternating), seconds of each call."""
+    ``ppo_iteration`` of each in turn (the order alternating), seconds of each call.
+    ``spec["new_config"]``: fields of this checkout's ``PPOConfig`` other than its defaults."""
     import importlib as il
 
     steps, states = {}, {}
     for variant, name in (("old", "ppo_numpy_old"), ("new", "ppo_numpy")):
         load_package(spec[variant], name)
         loop = il.import_module(f"{name}.training.loop")
-        states[variant] = loop.new_run(il.import_module(f"{name}.training.config").PPOConfig())
+        fields = spec.get("new_config") or {} if variant == "new" else {}
+        config = il.import_module(f"{name}.training.config").PPOConfig(**fields)
+        states[variant] = loop.new_run(config)
         steps[variant] = loop.ppo_iteration
     for _ in range(spec["warm"]):
         for variant in steps:
@@ -93,10 +96,13 @@ def child_main(spec: dict) -> dict:
     return times
 
 
-def training_iteration(old: str, *, rounds: int, iterations=ITERATIONS, warm=WARM_ITERATIONS):
+def training_iteration(old: str, *, rounds: int, iterations=ITERATIONS, warm=WARM_ITERATIONS,
+                       new_config=None):
     """``{"old": s, "new": s, "ratio": old / new}``: medians over ``rounds`` fresh children
-    (``OPENBLAS_NUM_THREADS=1``, as ``make demo`` runs the loop, cwd in neither checkout)."""
-    spec = {"old": os.path.realpath(old), "new": ROOT, "iterations": iterations, "warm": warm}
+    (``OPENBLAS_NUM_THREADS=1``, as ``make demo`` runs the loop, cwd in neither checkout);
+    ``new_config``: fields of this checkout's ``PPOConfig`` (default: its defaults)."""
+    spec = {"old": os.path.realpath(old), "new": ROOT, "iterations": iterations, "warm": warm,
+            "new_config": new_config}
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["OPENBLAS_NUM_THREADS"] = "1"
     per = []
@@ -156,13 +162,15 @@ GSPO_ALL_STATS = "gspo loss+grad, approx-KL stats too"
 
 def one_call(name: str, x):
     """The loss + gradient of ``name`` ("gspo loss+grad", :data:`GSPO_ALL_STATS`, "grpo
-    loss+grad") by one call of ``policy_loss_and_grad`` (loss, statistics, gradient;
+    loss+grad") by one call of the fast forms' ``policy_loss_and_grad``
+    (:mod:`ppo_numpy.fast.gspo_rowwise`, chosen explicitly: the row-wise form where its rule
+    applies, the reference otherwise; loss, statistics, gradient;
     ``approx_kl=False`` for "gspo loss+grad"), checked equal to the two calls of
     :func:`benchmarks.grpo.ours`, which are checked against TRL's form."""
     import numpy as np
 
     from benchmarks import grpo
-    from ppo_numpy import policy_loss_and_grad
+    from ppo_numpy.fast.gspo_rowwise import policy_loss_and_grad
 
     b = x.batch
     level = "sequence" if name.startswith("gspo") else "token"
@@ -341,7 +349,7 @@ def markdown(results: dict, *, command: str, machine: list[str]) -> list[str]:
                 f"| {_x(r['ratio'])} |" for r in adv]
     if gae_r:
         out += ["", "`gae(rewards, values, 1.0, 0.95, mask)` as users call it (the size rule of "
-                "`ppo_numpy/gae.py` picks the recursion below 32768 entries, the blocked form "
+                "`ppo_numpy/ppo/gae.py` picks the recursion below 32768 entries, the blocked form "
                 "from there on):", "",
                 "| B | T | gae ms | floor ms | gae / floor | torch loop ms | torch / gae |",
                 "|---:|---:|---:|---:|---:|---:|---:|"]

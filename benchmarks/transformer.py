@@ -3,7 +3,7 @@
 ``python -m benchmarks.transformer [--batch B] [--length L] [--rounds N] [--torch-threads T]
 [--blas-threads {1,default}]``
 
-The policy is :class:`~ppo_numpy.policy.transformer.TransformerPolicy` at its default size
+The policy is :class:`~ppo_numpy.models.transformer.TransformerPolicy` at its default size
 (d_model 32, 4 heads, 2 layers, MLP width 128) on the add task's vocabulary (K = 15);
 the default batch is a PPO minibatch-sized (B, L) = (64, 10) block of tokens (L = 10 is
 the add task's prompt + response - 1). One call is ``forward`` then ``backward`` of a
@@ -27,7 +27,7 @@ import sys
 import numpy as np
 
 from benchmarks.timing import measure, rerun_with_one_blas_thread, warm_heap
-from ppo_numpy.policy.transformer import TransformerPolicy
+from ppo_numpy.models.transformer import TransformerPolicy
 
 VOCAB = 15
 

@@ -5,43 +5,38 @@ Each quantity of the objective (docs/objective.md) has one pure function in a mo
 =====================  ==========================  ===========================
 quantity               function                    module
 =====================  ==========================  ===========================
-rho_t                  probability_ratio           ppo_numpy.ratio
-min(rho A, clip A)     clipped_surrogate           ppo_numpy.clipping
-KL_t estimators        kl_estimate                 ppo_numpy.kl
-r~_t                   kl_shaped_rewards           ppo_numpy.kl
-KL term's gradient     kl_term_and_grad            ppo_numpy.kl_gradient
-  forms, exactly       kl_gradient_table           ppo_numpy.kl_exact
-delta_t                td_errors                   ppo_numpy.td
-A_hat_t, R_t           gae                         ppo_numpy.gae
-whitening              whiten                      ppo_numpy.whitening
-value loss             value_loss                  ppo_numpy.value_loss
-token/sequence means   aggregate                   ppo_numpy.aggregation
-L_PPO                  ppo_objective               ppo_numpy.objective
-policy loss + stats    ppo_policy_loss             ppo_numpy.objective
-H_t                    entropy_from_logits         ppo_numpy.entropy
+rho_t                  probability_ratio           ppo_numpy.ppo.ratio
+min(rho A, clip A)     clipped_surrogate           ppo_numpy.ppo.clipping
+KL_t estimators        kl_estimate                 ppo_numpy.ppo.kl
+r~_t                   kl_shaped_rewards           ppo_numpy.ppo.kl
+KL term's gradient     kl_term_and_grad            ppo_numpy.ppo.kl_gradient
+  forms, exactly       kl_gradient_table           ppo_numpy.grads.kl_exact
+delta_t                td_errors                   ppo_numpy.ppo.td
+A_hat_t, R_t           gae                         ppo_numpy.ppo.gae
+whitening              whiten                      ppo_numpy.ppo.whitening
+value loss             value_loss                  ppo_numpy.ppo.value_loss
+token/sequence means   aggregate                   ppo_numpy.ppo.aggregation
+L_PPO                  ppo_objective               ppo_numpy.policy_loss.objective
+policy loss + stats    ppo_policy_loss             ppo_numpy.policy_loss.objective
+H_t                    entropy_from_logits         ppo_numpy.ppo.entropy
 beta schedule          Adaptive/FixedKLController  ppo_numpy.training.kl_controllers
-d loss / d inputs      policy_loss_grad, ...       ppo_numpy.loss_grads
-finite differences     gradcheck, cmp              ppo_numpy.gradcheck
-toy policies           MLPPolicy, BigramPolicy,    ppo_numpy.policy
+d loss / d inputs      policy_loss_grad, ...       ppo_numpy.grads.loss_grads
+finite differences     gradcheck, cmp              ppo_numpy.grads.gradcheck
+toy policies           MLPPolicy, BigramPolicy,    ppo_numpy.models
                        TransformerPolicy
-loss + grads (params)  ppo_loss_and_grads          ppo_numpy.policy.loss
-group baselines        grpo_advantages, ...        ppo_numpy.group_advantages
-rollout batch          Rollout                     ppo_numpy.rollout
-sampler-trainer gap    rollout_importance_weights  ppo_numpy.rollout_correction
+loss + grads (params)  ppo_loss_and_grads          ppo_numpy.models.loss
+group baselines        grpo_advantages, ...        ppo_numpy.family.advantages
+rollout batch          Rollout                     ppo_numpy.batch
+sampler-trainer gap    rollout_importance_weights  ppo_numpy.mismatch.correction
                        rollout_rejection_mask
-loss options           PolicyLossOptions           ppo_numpy.objective
+loss options           PolicyLossOptions           ppo_numpy.policy_loss.options
 one optimizer step     step_layout, Normaliser,    ppo_numpy.step
                        step_weights, policy_step
 =====================  ==========================  ===========================
 """
 
-from .aggregation import MODES as AGGREGATION_MODES
-from .aggregation import aggregate
-from .clipping import clipped_surrogate
-from .entropy import entropy_from_logits, log_softmax
-from .gae import gae
-from .gradcheck import cmp, gradcheck, numerical_grad
-from .group_advantages import (
+from .batch import Rollout
+from .family.advantages import (
     gdpo_advantages,
     gpg_advantages,
     grpo_advantages,
@@ -53,12 +48,9 @@ from .group_advantages import (
     returns_to_go,
     rloo_advantages,
 )
-from .kl import ESTIMATORS as KL_ESTIMATORS
-from .kl import kl_estimate, kl_shaped_rewards
-from .kl_exact import kl_gradient_table
-from .kl_gradient import FORMS as KL_GRADIENT_FORMS
-from .kl_gradient import kl_term_and_grad
-from .loss_grads import (
+from .grads.gradcheck import cmp, gradcheck, numerical_grad
+from .grads.kl_exact import kl_gradient_table
+from .grads.loss_grads import (
     aggregate_grad,
     entropy_grad,
     kl_estimate_grad,
@@ -66,8 +58,8 @@ from .loss_grads import (
     policy_loss_grad,
     value_loss_grad,
 )
-from .objective import PolicyLossOptions, ppo_objective, ppo_policy_loss
-from .policy import (
+from .mismatch.correction import rollout_importance_weights, rollout_rejection_mask
+from .models import (
     SGD,
     Adam,
     BigramPolicy,
@@ -78,14 +70,22 @@ from .policy import (
     ppo_loss_and_grads,
     save_checkpoint,
 )
-from .ratio import probability_ratio
-from .rollout import Rollout
-from .rollout_correction import rollout_importance_weights, rollout_rejection_mask
+from .policy_loss.objective import PolicyLossOptions, ppo_objective, ppo_policy_loss
+from .ppo.aggregation import MODES as AGGREGATION_MODES
+from .ppo.aggregation import aggregate
+from .ppo.clipping import clipped_surrogate
+from .ppo.entropy import entropy_from_logits, log_softmax
+from .ppo.gae import gae
+from .ppo.kl import ESTIMATORS as KL_ESTIMATORS
+from .ppo.kl import kl_estimate, kl_shaped_rewards
+from .ppo.kl_gradient import FORMS as KL_GRADIENT_FORMS
+from .ppo.kl_gradient import kl_term_and_grad
+from .ppo.ratio import probability_ratio
+from .ppo.td import td_errors
+from .ppo.value_loss import value_loss
+from .ppo.whitening import masked_mean, whiten
 from .step import Normaliser, policy_step, step_layout, step_weights
-from .td import td_errors
 from .training.kl_controllers import AdaptiveKLController, FixedKLController
-from .value_loss import value_loss
-from .whitening import masked_mean, whiten
 
 __version__ = "0.1.0"
 

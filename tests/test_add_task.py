@@ -8,8 +8,8 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from ppo_numpy.policy.base import ToyPolicy
-from ppo_numpy.policy.vocab import BOS, EOS, PAD
+from ppo_numpy.models.base import ToyPolicy
+from ppo_numpy.models.vocab import BOS, EOS, PAD
 from ppo_numpy.training.tasks import ADD_VOCAB, AddTask, greedy_responses, make_task
 
 

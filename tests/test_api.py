@@ -11,37 +11,37 @@ import pytest
 import ppo_numpy
 
 CORE = {
-    "probability_ratio": "ppo_numpy.ratio",
-    "clipped_surrogate": "ppo_numpy.clipping",
-    "kl_estimate": "ppo_numpy.kl",
-    "kl_shaped_rewards": "ppo_numpy.kl",
-    "KL_ESTIMATORS": "ppo_numpy.kl",
-    "td_errors": "ppo_numpy.td",
-    "gae": "ppo_numpy.gae",
-    "whiten": "ppo_numpy.whitening",
-    "masked_mean": "ppo_numpy.whitening",
-    "value_loss": "ppo_numpy.value_loss",
-    "aggregate": "ppo_numpy.aggregation",
-    "AGGREGATION_MODES": "ppo_numpy.aggregation",
-    "ppo_objective": "ppo_numpy.objective",
-    "ppo_policy_loss": "ppo_numpy.objective",
-    "entropy_from_logits": "ppo_numpy.entropy",
-    "log_softmax": "ppo_numpy.entropy",
+    "probability_ratio": "ppo_numpy.ppo.ratio",
+    "clipped_surrogate": "ppo_numpy.ppo.clipping",
+    "kl_estimate": "ppo_numpy.ppo.kl",
+    "kl_shaped_rewards": "ppo_numpy.ppo.kl",
+    "KL_ESTIMATORS": "ppo_numpy.ppo.kl",
+    "td_errors": "ppo_numpy.ppo.td",
+    "gae": "ppo_numpy.ppo.gae",
+    "whiten": "ppo_numpy.ppo.whitening",
+    "masked_mean": "ppo_numpy.ppo.whitening",
+    "value_loss": "ppo_numpy.ppo.value_loss",
+    "aggregate": "ppo_numpy.ppo.aggregation",
+    "AGGREGATION_MODES": "ppo_numpy.ppo.aggregation",
+    "ppo_objective": "ppo_numpy.policy_loss.objective",
+    "ppo_policy_loss": "ppo_numpy.policy_loss.objective",
+    "entropy_from_logits": "ppo_numpy.ppo.entropy",
+    "log_softmax": "ppo_numpy.ppo.entropy",
     "AdaptiveKLController": "ppo_numpy.training.kl_controllers",
     "FixedKLController": "ppo_numpy.training.kl_controllers",
-    "Rollout": "ppo_numpy.rollout",
-    "grpo_advantages": "ppo_numpy.group_advantages",
-    "rloo_advantages": "ppo_numpy.group_advantages",
-    "reinforce_plus_plus_advantages": "ppo_numpy.group_advantages",
-    "reinforce_plus_plus_baseline_advantages": "ppo_numpy.group_advantages",
-    "remax_advantages": "ppo_numpy.group_advantages",
-    "PolicyLossOptions": "ppo_numpy.objective",
-    "rollout_importance_weights": "ppo_numpy.rollout_correction",
-    "rollout_rejection_mask": "ppo_numpy.rollout_correction",
+    "Rollout": "ppo_numpy.batch",
+    "grpo_advantages": "ppo_numpy.family.advantages",
+    "rloo_advantages": "ppo_numpy.family.advantages",
+    "reinforce_plus_plus_advantages": "ppo_numpy.family.advantages",
+    "reinforce_plus_plus_baseline_advantages": "ppo_numpy.family.advantages",
+    "remax_advantages": "ppo_numpy.family.advantages",
+    "PolicyLossOptions": "ppo_numpy.policy_loss.objective",
+    "rollout_importance_weights": "ppo_numpy.mismatch.correction",
+    "rollout_rejection_mask": "ppo_numpy.mismatch.correction",
     # issue 38: the KL term's gradient forms, and their exact expectations
-    "KL_GRADIENT_FORMS": "ppo_numpy.kl_gradient",
-    "kl_term_and_grad": "ppo_numpy.kl_gradient",
-    "kl_gradient_table": "ppo_numpy.kl_exact",
+    "KL_GRADIENT_FORMS": "ppo_numpy.ppo.kl_gradient",
+    "kl_term_and_grad": "ppo_numpy.ppo.kl_gradient",
+    "kl_gradient_table": "ppo_numpy.grads.kl_exact",
 }
 
 
@@ -132,9 +132,10 @@ def test_every_public_callable_has_a_doctest():
     assert not missing, f"public callables without a doctest example: {missing}"
 
 
-CORE_MODULES = ("aggregation", "clipping", "entropy", "gae", "gradcheck", "group_advantages",
-                "kl", "kl_exact", "kl_gradient", "loss_grads", "objective", "ratio", "rollout",
-                "td", "value_loss", "whitening")
+CORE_MODULES = ("ppo.aggregation", "ppo.clipping", "ppo.entropy", "ppo.gae", "grads.gradcheck",
+                "family.advantages", "ppo.kl", "grads.kl_exact", "ppo.kl_gradient",
+                "grads.loss_grads", "policy_loss.objective", "ppo.ratio", "batch", "ppo.td",
+                "ppo.value_loss", "ppo.whitening")
 
 
 @pytest.mark.parametrize("name", CORE_MODULES)

@@ -24,9 +24,9 @@ import numpy as np
 import pytest
 
 from ppo_numpy._npz import BadFileError, entry, load_npz, savez_reproducible
+from ppo_numpy.models.checkpoint import load_checkpoint, save_checkpoint
 from ppo_numpy.oracle import golden
 from ppo_numpy.oracle.cases import generate_cases
-from ppo_numpy.policy.checkpoint import load_checkpoint, save_checkpoint
 from ppo_numpy.programs import demo
 from ppo_numpy.programs import oracle as oracle_cli
 from ppo_numpy.programs import train as train_cli

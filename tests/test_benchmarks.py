@@ -183,12 +183,13 @@ def test_code_lines_table_of_this_checkout():
     from benchmarks import code_lines
 
     counts = code_lines.count_tree(ROOT)
-    assert counts["gae.py"] > 0 and os.path.join("oracle", "__init__.py") in counts
+    assert counts[os.path.join("ppo", "gae.py")] > 0
+    assert os.path.join("oracle", "__init__.py") in counts
     top = code_lines.by_top_level(counts)
     assert "oracle/" in top and sum(top.values()) == sum(counts.values())
-    rows = code_lines.table({"a": ROOT, "b": ROOT}, exclude=("gae.py",))
+    rows = code_lines.table({"a": ROOT, "b": ROOT}, exclude=("ppo/",))
     assert rows[-2]["entry"] == "total" and rows[-2]["a"] == sum(counts.values())
-    assert rows[-1]["b"] == rows[-2]["b"] - counts["gae.py"]
+    assert rows[-1]["b"] == rows[-2]["b"] - top["ppo/"]
     md = code_lines.markdown(rows, ["a", "b"])
     assert md[0] == "| ppo_numpy/ | a | b | b - a |" and len(md) == 2 + len(rows)
     assert all(line.endswith("| +0 |") for line in md[2:])
@@ -270,3 +271,25 @@ def test_training_met_reads_the_ratio_against_the_control():
                    "(51.0 -> 51.2 ms, 75 iterations each); this checkout against itself, "
                    "measured the same way: 1.007x | within noise |"]
 
+
+
+def test_versions_pipeline_is_the_benchmark_pipeline_and_its_table():
+    # benchmarks.versions' pipeline with this checkout's package is core.ours_pipeline's
+    # calls (its default GAE), and with GAE's fast form the same numbers to 1e-12
+    import ppo_numpy
+    from benchmarks import versions
+    from benchmarks.core import PARAMS, ours_pipeline
+    from benchmarks.data import make_batch
+
+    b = make_batch(4, 16)
+    loss, dlogp, returns = versions.pipeline(ppo_numpy, b, PARAMS)
+    want = ours_pipeline(b)
+    assert loss == want[0] and np.array_equal(dlogp, want[1])
+    fast = versions.pipeline(ppo_numpy, b, PARAMS, fast=True)
+    assert abs(fast[0] - loss) <= 1e-12 * max(1.0, abs(loss))
+    rows = [{"B": 8, "T": 128, "ms": {"v1": 2.0, "HEAD": 1.0}, "ratio": {"v1": 2.0}}]
+    training = {"v1": {"old": 0.063, "new": 0.064, "ratio": 0.98}}
+    lines = versions.markdown({"v1": "x", "HEAD": "y"}, rows, training, None, "cmd", "m")
+    assert lines[0] == versions.SECTION
+    assert "| pipeline (8, 128) | 2 | 1 | 2.00x | yes |" in lines
+    assert "| training iteration | 63 | 64 | 0.980x | no |" in lines

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ppo_numpy.policy import (
+from ppo_numpy.models import (
     BOS,
     Adam,
     MLPPolicy,

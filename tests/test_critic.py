@@ -151,7 +151,7 @@ def test_critic_vs_constant_by_hand_and_bad_input():
 @pytest.mark.parametrize("model", ["mlp", "transformer"])
 def test_the_critic_layer_gradients_match_finite_differences(model):
     from ppo_numpy import cmp
-    from ppo_numpy.policy import MLPPolicy, TransformerPolicy
+    from ppo_numpy.models import MLPPolicy, TransformerPolicy
 
     rng = np.random.default_rng(3)
     if model == "mlp":
@@ -190,7 +190,7 @@ def test_the_critic_layer_gradients_match_finite_differences(model):
 
 
 def test_the_critic_layer_changes_only_the_values():
-    from ppo_numpy.policy import MLPPolicy
+    from ppo_numpy.models import MLPPolicy
 
     tokens = np.array([[1, 3, 4, 2, 5]])
     old = MLPPolicy(7, 3, 4, 5, np.random.default_rng(0), max_len=8)
@@ -219,7 +219,7 @@ def test_critic_free_runs_ignore_value_hidden():
 
 
 def test_the_value_warm_up_moves_only_the_critic_and_fits_the_scores():
-    from ppo_numpy.policy import MLPPolicy
+    from ppo_numpy.models import MLPPolicy
     from ppo_numpy.training.tasks import make_task
     from ppo_numpy.training.warmup import warm_up_value
 
@@ -231,7 +231,7 @@ def test_the_value_warm_up_moves_only_the_critic_and_fits_the_scores():
     assert moved == {"W1_v", "b1_v", "w_v", "b_v"}
     assert np.mean(losses[-10:]) < 0.8 * np.mean(losses[:5]), losses     # measured 0.70
     # the loss of step 1, by hand from its own rollout: 1/2 mean over tokens of (V - score)^2
-    from ppo_numpy.policy.sampling import sample
+    from ppo_numpy.models.sampling import sample
 
     fresh = MLPPolicy(task.vocab_size, 8, 8, 16, np.random.default_rng(0), value_hidden=16)
     rng = np.random.default_rng(1)
@@ -245,8 +245,8 @@ def test_the_value_warm_up_moves_only_the_critic_and_fits_the_scores():
 
 
 def test_value_warm_up_with_gamma_discounts_the_score_by_the_tokens_to_go():
-    from ppo_numpy.policy import BigramPolicy
-    from ppo_numpy.policy.sampling import sample
+    from ppo_numpy.models import BigramPolicy
+    from ppo_numpy.models.sampling import sample
     from ppo_numpy.training.tasks import make_task
     from ppo_numpy.training.warmup import warm_up_value
 
@@ -282,8 +282,8 @@ def test_monte_carlo_values_agree_with_exact_enumeration():
     Monte Carlo estimate with 4000 continuations (within 4 standard errors)."""
     import itertools
 
-    from ppo_numpy.policy import BigramPolicy
-    from ppo_numpy.policy.vocab import EOS
+    from ppo_numpy.models import BigramPolicy
+    from ppo_numpy.models.vocab import EOS
     from ppo_numpy.training.tasks import LengthTask
     from ppo_numpy.training.value_ceiling import monte_carlo_values
 

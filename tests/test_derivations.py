@@ -200,7 +200,7 @@ def test_forms_worked_example_off_policy():
 
 def test_sequence_worked_example_reward_against_loss():
     from ppo_numpy import kl_gradient_table
-    from ppo_numpy.kl_exact import kl_targets
+    from ppo_numpy.grads.kl_exact import kl_targets
 
     half = [F(1, 2), F(1, 2)]
     pi = [[F(1, 4), F(3, 4)], [half, [F(1, 5), F(4, 5)]]]

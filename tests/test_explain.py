@@ -154,7 +154,7 @@ def test_clip_table_kink_derivative_is_the_left_or_right_limit_from_inside():
 
 
 def test_clip_table_derivative_agrees_with_loss_grads_including_kinks():
-    loss_grads = pytest.importorskip("ppo_numpy.loss_grads")
+    loss_grads = pytest.importorskip("ppo_numpy.grads.loss_grads")
     # rows 5 and 6 sit exactly on the kinks on every CPU kind: rho is exp(logp - 0), the very
     # bits the loss computes from logp and logp_old = 0 (NumPy's exp gives an element the
     # same bits whatever array it is in), and the clip range is read off those rhos:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ppo_numpy.gradcheck import cmp, gradcheck, numerical_grad
+from ppo_numpy.grads.gradcheck import cmp, gradcheck, numerical_grad
 
 
 def test_numerical_grad_of_known_functions():

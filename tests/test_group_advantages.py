@@ -16,7 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ppo_numpy import gae
-from ppo_numpy.group_advantages import (
+from ppo_numpy.family.advantages import (
     SCALES,
     grpo_advantages,
     reinforce_plus_plus_advantages,
@@ -594,7 +594,7 @@ def test_regular_layouts_give_the_bits_of_the_general_path(n, G):
     rng = np.random.default_rng(100 * n + G)
     B = n * G
     layouts = {"blocks": np.arange(B) // n, "strided": np.arange(B) % G}
-    from ppo_numpy.group_advantages import _groups
+    from ppo_numpy.family.advantages import _groups
 
     for layout, g in layouts.items():
         if G == 1 and layout == "strided":
@@ -624,7 +624,7 @@ def test_regular_layouts_give_the_bits_of_the_general_path(n, G):
     [-1, -1, 0, 0],             # negative ids
 ])
 def test_irregular_ids_take_the_general_path(ids):
-    from ppo_numpy.group_advantages import _groups
+    from ppo_numpy.family.advantages import _groups
 
     assert _groups(np.array(ids), len(ids)).layout is None
     # int64 ids are compared as bytes, others element by element: both say no
@@ -633,7 +633,7 @@ def test_irregular_ids_take_the_general_path(ids):
 
 @pytest.mark.parametrize("layout", ["blocks", "strided"])
 def test_layout_found_alike_in_every_integer_form(layout):
-    from ppo_numpy.group_advantages import _groups
+    from ppo_numpy.family.advantages import _groups
 
     B, G = 12, 3
     ids = np.arange(B) // (B // G) if layout == "blocks" else np.arange(B) % G

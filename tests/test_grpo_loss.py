@@ -17,9 +17,9 @@ from ppo_numpy import (
     ppo_policy_loss,
     probability_ratio,
 )
-from ppo_numpy.aggregation import TRL_MODES
-from ppo_numpy.gradcheck import gradcheck
-from ppo_numpy.loss_grads import policy_loss_grad
+from ppo_numpy.grads.gradcheck import gradcheck
+from ppo_numpy.grads.loss_grads import policy_loss_grad
+from ppo_numpy.ppo.aggregation import TRL_MODES
 
 MASK = np.array([[1, 1, 1, 1, 0],
                  [1, 1, 0, 0, 0],

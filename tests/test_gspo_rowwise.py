@@ -8,16 +8,22 @@ test_grpo_loss.py and test_loss_grads.py), and one hand calculation below.
 import numpy as np
 import pytest
 
-from ppo_numpy import policy_loss_and_grad, ppo_policy_loss
-from ppo_numpy.aggregation import aggregate_kernel
-from ppo_numpy.gspo_rowwise import ROWWISE_FROM, gspo_rowwise_kernel, rowwise_advantages
-from ppo_numpy.objective import (
+import ppo_numpy
+from ppo_numpy import ppo_policy_loss
+from ppo_numpy.fast.gspo_rowwise import (
+    ROWWISE_FROM,
+    gspo_rowwise_kernel,
+    policy_loss_and_grad,
+    rowwise_advantages,
+)
+from ppo_numpy.policy_loss.kernel import (
     APPROX_KL,
-    loss_options,
     policy_loss_backward,
     policy_loss_forward,
     policy_loss_stats,
 )
+from ppo_numpy.policy_loss.objective import loss_options
+from ppo_numpy.ppo.aggregation import aggregate_kernel
 
 ULPS = 4
 
@@ -119,10 +125,15 @@ def test_token_varying_advantages_keep_the_readable_form():
 
 
 def test_policy_loss_and_grad_takes_the_rule_and_agrees():
+    # the fast form's policy_loss_and_grad (this module's import) against the reference's
+    # kernel; the public ppo_numpy.policy_loss_and_grad is the reference itself
     B, T = 64, ROWWISE_FROM // 64
     logp, logp_old, _, A, m = batch(B, T, 5)
     kw = dict(agg="grpo", importance_level="sequence")
     loss, stats, d = policy_loss_and_grad(logp, logp_old, A, m, **kw)
+    ref = ppo_numpy.policy_loss_and_grad(logp, logp_old, A, m, **kw)
+    f_ref = policy_loss_forward(logp, logp_old, A, m, loss_options(**kw))
+    assert ref[0] == f_ref.loss  # the public function runs the reference kernel: same bits
     opts = loss_options(**kw)
     f = policy_loss_forward(logp, logp_old, A, m, opts)
     assert_close(loss, f.loss, "loss")
@@ -206,7 +217,7 @@ def test_approx_kl_bad_values_are_named(bad, error, words):
 
 
 def test_row_counts_count_the_tokens():
-    from ppo_numpy.gspo_rowwise import _row_counts
+    from ppo_numpy.fast.gspo_rowwise import _row_counts
 
     m = np.array([[1, 1, 0, 0], [0, 0, 0, 0], [1, 0, 1, 1]], dtype=bool)
     assert _row_counts(m).tolist() == [[2], [0], [3]]

@@ -15,7 +15,7 @@ import math
 import numpy as np
 import pytest
 
-from ppo_numpy.loss_grads import policy_loss_and_grad
+from ppo_numpy.grads.loss_grads import policy_loss_and_grad
 from ppo_numpy.oracle.group_cases import generate_group_cases
 from ppo_numpy.oracle.presets import get_preset
 

@@ -1,4 +1,4 @@
-"""The KL term's exact expectations by enumeration (ppo_numpy.kl_exact).
+"""The KL term's exact expectations by enumeration (ppo_numpy.grads.kl_exact).
 
 Independent checks, written here without the module's code:
 
@@ -25,15 +25,15 @@ import numpy as np
 import pytest
 
 from ppo_numpy import KL_ESTIMATORS
-from ppo_numpy.gradcheck import numerical_grad
-from ppo_numpy.kl_exact import (
+from ppo_numpy.grads.gradcheck import numerical_grad
+from ppo_numpy.grads.kl_exact import (
     enumerate_responses,
     expected_kl_term,
     kl_gradient_table,
     kl_targets,
     logit_labels,
 )
-from ppo_numpy.kl_gradient import FORMS
+from ppo_numpy.ppo.kl_gradient import FORMS
 
 # the running example of docs/derivations.md section 12, and a sampler pi_old
 PI, REF, OLD = [F(1, 4), F(3, 4)], [F(1, 2), F(1, 2)], [F(1, 3), F(2, 3)]
@@ -283,7 +283,7 @@ def test_identity_on_policy_k2_loss_and_ratio_k3_give_the_reverse_kl_gradient():
     """Section 13: per sample both give (logp - logp_ref) grad logp; in expectation the
     gradient of KL(pi || pi_ref). So do verl's k3+ and OpenRLHF's importance form."""
     e = enumerate_responses(PI, REF)
-    from ppo_numpy.kl_gradient import estimator_terms, form_terms
+    from ppo_numpy.ppo.kl_gradient import estimator_terms, form_terms
     per_sample = {}
     for estimator, form in (("k2", "plain"), ("k3", "ratio"), ("k3", "straight_through"),
                             ("k3", "importance")):

@@ -1,11 +1,11 @@
-"""The KL term's gradient forms (ppo_numpy.kl_gradient) on (B, T) batches.
+"""The KL term's gradient forms (ppo_numpy.ppo.kl_gradient) on (B, T) batches.
 
 Independent checks: each form's d value / d logp against centered finite differences of the
 function the framework differentiates, written out here (plain: k; ratio: k rho; verl's
 straight-through: k2; OpenRLHF's: w k2 with w a constant), for every estimator, with padding
 and a clamp; the hand values of the docstring at logp - logp_ref = 0.5; the on-policy
 identity (every form but the plain one gives d = logp - logp_ref per token); the estimator
-table against ppo_numpy.kl's kernels bit for bit.
+table against ppo_numpy.ppo.kl's kernels bit for bit.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 
 from ppo_numpy import KL_ESTIMATORS
-from ppo_numpy.gradcheck import gradcheck
-from ppo_numpy.kl import kl_estimate_grad_kernel, kl_estimate_kernel
-from ppo_numpy.kl_gradient import FORMS, estimator_terms, kl_term_and_grad
+from ppo_numpy.grads.gradcheck import gradcheck
+from ppo_numpy.ppo.kl import kl_estimate_grad_kernel, kl_estimate_kernel
+from ppo_numpy.ppo.kl_gradient import FORMS, estimator_terms, kl_term_and_grad
 
 MASK = np.array([[1, 1, 1, 0], [1, 1, 0, 0], [1, 1, 1, 1]], dtype=bool)
 RTOL = 1e-6
@@ -33,7 +33,7 @@ def inputs(rng, spread=1.0):
 
 
 def k_of(d, estimator):
-    """The estimators written out (the docstring of ppo_numpy.kl), for the references."""
+    """The estimators written out (the docstring of ppo_numpy.ppo.kl), for the references."""
     return {"k1": d, "k2": d**2 / 2, "k3": np.exp(-d) - 1 + d, "abs": np.abs(d)}[estimator]
 
 
@@ -224,8 +224,8 @@ def test_policy_parameters_against_differences_of_what_is_differentiated(form):
     differences of the loss without the KL term plus the KL surrogate of the form (the
     function the framework differentiates, written out above), with a weight bound that cuts
     some tokens."""
-    from ppo_numpy.aggregation import aggregation_weights
-    from ppo_numpy.policy import BOS, MLPPolicy, evaluate, ppo_loss_and_grads, sample
+    from ppo_numpy.models import BOS, MLPPolicy, evaluate, ppo_loss_and_grads, sample
+    from ppo_numpy.ppo.aggregation import aggregation_weights
 
     model = MLPPolicy(7, 3, 4, 6, np.random.default_rng(0), max_len=8)
     rng = np.random.default_rng(1)

@@ -1,6 +1,6 @@
-"""Batches large enough for the checks' large-array paths (``_validation._KEEP_FROM``: the
+"""Batches large enough for the checks' large-array paths (``_checks._KEEP_FROM``: the
 inputs are not copied, their padding not zeroed; ``_SUM_FROM``: finiteness by one sum) and
-for element-wise work in row blocks (``_validation.row_blocks``).
+for element-wise work in row blocks (``_checks.row_blocks``).
 
 Each output must equal its rows computed one by one on the response tokens alone (small
 arrays, the other path), whatever the padding holds."""
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import ppo_numpy as P
-from ppo_numpy import _validation
+from ppo_numpy import _checks as _validation
 
 SHAPES = [(64, 300),  # 19200 entries: at least _KEEP_FROM, one block
           (40, 2000),  # 80000: blocks of 16, 16 and 8 rows

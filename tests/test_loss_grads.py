@@ -1,4 +1,4 @@
-"""Hand-written loss gradients (ppo_numpy.loss_grads) against the core functions.
+"""Hand-written loss gradients (ppo_numpy.grads.loss_grads) against the core functions.
 
 Independent checks: centered finite differences of the *core* forward functions
 (ppo_policy_loss, value_loss + aggregate, entropy_from_logits + aggregate,
@@ -20,8 +20,8 @@ from ppo_numpy import (
     ppo_policy_loss,
     value_loss,
 )
-from ppo_numpy.gradcheck import gradcheck
-from ppo_numpy.loss_grads import (
+from ppo_numpy.grads.gradcheck import gradcheck
+from ppo_numpy.grads.loss_grads import (
     aggregate_grad,
     entropy_grad,
     kl_estimate_grad,

@@ -11,8 +11,8 @@ import struct
 import numpy as np
 import pytest
 
-from ppo_numpy.policy import BOS, EOS, MLPPolicy, evaluate, sample
-from ppo_numpy.policy.precision import round_to_bfloat16, round_to_precision
+from ppo_numpy.models import BOS, EOS, MLPPolicy, evaluate, sample
+from ppo_numpy.models.precision import round_to_bfloat16, round_to_precision
 from ppo_numpy.programs import mismatch as program
 from ppo_numpy.training import PPOConfig, train
 from ppo_numpy.training import loop as loop_module

@@ -13,7 +13,7 @@ from fractions import Fraction as F
 import numpy as np
 import pytest
 
-from ppo_numpy.group_advantages import (
+from ppo_numpy.family.advantages import (
     gdpo_advantages,
     gpg_advantages,
     grpo_advantages,

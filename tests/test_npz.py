@@ -3,8 +3,8 @@
 import numpy as np
 
 from ppo_numpy._npz import savez_reproducible
+from ppo_numpy.models.checkpoint import load_checkpoint, save_checkpoint
 from ppo_numpy.oracle.golden import export
-from ppo_numpy.policy.checkpoint import load_checkpoint, save_checkpoint
 
 
 def test_savez_reproducible_round_trip_and_bytes(tmp_path):

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ppo_numpy.policy import SGD, Adam, clip_grad_norm
-from ppo_numpy.policy.optim import global_norm
+from ppo_numpy.models import SGD, Adam, clip_grad_norm
+from ppo_numpy.models.optim import global_norm
 
 # f(x, Y) = 1/2 sum a (x - x*)^2 + 1/2 sum b (Y - Y*)^2, minimum at (x*, Y*)
 A = np.array([1.0, 4.0, 0.5])

@@ -275,7 +275,7 @@ def test_plot_functions_leave_their_inputs_unchanged():
 
 
 @pytest.mark.parametrize("module", ["ppo_numpy", "ppo_numpy.training", "ppo_numpy.oracle",
-                                    "ppo_numpy.policy", "ppo_numpy.reward", "ppo_numpy.explain",
+                                    "ppo_numpy.models", "ppo_numpy.reward", "ppo_numpy.explain",
                                     "ppo_numpy.plotting"])
 def test_importing_a_subpackage_does_not_import_matplotlib(module):
     code = f"import sys, {module}; print('matplotlib' in sys.modules)"

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from matplotlib.collections import PolyCollection
 
-from ppo_numpy.kl_exact import kl_gradient_table
+from ppo_numpy.grads.kl_exact import kl_gradient_table
 from ppo_numpy.plotting import kl_gradient
 
 

@@ -11,7 +11,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from ppo_numpy.gradcheck import cmp  # noqa: E402
+from ppo_numpy.grads.gradcheck import cmp  # noqa: E402
 from ppo_numpy.plotting.policy import (  # noqa: E402
     plot_forward_pass,
     plot_gradcheck,

@@ -35,8 +35,8 @@ from matplotlib.collections import PolyCollection  # noqa: E402
 from matplotlib.patches import Polygon, Rectangle  # noqa: E402
 from matplotlib.text import Text  # noqa: E402
 
-from ppo_numpy.gradcheck import cmp  # noqa: E402
-from ppo_numpy.kl_exact import kl_gradient_table  # noqa: E402
+from ppo_numpy.grads.gradcheck import cmp  # noqa: E402
+from ppo_numpy.grads.kl_exact import kl_gradient_table  # noqa: E402
 from ppo_numpy.plotting import (  # noqa: E402
     concepts,
     grpo,

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from ppo_numpy import AGGREGATION_MODES, aggregate, kl_estimate, log_softmax, value_loss
-from ppo_numpy.gradcheck import gradcheck
-from ppo_numpy.policy import BOS, BigramPolicy, MLPPolicy, evaluate, ppo_loss_and_grads, sample
-from ppo_numpy.policy.loss import logits_grad_from_logp
+from ppo_numpy.grads.gradcheck import gradcheck
+from ppo_numpy.models import BOS, BigramPolicy, MLPPolicy, evaluate, ppo_loss_and_grads, sample
+from ppo_numpy.models.loss import logits_grad_from_logp
 
 EPS, EPS_HIGH, DUAL, VCLIP, TEMP = 0.2, 0.28, 1.8, 0.2, 0.8
 

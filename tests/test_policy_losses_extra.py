@@ -15,16 +15,12 @@ import numpy as np
 import pytest
 
 from ppo_numpy import aggregate, ppo_policy_loss
-from ppo_numpy.gradcheck import gradcheck
-from ppo_numpy.loss_grads import policy_loss_and_grad, policy_loss_grad
-from ppo_numpy.policy_losses_extra import (
-    clip_cov_selection,
-    covariance,
-    dppo_valid,
-    gmpo_log_ratio,
-    kl_cov_selection,
-    sapo_gate,
-)
+from ppo_numpy.family.losses.cov import clip_cov_selection, covariance, kl_cov_selection
+from ppo_numpy.family.losses.dppo import dppo_valid
+from ppo_numpy.family.losses.gmpo import gmpo_log_ratio
+from ppo_numpy.family.losses.sapo import sapo_gate
+from ppo_numpy.grads.gradcheck import gradcheck
+from ppo_numpy.grads.loss_grads import policy_loss_and_grad, policy_loss_grad
 
 MASK = np.array([[1, 1, 1, 1, 0],
                  [1, 1, 0, 0, 0],

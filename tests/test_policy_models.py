@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ppo_numpy.gradcheck import gradcheck
-from ppo_numpy.policy import BOS, EOS, PAD, BigramPolicy, MLPPolicy, Vocab
-from ppo_numpy.policy.base import NEVER_LOGIT
+from ppo_numpy.grads.gradcheck import gradcheck
+from ppo_numpy.models import BOS, EOS, PAD, BigramPolicy, MLPPolicy, Vocab
+from ppo_numpy.models.base import NEVER_LOGIT
 
 
 def mlp(seed=0, K=7, C=3, D=4, H=6, max_len=12):

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ppo_numpy.policy import BOS, EOS, PAD, BigramPolicy, MLPPolicy, evaluate, sample
-from ppo_numpy.policy.base import ToyPolicy
+from ppo_numpy.models import BOS, EOS, PAD, BigramPolicy, MLPPolicy, evaluate, sample
+from ppo_numpy.models.base import ToyPolicy
 
 
 def mlp(seed=0, K=7):

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from ppo_numpy.group_advantages import gdpo_advantages
+from ppo_numpy.family.advantages import gdpo_advantages
 from ppo_numpy.oracle.presets import get_preset
 
 M = np.array([[1, 0, 0, 0], [1, 1, 1, 0], [1, 1, 0, 0], [1, 1, 1, 1]], dtype=float)
@@ -103,8 +103,8 @@ def test_preset_options_are_checked():
 
 
 def test_the_gdpo_case_carries_its_components_and_the_rollout_checks_them():
+    from ppo_numpy.batch import Rollout
     from ppo_numpy.oracle.group_cases import generate_group_cases
-    from ppo_numpy.rollout import Rollout
 
     (case,) = generate_group_cases(0, ["gdpo-components"], preset="verl-grpo")
     c = case["inputs"]["reward_components"]

@@ -181,7 +181,7 @@ def test_openrlhf_binary_kl_rounds_below_zero():
     # log((1 - p)/(1 - q))) of two nearly equal probabilities rounds below 0, and its
     # single-threshold gate [0, h] drops the token; rollout_divergence_gate follows it
     # (issue 34 defect 6: low 0 by default), a negative low keeps it
-    from ppo_numpy.rollout_correction import rollout_divergence_gate
+    from ppo_numpy.mismatch.correction import rollout_divergence_gate
 
     lp_old, lp_roll = -2.3132620422323567, -2.313262052349042
     p, q = math.exp(lp_roll), math.exp(lp_old)

@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from ppo_numpy.gradcheck import gradcheck, numerical_grad
+from ppo_numpy.grads.gradcheck import gradcheck, numerical_grad
 from ppo_numpy.reward import (
     PreferencePairs,
     RewardModel,

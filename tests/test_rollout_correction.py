@@ -1,4 +1,4 @@
-"""The rollout correction (ppo_numpy.rollout_correction): importance weights and rejection masks
+"""The rollout correction (ppo_numpy.mismatch.correction): importance weights and rejection masks
 for the mismatch between the sampler's and the trainer's log-probs, and ``is_weights=`` in the
 policy loss.
 
@@ -27,7 +27,7 @@ from ppo_numpy import (
     rollout_importance_weights,
     rollout_rejection_mask,
 )
-from ppo_numpy.rollout_correction import CRITERIA, SAFETY_BOUND
+from ppo_numpy.mismatch.correction import CRITERIA, SAFETY_BOUND
 from tests._helpers import FAST, assert_close, assert_same, finite, padded_batches, show
 
 # ratios pi_old / pi_rollout [4, 1/2, 1/2] (product 1, geometric mean 1), a one-token

@@ -323,7 +323,7 @@ def test_gae_empty_row_left_padding_and_underflowing_powers(method, gamma):
     assert_zero_at_padding(R, mask, "returns", method=method)
 
 
-# --- the fast form (ppo_numpy/gae_blocked.py) against the recursion ----------------------------
+# --- the fast form (ppo_numpy/fast/gae_blocked.py) against the recursion ----------------------
 #
 # The blocked form adds the same terms in another order, so it is not bit-identical to the
 # recursion in general. The bound stated (and tested) here: at every response token t,
@@ -409,7 +409,7 @@ def test_both_forms_give_the_exact_sum_where_the_arithmetic_is_exact(gl):
 
 
 def test_the_size_rule_picks_the_recursion_below_blocked_from_and_the_blocked_form_above():
-    from ppo_numpy.gae import BLOCKED_FROM
+    from ppo_numpy.ppo.gae import BLOCKED_FROM
 
     rng = np.random.default_rng(3)
     for B, T in ((4, 100), (BLOCKED_FROM // 256, 256)):
@@ -425,7 +425,7 @@ def test_the_blocked_form_checks_the_values_on_its_result():
     # the blocked form reads rewards and values once, and looks at them again only when the
     # returns are not finite: a NaN or inf at a response token must still be named, whatever
     # the padding holds (the batch is above BLOCKED_FROM, so method=None takes this form)
-    from ppo_numpy.gae import BLOCKED_FROM
+    from ppo_numpy.ppo.gae import BLOCKED_FROM
 
     rng = np.random.default_rng(11)
     B, T = 8, BLOCKED_FROM // 8
@@ -455,8 +455,8 @@ def test_the_blocked_form_names_a_bad_value_at_every_step_of_a_block(lam):
     # of the returns when every weight is > 0: a NaN or inf at any of the C steps of a block
     # must reach them. With lambda = 0, or (1e-60)^7 below the smallest normal float (the
     # weight flushed to 0), a weight is 0 and gae reads the returns instead: still named.
-    from ppo_numpy.gae import BLOCKED_FROM
-    from ppo_numpy.gae_blocked import BLOCK
+    from ppo_numpy.fast.gae_blocked import BLOCK
+    from ppo_numpy.ppo.gae import BLOCKED_FROM
 
     rng = np.random.default_rng(12)
     B, T = 8, BLOCKED_FROM // 8
@@ -479,7 +479,7 @@ def test_the_blocked_form_names_a_bad_value_at_every_step_of_a_block(lam):
 
 
 def test_right_padded_lengths_by_hand():
-    from ppo_numpy.gae_blocked import right_padded_lengths
+    from ppo_numpy.fast.gae_blocked import right_padded_lengths
 
     def lengths(rows):
         out = right_padded_lengths(np.array(rows, dtype=bool))

@@ -9,10 +9,10 @@ import math
 import numpy as np
 import pytest
 
-from ppo_numpy.gradcheck import gradcheck
-from ppo_numpy.policy.bigram import BigramPolicy
-from ppo_numpy.policy.checkpoint import load_checkpoint, save_checkpoint
-from ppo_numpy.policy.mlp import MLPPolicy
+from ppo_numpy.grads.gradcheck import gradcheck
+from ppo_numpy.models.bigram import BigramPolicy
+from ppo_numpy.models.checkpoint import load_checkpoint, save_checkpoint
+from ppo_numpy.models.mlp import MLPPolicy
 from ppo_numpy.training import loop
 from ppo_numpy.training.config import PPOConfig
 from ppo_numpy.training.loop import RatioNotOneError, new_run, ppo_iteration
@@ -92,7 +92,7 @@ def test_warm_up_makes_the_reference_a_model_of_the_prior():
     task = state.task
     rng = np.random.default_rng(9)
     x = task.sample_prompts(rng, 2000)
-    from ppo_numpy.policy.sampling import sample
+    from ppo_numpy.models.sampling import sample
 
     r = sample(state.reference, x, rng, task.max_new_tokens)
     n, stopped = response_lengths(r.responses, r.mask)

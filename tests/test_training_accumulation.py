@@ -18,15 +18,12 @@ import numpy as np
 import pytest
 
 from ppo_numpy import gradcheck
-from ppo_numpy.objective import PolicyLossOptions
-from ppo_numpy.policy import BigramPolicy
-from ppo_numpy.policy.loss import loss_and_grads_kernel
-from ppo_numpy.policy.sampling import sample
-from ppo_numpy.training.accumulation import (
-    accumulated_loss_and_grads,
-    combined_stats,
-    compare_accumulation,
-)
+from ppo_numpy.models import BigramPolicy
+from ppo_numpy.models.loss import loss_and_grads_kernel
+from ppo_numpy.models.sampling import sample
+from ppo_numpy.policy_loss.objective import PolicyLossOptions
+from ppo_numpy.training.accumulation import accumulated_loss_and_grads, combined_stats
+from ppo_numpy.training.compare_accumulation import compare_accumulation
 from ppo_numpy.training.config import PPOConfig
 from ppo_numpy.training.tasks import make_task
 from tests._helpers import assert_same

@@ -11,9 +11,9 @@ import statistics
 import numpy as np
 import pytest
 
-from ppo_numpy.group_advantages import grpo_advantages
+from ppo_numpy.batch import Rollout
+from ppo_numpy.family.advantages import grpo_advantages
 from ppo_numpy.programs.train import main as train_main
-from ppo_numpy.rollout import Rollout
 from ppo_numpy.training import loop
 from ppo_numpy.training.config import PPOConfig
 from ppo_numpy.training.loop import RatioNotOneError, new_run, ppo_iteration

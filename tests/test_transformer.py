@@ -10,13 +10,13 @@ import importlib.util
 import numpy as np
 import pytest
 
-from ppo_numpy.gradcheck import gradcheck
-from ppo_numpy.policy.base import NEVER_LOGIT
-from ppo_numpy.policy.checkpoint import load_checkpoint, save_checkpoint
-from ppo_numpy.policy.loss import ppo_loss_and_grads
-from ppo_numpy.policy.sampling import evaluate, sample
-from ppo_numpy.policy.transformer import TransformerPolicy
-from ppo_numpy.policy.vocab import BOS, EOS, PAD
+from ppo_numpy.grads.gradcheck import gradcheck
+from ppo_numpy.models.base import NEVER_LOGIT
+from ppo_numpy.models.checkpoint import load_checkpoint, save_checkpoint
+from ppo_numpy.models.loss import ppo_loss_and_grads
+from ppo_numpy.models.sampling import evaluate, sample
+from ppo_numpy.models.transformer import TransformerPolicy
+from ppo_numpy.models.vocab import BOS, EOS, PAD
 
 K = 9
 
@@ -85,7 +85,7 @@ def test_forward_equals_the_equations_one_position_at_a_time(n_layers):
 
 
 def test_layer_norm_and_gelu_helpers_by_hand():
-    from ppo_numpy.policy.transformer import gelu, layer_norm
+    from ppo_numpy.models.transformer import gelu, layer_norm
 
     # x = [1, 2, 3, 6]: mu 3, var (4 + 1 + 0 + 9) / 4 = 3.5
     y, _ = layer_norm(np.array([1.0, 2.0, 3.0, 6.0]), np.full(4, 2.0), np.full(4, 0.5))

@@ -85,8 +85,8 @@ def test_padding_is_zero_whatever_it_holds():
 
 
 def test_the_two_forms_differ_by_one_ulp_at_the_bound():
-    from ppo_numpy.loss_grads import value_loss_grad
-    from ppo_numpy.value_loss import clipped_values, clipped_wins
+    from ppo_numpy.grads.loss_grads import value_loss_grad
+    from ppo_numpy.ppo.value_loss import clipped_values, clipped_wins
 
     # V_old = -0.1, c = 0.2: the upper bound fl(-0.1 + 0.2) is 0.1. V one ulp below it:
     # V - V_old rounds to 0.2 = c exactly, and V_old + 0.2 = 0.1, one ulp above V; the

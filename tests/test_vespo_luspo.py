@@ -1,7 +1,8 @@
 """TRL 1.16.0's loss types vespo and luspo (issue 27).
 
 VESPO's weight is checked against a plain loop over rows and tokens with ``math`` (the
-formula of ``ppo_numpy.vespo`` written out), at hand-picked values and at the clamps; its
+formula of ``ppo_numpy.family.losses.vespo`` written out), at hand-picked values and at the
+clamps; its
 gradient by finite differences of the loss with the weight held at its value (it is a
 stop-gradient); LUSPO (the ``"luspo"`` aggregation at the sequence level) by hand and by
 finite differences.
@@ -15,8 +16,8 @@ import numpy as np
 import pytest
 
 from ppo_numpy import PolicyLossOptions, aggregate, ppo_policy_loss
-from ppo_numpy.loss_grads import policy_loss_grad
-from ppo_numpy.vespo import vespo_weights
+from ppo_numpy.family.losses.vespo import vespo_weights
+from ppo_numpy.grads.loss_grads import policy_loss_grad
 
 # the GRPO loss tests' batch and finite-difference check
 from tests.test_grpo_loss import MASK, check  # noqa: E402

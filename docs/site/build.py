@@ -6,7 +6,7 @@
    API pages (api/): one per name of ``ppo_numpy.__all__``, one per module that defines
    them, one per oracle preset.
 2. Rewrite the links of the staged prose that point at repository files which are not
-   pages: ``../ppo_numpy/gae.py`` goes to the module's API page (its docstring, its
+   pages: ``../ppo_numpy/ppo/gae.py`` goes to the module's API page (its docstring, its
    public names, and a link to the highlighted source); any other file to a generated
    page showing it. Links between pages are untouched. The files on disk keep their
    links (tests/test_docs_links.py checks those).
@@ -47,10 +47,13 @@ EXTRA_DOCS_SECTION = "Using ppo_numpy as a reference"
 
 # modules that get a page although they define no name of __all__ (docstrings refer to them)
 EXTRA_MODULES = ["ppo_numpy.oracle", "ppo_numpy.oracle.cases", "ppo_numpy.oracle.compare",
-                 "ppo_numpy.oracle.golden", "ppo_numpy.oracle.presets", "ppo_numpy.policy.base",
+                 "ppo_numpy.oracle.golden", "ppo_numpy.oracle.presets", "ppo_numpy.models.base",
                  "ppo_numpy.programs.oracle", "ppo_numpy.oracle.diagnose",
                  "ppo_numpy.oracle.switches", "ppo_numpy.oracle.group_cases",
-                 "ppo_numpy.oracle.coverage", "ppo_numpy.policy_losses_extra"] + [
+                 "ppo_numpy.oracle.coverage", "ppo_numpy.family.losses",
+                 "ppo_numpy.policy_loss.kernel"] + [
+    f"ppo_numpy.family.losses.{m}" for m in ("clip", "cispo", "vespo", "sapo", "gmpo", "gpg",
+                                             "cov", "dppo", "dro", "entry")] + [
     f"ppo_numpy.oracle.presets.{m}" for m in ("seed", "trl", "verl", "openrlhf", "deepspeed_chat",
                                               "lm_human_preferences", "trl_grpo", "verl_grpo",
                                               "openrlhf_grpo")]
@@ -58,10 +61,13 @@ EXTRA_MODULES = ["ppo_numpy.oracle", "ppo_numpy.oracle.cases", "ppo_numpy.oracle
 FULL_MODULES = ["ppo_numpy.oracle.cases", "ppo_numpy.oracle.compare", "ppo_numpy.oracle.golden",
                 "ppo_numpy.oracle.diagnose", "ppo_numpy.oracle.switches",
                 "ppo_numpy.oracle.group_cases", "ppo_numpy.oracle.coverage",
-                "ppo_numpy.policy_losses_extra"]
+                "ppo_numpy.family.losses",
+                "ppo_numpy.family.losses.sapo", "ppo_numpy.family.losses.gmpo",
+                "ppo_numpy.family.losses.cov", "ppo_numpy.family.losses.dppo",
+                "ppo_numpy.policy_loss.kernel"]
 # names documented on their module's page: not in __all__, but a docstring refers to them
 MODULE_EXTRAS = {
-    "ppo_numpy.aggregation": [("data", "TRL_MODES")],
+    "ppo_numpy.ppo.aggregation": [("data", "TRL_MODES")],
     "ppo_numpy.oracle.presets": [("function", "get_preset"), ("class", "Preset"),
                                  ("data", "PRESETS"), ("data", "DEFAULT_PRESET"),
                                  ("data", "INPUT_NAMES"), ("data", "GROUP_INPUT_NAMES")],

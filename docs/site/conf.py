@@ -66,7 +66,7 @@ html_css_files = ["site.css"]
 html_search_scorer = str(Path(__file__).resolve().parent / "search_scorer.js")
 
 # A reference the docstrings write in their module's terms (:func:`td_errors` inside
-# ppo_numpy.gae, :data:`MODES` inside ppo_numpy.aggregation) names an object that the API
+# ppo_numpy.gae, :data:`MODES` inside ppo_numpy.ppo.aggregation) names an object that the API
 # documents under its public name (ppo_numpy.td_errors, ppo_numpy.AGGREGATION_MODES).
 # Internal names a docstring mentions but the API does not document are listed here, and
 # render as code without a link; any other unresolved reference fails the build.
@@ -75,7 +75,7 @@ nitpick_ignore = [
     # cmp's report (its fields are in cmp's docstring). Documenting it beside cmp would put
     # one module's objects under two paths, and viewcode's links back from the source page
     # then point at anchors that do not exist (the browser check saw it)
-    ("py:class", "ppo_numpy.gradcheck.Comparison"),
+    ("py:class", "ppo_numpy.grads.gradcheck.Comparison"),
 ]
 nitpick_ignore_regex = [
     # a type written as words, not a name: "float > 0", '{"k1", "k2"}', "optional", np.ndarray
@@ -104,7 +104,7 @@ def _documented_objects(env):
 
 def _lookup(dotted: str):
     """The object a dotted path names, None if none: attributes first (ppo_numpy.gae is
-    the function, as `import ppo_numpy` sees it), then modules (ppo_numpy.gae.gae)."""
+    the function, as `import ppo_numpy` sees it), then modules (ppo_numpy.ppo.gae.gae)."""
     import importlib
     parts = dotted.split(".")
     try:
@@ -188,10 +188,10 @@ _ROLE = re.compile(r":(func|class|data|meth|mod|attr|obj|exc):`(~?)([^`<>]+?)(?:
 def _qualify_roles(app, what, name, obj, options, lines):
     """Make a docstring's short references full paths in the module that wrote them.
 
-    ``:data:`MODES``` in ppo_numpy.aggregation's docstrings means
-    ppo_numpy.aggregation.MODES, wherever the docstring is shown (the API shows
+    ``:data:`MODES``` in ppo_numpy.ppo.aggregation's docstrings means
+    ppo_numpy.ppo.aggregation.MODES, wherever the docstring is shown (the API shows
     ``aggregate`` as ppo_numpy.aggregate, and autosummary tables elsewhere); written as
-    ``:data:`MODES <ppo_numpy.aggregation.MODES>``` the resolver above finds it under
+    ``:data:`MODES <ppo_numpy.ppo.aggregation.MODES>``` the resolver above finds it under
     the name the API documents it (ppo_numpy.AGGREGATION_MODES)."""
     home = obj.__name__ if what == "module" else getattr(obj, "__module__", None)
     if not isinstance(home, str) or not home.startswith("ppo_numpy"):

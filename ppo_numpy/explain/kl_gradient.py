@@ -1,6 +1,6 @@
 """The KL term's gradient step by step for one categorical distribution (``python -m ppo_numpy
 explain kl-gradient``): the tables a person writes to find, by hand, which KL's gradient each
-estimator, placement and form has in expectation (:mod:`ppo_numpy.kl_exact`).
+estimator, placement and form has in expectation (:mod:`ppo_numpy.grads.kl_exact`).
 
 1. the tokens: pi, pi_ref (and pi_old), d = log pi - log pi_ref, r = pi_ref / pi, rho = pi /
    pi_old and grad_z log pi(y) = e_y - pi;
@@ -10,9 +10,9 @@ estimator, placement and form has in expectation (:mod:`ppo_numpy.kl_exact`).
    derivative c(y) = d term / d logp(y) of each token, E_q[value], E_q[c(y) (e_y - pi)] and
    which target it equals, with the gaps.
 
-The numbers come from :func:`ppo_numpy.kl_exact.enumerate_responses`,
-:func:`~ppo_numpy.kl_exact.per_response_terms`, :func:`~ppo_numpy.kl_exact.term_kernel`
-and :func:`~ppo_numpy.kl_exact.targets_kernel`; with Fraction input every rational step is
+The numbers come from :func:`ppo_numpy.grads.kl_exact.enumerate_responses`,
+:func:`~ppo_numpy.grads.kl_exact.per_response_terms`, :func:`~ppo_numpy.grads.kl_exact.term_kernel`
+and :func:`~ppo_numpy.grads.kl_exact.targets_kernel`; with Fraction input every rational step is
 a fraction, and a step through a log is a float marked ``~``.
 """
 
@@ -22,8 +22,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from ..kl import ESTIMATORS
-from ..kl_exact import (
+from ..grads.kl_exact import (
     PLACEMENTS,
     _check_gamma,
     enumerate_responses,
@@ -32,7 +31,8 @@ from ..kl_exact import (
     targets_kernel,
     term_kernel,
 )
-from ..kl_gradient import FORMS, OPENRLHF_IS_BOUND, check_is_bound, estimator_terms
+from ..ppo.kl import ESTIMATORS
+from ..ppo.kl_gradient import FORMS, OPENRLHF_IS_BOUND, check_is_bound, estimator_terms
 from .tables import Table, format_number
 
 __all__ = ["FRAMEWORK_FORMS", "kl_gradient_tables"]
@@ -70,7 +70,7 @@ def kl_gradient_tables(pi, pi_ref, pi_old=None, *, bound=OPENRLHF_IS_BOUND) -> l
     ----------
     pi, pi_ref : probabilities (K,)
         pi_theta and the reference; Fractions for exact tables. Each sums to 1, every entry
-        > 0 (:func:`ppo_numpy.kl_exact.enumerate_responses`).
+        > 0 (:func:`ppo_numpy.grads.kl_exact.enumerate_responses`).
     pi_old : probabilities (K,), optional
         The sampler; adds the table of the terms sampled from it.
     bound : float >= 1 or None

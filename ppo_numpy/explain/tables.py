@@ -43,9 +43,17 @@ from fractions import Fraction
 
 import numpy as np
 
-from .._validation import as_array, is_exact, prepare, scalar_for, zero_like
-from ..aggregation import aggregate
-from ..clipping import (
+from .._checks import as_array, is_exact, prepare, scalar_for, zero_like
+from ..family.advantages import (
+    _check_groups,
+    _flat_groups,
+    _group_sums,
+    grpo_advantages,
+    rloo_advantages,
+)
+from ..mismatch.correction import is_statistic_kernel, rollout_importance_weights
+from ..ppo.aggregation import aggregate
+from ..ppo.clipping import (
     CASE_NAMES,
     UNCLIPPED,
     at_kink,
@@ -55,18 +63,10 @@ from ..clipping import (
     clipped_surrogate,
     surrogate_term,
 )
-from ..gae import gae
-from ..group_advantages import (
-    _check_groups,
-    _flat_groups,
-    _group_sums,
-    grpo_advantages,
-    rloo_advantages,
-)
-from ..kl import kl_estimate, kl_shaped_rewards, last_valid_index
-from ..ratio import probability_ratio
-from ..rollout_correction import is_statistic_kernel, rollout_importance_weights
-from ..td import next_valid_values, td_errors
+from ..ppo.gae import gae
+from ..ppo.kl import kl_estimate, kl_shaped_rewards, last_valid_index
+from ..ppo.ratio import probability_ratio
+from ..ppo.td import next_valid_values, td_errors
 
 PAD = "-"
 
@@ -277,7 +277,7 @@ def clip_table(rho, advantages, epsilon=0.2, *, epsilon_high=None, dual_clip=Non
       (rho = 1 + eps_high with A > 0, rho = 1 - eps with A < 0, rho = c with
       A < 0 under dual clip). The derivative jumps there; the value printed is
       the one from inside the clip range, A_hat_t, the convention of
-      ``ppo_numpy.loss_grads`` (and of PyTorch's ``clamp`` + ``max``, which
+      ``ppo_numpy.grads.loss_grads`` (and of PyTorch's ``clamp`` + ``max``, which
       passes the gradient at a bound and splits a tie in half each way).
 
     Parameters

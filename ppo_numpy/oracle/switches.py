@@ -28,7 +28,7 @@ __all__ = ["KINDS", "PRESET_SWITCHES", "SWITCHES", "Switch", "add_switch", "expl
 KINDS = ("objective", "loss family", "third policy")
 """What a switch is about: the PPO objective and the group advantages, a member of the
 policy-loss family, or the third policy (the correction of the sampler/trainer mismatch,
-``ppo_numpy.rollout_correction``)."""
+``ppo_numpy.mismatch.correction``)."""
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import numpy as np
 
-from .._validation import as_mask, check_int, check_same_shape
+from .._checks import as_mask, check_int, check_same_shape
 from .style import SITE_WIDTH_IN, legend_outside, matrix, subplots, tight, vector
 
 __all__ = [

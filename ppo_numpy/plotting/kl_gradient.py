@@ -1,5 +1,5 @@
 """The KL term's value and gradient: the enumeration table, a sequence's gradients and the
-training runs of two gradient forms (notebook 17, ``ppo_numpy.kl_exact``).
+training runs of two gradient forms (notebook 17, ``ppo_numpy.grads.kl_exact``).
 
 Functions build a ``matplotlib.figure.Figure`` directly (no pyplot), at most the site's
 width (``style.SITE_WIDTH_IN``).
@@ -37,7 +37,7 @@ def plot_kl_gradient_table(rows, *, path=None) -> Figure:
     Parameters
     ----------
     rows : list of dict
-        :func:`ppo_numpy.kl_exact.kl_gradient_table`'s rows (``estimator``, ``placement``,
+        :func:`ppo_numpy.grads.kl_exact.kl_gradient_table`'s rows (``estimator``, ``placement``,
         ``form``, ``sampler``, ``gradient_of``, ``gap_reverse``).
     path : str or Path, optional
         Save a PNG there.
@@ -80,7 +80,7 @@ def plot_sequence_gradients(labels, grads, *, path=None) -> Figure:
     Parameters
     ----------
     labels : list of str
-        The logits' names (:func:`ppo_numpy.kl_exact.logit_labels`).
+        The logits' names (:func:`ppo_numpy.grads.kl_exact.logit_labels`).
     grads : dict label -> array (n_logits,)
         The gradients to compare (e.g. the sequence KL's, the k1 reward's, a loss term's).
     path : str or Path, optional

@@ -11,7 +11,7 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from .._validation import check_int
+from .._checks import check_int
 from ..reward.overoptimisation import rows_by_beta
 from .style import SITE_WIDTH_IN, figure, legend_outside, saved, two_over_one
 

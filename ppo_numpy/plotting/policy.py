@@ -23,7 +23,7 @@ import numpy as np
 from matplotlib.cm import ScalarMappable
 from matplotlib.colors import ListedColormap, Normalize
 
-from .._validation import as_mask, check_int, check_same_shape
+from .._checks import as_mask, check_int, check_same_shape
 from .concepts import masked_pair
 from .style import MIN_DPI, SITE_WIDTH_IN, finish, legend_outside, subplots, tight
 
@@ -214,7 +214,7 @@ def plot_gradcheck(report, *, rtol=1e-6):
     Parameters
     ----------
     report : dict of str -> Comparison
-        The result of :func:`ppo_numpy.gradcheck.gradcheck` (or any objects with
+        The result of :func:`ppo_numpy.grads.gradcheck.gradcheck` (or any objects with
         ``rel_error``, ``exact`` and ``close`` attributes).
     rtol : float
         The bound, drawn as a dashed line.

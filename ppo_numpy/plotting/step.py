@@ -67,7 +67,7 @@ def plot_accumulation_drift(drift, *, path=None) -> Figure:
     drift : dict of str -> array (I,)
         Label -> per iteration, the largest difference of a parameter from the one-pass
         run's relative to the largest entry of its array
-        (:func:`ppo_numpy.training.accumulation.compare_accumulation`'s ``drift``). A 0
+        (:func:`ppo_numpy.training.compare_accumulation.compare_accumulation`'s ``drift``). A 0
         (the same parameters) is not drawn on the log scale.
     path : str or Path, optional
         Save a PNG there.

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 from matplotlib.figure import Figure
 
-from .._validation import check_int
+from .._checks import check_int
 from ..training.metrics import (
     COLUMNS,
     critic_summary,

@@ -4,7 +4,7 @@ The default training run (or ``--task``, ``--iterations``) in one pass per minib
 same run with each minibatch cut into ``--micro-batches`` K micro-batches whose gradients
 are added, each normalised ``global`` (the minibatch's counts) or ``micro-batch-mean`` (its
 own token mean / K: the 2024 gradient-accumulation bug), from one warm-up, in lockstep
-(:func:`ppo_numpy.training.accumulation.compare_accumulation`). Prints one row per run: how
+(:func:`ppo_numpy.training.compare_accumulation.compare_accumulation`). Prints one row per run: how
 far its parameters are from the one-pass run's after the first and the last iteration
 (relative to the largest entry of each array, and in units in the last place of it), how far
 its logged numbers are, its final score and CPU seconds: the table of docs/training.md,
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..training.accumulation import compare_accumulation
+from ..training.compare_accumulation import compare_accumulation
 from ..training.config import config_for_task
 from ..training.tasks import TASKS
 

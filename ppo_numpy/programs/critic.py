@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..policy.sampling import evaluate_kernel, sample
+from ..models.sampling import evaluate_kernel, sample
 from ..training import train
 from ..training.config import config_for_task
 from ..training.loop import new_run, ppo_iteration

@@ -20,8 +20,8 @@ import numpy as np
 
 from .._machine import cpu_kind, simd_kind
 from .._npz import BadFileError
-from ..policy.sampling import sample
-from ..policy.vocab import Vocab
+from ..models.sampling import sample
+from ..models.vocab import Vocab
 from ..training import PPOConfig, make_task, train
 from ..training.metrics import critic_summary, history_to_columns
 from ..training.run import RunError, load_state

@@ -45,9 +45,9 @@ from ..explain.tables import (
     rloo_table,
     rollout_is_table,
 )
-from ..group_advantages import SCALES
-from ..kl import ESTIMATORS
-from ..rollout_correction import IS_LEVELS, IS_MODES
+from ..family.advantages import SCALES
+from ..mismatch.correction import IS_LEVELS, IS_MODES
+from ..ppo.kl import ESTIMATORS
 
 PROG = "python -m ppo_numpy explain"
 

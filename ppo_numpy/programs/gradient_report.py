@@ -4,7 +4,7 @@
    is checked against centered finite differences (float64, h = 1e-5) of
    :func:`ppo_loss_and_grads`, for every loss term and aggregation mode, on a
    padded batch whose ratios and value offsets sit away from the kinks. The
-   worst relative error (see :mod:`ppo_numpy.gradcheck`) per parameter is printed.
+   worst relative error (see :mod:`ppo_numpy.grads.gradcheck`) per parameter is printed.
 2. The median wall time of one forward + backward at B = 64, T = 16.
 """
 
@@ -15,13 +15,13 @@ import timeit
 
 import numpy as np
 
-from ..aggregation import MODES
-from ..gradcheck import gradcheck
-from ..policy.bigram import BigramPolicy
-from ..policy.loss import ppo_loss_and_grads
-from ..policy.mlp import MLPPolicy
-from ..policy.sampling import sample
-from ..policy.vocab import BOS
+from ..grads.gradcheck import gradcheck
+from ..models.bigram import BigramPolicy
+from ..models.loss import ppo_loss_and_grads
+from ..models.mlp import MLPPolicy
+from ..models.sampling import sample
+from ..models.vocab import BOS
+from ..ppo.aggregation import MODES
 
 EPS, EPS_HIGH, DUAL, VCLIP, TEMP = 0.2, 0.28, 1.8, 0.2, 0.8
 

@@ -14,7 +14,7 @@ import io
 import shlex
 import sys
 
-from ..gae import gae
+from ..ppo.gae import gae
 from .explain import render_command
 
 REGENERATE = "python -m ppo_numpy.programs.hand_calculations > docs/hand-calculations.md"
@@ -185,7 +185,7 @@ def render_docs() -> str:
         "term does not depend on rho and its derivative is 0; that is how clipping stops the "
         "update. Rows 5 and 6 sit exactly on the kink, where the derivative jumps from A_hat_t "
         "to 0: the table prints the value from inside the clip range, A_hat_t, the convention "
-        "of `ppo_numpy/loss_grads.py` (bound included in the trust region, as PyTorch's "
+        "of `ppo_numpy/grads/loss_grads.py` (bound included in the trust region, as PyTorch's "
         "`clamp` does). Row 7: with A = 0 both products are 0 and so is the derivative.",
         "Dual clip (`--dual-clip c`, c > 1) also bounds the term from below by c A where "
         "A < 0:",
@@ -237,7 +237,7 @@ def render_docs() -> str:
         "`value_loss`, `aggregate`;\n"
         "- the ones that need exp, log or sqrt compute in float64: `probability_ratio`, the "
         "k3 estimator, `whiten`, `masked_mean`, `ppo_objective`, `ppo_policy_loss`, "
-        "`entropy_from_logits`, and the gradients of `ppo_numpy.loss_grads`.",
+        "`entropy_from_logits`, and the gradients of `ppo_numpy.grads.loss_grads`.",
         "The running example with the values given as floats, and a fourth position that is "
         "padding holding NaN and inf:",
         _python_example(EXACT_SOURCE),
@@ -298,7 +298,7 @@ def render_docs() -> str:
         "## 11. The KL term's gradient: which KL each estimator, placement and form follows",
         "The estimators k1 and k3 agree in expectation on the value of KL(pi_theta || pi_ref); "
         "their gradients do not, and neither do the ways the frameworks differentiate the same "
-        "k3 in the loss (`ppo_numpy.kl_gradient`, [derivations.md](derivations.md), sections "
+        "k3 in the loss (`ppo_numpy.ppo.kl_gradient`, [derivations.md](derivations.md), sections "
         "12 to 14). `explain kl-gradient` takes one distribution over a vocabulary of K "
         "tokens, the reference and optionally the sampler pi_old, and enumerates every "
         "token: no sampling. The running example of derivations.md, section 12, "

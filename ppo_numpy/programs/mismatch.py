@@ -34,9 +34,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..policy.precision import PRECISIONS
-from ..policy.sampling import sample
-from ..rollout_correction import rollout_importance_weights
+from ..mismatch.correction import rollout_importance_weights
+from ..models.precision import PRECISIONS
+from ..models.sampling import sample
 from ..training.config import config_for_task, rollout_is_options
 from ..training.loop import new_run, ppo_iteration
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..policy import BOS, FIRST_CONTENT, Vocab, sample
+from ..models import BOS, FIRST_CONTENT, Vocab, sample
 from ..reward.overoptimisation import (
     QUICK,
     OveroptimisationConfig,

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._validation import prepare
+from .._checks import prepare
 
 
 def _pairs(r_w, r_l):

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._validation import check_int, check_scalar
-from ..policy.optim import Adam
+from .._checks import check_int, check_scalar
+from ..models.optim import Adam
 from .bradley_terry import bradley_terry_grad, bradley_terry_loss, preference_accuracy
 
 #: parameters under weight decay (the hidden bias b1 is not)

@@ -26,9 +26,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._validation import as_mask, check_int, check_scalar
-from ..policy.base import Parameterised, check_rng
-from ..policy.vocab import check_tokens, check_vocab_size
+from .._checks import as_mask, check_int, check_scalar
+from ..models.base import Parameterised, check_rng
+from ..models.vocab import check_tokens, check_vocab_size
 
 
 def _one_hot(tokens, K):

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .._validation import check_int, check_scalar
+from .._checks import check_int, check_scalar
 from ..training.config import PPOConfig
 from ..training.loop import fork_run, new_run, ppo_iteration
 from ..training.metrics import format_value, read_rows

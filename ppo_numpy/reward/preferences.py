@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._validation import check_int, check_scalar
-from ..policy.base import check_rng
+from .._checks import check_int, check_scalar
+from ..models.base import check_rng
 
 FIELDS = ("prompts", "chosen", "chosen_mask", "rejected", "rejected_mask", "gold_chosen",
           "gold_rejected")

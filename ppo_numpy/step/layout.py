@@ -19,7 +19,7 @@ import numbers
 
 import numpy as np
 
-from .._validation import check_choice, check_int
+from .._checks import check_choice, check_int
 
 __all__ = ["DEALS", "check_layout", "step_layout"]
 

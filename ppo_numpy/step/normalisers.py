@@ -38,7 +38,7 @@ openrlhf seq-mean-...   n_i + 1e-8      B' / P
 
 Sources (the released files; the facts, not the code):
 
-* ``global``: the one-batch aggregation (:mod:`ppo_numpy.aggregation`) with the step's counts,
+* ``global``: the one-batch aggregation (:mod:`ppo_numpy.ppo.aggregation`) with the step's counts,
   every micro-batch's share multiplied by P so that the ranks' average is the whole. It
   keeps the full-batch gradient for every aggregation mode.
 * ``micro-batch-mean``: the aggregation of each micro-batch alone, divided by the number of
@@ -73,7 +73,7 @@ Sources (the released files; the facts, not the code):
   rows divided by n_i + 1e-8, and B' counts only rows with a token.
 
 The 1e-8 of verl and OpenRLHF is the number as written (1/10^8 in exact arithmetic, as
-``ppo_numpy._validation.scalar_for`` reads a float).
+``ppo_numpy._checks.scalar_for`` reads a float).
 """
 
 from __future__ import annotations
@@ -82,8 +82,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._validation import check_choice, check_int, check_scalar, scalar_for
-from ..aggregation import check_mode, divisors, mode_norm
+from .._checks import check_choice, check_int, check_scalar, scalar_for
+from ..ppo.aggregation import check_mode, divisors, mode_norm
 
 __all__ = ["NORMALISERS", "OPENRLHF_MODES", "TRL_LOSS_TYPES", "VERL_MODES", "Normaliser",
            "check_normaliser", "micro_batch_divisors"]
@@ -275,7 +275,7 @@ def micro_batch_divisors(normaliser: Normaliser, m: np.ndarray, layout: list, li
 
 
 def _divisors(m, mode, norm, like, n_tokens, where):
-    """:func:`ppo_numpy.aggregation.divisors` of one micro-batch, its error naming it."""
+    """:func:`ppo_numpy.ppo.aggregation.divisors` of one micro-batch, its error naming it."""
     try:
         return divisors(m, mode, norm, like=like, n_tokens=n_tokens)
     except ValueError as err:

@@ -31,15 +31,10 @@ from fractions import Fraction
 
 import numpy as np
 
-from .._validation import as_mask, check_rank, prepare, rectangular
-from ..aggregation import aggregate_kernel, aggregation_weights
-from ..objective import (
-    _checked,
-    check_is_weights,
-    loss_options,
-    policy_loss_backward,
-    policy_loss_forward,
-)
+from .._checks import as_mask, check_is_weights, check_rank, prepare, rectangular
+from ..policy_loss.kernel import policy_loss_backward, policy_loss_forward
+from ..policy_loss.objective import _checked, loss_options
+from ..ppo.aggregation import aggregate_kernel, aggregation_weights
 from .layout import check_layout
 from .normalisers import check_normaliser, micro_batch_divisors
 

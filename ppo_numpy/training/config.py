@@ -13,12 +13,12 @@ import json
 import math
 from dataclasses import dataclass, field
 
-from .._validation import check_choice
-from ..aggregation import MODES, TRL_MODES
-from ..group_advantages import SCALES
-from ..kl import ESTIMATORS
-from ..kl_gradient import FORMS
-from ..policy.precision import PRECISIONS
+from .._checks import check_choice
+from ..family.advantages import SCALES
+from ..models.precision import PRECISIONS
+from ..ppo.aggregation import MODES, TRL_MODES
+from ..ppo.kl import ESTIMATORS
+from ..ppo.kl_gradient import FORMS
 from .accumulation import NORMALISERS as ACCUMULATION_NORMALISERS
 from .tasks import TASKS
 
@@ -117,7 +117,7 @@ class PPOConfig:
     kl_loss_estimator: str = _f("k3", "", "per-token estimator of KL(pi_theta || pi_ref) in "
                                           "the loss term", choices=ESTIMATORS)
     kl_loss_gradient: str = _f("plain", "", "how the loss's KL term is differentiated "
-                               "(ppo_numpy.kl_gradient): plain (verl's low_var_kl), ratio "
+                               "(ppo_numpy.ppo.kl_gradient): plain (verl's low_var_kl), ratio "
                                "(KL_t times the differentiable pi_theta / pi_old: TRL 1.16's "
                                "default), straight_through (k2's gradient: verl's k3+), "
                                "importance (OpenRLHF's unbiased_gradient)", choices=FORMS)
@@ -128,7 +128,7 @@ class PPOConfig:
     lam: float = _f(0.95, "lambda", "GAE parameter")
     whiten_advantages: bool = _f(True, "", "ppo: whiten A_hat over the batch before the "
                                            "update (reinforce_plus_plus always whitens)")
-    # 3'. critic-free: the group baseline (ppo_numpy.group_advantages)
+    # 3'. critic-free: the group baseline (ppo_numpy.family.advantages)
     grpo_scale: str = _f("group", "", "grpo: divide s_i - mean_g by the group's std, the "
                                       "batch's, or nothing (none: Dr. GRPO)", choices=SCALES)
     grpo_eps: float = _f(1e-6, "eps_std", "grpo: added to the standard deviation")

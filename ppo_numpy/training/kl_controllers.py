@@ -12,7 +12,7 @@ mean over sequences of the per-token KL summed over each response.
 
 from __future__ import annotations
 
-from .._validation import check_scalar
+from .._checks import check_scalar
 
 
 class FixedKLController:

@@ -16,7 +16,7 @@ One iteration, each step named as docs/objective.md names it:
 3. TD errors and GAE: advantages A_hat_t and returns R_t = A_hat_t + V(s_t);
    whiten A_hat over the batch (switchable). Critic-free algos (``algo`` grpo,
    rloo, reinforce_plus_plus; notebook 13) take their advantages from
-   ``ppo_numpy.group_advantages`` instead: GRPO and RLOO of each response's
+   ``ppo_numpy.family.advantages`` instead: GRPO and RLOO of each response's
    KL-shaped return sum_t r~_t (the score when beta = 0), broadcast over its
    tokens; REINFORCE++ the whitened returns-to-go of r~_t. No value is used;
 4. K epochs over the batch in minibatches: policy loss + c_V value loss - c_H
@@ -45,21 +45,17 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .._validation import where_valid
-from ..gae import gae_kernel
-from ..group_advantages import (
-    grpo_advantages,
-    reinforce_plus_plus_advantages,
-    rloo_advantages,
-)
-from ..kl import check_scores, kl_estimate_kernel, kl_shaped_rewards_kernel
-from ..objective import PolicyLossOptions
-from ..policy import BigramPolicy, MLPPolicy, TransformerPolicy
-from ..policy.loss import loss_and_grads_kernel
-from ..policy.optim import Adam, global_norm, scale_to_norm
-from ..policy.sampling import evaluate_kernel, sample
-from ..rollout_correction import rollout_importance_weights
-from ..whitening import whiten_kernel
+from .._checks import where_valid
+from ..family.advantages import grpo_advantages, reinforce_plus_plus_advantages, rloo_advantages
+from ..mismatch.correction import rollout_importance_weights
+from ..models import BigramPolicy, MLPPolicy, TransformerPolicy
+from ..models.loss import loss_and_grads_kernel
+from ..models.optim import Adam, global_norm, scale_to_norm
+from ..models.sampling import evaluate_kernel, sample
+from ..policy_loss.options import PolicyLossOptions
+from ..ppo.gae import gae_kernel
+from ..ppo.kl import check_scores, kl_estimate_kernel, kl_shaped_rewards_kernel
+from ..ppo.whitening import whiten_kernel
 from .accumulation import accumulated_loss_and_grads
 from .config import CRITIC_FREE, PPOConfig, responses_per_prompt, rollout_is_options
 from .kl_controllers import AdaptiveKLController, FixedKLController
@@ -272,7 +268,7 @@ def critic_free_advantages(c: PPOConfig, rewards, groups, mask):
     itself when beta = 0; verl's ``token_level_rewards.sum(-1)``), the same A_i on every
     token of the response. reinforce_plus_plus: token-level, the returns-to-go of r~_t
     whitened over the batch's tokens (verl's defaults: ddof 1, eps 1e-8). These are the
-    public functions of ``ppo_numpy.group_advantages`` (it has no unchecked kernels); their
+    public functions of ``ppo_numpy.family.advantages`` (it has no unchecked kernels); their
     checks of arrays the loop made cost microseconds per iteration.
     """
     if c.algo == "reinforce_plus_plus":

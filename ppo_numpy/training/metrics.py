@@ -15,8 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .._checks import prepare
 from .._npz import BadFileError
-from .._validation import prepare
 
 #: column -> what it is. Statistics of the update are means over its minibatches.
 COLUMNS = {

@@ -24,8 +24,8 @@ from pathlib import Path
 import numpy as np
 
 from .._npz import BadFileError, entry
-from ..policy.checkpoint import _check_expected, load_checkpoint, save_checkpoint
-from ..policy.optim import Adam
+from ..models.checkpoint import _check_expected, load_checkpoint, save_checkpoint
+from ..models.optim import Adam
 from .config import CRITIC_FREE, PPOConfig, responses_per_prompt
 from .loop import RunState, fork_run, make_kl_controller, make_policy, new_run, ppo_iteration
 from .metrics import COLUMNS, MetricsWriter, read_metrics, read_rows

@@ -7,7 +7,7 @@ learned reward model: one scalar per response, placed at the last token by
 before PPO starts, so that pi_ref is a sensible language model and the KL
 penalty has something to pull towards.
 
-Token ids (``ppo_numpy.policy.vocab``): PAD 0, BOS 1, EOS 2, content tokens
+Token ids (``ppo_numpy.models.vocab``): PAD 0, BOS 1, EOS 2, content tokens
 3 .. 3 + N - 1. Every prompt is BOS followed by ``prompt_tokens`` content tokens
 (fixed length, no padding). A response is right-padded: ``mask`` is 1 for its
 tokens, EOS included, and 0 after. A response that fills all ``max_new_tokens``
@@ -43,9 +43,9 @@ from fractions import Fraction
 
 import numpy as np
 
-from .._validation import as_mask, check_int
-from ..policy.base import check_rng
-from ..policy.vocab import BOS, EOS, FIRST_CONTENT, PAD, SPECIAL_NAMES, Vocab
+from .._checks import as_mask, check_int
+from ..models.base import check_rng
+from ..models.vocab import BOS, EOS, FIRST_CONTENT, PAD, SPECIAL_NAMES, Vocab
 
 
 def response_lengths(responses, mask):
@@ -136,7 +136,7 @@ class Task:
 
     @property
     def vocab(self):
-        """Names of the token ids (:class:`~ppo_numpy.policy.vocab.Vocab`), for printing."""
+        """Names of the token ids (:class:`~ppo_numpy.models.vocab.Vocab`), for printing."""
         return Vocab(self.vocab_size)
 
     #: most prompts in :meth:`heldout_prompts`

@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._validation import check_int
-from ..kl import kl_estimate_kernel, kl_shaped_rewards_kernel
-from ..policy.base import check_rng
-from ..policy.sampling import evaluate_kernel, sample
+from .._checks import check_int
+from ..models.base import check_rng
+from ..models.sampling import evaluate_kernel, sample
+from ..ppo.kl import kl_estimate_kernel, kl_shaped_rewards_kernel
 
 
 def shaped_rewards(policy, reference, task, prompts, responses, mask, beta):

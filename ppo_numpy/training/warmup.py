@@ -11,16 +11,16 @@ the reward asks it to unlearn.
     dL_CE / dz_{i,t} = m_{i,t} (softmax(z_{i,t}) - onehot(y_{i,t})) / n
 
 where z_{i,t} are the logits that predict y_{i,t} (``logits[:, P - 1 + t]`` of the
-forward pass over prompt + response, as in ``ppo_numpy.policy.sampling``).
+forward pass over prompt + response, as in ``ppo_numpy.models.sampling``).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ..policy.loss import logits_grad_from_logp, response_backward
-from ..policy.optim import Adam
-from ..policy.sampling import evaluate, evaluate_kernel, sample
+from ..models.loss import logits_grad_from_logp, response_backward
+from ..models.optim import Adam
+from ..models.sampling import evaluate, evaluate_kernel, sample
 
 
 def cross_entropy_and_grads(model, prompts, responses, mask, params=None):
@@ -28,7 +28,7 @@ def cross_entropy_and_grads(model, prompts, responses, mask, params=None):
 
     Parameters
     ----------
-    model : a toy policy (``ppo_numpy.policy``)
+    model : a toy policy (``ppo_numpy.models``)
     prompts : int array (B, P)
     responses : int array (B, T)
     mask : array of 0/1 (B, T); 1 for response tokens (EOS included)
@@ -46,7 +46,7 @@ def cross_entropy_and_grads(model, prompts, responses, mask, params=None):
     (PAD and BOS never), so the loss is log(K - 2) whatever the responses:
 
     >>> import numpy as np
-    >>> from ppo_numpy.policy.bigram import BigramPolicy
+    >>> from ppo_numpy.models.bigram import BigramPolicy
     >>> model = BigramPolicy(6, np.random.default_rng(0))
     >>> zeros = {name: np.zeros_like(p) for name, p in model.params.items()}
     >>> loss, grads = cross_entropy_and_grads(model, np.array([[1, 3]]), np.array([[4, 2]]),

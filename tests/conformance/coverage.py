@@ -111,7 +111,7 @@ COMPOSED = {
         "for one micro-batch on one rank (verl_runner.trainer_counts): dp_size 1, "
         "batch_num_tokens = the batch's response-mask sum (transformer_impl.py 730-735), "
         "global_batch_size = ppo_mini_batch_size * rollout.n = B rows (ray_trainer.py "
-        "1352-1362), loss_scale_factor; the preset follows (_common.verl_trainer_agg)")},
+        "1352-1362), loss_scale_factor; the preset follows (_verl.verl_trainer_agg)")},
 }
 COMPOSED["verl-grpo"] = COMPOSED["verl"]
 COMPOSED["openrlhf"] = {"args.rollout.n_samples_per_prompt": (

@@ -10,9 +10,13 @@ policy and value losses, their gradients with respect to ``logp`` and
     >>> out = get_preset("verl")(case)                       # doctest: +SKIP
     >>> out["advantages"], out["stat/actor/pg_clipfrac"]      # doctest: +SKIP
 
-One module per framework (``seed``, ``trl`` with TRL 0.11, ``verl``, ``openrlhf``,
-``deepspeed_chat``, ``lm_human_preferences``; what they share in ``_common``). A
-case is checked once, into a :class:`~ppo_numpy.rollout.Rollout`, and the
+One module per preset (``seed``, ``trl`` with TRL 0.11, ``verl``, ``openrlhf``,
+``deepspeed_chat``, ``lm_human_preferences``, ``trl_grpo``, ``verl_grpo``,
+``openrlhf_grpo``); each framework's own helpers in one module (``_trl``, ``_verl``,
+``_openrlhf``: its rollout correction, verl's trainer aggregation); what every preset shares
+in ``_common`` (the ``Preset`` type, reading a case, the masked compositions of the core
+kernels, named apart from the public functions: ``masked_gae``, ``masked_whiten``, ...). A
+case is checked once, into a :class:`~ppo_numpy.batch.Rollout`, and the
 parameters once; the pipelines call the core kernels. Every choice a preset makes
 is a keyword of a core function; each preset's docstring states the choices as
 facts with the repository and file they come from (details and versions in
@@ -43,7 +47,7 @@ Conventions shared by every preset
 * ``value_loss`` is the value loss *before* any ``vf_coef`` (which is in
   ``defaults`` where the framework adds the value loss to the policy loss).
 * ``dlogp`` = d policy_loss / d logp and ``dvalues`` = d value_loss / d values
-  (:mod:`ppo_numpy.loss_grads`); the advantages and returns are constants.
+  (:mod:`ppo_numpy.grads.loss_grads`); the advantages and returns are constants.
 * A case outside the framework's convention raises ValueError naming why (for
   example a mask that is not a prefix of ones for ``trl``, or padding in
   ``lm-human-preferences``, which has no mask).

@@ -1,5 +1,5 @@
 """What every preset shares: the :class:`Preset` type, reading a case into a checked
-:class:`~ppo_numpy.rollout.Rollout`, checking the parameters once, and the small
+:class:`~ppo_numpy.batch.Rollout`, checking the parameters once, and the small
 compositions of core kernels that several pipelines use.
 
 Inside a pipeline nothing is checked again: the case was checked when it was read
@@ -10,46 +10,26 @@ response, e.g. TRL's slot after the last token) and calls the core kernels.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
-from numbers import Real
-from types import SimpleNamespace
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..._validation import (
-    as_array,
-    as_mask,
-    check_bounds,
-    check_choice,
-    check_scalar,
-    where_valid,
-)
-from ...aggregation import aggregate_kernel, aggregation_weights
-from ...gae import gae_kernel
-from ...group_advantages import _group_sums, grpo_advantages
-from ...kl import (
-    kl_estimate_grad_kernel,
-    kl_estimate_kernel,
-    kl_shaped_rewards_kernel,
-)
-from ...objective import PolicyLossOptions, policy_loss_kernel
-from ...rollout import Rollout
-from ...rollout_correction import (
-    CRITERIA,
-    rollout_divergence_gate,
-    rollout_importance_weights,
-    rollout_rejection_mask,
-)
-from ...value_loss import (
+from ..._checks import as_array, as_mask, check_bounds, check_choice, check_scalar, where_valid
+from ...batch import Rollout
+from ...family.advantages import _group_sums, grpo_advantages
+from ...policy_loss.options import PolicyLossOptions
+from ...ppo.aggregation import aggregate_kernel, aggregation_weights
+from ...ppo.gae import gae_kernel
+from ...ppo.kl import kl_estimate_kernel, kl_shaped_rewards_kernel
+from ...ppo.value_loss import (
     check_value_clip,
     check_value_clip_form,
     clipped_wins,
     value_loss_grad_kernel,
     value_loss_kernel,
 )
-from ...whitening import masked_mean_kernel, whiten_kernel
+from ...ppo.whitening import masked_mean_kernel, whiten_kernel
 from . import _third_policy as third_policy
 
 INPUT_NAMES = ("logp", "logp_old", "logp_ref", "values", "old_values", "scores", "mask")
@@ -238,7 +218,7 @@ def mean_rows(x) -> float:
     return float(np.mean(x))
 
 
-def masked_mean(x, m) -> float:
+def mean_over(x, m) -> float:
     return masked_mean_kernel(where_valid(m, x), m)
 
 
@@ -251,30 +231,30 @@ def masked_var(x, m, ddof) -> float:
     if n <= ddof:
         raise ValueError(f"mask: a variance with divisor n - {ddof} needs at least {ddof + 1} "
                          f"valid elements, got {n}")
-    mu = masked_mean(x, m)
-    return masked_mean((x - mu) ** 2, m) * n / (n - ddof)
+    mu = mean_over(x, m)
+    return mean_over((x - mu) ** 2, m) * n / (n - ddof)
 
 
-def aggregate(x, m, mode) -> float:
+def masked_aggregate(x, m, mode) -> float:
     """``aggregate(x, m, mode)`` (the default norm T for ``"seq-mean-token-sum-norm"``)."""
     return aggregate_kernel(where_valid(m, x), m, mode)
 
 
-def probability_ratio(logp, logp_old, m):
+def masked_ratio(logp, logp_old, m):
     """rho = exp(logp - logp_old), 0 outside ``m``."""
     log_rho = where_valid(m, logp) - where_valid(m, logp_old)
     return where_valid(m, np.exp(log_rho))
 
 
-def kl_estimate(logp, logp_ref, estimator, m, clamp=None):
+def masked_kl(logp, logp_ref, estimator, m, clamp=None):
     """Per-token KL of ``estimator``, 0 outside ``m``."""
     # (the kernel gives 0 where both inputs are 0)
     return kl_estimate_kernel(where_valid(m, logp), where_valid(m, logp_ref), estimator, clamp)
 
 
-def kl_shaped_rewards(scores, logp, logp_ref, beta, m, estimator="k1", *, kl_clamp=None,
+def masked_shaped_rewards(scores, logp, logp_ref, beta, m, estimator="k1", *, kl_clamp=None,
                       score_offset=0, score_clip=None):
-    kl = kl_estimate(logp, logp_ref, estimator, m, kl_clamp)
+    kl = masked_kl(logp, logp_ref, estimator, m, kl_clamp)
     bounds = None if score_clip is None else check_bounds(score_clip, "score_clip")
     return kl_shaped_rewards_kernel(scores, kl, m, float(beta), score_offset, bounds)
 
@@ -287,10 +267,10 @@ def shaped_rewards(x: Rollout, beta, m, estimator, position, *, kl_clamp=None,
     ``rewards[:, -1] += score`` does on right-padded rows: the score lands on padding).
     """
     if position != "last-column":
-        return kl_shaped_rewards(x.scores, x.logp_old, x.logp_ref, beta, m, estimator,
+        return masked_shaped_rewards(x.scores, x.logp_old, x.logp_ref, beta, m, estimator,
                                  kl_clamp=kl_clamp, score_clip=score_clip,
                                  score_offset=0 if position == "last-token" else 1)
-    rewards = kl_shaped_rewards(np.zeros_like(x.scores), x.logp_old, x.logp_ref, beta, m,
+    rewards = masked_shaped_rewards(np.zeros_like(x.scores), x.logp_old, x.logp_ref, beta, m,
                                 estimator, kl_clamp=kl_clamp)
     rewards[:, -1] = rewards[:, -1] + clip_scores(x.scores, score_clip)
     return rewards
@@ -309,8 +289,8 @@ def gae_over(rewards, values, m, p):
     (``p["gae_holes"] == "skip"``) or run through as states of value 0 and reward 0
     (``"decay"``: the zero-filled arrays over every column, re-masked)."""
     if p["gae_holes"] == "skip":
-        return gae(rewards, values, p["gamma"], p["lam"], m)
-    advantages, returns = gae(where_valid(m, rewards), where_valid(m, values), p["gamma"],
+        return masked_gae(rewards, values, p["gamma"], p["lam"], m)
+    advantages, returns = masked_gae(where_valid(m, rewards), where_valid(m, values), p["gamma"],
                               p["lam"], np.ones_like(m))
     return advantages, where_valid(m, returns)
 
@@ -320,21 +300,21 @@ def whiten_advantages(a, m, p):
     ``whiten_eps_mode``, ``whiten_mask`` and ``shift_mean`` (every preset that whitens its
     advantages has the five); 0 outside ``m``."""
     over = m if p["whiten_mask"] == "mask" else np.ones_like(m)
-    return where_valid(m, whiten(a, over, p["shift_mean"], ddof=p["whiten_ddof"],
+    return where_valid(m, masked_whiten(a, over, p["shift_mean"], ddof=p["whiten_ddof"],
                                  eps=p["whiten_eps"], eps_mode=p["whiten_eps_mode"]))
 
 
-def gae(rewards, values, gamma, lam, m):
+def masked_gae(rewards, values, gamma, lam, m):
     """Advantages and returns over the positions of ``m``."""
     return gae_kernel(where_valid(m, rewards), where_valid(m, values), float(gamma),
                       float(lam), m)
 
 
-def whiten(x, m, shift_mean=True, *, ddof=1, eps=1e-8, eps_mode="add"):
+def masked_whiten(x, m, shift_mean=True, *, ddof=1, eps=1e-8, eps_mode="add"):
     return whiten_kernel(where_valid(m, x), m, shift_mean, ddof, eps, eps_mode)
 
 
-def loss_options(p: dict, agg: str = "token-mean", kl=None, norm=None) -> PolicyLossOptions:
+def preset_loss_options(p: dict, agg: str = "token-mean", kl=None, norm=None) -> PolicyLossOptions:
     """The policy-loss options of a preset's parameters: ``epsilon`` and, where the framework
     has them, ``epsilon_high``, ``dual_clip``, ``log_ratio_clamp``; with ``kl = (coef,
     estimator, clamp)`` the KL term ``coef * aggregate(KL(logp || logp_ref), agg)`` in the
@@ -363,7 +343,7 @@ def losses(x: Rollout, advantages, returns, p: dict, agg: str = "token-mean", *,
     under the convention ``is_weights_on_kl``, where the preset has it)."""
     pl, pl_stats, dlogp = third_policy.policy_loss(
         "preset", p, where_valid(mask, x.logp), where_valid(mask, x.logp_old),
-        where_valid(mask, advantages), mask, loss_options(p, agg, kl, norm),
+        where_valid(mask, advantages), mask, preset_loss_options(p, agg, kl, norm),
         where_valid(mask, x.logp_ref),
         is_weights=None if is_weights is None else where_valid(mask, is_weights))
     vm = mask if value_mask is None else value_mask
@@ -376,7 +356,7 @@ def losses(x: Rollout, advantages, returns, p: dict, agg: str = "token-mean", *,
     dL = value_loss_grad_kernel(v, v_old, R, c, form)
     dvalues = aggregation_weights(vm, value_agg, value_norm) * dL + 0.0
     wins = clipped_wins(v, v_old, R, c, form)
-    stats = {**pl_stats, "value_clipfrac": masked_mean(wins.astype(np.float64), vm),
+    stats = {**pl_stats, "value_clipfrac": mean_over(wins.astype(np.float64), vm),
              "loss_without_kl": pl.policy_loss, "kl_loss": pl.kl_loss}
     # why: with kl, a loss of -0.0 is 0.0 even for coef 0 (the kernel then adds no KL term)
     policy_loss = pl.loss + 0.0 if kl else pl.loss
@@ -421,7 +401,7 @@ def require_finite(name: str, arrays: dict, where: np.ndarray, why: str) -> None
 
 def require_choice(name: str, p: dict, key: str, allowed) -> None:
     """ValueError unless the parameter ``p[key]`` is one of ``allowed``, the framework's
-    options (:func:`~ppo_numpy._validation.check_choice` for strings; ``allowed`` may also
+    options (:func:`~ppo_numpy._checks.check_choice` for strings; ``allowed`` may also
     hold the bools of an older option, as TRL's ``scale_rewards``)."""
     value = p[key]
     if isinstance(value, (bool, np.bool_)) and value in [a for a in allowed
@@ -480,7 +460,7 @@ def group_advantages(scores, groups, p: dict, *, scale="group", singleton="zero"
                      dtype=np.float64):
     """(s_i - mean_g) / (std + eps) with the preset's ``std_ddof``, ``std_eps`` and
     ``std_eps_placement`` (``"std"``: std + eps; ``"var"``: sqrt(var + eps)); ``scale`` and
-    ``singleton`` as for :func:`ppo_numpy.group_advantages.grpo_advantages`, which computes
+    ``singleton`` as for :func:`ppo_numpy.family.advantages.grpo_advantages`, which computes
     the frameworks' own form (eps > 0 added to the std). The other forms: the centred scores
     divided in ``dtype``; without eps a group of equal scores gives NaN (0 / 0), as in
     torch."""
@@ -534,480 +514,3 @@ def _flag(p: dict, key: str, name: str) -> bool:
     if not isinstance(p[key], (bool, np.bool_)):
         raise TypeError(f"{name}: {key}: expected True or False, got {p[key]!r}")
     return bool(p[key])
-
-
-# -- TRL 1.16.0 (GRPOConfig: vllm_importance_sampling_*, off_policy_mask_threshold)
-
-TRL_IS_MODES = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
-#: the off-policy mask's log-ratio: the sampler's - the current (TRL), logp_old - the current,
-#: the sampler's - logp_old
-OFF_POLICY_MASK_LOGPS = ("sampling-current", "old-current", "sampling-old")
-
-
-def trl_uses_vllm(name: str, x: Rollout, p: dict) -> bool:
-    """``use_vllm``: None means "the case carries logp_rollout" (vLLM gave the log-probs)."""
-    if p["use_vllm"] is None:
-        return x.logp_rollout is not None
-    if _flag(p, "use_vllm", name):
-        need_rollout(name, x, "use_vllm=True")
-    return bool(p["use_vllm"])
-
-
-def trl_check_is_options(name: str, p: dict) -> None:
-    """GRPOConfig's own checks of the vLLM correction's options, made whatever the case
-    (trl 1.16.0 grpo_config.py ``__post_init__`` refuses the configuration itself, vLLM or
-    not): clip_min < clip_max, and a ``*_truncate`` mode with a bound."""
-    if not _flag(p, "vllm_importance_sampling_correction", name):
-        lo = _optional_bound(p, "vllm_importance_sampling_clip_min", name, positive=False)
-        hi = _optional_bound(p, "vllm_importance_sampling_clip_max", name, positive=True)
-    else:
-        lo = _optional_bound(p, "vllm_importance_sampling_clip_min", name, positive=False)
-        hi = _optional_bound(p, "vllm_importance_sampling_clip_max", name, positive=True)
-        mode = check_choice(p["vllm_importance_sampling_mode"],
-                            f"{name}: vllm_importance_sampling_mode", TRL_IS_MODES, "mode")
-        if mode.endswith("truncate") and lo is None and hi is None:
-            raise ValueError(f"{name}: vllm_importance_sampling_mode={mode!r} needs "
-                             f"vllm_importance_sampling_clip_min or _clip_max (TRL 1.16.0's "
-                             f"GRPOConfig refuses two None bounds)")
-    if lo is not None and hi is not None and lo >= hi:
-        raise ValueError(f"{name}: vllm_importance_sampling_clip_min must be < "
-                         f"vllm_importance_sampling_clip_max, got {lo} >= {hi} (TRL 1.16.0's "
-                         f"GRPOConfig refuses it)")
-
-
-def trl_is_weights(name: str, x: Rollout, m, p: dict):
-    """TRL's vLLM importance-sampling ratio (B, T), or None when it is off.
-
-    exp(logp_old - logp_rollout) per token, or exp of its sum over the response for the
-    ``sequence_*`` modes, no bound on the log-ratio (the convention ``is_log_ratio_bound``:
-    None); ``*_truncate`` clamps it to [clip_min, clip_max], ``*_mask`` sets it to 0
-    outside (a bound None: none on that side). trl 1.16.0 grpo_trainer.py
-    ``_generate_and_score_completions``."""
-    if not (trl_uses_vllm(name, x, p) and _flag(p, "vllm_importance_sampling_correction",
-                                                  name)):
-        return None
-    mode = check_choice(p["vllm_importance_sampling_mode"],
-                        f"{name}: vllm_importance_sampling_mode", TRL_IS_MODES, "mode")
-    lo = _optional_bound(p, "vllm_importance_sampling_clip_min", name, positive=False)
-    hi = _optional_bound(p, "vllm_importance_sampling_clip_max", name, positive=True)
-    if lo is not None and hi is not None and lo > hi:
-        raise ValueError(f"{name}: vllm_importance_sampling_clip_min must be <= "
-                         f"vllm_importance_sampling_clip_max, got {lo} > {hi}")
-    level, how = mode.split("_")
-    if how == "truncate" and lo is None and hi is None:
-        raise ValueError(f"{name}: vllm_importance_sampling_mode={mode!r} needs "
-                         f"vllm_importance_sampling_clip_min or _clip_max (TRL 1.16.0's "
-                         f"torch.clamp refuses two None bounds)")
-    bounds = dict(mode=how, clip_max=hi, clip_min=lo, log_ratio_bound=p["is_log_ratio_bound"])
-    if level == "sequence":
-        # (the convention is_sequence_weight: TRL's product, or the geometric mean)
-        return third_policy.sequence_weights(name, x.logp_old, x.logp_rollout, m, p, **bounds)
-    return rollout_importance_weights(x.logp_old, x.logp_rollout, m, level=level, **bounds)
-
-
-def trl_off_policy_mask(name: str, x: Rollout, m, A, p: dict, use_vllm: bool):
-    """TRL's off-policy sequence mask (DeepSeek-V3.2), (B, 1) of 0/1, or None when off: keep a
-    response with A >= 0 or with mean_t (logp_sampling_t - logp_t) <= threshold, the sampling
-    log-probs being logp_rollout under vLLM and logp_old otherwise, logp the *current* ones
-    (trl 1.16.0 grpo_trainer.py ``get_off_policy_mask``; the convention
-    ``off_policy_mask_logps`` "sampling-current"; "old-current" reads logp_old - logp even
-    under vLLM, "sampling-old" the sampling log-probs - logp_old)."""
-    if p["off_policy_mask_threshold"] is None:
-        return None
-    delta = check_scalar(p["off_policy_mask_threshold"], f"{name}: off_policy_mask_threshold",
-                         low=0, allow_exact=False)
-    which = check_choice(p["off_policy_mask_logps"], f"{name}: off_policy_mask_logps",
-                         OFF_POLICY_MASK_LOGPS, "log-probs")
-    sampling = x.logp_rollout if use_vllm and which != "old-current" else x.logp_old
-    current = x.logp_old if which == "sampling-old" else x.logp
-    kl = where_valid(m, sampling) - where_valid(m, current)  # (0 at padding)
-    mean_kl = kl.sum(axis=-1, keepdims=True) / np.maximum(m.sum(axis=-1, keepdims=True), 1)
-    # A: one advantage per response, at its first token
-    a = A[np.arange(A.shape[0]), np.argmax(m, axis=-1)][:, None]
-    return ((a >= 0) | (mean_kl <= delta)).astype(np.float64)
-
-
-# -- verl 0.9.1 (algorithm.rollout_correction)
-
-VERL_IS_LEVELS = (None, "token", "sequence")
-VERL_BYPASS_LOSSES = ("ppo_clip", "reinforce")
-
-
-def _positive(text, what: str) -> float:
-    try:
-        value = float(text)
-    except (TypeError, ValueError):
-        raise ValueError(f"{what}: expected a number or a 'lower_upper' string, got "
-                         f"{text!r}") from None
-    if not (math.isfinite(value) and value > 0):
-        raise ValueError(f"{what}: thresholds must be positive and finite, got {text!r}")
-    return value
-
-
-def verl_is_threshold(name: str, spec):
-    """verl's ``rollout_is_threshold``: a number (upper bound, TIS: truncate) or a
-    ``"lower_upper"`` string (IcePop: mask outside [lower, upper]) -> (mode, lower, upper)."""
-    what = f"{name}: rollout_is_threshold"
-    if isinstance(spec, (bool, np.bool_)) or not isinstance(spec, (str, Real)):
-        raise TypeError(f"{what}: expected a number or a 'lower_upper' string, got {spec!r}")
-    if isinstance(spec, str) and "_" in spec:
-        lower, upper = (_positive(t, what) for t in spec.strip().split("_", 1))
-        if lower > upper:
-            raise ValueError(f"{what}: lower must be <= upper, got {spec!r}")
-        return "mask", lower, upper
-    return "truncate", None, _positive(spec, what)
-
-
-def verl_rs_thresholds(name: str, criteria: list, spec) -> list:
-    """verl's ``rollout_rs_threshold``: one entry (shared) or one per criterion, each a number
-    or (k1 criteria) a ``"lower_upper"`` string -> [(low, high)]."""
-    what = f"{name}: rollout_rs_threshold"
-    if spec is None:
-        raise ValueError(f"{what}: rollout_rs needs a threshold, got None")
-    parts = ([str(spec)] if isinstance(spec, Real) and not isinstance(spec, bool)
-             else [t.strip() for t in str(spec).split(",") if t.strip()])
-    if len(parts) == 1:
-        parts = parts * len(criteria)
-    if len(parts) != len(criteria):
-        raise ValueError(f"{what}: expected 1 or {len(criteria)} thresholds, got {spec!r}")
-    out = []
-    for criterion, part in zip(criteria, parts):
-        if "_" in part:
-            if not criterion.endswith("k1"):
-                raise ValueError(f"{what}: {criterion} takes an upper bound only, got {part!r}")
-            low, high = (_positive(t, what) for t in part.split("_", 1))
-            if low > high:
-                raise ValueError(f"{what}: lower must be <= upper, got {part!r}")
-            out.append((low, high))
-        else:
-            high = _positive(part, what)
-            out.append((1.0 / high if criterion.endswith("k1") else None, high))
-    return out
-
-
-def verl_rollout_correction(name: str, x: Rollout, m, p: dict, logp_old=None):
-    """verl's ``compute_rollout_correction_and_rejection_mask`` on the preset's options:
-    (IS weights (B, T) or None, the response mask after rejection).
-
-    The log-ratio is ``logp_old - logp_rollout`` (``logp_old``: the bypass mode passes the
-    current log-probs). IS (``rollout_is`` token / sequence): exp of the log-ratio (its sum
-    for sequence) clamped to [-20, 20] (``is_log_ratio_bound``), truncated at the threshold or
-    masked (a "lower_upper" threshold), then divided by the batch mean with
-    ``rollout_is_batch_normalize``. Rejection (``rollout_rs``, comma-separated criteria, all
-    must pass): :func:`ppo_numpy.rollout_rejection_mask`. Either needs logp_rollout."""
-    old = x.logp_old if logp_old is None else logp_old
-    level, rs = p["rollout_is"], p["rollout_rs"]
-    if level not in VERL_IS_LEVELS:
-        raise ValueError(f"{name}: rollout_is: expected None, 'token' or 'sequence', got "
-                         f"{level!r}")
-    batch_normalize = _flag(p, "rollout_is_batch_normalize", name)
-    w = None
-    if level is not None and p["rollout_is_threshold"] is not None:
-        need_rollout(name, x, f"rollout_is={level!r}")
-        mode, lower, upper = verl_is_threshold(name, p["rollout_is_threshold"])
-        bounds = dict(mode=mode, clip_max=upper, clip_min=lower,
-                      batch_normalize=batch_normalize, log_ratio_bound=p["is_log_ratio_bound"])
-        if level == "sequence":
-            # (the convention is_sequence_weight: verl's product, or the geometric mean)
-            w = third_policy.sequence_weights(name, old, x.logp_rollout, m, p, **bounds)
-        else:
-            w = rollout_importance_weights(old, x.logp_rollout, m, level=level, **bounds)
-        if not np.any(w[m] > 0):
-            # why: verl 0.9.1 compute_is_metrics' effective sample size 1 / mean(w^2)
-            # raises ZeroDivisionError when the mask mode drops every weight
-            raise ValueError(f"{name}: rollout_is_threshold {p['rollout_is_threshold']!r} "
-                             f"masks every weight of the batch (verl's metrics divide by 0)")
-    keep = m
-    if rs is not None:
-        need_rollout(name, x, f"rollout_rs={rs!r}")
-        if not isinstance(rs, str):
-            raise TypeError(f"{name}: rollout_rs: expected a comma-separated string, got {rs!r}")
-        criteria = list(dict.fromkeys(c.strip() for c in rs.split(",") if c.strip()))
-        if not criteria:
-            raise ValueError(f"{name}: rollout_rs: no criterion in {rs!r}")
-        for c in criteria:
-            check_choice(c, f"{name}: rollout_rs", CRITERIA, "criterion")
-        for c, (low, high) in zip(criteria, verl_rs_thresholds(name, criteria,
-                                                               p["rollout_rs_threshold"])):
-            keep = keep & rollout_rejection_mask(old, x.logp_rollout, m, criterion=c,
-                                                 low=low, high=high)
-    return w, keep
-
-
-def verl_bypass(name: str, x: Rollout, p: dict):
-    """``bypass_mode``: (is it on, the loss type); the caller then uses logp_rollout as
-    logp_old and computes the correction from the current log-probs inside the loss."""
-    if not _flag(p, "bypass_mode", name):
-        return False, None
-    need_rollout(name, x, "bypass_mode=True")
-    return True, check_choice(p["rollout_loss_type"], f"{name}: rollout_loss_type",
-                              VERL_BYPASS_LOSSES, "loss type")
-
-
-def verl_correction_before_advantages(name, x: Rollout, m, p: dict) -> dict:
-    """verl 0.9.1's ``algorithm.rollout_correction`` before the advantages (decoupled mode,
-    ``ray_trainer.py`` ``compute_rollout_correction_and_add_to_batch``, then
-    ``compute_advantage``): {"mask": the response mask after rejection, "xm": the inputs on
-    it (None: unchanged), "is_weights", "bypass", "stats"}.
-
-    * Decoupled (``bypass_mode=False``, the default): the IS weights (``rollout_is``: None
-      by default in verl's trainer YAML; the dataclass's default is "sequence") and the
-      rejection (``rollout_rs``, default None) of logp_old against logp_rollout. The rejected
-      tokens leave the response mask *before* the advantages: they get advantage 0, the
-      estimators that read the mask (reinforce_plus_plus and its whitening) see holes, and
-      the loss aggregates over the kept tokens only. verl skips the whole correction when
-      the batch has no ``rollout_log_probs``; here an option switched on without
-      ``logp_rollout`` is an error.
-    * ``bypass_mode=True``: logp_old is replaced by logp_rollout (two policies), and the
-      correction is computed inside the loss from the current log-probs (``verl_bypass_loss``).
-    """
-    bypass, _ = verl_bypass(name, x, p)
-    out = {"mask": m, "xm": None, "is_weights": None, "bypass": bypass, "stats": {}}
-    if bypass:
-        out["xm"] = x.on(m).replace_trusted(logp_old=np.where(m, x.logp_rollout, 0.0))
-        return out
-    w, keep = verl_rollout_correction(name, x, m, p)
-    out["is_weights"] = w
-    if x.logp_rollout is not None:
-        # verl's rollout_corr/kl: the token mean of logp_rollout - logp_old
-        out["stats"]["rollout_corr/kl"] = masked_mean(x.on(m).logp_rollout - x.on(m).logp_old, m)
-    if keep is not m:
-        if not np.any(keep):
-            raise ValueError(f"{name}: rollout_rs rejects every token of the batch (verl's "
-                             f"loss would divide by zero)")
-        if third_policy.check(name, p, "rejection", third_policy.REJECTIONS) == "weight":
-            # (the convention rejection="weight": a rejected token keeps its place in the
-            # mask, with weight 0)
-            out["is_weights"] = np.where(keep, 1.0 if w is None else w, 0.0)
-        else:
-            out["mask"], out["xm"] = keep, x.on(keep)
-    return out
-
-
-def verl_trainer_agg(mode: str, batch_mask) -> tuple:
-    """verl 0.9.1's ``agg_loss`` as its trainer calls it, one optimizer step of one
-    micro-batch on one rank: the ``(mode, norm)`` of :mod:`ppo_numpy.aggregation` that divide
-    as it divides.
-
-    The trainer gives the loss two counts of the mini-batch (``workers/utils/losses.py``
-    ``ppo_loss`` and ``value_loss`` pass them to ``agg_loss``): ``batch_num_tokens``, the sum
-    of the batch's response mask ``batch_mask`` (``workers/engine/fsdp/transformer_impl.py``
-    ``forward_backward_batch``: after a decoupled rejection, which replaces the mask, and
-    before a bypass-mode one, which the policy loss applies inside), and ``global_batch_size``
-    = ``ppo_mini_batch_size * rollout.n`` (``trainer/ppo/ray_trainer.py`` ``_update_actor``):
-    B, every row, a row whose tokens were all rejected included. With m the loss's own mask
-    (after every rejection), n_i its row counts and N the sum of ``batch_mask``:
-
-    ========================  ==============================  ==========================
-    verl's ``loss_agg_mode``  what the trainer's agg_loss is   here
-    ========================  ==============================  ==========================
-    token-mean                sum m l / N                      ``("dapo", N)``
-    seq-mean-token-sum        (1/B) sum_i sum_t m l            ``("luspo", None)``
-    seq-mean-token-mean       (1/B) sum_i (1/n_i) sum_t m l    ``("grpo", None)``
-    seq-mean-token-sum-norm   sum m l / (B T)                  ``("dr_grpo", None)``: T
-    ========================  ==============================  ==========================
-
-    (``loss_scale_factor`` unset: T, the padded length.) Without a rejection every row has a
-    token, m is ``batch_mask`` and each is the mode of verl's name; ``agg_loss`` called
-    without the counts divides by the kept tokens and the rows that kept one instead.
-
-    >>> m = np.array([[True, True], [False, False]])   # row 1 rejected whole
-    >>> verl_trainer_agg("token-mean", np.ones((2, 2), bool)), verl_trainer_agg(
-    ...     "seq-mean-token-mean", m)
-    (('dapo', 4), ('grpo', None))
-    """
-    if mode == "token-mean":
-        return "dapo", int(np.count_nonzero(batch_mask))
-    return {"seq-mean-token-sum": ("luspo", None), "seq-mean-token-mean": ("grpo", None),
-            "seq-mean-token-sum-norm": ("dr_grpo", None)}[mode]
-
-
-def verl_bypass_loss(name, x: Rollout, xm: Rollout, A, m, opts, p: dict, dual_clip):
-    """verl 0.9.1 ``compute_policy_loss_bypass_mode``: old = rollout; the IS weights and the
-    rejection of logp (the current policy, no gradient) against logp_rollout, the loss over
-    the kept tokens. ``rollout_loss_type`` (verl's ``rollout_correction.loss_type``)
-    ``"ppo_clip"`` (default): the vanilla loss with ratio pi_theta / pi_rollout and no IS
-    weights (the ratio is the correction); ``"reinforce"``: -A w logp with the IS weights w,
-    aggregated by ``loss_agg_mode`` (gradient -A w times the aggregation weight).
-
-    ``opts`` carries the trainer's aggregation (:func:`verl_trainer_agg` of the unrejected
-    mask ``m``). A rejection of every token leaves the policy term 0 (verl's ``agg_loss``
-    sums nothing over the trainer's counts) and its statistics 0 (``masked_mean`` over no
-    token divides 0 by 1e-8); the KL loss over ``m`` stays. The statistics are the loss's:
-    ``clipfrac_active``, ``dual_clipfrac`` and ``approx_kl_k1`` for ppo_clip,
-    ``approx_kl_k1`` alone for reinforce (verl logs only ``actor/ppo_kl`` there)."""
-    _, loss_type = verl_bypass(name, x, p)
-    w, keep = verl_rollout_correction(name, x, m, p, logp_old=x.on(m).logp)
-    if third_policy.check(name, p, "rejection", third_policy.REJECTIONS) == "weight":
-        # (the convention rejection="weight": the rejected tokens stay, with weight 0)
-        w = np.where(keep, 1.0 if w is None else w, 0.0)
-        ppo_weights, keep = np.where(keep, 1.0, 0.0), m
-    else:
-        ppo_weights = None
-    if loss_type == "reinforce":
-        # (the convention masked_weights: a masked weight's token in the loss's mask, and in
-        # the trainer's count, or not)
-        kept = third_policy.loss_mask(name, p, keep, w, allow_empty=True)
-        if kept is not keep:
-            keep = kept
-            agg, norm = verl_trainer_agg(p["loss_agg_mode"], keep)
-            opts = replace(opts, agg=agg, norm=norm)
-    xk = xm.on(keep)
-    A = np.where(keep, A, 0.0)
-    # why: verl 0.9.1 apply_bypass_mode sets loss_mode="bypass_mode" whatever the actor's, and
-    # compute_policy_loss_bypass_mode calls compute_policy_loss_vanilla for ppo_clip
-    opts = replace(opts, importance_level="token", loss_type="clip", log_ratio_max=None,
-                   dual_clip=dual_clip, log_ratio_clamp=p["log_ratio_clamp"])
-    if not np.any(keep):
-        # verl: agg_loss over no token is 0 / N (token-mean) or 0 / B, masked_mean 0 / 1e-8
-        pl = SimpleNamespace(loss=0.0, policy_loss=0.0, kl_loss=0.0)
-        st = {"approx_kl_k1": 0.0}
-        if loss_type == "ppo_clip":
-            st.update(clipfrac_active=0.0, dual_clipfrac=0.0)
-        dlogp = np.zeros(m.shape)
-    elif loss_type == "ppo_clip":
-        pl, st, dlogp = policy_loss_kernel(xk.logp, xk.logp_old, A, keep,
-                                           replace(opts, kl_coef=0.0), xk.logp_ref,
-                                           is_weights=ppo_weights)
-    else:
-        pl, st, dlogp = verl_reinforce_loss(xk, A, keep, opts, w)
-        # (the convention is_weights_detach: the weight reads the current log-probs here)
-        dlogp = dlogp + third_policy.reinforce_weight_gradient(
-            name, p, xm.logp, xm.logp_old, A, m, keep, w,
-            aggregation_weights(keep, opts.agg, opts.norm))
-    if opts.kl_coef > 0:
-        # why: verl 0.9.1 workers/utils/losses.py ppo_loss adds the KL loss over the batch's
-        # response mask; the bypass loss's rejection is inside the policy loss only
-        # (the convention is_weights_on_kl: the reinforce weights on it too)
-        kl_w = np.ones(m.shape) if w is None or loss_type == "ppo_clip" or \
-            not third_policy.kl_weights_on(name, p) else np.where(m, w, 0.0)
-        kl = where_valid(m, kl_estimate_kernel(xm.logp, xm.logp_ref, opts.kl_estimator,
-                                               opts.kl_clamp))
-        kl_loss = float(aggregate_kernel(kl * kl_w, m, opts.agg, opts.norm))
-        dlogp = dlogp + opts.kl_coef * kl_w * kl_estimate_grad_kernel(
-            xm.logp, xm.logp_ref, opts.kl_estimator, m, opts.kl_clamp,
-            aggregation_weights(m, opts.agg, opts.norm))
-        pl = SimpleNamespace(loss=pl.policy_loss + opts.kl_coef * kl_loss,
-                             policy_loss=pl.policy_loss, kl_loss=kl_loss)
-    return pl, st, dlogp, m
-
-
-def verl_reinforce_loss(xk: Rollout, A, keep, opts, w):
-    """verl's ``compute_policy_loss_reinforce``: loss = agg(-A w logp) (w = 1 without IS),
-    d loss / d logp = -A w times the aggregation weight; its one statistic ``actor/ppo_kl``,
-    the token mean of logp_rollout - logp (``approx_kl_k1``; no clip fractions: verl 0.9.1
-    logs none on this path). (The KL loss is added by the caller, as verl's ppo_loss adds
-    it.)"""
-    weight = np.where(keep, 1.0 if w is None else w, 0.0)
-    term = -A * weight * xk.logp
-    policy_loss = float(aggregate_kernel(term, keep, opts.agg, opts.norm))
-    dlogp = -aggregation_weights(keep, opts.agg, opts.norm) * A * weight + 0.0
-    pl = SimpleNamespace(loss=policy_loss, policy_loss=policy_loss, kl_loss=0.0)
-    st = {"approx_kl_k1": masked_mean(xk.logp_old - xk.logp, keep)}
-    return pl, st, dlogp
-
-
-# -- OpenRLHF 0.11.2 (--algo.advantage.is_correction_*)
-
-OPENRLHF_IS_LEVELS = ("off", "token", "seq")
-OPENRLHF_IS_MODES = ("mask", "clip")
-OPENRLHF_GATINGS = ("ratio", "binary_kl", "tv")
-
-
-def openrlhf_threshold(name: str, spec) -> tuple:
-    """``is_correction_threshold``: [low, high], or one number (an upper bound: low 0)."""
-    what = f"{name}: is_correction_threshold"
-    values = [spec] if isinstance(spec, Real) else list(spec)
-    if len(values) == 1:
-        values = [0.0] + values
-    if len(values) != 2:
-        raise ValueError(f"{what}: expected HIGH or [LOW, HIGH], got {spec!r}")
-    low, high = (check_scalar(v, what, allow_exact=False) for v in values)
-    if low > high:
-        raise ValueError(f"{what}: low must be <= high, got {spec!r}")
-    return low, high
-
-
-def openrlhf_correction(name: str, x: Rollout, m, p: dict, policy_loss_type: str = "ppo"):
-    """OpenRLHF's ``PolicyLoss`` correction: the coefficient (B, T) that multiplies each
-    token's loss, or None (``is_correction_level="off"``, or GSPO, whose ratio the caller
-    takes against logp_rollout instead).
-
-    A gate reads one statistic per unit: the ratio exp(logp_old - logp_rollout) per token or
-    its geometric mean per response (``gating="ratio"``), or a divergence d_t of the sampled
-    token's two probabilities (``binary_kl``, ``tv``) per token or its mean per response.
-    ``mode="mask"``: a unit outside [low, high] gets 0, a kept one its unclamped token ratios;
-    ``mode="clip"`` (token level, ratio only): the token ratio clamped to [low, high]."""
-    level = check_choice(p["is_correction_level"], f"{name}: is_correction_level",
-                         OPENRLHF_IS_LEVELS, "level")
-    mode = check_choice(p["is_correction_mode"], f"{name}: is_correction_mode",
-                        OPENRLHF_IS_MODES, "mode")
-    gating = check_choice(p["is_correction_gating"], f"{name}: is_correction_gating",
-                          OPENRLHF_GATINGS, "gating")
-    if mode == "clip" and (level == "seq" or gating != "ratio"):
-        # (PolicyLoss refuses it whatever the level, "off" included)
-        raise ValueError(f"{name}: is_correction_mode='clip' needs is_correction_level="
-                         f"'token' and is_correction_gating='ratio' (OpenRLHF 0.11.2)")
-    if level == "off":
-        return None
-    need_rollout(name, x, f"is_correction_level={level!r}")
-    low, high = openrlhf_threshold(name, p["is_correction_threshold"])
-    if gating != "ratio":
-        if low > 0:
-            raise ValueError(f"{name}: is_correction_gating={gating!r} takes an upper bound "
-                             f"only (a low <= 0), got is_correction_threshold="
-                             f"{p['is_correction_threshold']!r}")
-        if policy_loss_type != "ppo":
-            return None
-        # (low: 0 for one threshold, as OpenRLHF makes it; its rounding below 0 drops tokens)
-        return rollout_divergence_gate(x.logp_old, x.logp_rollout, m, divergence=gating,
-                                       high=high, low=low, level="sequence" if level == "seq"
-                                       else "token")
-    if low < 0:
-        low = None  # (ratios are >= 0: no bound)
-    if policy_loss_type != "ppo":
-        return None
-    bound = p["is_log_ratio_bound"]  # (the convention: OpenRLHF bounds no log-ratio)
-    if level == "seq" and third_policy.check(name, p, "is_sequence_weight",
-                                             third_policy.SEQUENCE_WEIGHTS) == "product":
-        # (the convention is_sequence_weight: the gate reads the product, not OpenRLHF's
-        # geometric mean)
-        return third_policy.gate_by_product(x.logp_old, x.logp_rollout, m, low, high, bound)
-    return rollout_importance_weights(
-        x.logp_old, x.logp_rollout, m, clip_max=high, clip_min=low,
-        level="geometric" if level == "seq" else "token",
-        mode="truncate" if mode == "clip" else "mask", log_ratio_bound=bound)
-
-
-def openrlhf_correction_and_stats(name, x: Rollout, xm: Rollout, m, p: dict,
-                                  policy_loss_type: str = "ppo"):
-    """OpenRLHF 0.11.2's ``PolicyLoss`` correction (``--algo.advantage.is_correction_*``):
-    (is_weights or None, the log-probs the ratio is taken against, the statistics).
-
-    * ``policy_loss_type="ppo"``: the coefficient of ``openrlhf_correction`` multiplies each
-      token's loss, the ratio stays pi_theta / pi_old; logged: ``vllm_kl`` (token mean of
-      logp_rollout - logp_old) and ``is_filter_ratio`` (the fraction of units, tokens or
-      responses, outside the band).
-    * ``"gspo"`` with a correction on: no coefficient; the sequence ratio is taken against
-      logp_rollout, exp(mean_t (logp_t - logp_rollout_t)) (OpenRLHF 0.11.2 ``PolicyLoss``),
-      the threshold and gating unused; nothing extra is logged.
-    """
-    gspo = policy_loss_type == "gspo"
-    w = openrlhf_correction(name, x, m, p, policy_loss_type)
-    if p["is_correction_level"] == "off":
-        return None, xm.logp_old, {}
-    if gspo:
-        return None, np.where(m, x.logp_rollout, 0.0), {}
-    low, high = openrlhf_threshold(name, p["is_correction_threshold"])
-    xr = x.on(m)
-    raw = np.exp(xr.logp_old - xr.logp_rollout)
-    if p["is_correction_mode"] == "clip":
-        filtered = m & ((raw < low) | (raw > high))
-    else:
-        filtered = m & (w == 0)
-    if p["is_correction_level"] == "seq":
-        ratio = float(np.mean(filtered.any(axis=-1)))
-    else:
-        ratio = float(filtered.sum() / m.sum())
-    stats = {"vllm_kl": masked_mean(xr.logp_rollout - xr.logp_old, m), "is_filter_ratio": ratio}
-    return w, xm.logp_old, stats

@@ -28,7 +28,7 @@ convention              the frameworks' value           the other value
                         + 1e-10)) (verl)
 ======================  ==============================  ====================================
 
-(TRL's ``off_policy_mask_logps`` is read in ``_common.trl_off_policy_mask``.)
+(TRL's ``off_policy_mask_logps`` is read in ``_trl.trl_off_policy_mask``.)
 """
 
 from __future__ import annotations
@@ -37,9 +37,9 @@ from dataclasses import replace
 
 import numpy as np
 
-from ...aggregation import aggregate_kernel
-from ...objective import policy_loss_kernel
-from ...rollout_correction import rollout_importance_weights
+from ...mismatch.correction import rollout_importance_weights
+from ...policy_loss.kernel import policy_loss_kernel
+from ...ppo.aggregation import aggregate_kernel
 
 SEQUENCE_WEIGHTS = ("product", "geometric-mean")
 REJECTIONS = ("mask", "weight")

@@ -3,13 +3,13 @@
 
 from __future__ import annotations
 
-from ..._validation import where_valid
-from ...rollout import Rollout
+from ..._checks import where_valid
+from ...batch import Rollout
 from ._common import (
     Preset,
-    gae,
-    kl_shaped_rewards,
     losses,
+    masked_gae,
+    masked_shaped_rewards,
     mean_rows,
     require_finite,
     require_prefix,
@@ -49,9 +49,9 @@ def _deepspeed_chat(x: Rollout, p: dict) -> dict:
     require_finite(name, {"logp_old": x.logp_old, "logp_ref": x.logp_ref,
                            "old_values": x.old_values}, m_p1 & ~m,
                     "DeepSpeed-Chat reads at the slot after the last token")
-    rewards = kl_shaped_rewards(x.scores, x.logp_old, x.logp_ref, p["beta"], m_p1, "k1",
+    rewards = masked_shaped_rewards(x.scores, x.logp_old, x.logp_ref, p["beta"], m_p1, "k1",
                                 score_clip=p["score_clip"])
-    raw_advantages, returns_p1 = gae(rewards, x.old_values, p["gamma"], p["lam"], m_p1)
+    raw_advantages, returns_p1 = masked_gae(rewards, x.old_values, p["gamma"], p["lam"], m_p1)
     advantages = where_valid(m, raw_advantages)
     returns = where_valid(m, returns_p1)
     policy_loss, st, dlogp, vloss, dvalues = losses(x, advantages, returns, p, mask=m)

@@ -6,19 +6,19 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...rollout import Rollout
+from ...batch import Rollout
 from ._common import (
     Preset,
-    aggregate,
-    gae,
-    kl_estimate,
-    kl_shaped_rewards,
     losses,
-    masked_mean,
+    masked_aggregate,
+    masked_gae,
+    masked_kl,
+    masked_shaped_rewards,
     masked_var,
+    masked_whiten,
+    mean_over,
     mean_rows,
     result,
-    whiten,
 )
 
 
@@ -32,24 +32,24 @@ def lmhp_stats(x, returns, m, p, st, policy_loss, vloss, kl, ddof):
     """The statistics lm-human-preferences logs (``train_policy.py``), kept under the same
     names by TRL 0.11 (``PPOTrainer.record_step_stats``); variances with ``ddof``."""
     returns_var = masked_var(returns, m, ddof)
-    error = masked_mean((x.values - returns) ** 2, m)
+    error = mean_over((x.values - returns) ** 2, m)
     return {
         "ppo/loss/policy": policy_loss,
         "ppo/loss/value": vloss,
         "ppo/loss/total": policy_loss + p["vf_coef"] * vloss,
         "ppo/policy/approxkl": st["approx_kl_k2"],
         "ppo/policy/clipfrac": st["clipfrac_active"],
-        "ppo/returns/mean": masked_mean(returns, m),
+        "ppo/returns/mean": mean_over(returns, m),
         "ppo/returns/var": returns_var,
-        "ppo/val/vpred": masked_mean(x.values, m),
+        "ppo/val/vpred": mean_over(x.values, m),
         "ppo/val/error": error,
         "ppo/val/clipfrac": st["value_clipfrac"],
-        "ppo/val/mean": masked_mean(x.old_values, m),
+        "ppo/val/mean": mean_over(x.old_values, m),
         "ppo/val/var": masked_var(x.old_values, m, ddof),
         "ppo/val/var_explained": 1.0 - divide(error, returns_var),
-        "objective/kl": aggregate(kl, m, "seq-mean-token-sum"),
+        "objective/kl": masked_aggregate(kl, m, "seq-mean-token-sum"),
         "objective/kl_coef": p["beta"],
-        "objective/entropy": aggregate(-x.logp_old, m, "seq-mean-token-sum"),
+        "objective/entropy": masked_aggregate(-x.logp_old, m, "seq-mean-token-sum"),
     }
 
 
@@ -83,12 +83,12 @@ def _lm_human_preferences(x: Rollout, p: dict) -> dict:
                          "mask (every one of the T sampled tokens counts), so the mask must "
                          "be all ones")
     m = x.mask  # every column (checked above)
-    kl = kl_estimate(x.logp_old, x.logp_ref, "k1", m)
-    rewards = kl_shaped_rewards(x.scores, x.logp_old, x.logp_ref, p["beta"], m)
+    kl = masked_kl(x.logp_old, x.logp_ref, "k1", m)
+    rewards = masked_shaped_rewards(x.scores, x.logp_old, x.logp_ref, p["beta"], m)
     if p["whiten_rewards"]:
-        rewards = whiten(rewards, m, shift_mean=False, ddof=0)
-    raw_advantages, returns = gae(rewards, x.old_values, p["gamma"], p["lam"], m)
-    advantages = whiten(raw_advantages, m, ddof=0)
+        rewards = masked_whiten(rewards, m, shift_mean=False, ddof=0)
+    raw_advantages, returns = masked_gae(rewards, x.old_values, p["gamma"], p["lam"], m)
+    advantages = masked_whiten(raw_advantages, m, ddof=0)
     policy_loss, st, dlogp, vloss, dvalues = losses(x, advantages, returns, p, mask=m)
     stats = lmhp_stats(x, returns, m, p, st, policy_loss, vloss, kl, ddof=0)
     stats["objective/score"] = mean_rows(x.scores)

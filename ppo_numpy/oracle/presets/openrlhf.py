@@ -5,25 +5,25 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...rollout import Rollout
+from ...batch import Rollout
 from . import _third_policy as third_policy
 from ._common import (
     FLOAT32_ROUNDING,
     FLOAT64_RTOL,
     Preset,
-    aggregate,
     check_estimator,
     gae_over,
-    kl_estimate,
     losses,
-    masked_mean,
+    masked_aggregate,
+    masked_kl,
+    mean_over,
     mean_rows,
-    openrlhf_correction_and_stats,
     require_choice,
     result,
     shaped_rewards,
     whiten_advantages,
 )
+from ._openrlhf import openrlhf_correction_and_stats
 
 # why: OpenRLHF openrlhf/models/utils.py (0.11.2) compute_approx_kl clamps every
 # estimator to [-10, 10]
@@ -50,7 +50,7 @@ def _openrlhf(x: Rollout, p: dict) -> dict:
     * Value loss (``ValueLoss``): 1/2 max(...), ``value_clip`` 0.5,
       V_old + clamp(V - V_old, -c, c) (``value_clip_form="offset"``), token mean.
     * The rollout correction (``--algo.advantage.is_correction_*``, a case with
-      ``logp_rollout``): ``PolicyLoss``'s coefficient (``_common.openrlhf_correction``)
+      ``logp_rollout``): ``PolicyLoss``'s coefficient (``_openrlhf.openrlhf_correction``)
       multiplies each token's policy loss; logged ``vllm_kl`` and ``is_filter_ratio``
       (docs/conventions.md section 14).
     * Tolerance: OpenRLHF 0.11.2 computes in float32 where this preset does not:
@@ -73,7 +73,7 @@ def _openrlhf(x: Rollout, p: dict) -> dict:
     m = x.mask
     est = p["kl_estimator"]
     check_estimator(name, est, ("k1", "k2", "k3"))
-    kl = kl_estimate(x.logp_old, x.logp_ref, est, m, clamp=p["kl_clamp"])
+    kl = masked_kl(x.logp_old, x.logp_ref, est, m, clamp=p["kl_clamp"])
     rewards = shaped_rewards(x, p["beta"], m, est, p["score_position"], kl_clamp=p["kl_clamp"],
                              score_clip=p["reward_clip_range"])
     raw_advantages, returns = gae_over(rewards, x.old_values, m, p)
@@ -95,10 +95,10 @@ def _openrlhf(x: Rollout, p: dict) -> dict:
     stats = {
         "policy_loss": policy_loss,
         "ppo_clip_ratio": st["clipfrac_active"],
-        "ppo_kl": masked_mean(kl_estimate(x.logp_old, x.logp, "k1", m), m),
+        "ppo_kl": mean_over(masked_kl(x.logp_old, x.logp, "k1", m), m),
         "critic_loss": vloss,
-        "values": masked_mean(x.values, m),
-        "kl": aggregate(kl, m, "seq-mean-token-mean"),
+        "values": mean_over(x.values, m),
+        "kl": masked_aggregate(kl, m, "seq-mean-token-mean"),
         "reward": mean_rows(x.scores),
         **rollout_stats,
     }

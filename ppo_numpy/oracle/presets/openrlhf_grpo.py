@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..._validation import check_bounds
-from ...group_advantages import grpo_advantages, returns_to_go, rloo_advantages
-from ...objective import PolicyLossOptions
-from ...rollout import Rollout
+from ..._checks import check_bounds
+from ...batch import Rollout
+from ...family.advantages import grpo_advantages, returns_to_go, rloo_advantages
+from ...policy_loss.options import PolicyLossOptions
 from . import _third_policy as third_policy
 from ._common import (
     FLOAT32_ROUNDING,
@@ -18,13 +18,13 @@ from ._common import (
     at_last_token,
     group_advantages,
     group_std,
-    kl_estimate,
+    masked_kl,
+    masked_whiten,
     mean_rows,
-    openrlhf_correction_and_stats,
     policy_result,
     require_choice,
-    whiten,
 )
+from ._openrlhf import openrlhf_correction_and_stats
 
 ESTIMATORS = ("group_norm", "rloo", "reinforce", "reinforce_baseline", "dr_grpo")
 
@@ -66,7 +66,7 @@ def _openrlhf_grpo(x: Rollout, p: dict) -> dict:
       responses of the summed token rewards, with -``init_kl_coef`` KL at the padding
       positions too, as OpenRLHF 0.11.2 sums them), ``group_reward_std``.
     * The rollout correction (``is_correction_*``, a case with ``logp_rollout``):
-      ``_common.openrlhf_correction_and_stats``; with ``gspo`` the sequence ratio is taken
+      ``_openrlhf.openrlhf_correction_and_stats``; with ``gspo`` the sequence ratio is taken
       against logp_rollout instead of weighting. The conventions no framework names take
       OpenRLHF's values (``conventions``; the others in ``_third_policy``): the sequence gate
       reads the geometric mean, a gated token's coefficient is 0 in the denominators, the
@@ -94,16 +94,16 @@ def _openrlhf_grpo(x: Rollout, p: dict) -> dict:
     else:
         r = x.scores
     r = np.clip(r, *check_bounds(p["reward_clip_range"], "reward_clip_range"))
-    rollout_kl = kl_estimate(x.logp_old, x.logp_ref, p["kl_estimator"], m, 10.0)
+    rollout_kl = masked_kl(x.logp_old, x.logp_ref, p["kl_estimator"], m, 10.0)
     rewards = at_last_token(r, m)
     padding_kl = np.zeros(m.shape[0])
     if not p["use_kl_loss"] and p["init_kl_coef"] > 0:
         rewards = rewards - p["init_kl_coef"] * rollout_kl
-        everywhere = kl_estimate(x.logp_old, x.logp_ref, p["kl_estimator"], np.ones_like(m), 10.0)
+        everywhere = masked_kl(x.logp_old, x.logp_ref, p["kl_estimator"], np.ones_like(m), 10.0)
         padding_kl = p["init_kl_coef"] * np.where(m, 0.0, everywhere).sum(axis=-1)
     A = returns_to_go(rewards, m, p["gamma"] if est == "reinforce" else 1.0)
     if est in ("reinforce", "reinforce_baseline"):
-        A = whiten(A, m, ddof=0, eps=1e-8, eps_mode="floor")
+        A = masked_whiten(A, m, ddof=0, eps=1e-8, eps_mode="floor")
     gspo = p["policy_loss_type"] == "gspo"
     opts = PolicyLossOptions(epsilon=p["epsilon"], epsilon_high=p["epsilon_high"],
                              dual_clip=p["dual_clip"],

@@ -4,14 +4,14 @@ the last token, V(s_{T+1}) = 0, no whitening, L_PPO summed over tokens.
 
 from __future__ import annotations
 
-from ..._validation import where_valid
-from ...rollout import Rollout
+from ..._checks import where_valid
+from ...batch import Rollout
 from ._common import (
     Preset,
-    aggregate,
     gae_over,
-    kl_estimate,
     losses,
+    masked_aggregate,
+    masked_kl,
     mean_rows,
     result,
     shaped_rewards,
@@ -35,7 +35,7 @@ def _seed(x: Rollout, p: dict) -> dict:
     """
     m = x.mask
     est = p["kl_estimator"]
-    kl = kl_estimate(x.logp_old, x.logp_ref, est, m)
+    kl = masked_kl(x.logp_old, x.logp_ref, est, m)
     in_loss = p["kl_in"] == "loss"
     rewards = shaped_rewards(x, 0.0 if in_loss else p["beta"], m, est, p["score_position"],
                              kl_clamp=p["kl_clamp"])
@@ -50,7 +50,7 @@ def _seed(x: Rollout, p: dict) -> dict:
         "objective": -policy_loss,
         **{k: st[k] for k in ("clipfrac_active", "clipfrac_outside", "approx_kl_k1",
                               "approx_kl_k2", "approx_kl_k3", "ratio_mean")},
-        "kl_per_sequence": aggregate(kl, m, "seq-mean-token-sum"),
+        "kl_per_sequence": masked_aggregate(kl, m, "seq-mean-token-sum"),
         "score_mean": mean_rows(x.scores),
     }
     return result(rewards, advantages, returns, policy_loss, vloss, dlogp, dvalues, stats)

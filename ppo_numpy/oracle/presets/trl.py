@@ -6,26 +6,26 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...rollout import Rollout
+from ...batch import Rollout
 from ._common import (
     Preset,
-    aggregate,
     check_estimator,
     clip_scores,
     float32_roundings,
-    gae,
     gae_over,
-    kl_estimate,
     losses,
-    masked_mean,
+    masked_aggregate,
+    masked_gae,
+    masked_kl,
+    masked_ratio,
+    masked_whiten,
+    mean_over,
     mean_rows,
-    probability_ratio,
     require_finite,
     require_prefix,
     result,
     shaped_rewards,
     slot_after,
-    whiten,
     whiten_advantages,
 )
 from .lm_human_preferences import lmhp_stats
@@ -78,33 +78,33 @@ def _trl(x: Rollout, p: dict) -> dict:
                     "TRL reads as the value of the slot after the last token")
     est = p["kl_estimator"]
     check_estimator(name, est, ("k1", "k3"))
-    kl = kl_estimate(x.logp_old, x.logp_ref, est, m)
+    kl = masked_kl(x.logp_old, x.logp_ref, est, m)
     in_loss = p["kl_in"] == "loss"
     rewards = shaped_rewards(x, 0.0 if in_loss else p["beta"], m, est, p["score_position"],
                              kl_clamp=p["kl_clamp"])
     if p["whiten_rewards"]:
-        rewards = whiten(rewards, m_p1, shift_mean=False)
-    raw_advantages, returns = gae(rewards, x.old_values, p["gamma"], p["lam"], m_p1)
+        rewards = masked_whiten(rewards, m_p1, shift_mean=False)
+    raw_advantages, returns = masked_gae(rewards, x.old_values, p["gamma"], p["lam"], m_p1)
     advantages = whiten_advantages(raw_advantages, m, p)
     policy_loss, st, dlogp, vloss, dvalues = losses(
         x, advantages, returns, p, mask=m, value_mask=m_p1,
         kl=(p["beta"], est, p["kl_clamp"]) if in_loss else None)
-    rho = probability_ratio(x.logp, x.logp_old, m)
-    kl_per_row = aggregate(kl, m, "seq-mean-token-sum")
+    rho = masked_ratio(x.logp, x.logp_old, m)
+    kl_per_row = masked_aggregate(kl, m, "seq-mean-token-sum")
     stats = {
         "objective/kl": kl_per_row,
-        "objective/entropy": aggregate(-x.logp_old, m, "seq-mean-token-sum")
+        "objective/entropy": masked_aggregate(-x.logp_old, m, "seq-mean-token-sum")
         - TRL_INVALID_LOGPROB * mean_rows(m.shape[-1] - m.sum(axis=-1)),  # (padding per row)
         "objective/non_score_reward": -p["beta"] * kl_per_row,
         "objective/rlhf_reward": -p["beta"] * kl_per_row + mean_rows(x.scores),
         "objective/scores": mean_rows(x.scores),
-        "policy/approxkl_avg": aggregate(kl_estimate(x.logp, x.logp_old, "k2", m), m,
+        "policy/approxkl_avg": masked_aggregate(masked_kl(x.logp, x.logp_old, "k2", m), m,
                                          "seq-mean-token-sum-norm"),
         "policy/clipfrac_avg": st["clipfrac_active"],
         "loss/policy_avg": policy_loss,
         "loss/value_avg": vloss,
         "val/clipfrac_avg": st["value_clipfrac"],
-        "val/ratio": 1.0 + aggregate(rho - 1.0, m, "seq-mean-token-sum-norm"),
+        "val/ratio": 1.0 + masked_aggregate(rho - 1.0, m, "seq-mean-token-sum-norm"),
     }
     return result(rewards, advantages, returns, policy_loss, vloss, dlogp, dvalues, stats)
 
@@ -155,7 +155,7 @@ def _trl_011(x: Rollout, p: dict) -> dict:
         raise ValueError(f"{name}: whiten_rewards=True is not reproduced (TRL 0.11 whitens "
                          "the rewards after masking and does not re-mask, so padding enters "
                          "GAE; see docs/frameworks.md)")
-    kl = kl_estimate(x.logp_old, x.logp_ref, est, m)
+    kl = masked_kl(x.logp_old, x.logp_ref, est, m)
     rewards = shaped_rewards(x, p["beta"], m, est, p["score_position"],
                              kl_clamp=p["kl_clamp"], score_clip=p["score_clip"])
     raw_advantages, returns = gae_over(rewards, x.old_values, m, p)
@@ -169,8 +169,8 @@ def _trl_011(x: Rollout, p: dict) -> dict:
     stats = lmhp_stats(x, returns, m, p, st, policy_loss, vloss, kl, ddof=1)
     stats.update({
         "ppo/policy/policykl": st["approx_kl_k1"],
-        "ppo/policy/advantages_mean": masked_mean(advantages, m),
-        "ppo/mean_non_score_reward": masked_mean(-p["beta"] * kl, m),
+        "ppo/policy/advantages_mean": mean_over(advantages, m),
+        "ppo/mean_non_score_reward": mean_over(-p["beta"] * kl, m),
         "ppo/mean_scores": mean_rows(scores),
         "ppo/std_scores": float(np.std(scores, ddof=1)) if scores.size > 1 else float("nan"),
     })

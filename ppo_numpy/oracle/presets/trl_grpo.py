@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...objective import PolicyLossOptions, policy_loss_kernel, vespo_phi
-from ...rollout import Rollout
+from ...batch import Rollout
+from ...family.losses.vespo import vespo_phi
+from ...policy_loss.kernel import policy_loss_kernel
+from ...policy_loss.options import PolicyLossOptions
 from . import _third_policy as third_policy
 from ._common import (
     GROUP_INPUT_NAMES,
@@ -19,11 +21,8 @@ from ._common import (
     mean_rows,
     policy_result,
     require_choice,
-    trl_check_is_options,
-    trl_is_weights,
-    trl_off_policy_mask,
-    trl_uses_vllm,
 )
+from ._trl import trl_check_is_options, trl_is_weights, trl_off_policy_mask, trl_uses_vllm
 
 #: loss_type -> (aggregation mode, per-token loss form)
 LOSS_TYPES = {"grpo": ("grpo", "clip"), "bnpo": ("bnpo", "clip"), "dr_grpo": ("dr_grpo", "clip"),

@@ -5,28 +5,26 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...rollout import Rollout
+from ...batch import Rollout
 from . import _third_policy as third_policy
 from ._common import (
     FLOAT32_ROUNDING,
     Preset,
-    aggregate,
     check_estimator,
     float32_roundings,
     gae_over,
-    kl_estimate,
-    loss_options,
     losses,
-    masked_mean,
+    masked_aggregate,
+    masked_kl,
     masked_var,
+    mean_over,
     mean_rows,
+    preset_loss_options,
     result,
     shaped_rewards,
-    verl_bypass_loss,
-    verl_correction_before_advantages,
-    verl_trainer_agg,
     whiten_advantages,
 )
+from ._verl import verl_bypass_loss, verl_correction_before_advantages, verl_trainer_agg
 
 # why: volcengine/verl verl/trainer/ppo/core_algos.py (0.9.1) kl_penalty_forward clamps
 # only its low-variance (k3) estimate, to [-10, 10]
@@ -74,14 +72,14 @@ def _verl(x: Rollout, p: dict) -> dict:
     * The rollout correction (``algorithm.rollout_correction``, a case with
       ``logp_rollout``): ``rollout_is``, ``rollout_is_threshold``,
       ``rollout_is_batch_normalize``, ``rollout_rs``, ``rollout_rs_threshold``,
-      ``bypass_mode``, ``rollout_loss_type`` (``_common.verl_correction_before_advantages``
+      ``bypass_mode``, ``rollout_loss_type`` (``_verl.verl_correction_before_advantages``
       and ``verl_bypass_loss``): the rejection replaces the response mask before GAE, the
       whitening and both losses; the KL penalty in the reward and its statistic were
       computed before it, on the full mask (docs/conventions.md section 14). In bypass mode
       the policy statistics are the bypass loss's: ``rollout_loss_type="reinforce"`` logs
       ``actor/ppo_kl`` alone (no clip fractions), as verl's ``compute_policy_loss_reinforce``.
     * The denominators are the trainer's, one optimizer step of one micro-batch on one rank
-      (``_common.verl_trainer_agg``; docs/conventions.md section 8): ``agg_loss`` gets the
+      (``_verl.verl_trainer_agg``; docs/conventions.md section 8): ``agg_loss`` gets the
       batch's response-mask sum (``batch_num_tokens``) and every row (``global_batch_size``),
       for both losses and the KL loss; they differ from ``agg_loss`` alone only after a
       rejection. With ``use_kl_loss`` also ``actor/kl_loss`` (before its coefficient) and
@@ -105,7 +103,7 @@ def _verl(x: Rollout, p: dict) -> dict:
                          "token and the score index is a count of response tokens")
     est = p["kl_estimator"]
     check_estimator(name, est, tuple(_VERL_KL_CLAMP))
-    kl = kl_estimate(x.logp_old, x.logp_ref, est, m, clamp=_VERL_KL_CLAMP[est])
+    kl = masked_kl(x.logp_old, x.logp_ref, est, m, clamp=_VERL_KL_CLAMP[est])
     rewards = shaped_rewards(x, p["beta"] if p["use_kl_in_reward"] else 0.0, m, est,
                              p["score_position"], kl_clamp=_VERL_KL_CLAMP[est])
     # the rollout correction (algorithm.rollout_correction): the rejection replaces the
@@ -131,7 +129,7 @@ def _verl(x: Rollout, p: dict) -> dict:
     if corr["bypass"]:
         # old = rollout, the correction inside the policy loss (the value loss unchanged)
         pl, bst, dlogp, _ = verl_bypass_loss(name, x, corr["xm"], advantages, m,
-                                             loss_options(p, agg, kl_term, norm), p,
+                                             preset_loss_options(p, agg, kl_term, norm), p,
                                              p["dual_clip"])
         policy_loss, kl_loss = pl.loss, pl.kl_loss
         # (the policy statistics are the bypass loss's: none of the decoupled loss's)
@@ -146,12 +144,12 @@ def _verl(x: Rollout, p: dict) -> dict:
         **({"actor/pg_clipfrac_lower": st["dual_clipfrac"]} if "dual_clipfrac" in st else {}),
         "critic/vf_loss": vloss,
         "critic/vf_clipfrac": st["value_clipfrac"],
-        "critic/vpred_mean": masked_mean(x.values, m),
+        "critic/vpred_mean": mean_over(x.values, m),
         "critic/score/mean": mean_rows(x.scores),
-        "critic/rewards/mean": aggregate(rewards, m, "seq-mean-token-sum"),
-        "critic/advantages/mean": masked_mean(advantages, m),
-        "critic/returns/mean": masked_mean(returns, m),
-        "critic/values/mean": masked_mean(x.old_values, m),
+        "critic/rewards/mean": masked_aggregate(rewards, m, "seq-mean-token-sum"),
+        "critic/advantages/mean": mean_over(advantages, m),
+        "critic/returns/mean": mean_over(returns, m),
+        "critic/values/mean": mean_over(x.old_values, m),
         "critic/vf_explained_var": 1.0 - masked_var(returns - x.old_values, m, 1)
         / (masked_var(returns, m, 1) + 1e-5),
     }
@@ -161,7 +159,7 @@ def _verl(x: Rollout, p: dict) -> dict:
         stats["actor/kl_loss"] = kl_loss
         stats["actor/kl_coef"] = p["beta"]
     if p["use_kl_in_reward"]:
-        stats["actor/reward_kl_penalty"] = aggregate(kl, m0, "seq-mean-token-mean")
+        stats["actor/reward_kl_penalty"] = masked_aggregate(kl, m0, "seq-mean-token-mean")
         stats["actor/reward_kl_penalty_coeff"] = p["beta"]
     stats.update(corr["stats"])
     return result(rewards, advantages, returns, policy_loss, vloss, dlogp, dvalues, stats)

@@ -10,7 +10,8 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from ...group_advantages import (
+from ...batch import Rollout
+from ...family.advantages import (
     gdpo_advantages,
     gpg_advantages,
     grpo_passk_advantages,
@@ -20,8 +21,7 @@ from ...group_advantages import (
     remax_advantages,
     rloo_advantages,
 )
-from ...objective import PolicyLossOptions
-from ...rollout import Rollout
+from ...policy_loss.options import PolicyLossOptions
 from . import _third_policy as third_policy
 from ._common import (
     FLOAT32_ROUNDING,
@@ -30,16 +30,14 @@ from ._common import (
     at_last_token,
     broadcast,
     group_advantages,
-    kl_estimate,
-    masked_mean,
+    masked_kl,
+    masked_whiten,
+    mean_over,
     mean_rows,
     policy_result,
     require_choice,
-    verl_bypass_loss,
-    verl_correction_before_advantages,
-    verl_trainer_agg,
-    whiten,
 )
+from ._verl import verl_bypass_loss, verl_correction_before_advantages, verl_trainer_agg
 
 ESTIMATORS = ("grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "remax",
               "opo", "gpg", "grpo_passk", "gdpo")
@@ -97,7 +95,7 @@ def _verl_grpo(x: Rollout, p: dict) -> dict:
       the gradient of verl's sg[s_i] pi_t / sg[pi_t], ``sequence_gradient="token"``);
       ``cispo`` (log-ratio clamped to [-20, 20]; -clip(rho, 1 - low, 1 + high) A logp, the
       weight not differentiated; ``loss_agg_mode``). The losses of
-      :mod:`ppo_numpy.policy_losses_extra`: ``sapo`` (``tau_pos``, ``tau_neg``, rounded to
+      :mod:`ppo_numpy.family.losses`: ``sapo`` (``tau_pos``, ``tau_neg``, rounded to
       float32 as verl's float32 advantages make them, 4 / tau then rounded to float32 too,
       within the tolerance but for a loss that cancels to < 1e-2 of its terms; log-ratio
       clamped to [-20, 20]; always seq-mean-token-mean, whatever ``loss_agg_mode``);
@@ -116,7 +114,7 @@ def _verl_grpo(x: Rollout, p: dict) -> dict:
       number of sequences times T (``agg_loss`` in 0.9.1, ``loss_scale_factor`` unset: T);
       the commits of early 2026 divided by T only.
     * The rollout correction (``algorithm.rollout_correction``, a case with
-      ``logp_rollout``): ``_common.verl_correction_before_advantages`` (decoupled mode: the
+      ``logp_rollout``): ``_verl.verl_correction_before_advantages`` (decoupled mode: the
       weights and the rejection, which replaces the response mask before the advantages) or
       ``verl_bypass_loss`` (``bypass_mode``); GSPO gives each token its own weight. The
       conventions no framework names take verl's values (``conventions``; the others in
@@ -124,7 +122,7 @@ def _verl_grpo(x: Rollout, p: dict) -> dict:
       masked weight 0 in the denominators, the KL loss unweighted, the bypass weights
       detached, GMPO's geometric mean of the weights, GSPO's token gradient.
     * The denominators are the trainer's, one optimizer step of one micro-batch on one rank
-      (``_common.verl_trainer_agg``; docs/conventions.md section 8): every ``agg_loss`` gets
+      (``_verl.verl_trainer_agg``; docs/conventions.md section 8): every ``agg_loss`` gets
       the batch's response-mask sum (``batch_num_tokens``; in bypass mode the unrejected
       mask) and every row (``global_batch_size``, a row rejected whole included); sapo's
       fixed seq-mean-token-mean too. They differ from ``agg_loss`` alone only after a
@@ -151,7 +149,7 @@ def _verl_grpo(x: Rollout, p: dict) -> dict:
     rewards = at_last_token(x.scores, m)
     if p["use_kl_in_reward"]:
         est, clamp = KL_TYPES[p["kl_penalty"]]
-        rewards = rewards - p["kl_coef"] * kl_estimate(x.logp_old, x.logp_ref, est, m, clamp)
+        rewards = rewards - p["kl_coef"] * masked_kl(x.logp_old, x.logp_ref, est, m, clamp)
     s = rewards.sum(axis=-1)  # rewards are 0 at padding (at_last_token, kl_estimate)
     # the rollout correction: rejection replaces the response mask before the advantages
     corr = verl_correction_before_advantages(name, x, m, p)
@@ -257,7 +255,7 @@ def _verl_grpo(x: Rollout, p: dict) -> dict:
     stats = {"actor/pg_loss": pl.policy_loss, **_loss_stats(mode, st),
         "critic/score/mean": mean_rows(x.scores),
         "critic/rewards/mean": mean_rows(s),
-        "critic/advantages/mean": masked_mean(A, m),
+        "critic/advantages/mean": mean_over(A, m),
     }
     if p["use_kl_loss"]:
         stats["actor/kl_loss"] = pl.kl_loss
@@ -310,7 +308,7 @@ def _verl_091_estimator(est, x: Rollout, s, m, p):
     S = sum((1.0 if weights is None else weights[k])
             * group_advantages(components[:, k], x.groups, p, singleton=p["singleton"],
                                dtype=np.float32) for k in range(K))
-    return whiten(broadcast(S, m), m, ddof=1, eps=1e-8)
+    return masked_whiten(broadcast(S, m), m, ddof=1, eps=1e-8)
 def _loss_stats(mode: str, st: dict) -> dict:
     """The ``actor/`` metrics each loss_mode of verl 0.9.1 returns (core_algos.py: gpg none,
     kl_cov and dro only ``ppo_kl``, kl_cov's the mean |log rho|; sapo's clip fractions 0;

@@ -1,0 +1,122 @@
+"""OpenRLHF's helpers for its presets (``openrlhf``, ``openrlhf-grpo``): the rollout
+correction of OpenRLHF 0.11.2 (``--algo.advantage.is_correction_*``)."""
+
+from __future__ import annotations
+
+from numbers import Real
+
+import numpy as np
+
+from ..._checks import check_choice, check_scalar
+from ...batch import Rollout
+from ...mismatch.correction import (
+    rollout_divergence_gate,
+    rollout_importance_weights,
+)
+from . import _third_policy as third_policy
+from ._common import mean_over, need_rollout
+
+# -- OpenRLHF 0.11.2 (--algo.advantage.is_correction_*)
+
+OPENRLHF_IS_LEVELS = ("off", "token", "seq")
+OPENRLHF_IS_MODES = ("mask", "clip")
+OPENRLHF_GATINGS = ("ratio", "binary_kl", "tv")
+
+
+def openrlhf_threshold(name: str, spec) -> tuple:
+    """``is_correction_threshold``: [low, high], or one number (an upper bound: low 0)."""
+    what = f"{name}: is_correction_threshold"
+    values = [spec] if isinstance(spec, Real) else list(spec)
+    if len(values) == 1:
+        values = [0.0] + values
+    if len(values) != 2:
+        raise ValueError(f"{what}: expected HIGH or [LOW, HIGH], got {spec!r}")
+    low, high = (check_scalar(v, what, allow_exact=False) for v in values)
+    if low > high:
+        raise ValueError(f"{what}: low must be <= high, got {spec!r}")
+    return low, high
+
+
+def openrlhf_correction(name: str, x: Rollout, m, p: dict, policy_loss_type: str = "ppo"):
+    """OpenRLHF's ``PolicyLoss`` correction: the coefficient (B, T) that multiplies each
+    token's loss, or None (``is_correction_level="off"``, or GSPO, whose ratio the caller
+    takes against logp_rollout instead).
+
+    A gate reads one statistic per unit: the ratio exp(logp_old - logp_rollout) per token or
+    its geometric mean per response (``gating="ratio"``), or a divergence d_t of the sampled
+    token's two probabilities (``binary_kl``, ``tv``) per token or its mean per response.
+    ``mode="mask"``: a unit outside [low, high] gets 0, a kept one its unclamped token ratios;
+    ``mode="clip"`` (token level, ratio only): the token ratio clamped to [low, high]."""
+    level = check_choice(p["is_correction_level"], f"{name}: is_correction_level",
+                         OPENRLHF_IS_LEVELS, "level")
+    mode = check_choice(p["is_correction_mode"], f"{name}: is_correction_mode",
+                        OPENRLHF_IS_MODES, "mode")
+    gating = check_choice(p["is_correction_gating"], f"{name}: is_correction_gating",
+                          OPENRLHF_GATINGS, "gating")
+    if mode == "clip" and (level == "seq" or gating != "ratio"):
+        # (PolicyLoss refuses it whatever the level, "off" included)
+        raise ValueError(f"{name}: is_correction_mode='clip' needs is_correction_level="
+                         f"'token' and is_correction_gating='ratio' (OpenRLHF 0.11.2)")
+    if level == "off":
+        return None
+    need_rollout(name, x, f"is_correction_level={level!r}")
+    low, high = openrlhf_threshold(name, p["is_correction_threshold"])
+    if gating != "ratio":
+        if low > 0:
+            raise ValueError(f"{name}: is_correction_gating={gating!r} takes an upper bound "
+                             f"only (a low <= 0), got is_correction_threshold="
+                             f"{p['is_correction_threshold']!r}")
+        if policy_loss_type != "ppo":
+            return None
+        # (low: 0 for one threshold, as OpenRLHF makes it; its rounding below 0 drops tokens)
+        return rollout_divergence_gate(x.logp_old, x.logp_rollout, m, divergence=gating,
+                                       high=high, low=low, level="sequence" if level == "seq"
+                                       else "token")
+    if low < 0:
+        low = None  # (ratios are >= 0: no bound)
+    if policy_loss_type != "ppo":
+        return None
+    bound = p["is_log_ratio_bound"]  # (the convention: OpenRLHF bounds no log-ratio)
+    if level == "seq" and third_policy.check(name, p, "is_sequence_weight",
+                                             third_policy.SEQUENCE_WEIGHTS) == "product":
+        # (the convention is_sequence_weight: the gate reads the product, not OpenRLHF's
+        # geometric mean)
+        return third_policy.gate_by_product(x.logp_old, x.logp_rollout, m, low, high, bound)
+    return rollout_importance_weights(
+        x.logp_old, x.logp_rollout, m, clip_max=high, clip_min=low,
+        level="geometric" if level == "seq" else "token",
+        mode="truncate" if mode == "clip" else "mask", log_ratio_bound=bound)
+
+
+def openrlhf_correction_and_stats(name, x: Rollout, xm: Rollout, m, p: dict,
+                                  policy_loss_type: str = "ppo"):
+    """OpenRLHF 0.11.2's ``PolicyLoss`` correction (``--algo.advantage.is_correction_*``):
+    (is_weights or None, the log-probs the ratio is taken against, the statistics).
+
+    * ``policy_loss_type="ppo"``: the coefficient of ``openrlhf_correction`` multiplies each
+      token's loss, the ratio stays pi_theta / pi_old; logged: ``vllm_kl`` (token mean of
+      logp_rollout - logp_old) and ``is_filter_ratio`` (the fraction of units, tokens or
+      responses, outside the band).
+    * ``"gspo"`` with a correction on: no coefficient; the sequence ratio is taken against
+      logp_rollout, exp(mean_t (logp_t - logp_rollout_t)) (OpenRLHF 0.11.2 ``PolicyLoss``),
+      the threshold and gating unused; nothing extra is logged.
+    """
+    gspo = policy_loss_type == "gspo"
+    w = openrlhf_correction(name, x, m, p, policy_loss_type)
+    if p["is_correction_level"] == "off":
+        return None, xm.logp_old, {}
+    if gspo:
+        return None, np.where(m, x.logp_rollout, 0.0), {}
+    low, high = openrlhf_threshold(name, p["is_correction_threshold"])
+    xr = x.on(m)
+    raw = np.exp(xr.logp_old - xr.logp_rollout)
+    if p["is_correction_mode"] == "clip":
+        filtered = m & ((raw < low) | (raw > high))
+    else:
+        filtered = m & (w == 0)
+    if p["is_correction_level"] == "seq":
+        ratio = float(np.mean(filtered.any(axis=-1)))
+    else:
+        ratio = float(filtered.sum() / m.sum())
+    stats = {"vllm_kl": mean_over(xr.logp_rollout - xr.logp_old, m), "is_filter_ratio": ratio}
+    return w, xm.logp_old, stats

@@ -1,0 +1,304 @@
+"""verl's helpers for its presets (``verl``, ``verl-grpo``): the rollout correction of
+verl 0.9.1 (``algorithm.rollout_correction``: importance weights, rejection, bypass mode)
+and the trainer's aggregation (``verl_trainer_agg``)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from numbers import Real
+from types import SimpleNamespace
+
+import numpy as np
+
+from ..._checks import check_choice, where_valid
+from ...batch import Rollout
+from ...mismatch.correction import (
+    CRITERIA,
+    rollout_importance_weights,
+    rollout_rejection_mask,
+)
+from ...policy_loss.kernel import policy_loss_kernel
+from ...ppo.aggregation import aggregate_kernel, aggregation_weights
+from ...ppo.kl import kl_estimate_grad_kernel, kl_estimate_kernel
+from . import _third_policy as third_policy
+from ._common import _flag, mean_over, need_rollout
+
+# -- verl 0.9.1 (algorithm.rollout_correction)
+
+VERL_IS_LEVELS = (None, "token", "sequence")
+VERL_BYPASS_LOSSES = ("ppo_clip", "reinforce")
+
+
+def _positive(text, what: str) -> float:
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        raise ValueError(f"{what}: expected a number or a 'lower_upper' string, got "
+                         f"{text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"{what}: thresholds must be positive and finite, got {text!r}")
+    return value
+
+
+def verl_is_threshold(name: str, spec):
+    """verl's ``rollout_is_threshold``: a number (upper bound, TIS: truncate) or a
+    ``"lower_upper"`` string (IcePop: mask outside [lower, upper]) -> (mode, lower, upper)."""
+    what = f"{name}: rollout_is_threshold"
+    if isinstance(spec, (bool, np.bool_)) or not isinstance(spec, (str, Real)):
+        raise TypeError(f"{what}: expected a number or a 'lower_upper' string, got {spec!r}")
+    if isinstance(spec, str) and "_" in spec:
+        lower, upper = (_positive(t, what) for t in spec.strip().split("_", 1))
+        if lower > upper:
+            raise ValueError(f"{what}: lower must be <= upper, got {spec!r}")
+        return "mask", lower, upper
+    return "truncate", None, _positive(spec, what)
+
+
+def verl_rs_thresholds(name: str, criteria: list, spec) -> list:
+    """verl's ``rollout_rs_threshold``: one entry (shared) or one per criterion, each a number
+    or (k1 criteria) a ``"lower_upper"`` string -> [(low, high)]."""
+    what = f"{name}: rollout_rs_threshold"
+    if spec is None:
+        raise ValueError(f"{what}: rollout_rs needs a threshold, got None")
+    parts = ([str(spec)] if isinstance(spec, Real) and not isinstance(spec, bool)
+             else [t.strip() for t in str(spec).split(",") if t.strip()])
+    if len(parts) == 1:
+        parts = parts * len(criteria)
+    if len(parts) != len(criteria):
+        raise ValueError(f"{what}: expected 1 or {len(criteria)} thresholds, got {spec!r}")
+    out = []
+    for criterion, part in zip(criteria, parts):
+        if "_" in part:
+            if not criterion.endswith("k1"):
+                raise ValueError(f"{what}: {criterion} takes an upper bound only, got {part!r}")
+            low, high = (_positive(t, what) for t in part.split("_", 1))
+            if low > high:
+                raise ValueError(f"{what}: lower must be <= upper, got {part!r}")
+            out.append((low, high))
+        else:
+            high = _positive(part, what)
+            out.append((1.0 / high if criterion.endswith("k1") else None, high))
+    return out
+
+
+def verl_rollout_correction(name: str, x: Rollout, m, p: dict, logp_old=None):
+    """verl's ``compute_rollout_correction_and_rejection_mask`` on the preset's options:
+    (IS weights (B, T) or None, the response mask after rejection).
+
+    The log-ratio is ``logp_old - logp_rollout`` (``logp_old``: the bypass mode passes the
+    current log-probs). IS (``rollout_is`` token / sequence): exp of the log-ratio (its sum
+    for sequence) clamped to [-20, 20] (``is_log_ratio_bound``), truncated at the threshold or
+    masked (a "lower_upper" threshold), then divided by the batch mean with
+    ``rollout_is_batch_normalize``. Rejection (``rollout_rs``, comma-separated criteria, all
+    must pass): :func:`ppo_numpy.rollout_rejection_mask`. Either needs logp_rollout."""
+    old = x.logp_old if logp_old is None else logp_old
+    level, rs = p["rollout_is"], p["rollout_rs"]
+    if level not in VERL_IS_LEVELS:
+        raise ValueError(f"{name}: rollout_is: expected None, 'token' or 'sequence', got "
+                         f"{level!r}")
+    batch_normalize = _flag(p, "rollout_is_batch_normalize", name)
+    w = None
+    if level is not None and p["rollout_is_threshold"] is not None:
+        need_rollout(name, x, f"rollout_is={level!r}")
+        mode, lower, upper = verl_is_threshold(name, p["rollout_is_threshold"])
+        bounds = dict(mode=mode, clip_max=upper, clip_min=lower,
+                      batch_normalize=batch_normalize, log_ratio_bound=p["is_log_ratio_bound"])
+        if level == "sequence":
+            # (the convention is_sequence_weight: verl's product, or the geometric mean)
+            w = third_policy.sequence_weights(name, old, x.logp_rollout, m, p, **bounds)
+        else:
+            w = rollout_importance_weights(old, x.logp_rollout, m, level=level, **bounds)
+        if not np.any(w[m] > 0):
+            # why: verl 0.9.1 compute_is_metrics' effective sample size 1 / mean(w^2)
+            # raises ZeroDivisionError when the mask mode drops every weight
+            raise ValueError(f"{name}: rollout_is_threshold {p['rollout_is_threshold']!r} "
+                             f"masks every weight of the batch (verl's metrics divide by 0)")
+    keep = m
+    if rs is not None:
+        need_rollout(name, x, f"rollout_rs={rs!r}")
+        if not isinstance(rs, str):
+            raise TypeError(f"{name}: rollout_rs: expected a comma-separated string, got {rs!r}")
+        criteria = list(dict.fromkeys(c.strip() for c in rs.split(",") if c.strip()))
+        if not criteria:
+            raise ValueError(f"{name}: rollout_rs: no criterion in {rs!r}")
+        for c in criteria:
+            check_choice(c, f"{name}: rollout_rs", CRITERIA, "criterion")
+        for c, (low, high) in zip(criteria, verl_rs_thresholds(name, criteria,
+                                                               p["rollout_rs_threshold"])):
+            keep = keep & rollout_rejection_mask(old, x.logp_rollout, m, criterion=c,
+                                                 low=low, high=high)
+    return w, keep
+
+
+def verl_bypass(name: str, x: Rollout, p: dict):
+    """``bypass_mode``: (is it on, the loss type); the caller then uses logp_rollout as
+    logp_old and computes the correction from the current log-probs inside the loss."""
+    if not _flag(p, "bypass_mode", name):
+        return False, None
+    need_rollout(name, x, "bypass_mode=True")
+    return True, check_choice(p["rollout_loss_type"], f"{name}: rollout_loss_type",
+                              VERL_BYPASS_LOSSES, "loss type")
+
+
+def verl_correction_before_advantages(name, x: Rollout, m, p: dict) -> dict:
+    """verl 0.9.1's ``algorithm.rollout_correction`` before the advantages (decoupled mode,
+    ``ray_trainer.py`` ``compute_rollout_correction_and_add_to_batch``, then
+    ``compute_advantage``): {"mask": the response mask after rejection, "xm": the inputs on
+    it (None: unchanged), "is_weights", "bypass", "stats"}.
+
+    * Decoupled (``bypass_mode=False``, the default): the IS weights (``rollout_is``: None
+      by default in verl's trainer YAML; the dataclass's default is "sequence") and the
+      rejection (``rollout_rs``, default None) of logp_old against logp_rollout. The rejected
+      tokens leave the response mask *before* the advantages: they get advantage 0, the
+      estimators that read the mask (reinforce_plus_plus and its whitening) see holes, and
+      the loss aggregates over the kept tokens only. verl skips the whole correction when
+      the batch has no ``rollout_log_probs``; here an option switched on without
+      ``logp_rollout`` is an error.
+    * ``bypass_mode=True``: logp_old is replaced by logp_rollout (two policies), and the
+      correction is computed inside the loss from the current log-probs (``verl_bypass_loss``).
+    """
+    bypass, _ = verl_bypass(name, x, p)
+    out = {"mask": m, "xm": None, "is_weights": None, "bypass": bypass, "stats": {}}
+    if bypass:
+        out["xm"] = x.on(m).replace_trusted(logp_old=np.where(m, x.logp_rollout, 0.0))
+        return out
+    w, keep = verl_rollout_correction(name, x, m, p)
+    out["is_weights"] = w
+    if x.logp_rollout is not None:
+        # verl's rollout_corr/kl: the token mean of logp_rollout - logp_old
+        out["stats"]["rollout_corr/kl"] = mean_over(x.on(m).logp_rollout - x.on(m).logp_old, m)
+    if keep is not m:
+        if not np.any(keep):
+            raise ValueError(f"{name}: rollout_rs rejects every token of the batch (verl's "
+                             f"loss would divide by zero)")
+        if third_policy.check(name, p, "rejection", third_policy.REJECTIONS) == "weight":
+            # (the convention rejection="weight": a rejected token keeps its place in the
+            # mask, with weight 0)
+            out["is_weights"] = np.where(keep, 1.0 if w is None else w, 0.0)
+        else:
+            out["mask"], out["xm"] = keep, x.on(keep)
+    return out
+
+
+def verl_trainer_agg(mode: str, batch_mask) -> tuple:
+    """verl 0.9.1's ``agg_loss`` as its trainer calls it, one optimizer step of one
+    micro-batch on one rank: the ``(mode, norm)`` of :mod:`ppo_numpy.aggregation` that divide
+    as it divides.
+
+    The trainer gives the loss two counts of the mini-batch (``workers/utils/losses.py``
+    ``ppo_loss`` and ``value_loss`` pass them to ``agg_loss``): ``batch_num_tokens``, the sum
+    of the batch's response mask ``batch_mask`` (``workers/engine/fsdp/transformer_impl.py``
+    ``forward_backward_batch``: after a decoupled rejection, which replaces the mask, and
+    before a bypass-mode one, which the policy loss applies inside), and ``global_batch_size``
+    = ``ppo_mini_batch_size * rollout.n`` (``trainer/ppo/ray_trainer.py`` ``_update_actor``):
+    B, every row, a row whose tokens were all rejected included. With m the loss's own mask
+    (after every rejection), n_i its row counts and N the sum of ``batch_mask``:
+
+    ========================  ==============================  ==========================
+    verl's ``loss_agg_mode``  what the trainer's agg_loss is   here
+    ========================  ==============================  ==========================
+    token-mean                sum m l / N                      ``("dapo", N)``
+    seq-mean-token-sum        (1/B) sum_i sum_t m l            ``("luspo", None)``
+    seq-mean-token-mean       (1/B) sum_i (1/n_i) sum_t m l    ``("grpo", None)``
+    seq-mean-token-sum-norm   sum m l / (B T)                  ``("dr_grpo", None)``: T
+    ========================  ==============================  ==========================
+
+    (``loss_scale_factor`` unset: T, the padded length.) Without a rejection every row has a
+    token, m is ``batch_mask`` and each is the mode of verl's name; ``agg_loss`` called
+    without the counts divides by the kept tokens and the rows that kept one instead.
+
+    >>> m = np.array([[True, True], [False, False]])   # row 1 rejected whole
+    >>> verl_trainer_agg("token-mean", np.ones((2, 2), bool)), verl_trainer_agg(
+    ...     "seq-mean-token-mean", m)
+    (('dapo', 4), ('grpo', None))
+    """
+    if mode == "token-mean":
+        return "dapo", int(np.count_nonzero(batch_mask))
+    return {"seq-mean-token-sum": ("luspo", None), "seq-mean-token-mean": ("grpo", None),
+            "seq-mean-token-sum-norm": ("dr_grpo", None)}[mode]
+
+
+def verl_bypass_loss(name, x: Rollout, xm: Rollout, A, m, opts, p: dict, dual_clip):
+    """verl 0.9.1 ``compute_policy_loss_bypass_mode``: old = rollout; the IS weights and the
+    rejection of logp (the current policy, no gradient) against logp_rollout, the loss over
+    the kept tokens. ``rollout_loss_type`` (verl's ``rollout_correction.loss_type``)
+    ``"ppo_clip"`` (default): the vanilla loss with ratio pi_theta / pi_rollout and no IS
+    weights (the ratio is the correction); ``"reinforce"``: -A w logp with the IS weights w,
+    aggregated by ``loss_agg_mode`` (gradient -A w times the aggregation weight).
+
+    ``opts`` carries the trainer's aggregation (:func:`verl_trainer_agg` of the unrejected
+    mask ``m``). A rejection of every token leaves the policy term 0 (verl's ``agg_loss``
+    sums nothing over the trainer's counts) and its statistics 0 (``masked_mean`` over no
+    token divides 0 by 1e-8); the KL loss over ``m`` stays. The statistics are the loss's:
+    ``clipfrac_active``, ``dual_clipfrac`` and ``approx_kl_k1`` for ppo_clip,
+    ``approx_kl_k1`` alone for reinforce (verl logs only ``actor/ppo_kl`` there)."""
+    _, loss_type = verl_bypass(name, x, p)
+    w, keep = verl_rollout_correction(name, x, m, p, logp_old=x.on(m).logp)
+    if third_policy.check(name, p, "rejection", third_policy.REJECTIONS) == "weight":
+        # (the convention rejection="weight": the rejected tokens stay, with weight 0)
+        w = np.where(keep, 1.0 if w is None else w, 0.0)
+        ppo_weights, keep = np.where(keep, 1.0, 0.0), m
+    else:
+        ppo_weights = None
+    if loss_type == "reinforce":
+        # (the convention masked_weights: a masked weight's token in the loss's mask, and in
+        # the trainer's count, or not)
+        kept = third_policy.loss_mask(name, p, keep, w, allow_empty=True)
+        if kept is not keep:
+            keep = kept
+            agg, norm = verl_trainer_agg(p["loss_agg_mode"], keep)
+            opts = replace(opts, agg=agg, norm=norm)
+    xk = xm.on(keep)
+    A = np.where(keep, A, 0.0)
+    # why: verl 0.9.1 apply_bypass_mode sets loss_mode="bypass_mode" whatever the actor's, and
+    # compute_policy_loss_bypass_mode calls compute_policy_loss_vanilla for ppo_clip
+    opts = replace(opts, importance_level="token", loss_type="clip", log_ratio_max=None,
+                   dual_clip=dual_clip, log_ratio_clamp=p["log_ratio_clamp"])
+    if not np.any(keep):
+        # verl: agg_loss over no token is 0 / N (token-mean) or 0 / B, masked_mean 0 / 1e-8
+        pl = SimpleNamespace(loss=0.0, policy_loss=0.0, kl_loss=0.0)
+        st = {"approx_kl_k1": 0.0}
+        if loss_type == "ppo_clip":
+            st.update(clipfrac_active=0.0, dual_clipfrac=0.0)
+        dlogp = np.zeros(m.shape)
+    elif loss_type == "ppo_clip":
+        pl, st, dlogp = policy_loss_kernel(xk.logp, xk.logp_old, A, keep,
+                                           replace(opts, kl_coef=0.0), xk.logp_ref,
+                                           is_weights=ppo_weights)
+    else:
+        pl, st, dlogp = verl_reinforce_loss(xk, A, keep, opts, w)
+        # (the convention is_weights_detach: the weight reads the current log-probs here)
+        dlogp = dlogp + third_policy.reinforce_weight_gradient(
+            name, p, xm.logp, xm.logp_old, A, m, keep, w,
+            aggregation_weights(keep, opts.agg, opts.norm))
+    if opts.kl_coef > 0:
+        # why: verl 0.9.1 workers/utils/losses.py ppo_loss adds the KL loss over the batch's
+        # response mask; the bypass loss's rejection is inside the policy loss only
+        # (the convention is_weights_on_kl: the reinforce weights on it too)
+        kl_w = np.ones(m.shape) if w is None or loss_type == "ppo_clip" or \
+            not third_policy.kl_weights_on(name, p) else np.where(m, w, 0.0)
+        kl = where_valid(m, kl_estimate_kernel(xm.logp, xm.logp_ref, opts.kl_estimator,
+                                               opts.kl_clamp))
+        kl_loss = float(aggregate_kernel(kl * kl_w, m, opts.agg, opts.norm))
+        dlogp = dlogp + opts.kl_coef * kl_w * kl_estimate_grad_kernel(
+            xm.logp, xm.logp_ref, opts.kl_estimator, m, opts.kl_clamp,
+            aggregation_weights(m, opts.agg, opts.norm))
+        pl = SimpleNamespace(loss=pl.policy_loss + opts.kl_coef * kl_loss,
+                             policy_loss=pl.policy_loss, kl_loss=kl_loss)
+    return pl, st, dlogp, m
+
+
+def verl_reinforce_loss(xk: Rollout, A, keep, opts, w):
+    """verl's ``compute_policy_loss_reinforce``: loss = agg(-A w logp) (w = 1 without IS),
+    d loss / d logp = -A w times the aggregation weight; its one statistic ``actor/ppo_kl``,
+    the token mean of logp_rollout - logp (``approx_kl_k1``; no clip fractions: verl 0.9.1
+    logs none on this path). (The KL loss is added by the caller, as verl's ppo_loss adds
+    it.)"""
+    weight = np.where(keep, 1.0 if w is None else w, 0.0)
+    term = -A * weight * xk.logp
+    policy_loss = float(aggregate_kernel(term, keep, opts.agg, opts.norm))
+    dlogp = -aggregation_weights(keep, opts.agg, opts.norm) * A * weight + 0.0
+    pl = SimpleNamespace(loss=policy_loss, policy_loss=policy_loss, kl_loss=0.0)
+    st = {"approx_kl_k1": mean_over(xk.logp_old - xk.logp, keep)}
+    return pl, st, dlogp
