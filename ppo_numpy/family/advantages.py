@@ -40,7 +40,6 @@ commits were not available, so the versions above are the ones read.
 
 from __future__ import annotations
 
-import functools
 from fractions import Fraction
 from typing import NamedTuple
 
@@ -94,21 +93,15 @@ def _check_scores(scores, name, *, exact=None):
 
 class Groups(NamedTuple):
     """Which rows form which group: ``inverse`` the index of each row's group (B,),
-    ``counts`` the group sizes (G,), ``ids`` the prompt ids (G,). ``layout`` names the two
-    regular layouts of G >= 1 groups of n >= 2 rows whose ids are the group indices 0..G-1:
-    "blocks" (``np.arange(B) // n``, TRL's GRPO layout) and "strided" (``np.arange(B) % G``,
-    TRL's RLOO layout); there ``counts`` is n, ``ids`` None, ``inverse`` the ids themselves,
-    and a sum over a group is a sum along an axis of a reshape (:func:`_by_group`)."""
+    ``counts`` the group sizes (G,), ``ids`` the prompt ids (G,)."""
 
     inverse: np.ndarray
-    counts: np.ndarray | int
-    ids: np.ndarray | None
-    layout: str | None = None
+    counts: np.ndarray
+    ids: np.ndarray
 
 
-def _groups(groups, B, regular=True):
-    """Integer prompt ids (B,) -> :class:`Groups`. ``regular``: recognise the two regular
-    layouts (float scores only: exact sums take the general path)."""
+def check_group_ids(groups, B) -> np.ndarray:
+    """``groups`` checked: integer prompt ids, shape (B,); never to be written into."""
     g = rectangular(groups, "groups")
     if g.dtype.kind not in "iu":
         what = "bool" if g.dtype.kind == "b" else str(g.dtype)
@@ -117,48 +110,18 @@ def _groups(groups, B, regular=True):
     if g.shape != (B,):
         raise ValueError(f"groups: expected shape ({B},), one prompt id per score, got shape "
                          f"{g.shape}")
-    layout = _regular_layout(g) if regular and B >= 2 else None
-    if layout is not None:
-        return layout
+    return g
+
+
+def group_index(g) -> Groups:
+    """Checked prompt ids (B,) -> :class:`Groups` (rows with equal ids form one group)."""
     ids, inverse, counts = np.unique(g, return_inverse=True, return_counts=True)
-    return Groups(inverse.reshape(B), counts, ids)
+    return Groups(inverse.reshape(g.shape), counts, ids)
 
 
-def _regular_layout(g):
-    """:class:`Groups` of the ids ``g`` (B,) when they are ``np.arange(B) // n`` or
-    ``np.arange(B) % G`` with n = B / G >= 2; else None."""
-    B = g.shape[0]
-    G = int(g[-1]) + 1  # both layouts end with the last group, G - 1
-    if G < 1 or B % G or B == G:
-        return None
-    n = B // G
-    first, second = g[:2].tolist()
-    layout = "blocks" if first == second else "strided"
-    if g.dtype == np.int64 and g.flags.c_contiguous:
-        # why: the ids' bytes against those of the layout (cached): one comparison of memory,
-        # a fraction of the element-wise one below on a (B,) array
-        same = g.tobytes() == _layout_bytes(B, G, layout)
-    else:
-        # (n, G) views whose column k must hold group k only
-        by_group = g.reshape(G, n).T if layout == "blocks" else g.reshape(n, G)
-        same = not np.count_nonzero(by_group != np.arange(G))
-    return Groups(g, n, None, layout) if same else None
-
-
-@functools.lru_cache(maxsize=64)
-def _layout_bytes(B, G, layout):
-    """The bytes of the int64 ids ``np.arange(B) // (B // G)`` ("blocks") or
-    ``np.arange(B) % G`` ("strided")."""
-    rows = np.arange(B, dtype=np.int64)
-    return (rows // (B // G) if layout == "blocks" else rows % G).tobytes()
-
-
-def _by_group(x, grp):
-    """``x`` (B,) of a regular layout as (n, G): column k the rows of group k, in row order
-    (a view for strided groups, a copy for blocks)."""
-    if grp.layout == "blocks":
-        return np.ascontiguousarray(x.reshape(-1, grp.counts).T)
-    return x.reshape(grp.counts, -1)
+def _groups(groups, B):
+    """Integer prompt ids (B,) -> :class:`Groups`."""
+    return group_index(check_group_ids(groups, B))
 
 
 def _singletons(grp, singleton, fix):
@@ -185,16 +148,6 @@ def _group_sums(x, inverse, n_groups):
     return sums
 
 
-def _column_sums(by_group):
-    """Sums of the columns of a (n, G) array, adding each column's entries in order, as
-    ``np.add.at`` adds a group's rows (so the same bits). Why: NumPy reduces an outer axis row
-    by row but a contiguous one pairwise, and a single column is contiguous: its running sum's
-    last entry is the sum in order."""
-    if by_group.shape[1] == 1:
-        return np.add.accumulate(by_group, axis=0)[-1]
-    return np.add.reduce(by_group, axis=0)
-
-
 def _flat_groups(s, inverse, n_groups):
     """Rows whose group's scores are all equal (bool (B,)).
 
@@ -213,7 +166,7 @@ def _flat_groups(s, inverse, n_groups):
 
 def _check_groups(groups, B):
     """Integer prompt ids (B,) -> (index of each row's group (B,), group sizes (G,), ids (G,))."""
-    grp = _groups(groups, B, regular=False)
+    grp = _groups(groups, B)
     return grp.inverse, grp.counts, grp.ids
 
 
@@ -342,6 +295,15 @@ def grpo_advantages(scores, groups, *, scale="group", eps=1e-6, ddof=1, singleto
     >>> [float(a) for a in grpo_advantages([1, 3, 0, 3], [0, 1, 0, 1], scale="none")]
     [0.5, 0.0, -0.5, 0.0]
     """
+    s, eps = check_grpo_arguments(scores, scale, eps, ddof, singleton, dtype)
+    grp = _groups(groups, s.shape[0])
+    centred, std = grpo_centred(s, grp, scale == "group", ddof, singleton)
+    return grpo_scaled(s, centred, std, scale, eps, ddof, groups)
+
+
+def check_grpo_arguments(scores, scale, eps, ddof, singleton, dtype):
+    """The arguments of :func:`grpo_advantages` but ``groups`` checked: ``(s, eps)``, the
+    scores in the arithmetic of ``dtype`` (exact Fractions kept for ``scale="none"``)."""
     check_choice(scale, "scale", SCALES)
     check_choice(singleton, "singleton", SINGLETONS)
     eps = check_scalar(eps, "eps", low=0, allow_exact=False)
@@ -356,31 +318,38 @@ def grpo_advantages(scores, groups, *, scale="group", eps=1e-6, ddof=1, singleto
     s = _check_scores(scores, "scores", exact=None if scale == "none" else False)
     if s.dtype != object:
         s = s.astype(dt, copy=False)
-    grp = _groups(groups, s.shape[0], regular=s.dtype != object)
-    if grp.layout is not None:
-        # the lines of the else branch, for groups laid out as a reshape (the same bits)
-        centred, std = _grpo_regular(s, grp, scale == "group", ddof)
-    else:
-        single = _singletons(grp, singleton, "Pass singleton='zero' (TRL) or 'raw' (verl).")
-        zero = s.dtype.type(0) if s.dtype != object else Fraction(0)
-        n = grp.counts if s.dtype == object else grp.counts.astype(s.dtype)
-        # mean_g = (sum_{j in g} s_j) / n_g
-        mean = (_group_sums(s, grp.inverse, len(grp.counts)) / n)[grp.inverse]
-        if singleton == "raw":
-            # verl: a group of one has mean 0 (and std 1)
-            mean = np.where(single, zero, mean)
-        # s_i - mean_g(i), exactly 0 in a group of equal scores
-        centred = np.where(_flat_groups(s, grp.inverse, len(grp.counts)) & ~single, zero,
-                           s - mean)
-        if singleton == "zero":
-            centred = np.where(single, zero, centred)
-        if scale == "group":
-            # std_g = sqrt(sum_{j in g} (s_j - mean_g)^2 / (n_g - ddof))
-            sq = _group_sums(centred * centred, grp.inverse, len(grp.counts))
-            with np.errstate(divide="ignore", invalid="ignore"):
-                std = np.sqrt(sq / (n - ddof))[grp.inverse]
-            # a group of one: std undefined with ddof 1; "raw" takes it as 1 ("zero" has A = 0)
-            std = np.where(single, s.dtype.type(1), std)
+    return s, eps
+
+
+def grpo_centred(s, grp, group_std, ddof, singleton):
+    """``(s_i - mean_g(i), std_g(i) or None)`` of :func:`grpo_advantages` on checked scores
+    ``s`` and :class:`Groups` ``grp`` (``group_std``: the std of each group too)."""
+    single = _singletons(grp, singleton, "Pass singleton='zero' (TRL) or 'raw' (verl).")
+    zero = s.dtype.type(0) if s.dtype != object else Fraction(0)
+    n = grp.counts if s.dtype == object else grp.counts.astype(s.dtype)
+    # mean_g = (sum_{j in g} s_j) / n_g
+    mean = (_group_sums(s, grp.inverse, len(grp.counts)) / n)[grp.inverse]
+    if singleton == "raw":
+        # verl: a group of one has mean 0 (and std 1)
+        mean = np.where(single, zero, mean)
+    # s_i - mean_g(i), exactly 0 in a group of equal scores
+    centred = np.where(_flat_groups(s, grp.inverse, len(grp.counts)) & ~single, zero, s - mean)
+    if singleton == "zero":
+        centred = np.where(single, zero, centred)
+    if not group_std:
+        return centred, None
+    # std_g = sqrt(sum_{j in g} (s_j - mean_g)^2 / (n_g - ddof))
+    sq = _group_sums(centred * centred, grp.inverse, len(grp.counts))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        std = np.sqrt(sq / (n - ddof))[grp.inverse]
+    # a group of one: std undefined with ddof 1; "raw" takes it as 1 ("zero" has A = 0)
+    return centred, np.where(single, s.dtype.type(1), std)
+
+
+def grpo_scaled(s, centred, std, scale, eps, ddof, groups):
+    """The advantages of :func:`grpo_advantages` from :func:`grpo_centred`'s results: the
+    centred scores divided by ``std + eps`` (the batch's std for ``scale="batch"``, nothing
+    for ``"none"``); ``groups`` as given, to name a prompt id in an error."""
     if scale == "none":
         return centred if s.dtype == object else centred.astype(np.float64)
     if scale == "group":
@@ -401,26 +370,6 @@ def grpo_advantages(scores, groups, *, scale="group", eps=1e-6, ddof=1, singleto
                          "so the advantage is 0 / 0; pass eps > 0")
     # (s_i - mean_g(i)) / (std + eps)
     return (centred / (std + eps)).astype(np.float64)
-
-
-def _grpo_regular(s, grp, group_std, ddof):
-    """``(centred, std_g or None)`` of :func:`grpo_advantages` for a regular layout (float
-    scores, no group of one): each group a column of :func:`_by_group`, the operations of its
-    general branch in the same order (the same bits; ``tests/test_group_advantages.py``)."""
-    by_group = _by_group(s, grp)
-    n = s.dtype.type(grp.counts)
-    # mean_g = (sum_{j in g} s_j) / n_g
-    mean = (_column_sums(by_group) / n)[grp.inverse]
-    centred = s - mean
-    # exactly 0 in a group of equal scores
-    flat = _flat_columns(by_group)
-    if flat is not None:
-        centred = np.where(flat[grp.inverse], s.dtype.type(0), centred)
-    if not group_std:
-        return centred, None
-    # std_g = sqrt(sum_{j in g} (s_j - mean_g)^2 / (n_g - ddof))
-    sq = _column_sums(_by_group(centred * centred, grp))
-    return centred, np.sqrt(sq / (n - ddof))[grp.inverse]
 
 
 def rloo_advantages(scores, groups, *, singleton="error"):
@@ -472,10 +421,11 @@ def rloo_advantages(scores, groups, *, singleton="error"):
     """
     check_choice(singleton, "singleton", SINGLETONS)
     s = _check_scores(scores, "scores")
-    grp = _groups(groups, s.shape[0], regular=s.dtype != object)
-    if grp.layout is not None:
-        # the lines below, for groups laid out as a reshape
-        return _rloo_regular(s, grp)
+    return rloo_kernel(s, _groups(groups, s.shape[0]), singleton)
+
+
+def rloo_kernel(s, grp, singleton):
+    """:func:`rloo_advantages` of checked scores ``s`` and :class:`Groups` ``grp``."""
     single = _singletons(grp, singleton,
                          "Pass singleton='zero' or 'raw' (verl: the score itself).")
     sums = _group_sums(s, grp.inverse, len(grp.counts))[grp.inverse]
@@ -488,34 +438,6 @@ def rloo_advantages(scores, groups, *, singleton="error"):
     if np.any(single):
         A = np.where(single, s if singleton == "raw" else s * 0, A)
     return A
-
-
-def _rloo_regular(s, grp):
-    """:func:`rloo_advantages` for a regular layout (float scores, no group of one): each
-    group a column of :func:`_by_group`, the same operations in the same order (the same bits;
-    ``tests/test_group_advantages.py``)."""
-    by_group = _by_group(s, grp)
-    sums = _column_sums(by_group)[grp.inverse]
-    # A_i = s_i - (sum_g - s_i) / (n - 1)
-    A = s - (sums - s) / (grp.counts - 1)
-    # exactly 0 in a group of equal scores
-    flat = _flat_columns(by_group)
-    if flat is not None:
-        A = np.where(flat[grp.inverse], s * 0, A)
-    return A
-
-
-def _flat_columns(by_group):
-    """The columns (groups) of a (n, G) array whose entries are all equal (bool (G,)), None
-    when there is none.
-
-    Why the first test: a group of equal scores has its first two equal, and with float
-    scores ties are rare, so one comparison usually settles it (else: min == max).
-    """
-    if not np.count_nonzero(by_group[0] == by_group[1]):
-        return None
-    flat = np.minimum.reduce(by_group, axis=0) == np.maximum.reduce(by_group, axis=0)
-    return flat if np.count_nonzero(flat) else None
 
 
 def reinforce_plus_plus_advantages(rewards, mask, gamma=1.0, *, ddof=1, eps=1e-8,
@@ -635,7 +557,7 @@ def reinforce_plus_plus_baseline_advantages(scores, groups, mask, *, token_rewar
     """
     check_choice(singleton, "singleton", SINGLETONS)
     s = _check_scores(scores, "scores", exact=False)
-    grp = _groups(groups, s.shape[0], regular=False)
+    grp = _groups(groups, s.shape[0])
     if mask is None:
         raise ValueError("mask: required, (B, T) with 1 for the response tokens the advantage "
                          "covers")
@@ -783,7 +705,7 @@ def opo_advantages(scores, groups, lengths, *, singleton="error", empty="error")
     check_choice(singleton, "singleton", SINGLETONS)
     check_choice(empty, "empty", ("error", "nan"), "rule for a group without tokens")
     s = _check_scores(scores, "scores")
-    grp = _groups(groups, s.shape[0], regular=False)
+    grp = _groups(groups, s.shape[0])
     n = _check_lengths(lengths, s.shape[0])
     G = len(grp.counts)
     single = _singletons(grp, singleton, "Pass singleton='zero' or 'raw' (verl: baseline 0).")
@@ -852,7 +774,7 @@ def gpg_advantages(scores, groups, *, f_norm=1.0, singleton="error"):
     check_choice(singleton, "singleton", SINGLETONS)
     f_norm = check_scalar(f_norm, "f_norm", low=0, low_open=True)
     s = _check_scores(scores, "scores")
-    grp = _groups(groups, s.shape[0], regular=False)
+    grp = _groups(groups, s.shape[0])
     G = len(grp.counts)
     single = _singletons(grp, singleton, "Pass singleton='zero' or 'raw' (verl: mean 0).")
     # alpha = B / max(number of nonzero scores, 1)
@@ -919,7 +841,7 @@ def grpo_passk_advantages(scores, groups, *, scale="group", eps=1e-6, ddof=1):
     if isinstance(ddof, bool) or ddof not in (0, 1):
         raise ValueError(f"ddof: must be 0 or 1, got {ddof!r}")
     s = _check_scores(scores, "scores", exact=None if scale == "none" else False)
-    grp = _groups(groups, s.shape[0], regular=False)
+    grp = _groups(groups, s.shape[0])
     _singletons(grp, "error", "Pass@k needs at least 2 samples per group (verl raises too).")
     A = s * 0
     for g in range(len(grp.counts)):

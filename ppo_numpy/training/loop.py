@@ -46,7 +46,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .._checks import where_valid
-from ..family.advantages import grpo_advantages, reinforce_plus_plus_advantages, rloo_advantages
+from ..family.advantages import reinforce_plus_plus_advantages
+from ..fast.group_layouts import grpo_advantages, rloo_advantages
 from ..mismatch.correction import rollout_importance_weights
 from ..models import BigramPolicy, MLPPolicy, TransformerPolicy
 from ..models.loss import loss_and_grads_kernel
@@ -267,9 +268,11 @@ def critic_free_advantages(c: PPOConfig, rewards, groups, mask):
     grpo and rloo: sequence-level A_i of each response's return sum_t r~_t (the score
     itself when beta = 0; verl's ``token_level_rewards.sum(-1)``), the same A_i on every
     token of the response. reinforce_plus_plus: token-level, the returns-to-go of r~_t
-    whitened over the batch's tokens (verl's defaults: ddof 1, eps 1e-8). These are the
-    public functions of ``ppo_numpy.family.advantages`` (it has no unchecked kernels); their
-    checks of arrays the loop made cost microseconds per iteration.
+    whitened over the batch's tokens (verl's defaults: ddof 1, eps 1e-8). GRPO and RLOO by
+    their fast form for regular layouts (``ppo_numpy.fast.group_layouts``: the reference's
+    bits; the loop's groups are blocks of G rows by construction), REINFORCE++ by the public
+    function of ``ppo_numpy.family.advantages``; their checks of arrays the loop made cost
+    microseconds per iteration.
     """
     if c.algo == "reinforce_plus_plus":
         return reinforce_plus_plus_advantages(rewards, mask, float(c.gamma))
