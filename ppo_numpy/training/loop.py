@@ -47,6 +47,7 @@ import numpy as np
 
 from .._checks import where_valid
 from ..family.advantages import reinforce_plus_plus_advantages
+from ..fast.gae_blocked import use_blocked
 from ..fast.group_layouts import grpo_advantages, rloo_advantages
 from ..mismatch.correction import rollout_importance_weights
 from ..models import BigramPolicy, MLPPolicy, TransformerPolicy
@@ -174,8 +175,10 @@ def ppo_iteration(state: RunState) -> dict:
         # no value target: R = V(s_t), so the value loss is 0 (and c_V = 0 below)
         returns = old_values
     else:
+        # (GAE's fast form on large batches: the size rule of ppo_numpy.fast.gae_blocked)
+        method = "blocked" if use_blocked(old_values) else "loop"
         advantages, returns = gae_kernel(rewards, old_values.copy(), float(c.gamma),
-                                         float(c.lam), mask)
+                                         float(c.lam), mask, method)
         if c.whiten_advantages:
             advantages = whiten_kernel(advantages, mask)
     batch = rollout.replace_trusted(logp_ref=logp_ref, scores=scores, advantages=advantages,
