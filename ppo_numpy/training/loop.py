@@ -157,7 +157,8 @@ def ppo_iteration(state: RunState) -> dict:
         state.on_rollout(rollout)
 
     # 2. reference log-probs, scores, KL-shaped rewards r~_t = -beta KL_t + [t = T] score
-    logp_ref = evaluate_kernel(state.reference, prompts, responses, mask, 1.0).logp
+    logp_ref = evaluate_kernel(state.reference, prompts, responses, mask, 1.0,
+                               values=False).logp
     score_fn = task.score if state.score_fn is None else state.score_fn
     # why: score_fn may be the user's: its output is the one input checked here
     scores = check_scores(np.asarray(score_fn(prompts, responses, mask), dtype=np.float64),

@@ -374,12 +374,14 @@ def greedy_responses(model, prompts, max_new_tokens):
     x = model.check_tokens(prompts, "prompts")
     T = check_int(max_new_tokens, "max_new_tokens")
     B = x.shape[0]
+    p = model.resolve_params(None)
     responses = np.full((B, T), PAD, dtype=np.int64)
     mask = np.zeros((B, T))
     done = np.zeros(B, dtype=bool)
     for t in range(T):
         tokens = np.concatenate([x, responses[:, :t]], axis=1)  # (B, P + t)
-        logits, _, _ = model.forward(tokens)
+        # the policy's logits alone, on tokens checked already (x) or chosen here
+        logits, _, _ = model._forward(tokens, p, values=False)
         y = np.argmax(logits[:, -1], axis=-1)  # (B,)
         live = ~done
         responses[:, t] = np.where(live, y, PAD)
