@@ -293,3 +293,21 @@ def test_versions_pipeline_is_the_benchmark_pipeline_and_its_table():
     assert lines[0] == versions.SECTION
     assert "| pipeline (8, 128) | 2 | 1 | 2.00x | yes |" in lines
     assert "| training iteration | 63 | 64 | 0.980x | no |" in lines
+
+
+def test_iteration_stages_times_this_checkouts_stages_and_the_table_adds_up():
+    # one iteration of this checkout, instrumented: the stages it has are found, each stage's
+    # time lies within the iteration's, and the table has a row per stage found plus the rest
+    from benchmarks import iteration_stages as st
+
+    results = st.run({"HEAD": st.ROOT}, iterations=2, warm=0, fields={})
+    r = results["HEAD"]
+    for stage in ("sampling", "reference evaluation", "loss and gradient",
+                  "loss and gradient: backward", "optimizer", "held-out evaluation"):
+        assert len(r[stage]) == 2, stage
+        assert all(0 < s <= it for s, it in zip(r[stage], r["iteration"])), stage
+    lines = st.table(results)
+    assert lines[0] == "| stage | HEAD (ms) |"
+    assert lines[-1].startswith("| **iteration** (median) | **")
+    assert sum(line.startswith("| &nbsp;&nbsp;") for line in lines) == sum(
+        ": " in k for k in r)
