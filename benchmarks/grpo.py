@@ -91,7 +91,7 @@ def make_inputs(B: int, T: int, seed: int = 0) -> Inputs:
     b = make_batch(B, T, seed=seed)
     block = np.arange(B) // G
     strided = np.arange(B) % (B // G)
-    A = grpo_advantages(b.scores, block, eps=EPS_VERL)
+    A = grpo_advantages(b.scores, block, std_eps=EPS_VERL)
     return Inputs(b, block, strided, A, np.where(b.mask, A[:, None], 0.0))
 
 
@@ -103,7 +103,7 @@ def ours(name: str, x: Inputs):
     b = x.batch
     # the group baselines by their fast form for regular layouts, chosen explicitly
     if name == "grpo_advantages":
-        return lambda: group_layouts.grpo_advantages(b.scores, x.block, eps=EPS_VERL)
+        return lambda: group_layouts.grpo_advantages(b.scores, x.block, std_eps=EPS_VERL)
     if name == "rloo_advantages":
         return lambda: group_layouts.rloo_advantages(b.scores, x.strided)
     level = "sequence" if name.startswith("gspo") else "token"
@@ -299,7 +299,7 @@ def check_against_ppo_numpy(B: int = 16, T: int = 12, seed: int = 1) -> None:
     b, t = x.batch, as_tensors(x)
     mask = b.mask.astype(float)
     _same("trl grpo_advantages", grpo_advantages_trl(t["scores"], G),
-          grpo_advantages(b.scores, x.block, eps=EPS_TRL))
+          grpo_advantages(b.scores, x.block, std_eps=EPS_TRL))
     _same("verl grpo_advantages", grpo_advantages_verl(t["scores"], t["mask"], t["uid_block"]),
           ours("grpo_advantages", x)()[:, None] * mask)
     want = ours("rloo_advantages", x)()
@@ -351,7 +351,7 @@ def run_grid(grid=GRID, functions=FUNCTIONS, *, rounds=7, target=0.02, use_torch
 
 
 CALLS = {
-    "grpo_advantages": "`grpo_advantages(scores, groups, eps=1e-6)` (B,); TRL's form with "
+    "grpo_advantages": "`grpo_advantages(scores, groups, std_eps=1e-6)` (B,); TRL's form with "
                        "eps 1e-4, verl's with 1e-6 and its (B, T) output",
     "rloo_advantages": "`rloo_advantages(scores, groups)` (B,), groups strided as TRL's RLOO "
                        "lays them out; verl's form writes (B, T)",

@@ -82,7 +82,7 @@ def test_brief_example_pairs():
     for ddof, std in [(1, math.sqrt(0.5)), (0, 0.5)]:
         for eps in (0.0, 1e-6, 1e-4):
             want = [0.5 / (std + eps), -0.5 / (std + eps), -0.5 / (std + eps), 0.5 / (std + eps)]
-            assert_close(grpo_advantages(s, g, eps=eps, ddof=ddof), want, rtol=1e-15, atol=0,
+            assert_close(grpo_advantages(s, g, std_eps=eps, ddof=ddof), want, rtol=1e-15, atol=0,
                          eps=eps, ddof=ddof)
 
 
@@ -93,10 +93,10 @@ def test_grpo_group_scale_by_hand(ddof, eps):
     std4, std9 = math.sqrt(3.5 / (3 - ddof)), math.sqrt(2 / (3 - ddof))
     stds = [std4, std9, std4, std9, std4, std9]
     want = [float(c) / (sd + eps) for c, sd in zip(CENTRED6, stds)]
-    got = grpo_advantages([float(x) for x in S6], G6, eps=eps, ddof=ddof)
+    got = grpo_advantages([float(x) for x in S6], G6, std_eps=eps, ddof=ddof)
     assert_close(got, want, rtol=1e-15, atol=1e-16, eps=eps, ddof=ddof)
     # Fraction input gives the same floats (the square root is float)
-    assert_close(grpo_advantages(S6, G6, eps=eps, ddof=ddof), want, rtol=1e-15, atol=1e-16)
+    assert_close(grpo_advantages(S6, G6, std_eps=eps, ddof=ddof), want, rtol=1e-15, atol=1e-16)
 
 
 @pytest.mark.parametrize("ddof", [0, 1])
@@ -104,7 +104,7 @@ def test_grpo_batch_scale_divides_by_the_std_of_all_scores(ddof):
     # all six: mean 3/2, deviations -1, 3/2, -3/2, -1/2, 1, 1/2, squares sum 7
     std = math.sqrt(7 / (6 - ddof))
     want = [float(c) / (std + 1e-4) for c in CENTRED6]
-    got = grpo_advantages(S6, G6, scale="batch", eps=1e-4, ddof=ddof)
+    got = grpo_advantages(S6, G6, scale="batch", std_eps=1e-4, ddof=ddof)
     assert_close(got, want, rtol=1e-15, atol=1e-16, ddof=ddof)
 
 
@@ -113,10 +113,10 @@ def test_float32_follows_float32_arithmetic():
     f = np.float32
     std = np.sqrt((f(0.5) * f(0.5) + f(0.5) * f(0.5)) / f(1))
     want = f(0.5) / (std + f(1e-4))
-    got = grpo_advantages([1, 0, 0, 1], [0, 0, 1, 1], eps=1e-4, dtype=np.float32)
+    got = grpo_advantages([1, 0, 0, 1], [0, 0, 1, 1], std_eps=1e-4, dtype=np.float32)
     assert got.dtype == np.float64
     assert_same(got, np.array([want, -want, -want, want], dtype=np.float64))
-    got64 = grpo_advantages([1, 0, 0, 1], [0, 0, 1, 1], eps=1e-4)
+    got64 = grpo_advantages([1, 0, 0, 1], [0, 0, 1, 1], std_eps=1e-4)
     assert got64[0] != got[0] and abs(got64[0] - got[0]) < 1e-6, (got64, got)
     # a score that float32 cannot hold is rounded first
     s = [0.1, 0.2, 0.3, 0.3]
@@ -153,17 +153,17 @@ def test_groups_of_equal_scores_give_exactly_zero():
     g = [3, 3, 3, 5, 5, 5]
     for scale in SCALES:
         for eps in (1e-6, 1e-4, 1e-9):
-            assert_same(grpo_advantages(s, g, scale=scale, eps=eps)[:3], np.zeros(3))
+            assert_same(grpo_advantages(s, g, scale=scale, std_eps=eps)[:3], np.zeros(3))
     assert_same(rloo_advantages(s, g)[:3], np.zeros(3))
     A = reinforce_plus_plus_baseline_advantages(s, g, np.ones((6, 2)))
     # every token of the flat group is the batch mean shifted by 0 - mean(c)
     assert np.all(A[:3] == A[0, 0]), A
     # with eps = 0 a flat group is 0 / 0
     with pytest.raises(ValueError, match="^scores: the group of prompt id 3 has equal scores"):
-        grpo_advantages(s, g, eps=0)
+        grpo_advantages(s, g, std_eps=0)
     with pytest.raises(ValueError, match="^scores: every score of the batch"):
-        grpo_advantages([2.0, 2.0, 2.0, 2.0], [0, 0, 1, 1], scale="batch", eps=0)
-    assert_same(grpo_advantages(s, g, scale="none", eps=0)[:3], np.zeros(3))
+        grpo_advantages([2.0, 2.0, 2.0, 2.0], [0, 0, 1, 1], scale="batch", std_eps=0)
+    assert_same(grpo_advantages(s, g, scale="none", std_eps=0)[:3], np.zeros(3))
 
 
 # --- returns-to-go, REINFORCE++, REINFORCE++-baseline, ReMax -------------------------------
@@ -255,7 +255,7 @@ def test_reinforce_pp_hole_is_skipped_where_verl_restarts():
 def test_reinforce_pp_baseline_by_hand():
     # c = [1/2, -1/2, -1/2, 1/2] on 2 tokens each: mean 0, squares 8 * 1/4 = 2
     A = reinforce_plus_plus_baseline_advantages([1, 0, 0, 1], [0, 0, 1, 1], np.ones((4, 2)),
-                                                eps=0)
+                                                std_eps=0)
     sd = math.sqrt(2 / 7)
     assert_close(A, [[0.5 / sd] * 2, [-0.5 / sd] * 2, [-0.5 / sd] * 2, [0.5 / sd] * 2],
                  rtol=1e-15, atol=0)
@@ -299,7 +299,7 @@ def test_reinforce_pp_baseline_group_of_one():
 def test_reinforce_pp_baseline_row_without_tokens_counts_in_its_group():
     mask = np.array([[1, 1], [0, 0], [1, 1], [1, 0]])
     # prompt 0: scores 3 and 1 (the row without tokens), mean 2 -> c_0 = 1
-    A = reinforce_plus_plus_baseline_advantages([3, 1, 0, 2], [0, 0, 1, 1], mask, eps=0)
+    A = reinforce_plus_plus_baseline_advantages([3, 1, 0, 2], [0, 0, 1, 1], mask, std_eps=0)
     want = whiten_list([1.0, 1.0, -1.0, -1.0, 1.0], 1, 0)
     assert_close(A[mask == 1], want, rtol=1e-15, atol=1e-15)
     assert_same(A[1], np.zeros(2))
@@ -499,8 +499,8 @@ def test_bad_keywords():
         grpo_advantages(s, g, scale="std")
     with pytest.raises(ValueError, match="^singleton:"):
         rloo_advantages(s, g, singleton="nan")
-    with pytest.raises(ValueError, match="^eps:"):
-        grpo_advantages(s, g, eps=-1e-6)
+    with pytest.raises(ValueError, match="^std_eps:"):
+        grpo_advantages(s, g, std_eps=-1e-6)
     with pytest.raises(ValueError, match="^ddof:"):
         grpo_advantages(s, g, ddof=2)
     with pytest.raises(ValueError, match="^dtype:"):
@@ -546,8 +546,8 @@ def test_worked_numbers_of_docs_conventions():
         return [round(float(x), k) for x in a[:2]]
 
     assert r(grpo_advantages(s, g), 6) == [1.499997, -0.499999]
-    assert r(grpo_advantages(s, g, eps=1e-4, dtype=np.float32), 6) == [1.4997, -0.4999]
-    assert r(grpo_advantages(s, g, eps=1e-9), 10) == [1.499999997, -0.499999999]
+    assert r(grpo_advantages(s, g, std_eps=1e-4, dtype=np.float32), 6) == [1.4997, -0.4999]
+    assert r(grpo_advantages(s, g, std_eps=1e-9), 10) == [1.499999997, -0.499999999]
     assert_exact(grpo_advantages([F(x) for x in s], g, scale="none"), [F(3, 4)] + [F(-1, 4)] * 3)
     assert_exact(rloo_advantages([F(x) for x in s], g), [1] + [F(-1, 3)] * 3)
     assert round(float(grpo_advantages([1], [0], singleton="raw")[0]), 6) == 0.999999

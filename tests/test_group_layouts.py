@@ -43,7 +43,7 @@ def test_regular_layouts_give_the_bits_of_the_reference(n, G):
                     for dtype in (np.float64, np.float32):
                         if scale == "batch" and B - ddof < 1:
                             continue
-                        kw = dict(scale=scale, ddof=ddof, dtype=dtype, eps=1e-4)
+                        kw = dict(scale=scale, ddof=ddof, dtype=dtype, std_eps=1e-4)
                         assert_same(fast.grpo_advantages(s, g, **kw),
                                     grpo_advantages(s, g, **kw), **inputs, **kw)
 
@@ -88,7 +88,7 @@ def test_layout_found_alike_in_every_integer_form(kind):
 def test_regular_layout_equal_scores_and_hand_values():
     # blocks of 3: group 0 = [1, 2, 3] (mean 2, ddof-1 std 1), group 1 all 0.1 (A exactly 0)
     s = np.array([1.0, 2.0, 3.0, 0.1, 0.1, 0.1])
-    A = fast.grpo_advantages(s, np.arange(6) // 3, eps=0.5)
+    A = fast.grpo_advantages(s, np.arange(6) // 3, std_eps=0.5)
     assert_close(A[:3], [-1 / 1.5, 0.0, 1 / 1.5], rtol=1e-15, atol=0, scores=s)
     assert_same(A[3:], np.zeros(3))
     # strided, 2 groups of 3: group 0 = rows 0, 2, 4 = [1, 3, 5], baselines 4, 3, 2
@@ -107,6 +107,6 @@ def test_the_checks_are_the_reference_checks():
         fast.grpo_advantages([0.0, np.nan, 1.0, 2.0], g)
     with pytest.raises(ValueError, match=r"^groups: expected shape \(4,\)"):
         fast.grpo_advantages(np.ones(4), np.arange(3))
-    # equal scores, eps 0: the reference's message names the prompt id
+    # equal scores, std_eps 0: the reference's message names the prompt id
     with pytest.raises(ValueError, match="group of prompt id 0 has equal scores"):
-        fast.grpo_advantages(np.ones(4), g, eps=0)
+        fast.grpo_advantages(np.ones(4), g, std_eps=0)

@@ -79,18 +79,18 @@ def _layout_bytes(B, G, kind):
     return (rows // (B // G) if kind == "blocks" else rows % G).tobytes()
 
 
-def grpo_advantages(scores, groups, *, scale="group", eps=1e-6, ddof=1, singleton="error",
+def grpo_advantages(scores, groups, *, scale="group", std_eps=1e-6, ddof=1, singleton="error",
                     dtype=np.float64):
     """:func:`ppo_numpy.grpo_advantages` (the same arguments and results, bit for bit), by
     the column reductions of a regular layout when ``groups`` has one."""
-    s, eps = check_grpo_arguments(scores, scale, eps, ddof, singleton, dtype)
+    s, std_eps = check_grpo_arguments(scores, scale, std_eps, ddof, singleton, dtype)
     g = check_group_ids(groups, s.shape[0])
     layout = regular_layout(g) if s.dtype != object else None
     if layout is None:
         centred, std = grpo_centred(s, group_index(g), scale == "group", ddof, singleton)
     else:
         centred, std = _grpo_regular(s, layout, scale == "group", ddof)
-    return grpo_scaled(s, centred, std, scale, eps, ddof, groups)
+    return grpo_scaled(s, centred, std, scale, std_eps, ddof, groups)
 
 
 def rloo_advantages(scores, groups, *, singleton="error"):

@@ -192,7 +192,7 @@ def ppo_iteration(state: RunState) -> dict:
 
     # 4. K epochs x minibatches: policy loss + c_V value loss - c_H entropy
     #    (+ beta_loss KL_t in the loss), clip, Adam
-    opts = PolicyLossOptions(epsilon=c.eps, agg=c.agg, importance_level=c.importance_level,
+    opts = PolicyLossOptions(epsilon=c.epsilon, agg=c.agg, importance_level=c.importance_level,
                              kl_coef=c.kl_loss_coef, kl_estimator=c.kl_loss_estimator,
                              kl_gradient=c.kl_loss_gradient, kl_is_bound=c.kl_loss_is_bound)
     c_v = 0.0 if critic_free else c.c_v
@@ -282,7 +282,7 @@ def critic_free_advantages(c: PPOConfig, rewards, groups, mask):
         return reinforce_plus_plus_advantages(rewards, mask, float(c.gamma))
     returns = rewards.sum(axis=1)  # (B,)
     if c.algo == "grpo":
-        A = grpo_advantages(returns, groups, scale=c.grpo_scale, eps=float(c.grpo_eps))
+        A = grpo_advantages(returns, groups, scale=c.grpo_scale, std_eps=float(c.grpo_std_eps))
     else:
         A = rloo_advantages(returns, groups)
     return where_valid(mask, A[:, None])  # (B, T): A_i on each response token
