@@ -131,10 +131,12 @@ def sample(model, prompts, rng, max_new_tokens, temperature=1.0, *, rollout_prec
 
     Notes
     -----
-    Vectorised over the batch, a loop over the T positions only. Each draw is
-    Gumbel-max: argmax_k(log q_k + g_k) with g_k ~ Gumbel(0, 1) i.i.d. is a sample
-    from q (one (B, K) block of Gumbel noise per position, also for finished rows,
-    so the generator advances the same way whatever the responses).
+    Vectorised over the batch, a loop over the T positions only; a step runs the model on
+    the rows not finished yet (a row's numbers do not depend on the others, so they are the
+    bits a pass over the whole batch gives) and the values are read in one pass after the
+    loop. Each draw is Gumbel-max: argmax_k(log q_k + g_k) with g_k ~ Gumbel(0, 1) i.i.d.
+    is a sample from q (one (B, K) block of Gumbel noise per position, also for finished
+    rows, so the generator advances the same way whatever the responses).
 
     Examples
     --------
@@ -169,28 +171,31 @@ def sample(model, prompts, rng, max_new_tokens, temperature=1.0, *, rollout_prec
     logp = np.zeros((B, T))
     logp_rollout = np.zeros((B, T)) if mismatch else logp
     done = np.zeros(B, dtype=bool)
-    rows = np.arange(B)
     for t in range(T):
-        # the same computation as evaluate(); positions > t hold PAD and cannot affect t
-        # (the policy alone: the values are read after the loop)
-        z, logq, _, _ = _response_scores(model, x, responses, temperature, values=False)
-        g = rng.gumbel(size=(B, K))
+        # the rows still being written; a finished row keeps PAD, mask 0 and logp 0 from here
+        live = np.flatnonzero(~done)  # (n,)
+        n = live.size
+        # the same computation as evaluate() on these rows (a row's numbers do not depend on
+        # the other rows); positions > t hold PAD and cannot affect t (the policy alone: the
+        # values are read after the loop)
+        z, logq, _, _ = _response_scores(model, x[live], responses[live], temperature,
+                                         values=False)  # (n, T, K)
+        g = rng.gumbel(size=(B, K))[live]  # (n, K): every row's noise drawn, as always
         if mismatch:
             # the engine's log softmax(round(logits) / rollout_temperature); logits = z tau
             # (exact for tau = 1, within an ulp otherwise)
             logq_r = log_softmax_kernel(
                 round_to_precision(z[:, t] * temperature, rollout_precision)
-                / engine_temperature)  # (B, K)
+                / engine_temperature)  # (n, K)
         else:
             logq_r = logq[:, t]
-        y = np.argmax(logq_r + g, axis=-1)  # (B,)
-        live = ~done
-        responses[:, t] = np.where(live, y, PAD)
-        mask[:, t] = live
-        logp[:, t] = np.where(live, logq[rows, t, y], 0.0)
+        y = np.argmax(logq_r + g, axis=-1)  # (n,)
+        responses[live, t] = y
+        mask[live, t] = True
+        logp[live, t] = logq[np.arange(n), t, y]
         if mismatch:
-            logp_rollout[:, t] = np.where(live, logq_r[rows, y], 0.0)
-        done |= live & (y == EOS)
+            logp_rollout[live, t] = logq_r[np.arange(n), y]
+        done[live] = y == EOS
         if np.all(done):
             break
     # V(s_t) of every response token, from one forward pass over the finished responses: a
