@@ -12,10 +12,9 @@ import json
 import statistics
 import sys
 
-from benchmarks.core import PARAMS
+from benchmarks.core import PARAMS, gae_sized
 from benchmarks.data import make_batch
 from benchmarks.timing import measure_samples, paired_ratio
-from ppo_numpy import gae
 
 
 def main(argv=None) -> int:
@@ -23,7 +22,7 @@ def main(argv=None) -> int:
     B, T = (int(a) for a in argv[:2]) if len(argv) >= 2 else (256, 1024)
     b = make_batch(B, T)
     samples = measure_samples({
-        "gae": lambda: gae(b.rewards, b.values, PARAMS["gamma"], PARAMS["lam"], b.mask),
+        "gae": lambda: gae_sized(b.rewards, b.values, PARAMS["gamma"], PARAMS["lam"], b.mask),
         "floor": lambda: b.rewards - b.values,
     }, rounds=15, target=0.02)
     times = {name: statistics.median(v) for name, v in samples.items()}

@@ -2,14 +2,16 @@
 
 For each function and grid point, in one interleaved run (:func:`measure`):
 
-* ``ours``: the ppo_numpy function, input checks included, as users call it;
+* ``ours``: the ppo_numpy function, input checks included, as users call it; for GAE with
+  the form the callers' size rule picks (:func:`gae_sized`: the presets and the training
+  loop run it so, the blocked form from 32768 entries on);
 * ``floor``: one streaming NumPy pass over the same arrays, ``rewards - values``;
 * ``loop``: the scalar Python loop of :mod:`benchmarks.loops`, timed on the first
   ``loop_rows`` rows and scaled by B / loop_rows when the whole batch would be slow;
 * ``torch``: :mod:`benchmarks.torch_impl` on CPU float64 tensors, when installed;
 * for GAE also ``method_loop`` and ``method_blocked``: ``gae(..., method="loop")``, the
   readable reference (a reverse loop of NumPy calls over time), and the blocked form
-  (``ppo_numpy/fast/gae_blocked.py``), each forced; the default call picks one by size.
+  (``ppo_numpy/fast/gae_blocked.py``), each forced.
 """
 
 from __future__ import annotations
@@ -30,6 +32,17 @@ from ppo_numpy import (
     td_errors,
     whiten,
 )
+from ppo_numpy.fast.gae_blocked import use_blocked
+
+
+def gae_sized(rewards, values, gamma, lam, mask):
+    """``gae`` with the form the callers' size rule picks (``ppo_numpy.fast.gae_blocked.
+    use_blocked``: the blocked form from ``BLOCKED_FROM`` = 32768 float entries on, the
+    recursion below), as the presets and the training loop choose it (before issue 35 the
+    default call of ``gae`` applied this rule itself)."""
+    method = "blocked" if use_blocked(np.asarray(values)) else "loop"
+    return gae(rewards, values, gamma, lam, mask, method=method)
+
 
 GRID = ((8, 128), (64, 256), (64, 1024), (256, 1024), (256, 4096))
 QUICK_GRID = ((8, 128), (64, 256))
@@ -61,7 +74,7 @@ class Row:
 def reference_outputs(b) -> dict:
     """ppo_numpy's outputs on batch ``b``, under the names the baselines are checked by."""
     p = PARAMS
-    A, R = gae(b.rewards, b.values, p["gamma"], p["lam"], b.mask)
+    A, R = gae_sized(b.rewards, b.values, p["gamma"], p["lam"], b.mask)
     loss, stats = ppo_policy_loss(b.logp, b.logp_old, b.advantages, b.mask, p["epsilon"])
     pipe_loss, pipe_dlogp, pipe_returns = ours_pipeline(b)
     return {
@@ -106,7 +119,7 @@ def ours_pipeline(b):
     """Shaped rewards -> GAE -> whitening -> policy loss, its statistics and its gradient."""
     p = PARAMS
     rewards = kl_shaped_rewards(b.scores, b.logp_old, b.logp_ref, p["beta"], b.mask)
-    advantages, returns = gae(rewards, b.values, p["gamma"], p["lam"], b.mask)
+    advantages, returns = gae_sized(rewards, b.values, p["gamma"], p["lam"], b.mask)
     advantages = whiten(advantages, b.mask)
     loss, stats = ppo_policy_loss(b.logp, b.logp_old, advantages, b.mask, p["epsilon"])
     dlogp = policy_loss_grad(b.logp, b.logp_old, advantages, b.mask, p["epsilon"])
@@ -117,7 +130,7 @@ def _ours(name, b):
     p = PARAMS
     return {
         "td_errors": lambda: td_errors(b.rewards, b.values, p["gamma"], b.mask),
-        "gae": lambda: gae(b.rewards, b.values, p["gamma"], p["lam"], b.mask),
+        "gae": lambda: gae_sized(b.rewards, b.values, p["gamma"], p["lam"], b.mask),
         "kl_shaped_rewards": lambda: kl_shaped_rewards(b.scores, b.logp, b.logp_ref, p["beta"],
                                                        b.mask),
         "whiten": lambda: whiten(b.advantages, b.mask),

@@ -2,7 +2,8 @@
 units of one streaming pass.
 
 Issue 22 asks for ``gae`` within 10 streaming passes (``rewards - values``, the floor of
-``benchmarks/targets.py``). This times the default call and the functions its blocked form
+``benchmarks/targets.py``). This times the call with the callers' size rule (the blocked form
+at this size, :func:`benchmarks.core.gae_sized`) and the functions its blocked form
 runs on a right-padded batch, each in the same interleaved rounds as the floor
 (:func:`benchmarks.timing.measure_samples`; paired medians), and prints each as
 milliseconds and as passes:
@@ -13,7 +14,7 @@ milliseconds and as passes:
   (C, C) power matrix;
 - the returns ``A + V`` with zeros at padding, and the finiteness read of ``gae`` (on the
   (B, T / C) block sums);
-- the default call ``gae(rewards, values, 1.0, 0.95, mask)``;
+- that call, ``gae(rewards, values, 1.0, 0.95, mask, method="blocked")``;
 - with ``--old CHECKOUT``, that checkout's default call too (its package imported under
   another name), and this checkout's time over it, paired in the same rounds.
 
@@ -31,14 +32,15 @@ from benchmarks.data import make_batch
 from benchmarks.timing import measure_samples, paired_ratio, rerun_with_one_blas_thread, warm_heap
 
 SECTION = "## Where the time of gae goes (issue 22)"
-#: the row of the default call (which ``--old`` compares with another checkout's)
-DEFAULT_CALL = "gae, the default call"
+#: the row of the call by the size rule (which ``--old`` compares with another checkout's
+#: default call: before issue 35 ``gae`` applied the size rule itself)
+DEFAULT_CALL = "gae, the call by the size rule"
 
 
 def candidates(B: int = 256, T: int = 1024, out: np.ndarray | None = None) -> dict:
-    """``{name: zero-argument callable}``: the floor, each stage, and the default call. The
+    """``{name: zero-argument callable}``: the floor, each stage, and the call by the size rule. The
     stages write into ``out`` ((2, B, T): the advantages, the returns), a new array if None."""
-    from ppo_numpy import gae
+    from benchmarks.core import gae_sized
     from ppo_numpy.fast.gae_blocked import (
         BLOCK,
         _matmul,
@@ -82,7 +84,7 @@ def candidates(B: int = 256, T: int = 1024, out: np.ndarray | None = None) -> di
         "the product d @ W alone": lambda: _matmul(d, W, out[0].reshape(-1, BLOCK)),
         "returns A + V, 0 at padding": returns,
         "finiteness read (the block sums)": lambda: np.isfinite(first.sum()),
-        DEFAULT_CALL: lambda: gae(b.rewards, b.values, 1.0, 0.95, b.mask),
+        DEFAULT_CALL: lambda: gae_sized(b.rewards, b.values, 1.0, 0.95, b.mask),
     }
 
 
@@ -98,7 +100,7 @@ def commit_of(checkout: str) -> str:
 def rows(rounds: int = 15, target: float = 0.02, old: str | None = None) -> list[dict]:
     """``[{"stage", "ms", "passes"}]``: median milliseconds, and the median over the rounds of
     each stage's sample over the floor's sample of the same round. With ``old`` (a
-    checkout), one more row, its default call, with ``"over_old"``: this checkout's default
+    checkout), one more row, its default call, with ``"over_old"``: this checkout's
     call over it, paired the same way."""
     import statistics
 
@@ -123,7 +125,7 @@ def rows(rounds: int = 15, target: float = 0.02, old: str | None = None) -> list
 def markdown(table: list[dict]) -> list[str]:
     out = ["| stage | ms | streaming passes |", "|---|---:|---:|"]
     out += [f"| {r['stage']} | {r['ms']:.3f} | {r['passes']:.1f} |" for r in table]
-    out += [f"\nThis checkout's default call over {r['old']}'s, paired in the same rounds: "
+    out += [f"\nThis checkout's call over {r['old']}'s default call, paired in the same rounds: "
             f"{r['over_old']:.3f}." for r in table if "over_old" in r]
     return out
 

@@ -25,9 +25,12 @@ section "Group baselines", give the sources and commits read):
   ``compute_policy_loss_gspo`` (``logp - logp.detach() + sequence mean``, clamped at 10),
   aggregated by ``seq-mean-token-mean``, with the statistics each logs.
 
-Every baseline is checked equal to ppo_numpy (rtol 1e-9) before timing
-(:func:`check_against_ppo_numpy`). On this data verl's dual clip and log-ratio clamps are
-never active (every ratio is within exp(+-1)), so one ppo_numpy call reproduces both.
+ppo_numpy's group baselines are timed in their fast form for regular layouts
+(``ppo_numpy/fast/group_layouts.py``, the reference's bits; chosen explicitly, as a trainer
+whose groups are blocks would). Every baseline is checked equal to ppo_numpy (rtol 1e-9)
+before timing (:func:`check_against_ppo_numpy`). On this data verl's dual clip and log-ratio
+clamps are never active (every ratio is within exp(+-1)), so one ppo_numpy call reproduces
+both.
 Tensors are CPU float64 (TRL and verl compute rewards in float32; float64 lets the
 outputs be compared to rounding). Every candidate gets the same inputs: the (B,) scores, and
 for the losses the advantages (B,) for TRL (broadcast by ``unsqueeze``) and (B, T) for
@@ -48,7 +51,8 @@ from benchmarks.core import GRID, QUICK_GRID
 from benchmarks.data import make_batch
 from benchmarks.report import ms, ratio
 from benchmarks.timing import measure, warm_heap
-from ppo_numpy import grpo_advantages, policy_loss_grad, ppo_policy_loss, rloo_advantages
+from ppo_numpy import grpo_advantages, policy_loss_grad, ppo_policy_loss
+from ppo_numpy.fast import group_layouts
 
 G = 8  # responses per prompt
 EPS_TRL, EPS_VERL = 1e-4, 1e-6  # added to the group std (TRL, verl)
@@ -87,7 +91,7 @@ def make_inputs(B: int, T: int, seed: int = 0) -> Inputs:
     b = make_batch(B, T, seed=seed)
     block = np.arange(B) // G
     strided = np.arange(B) % (B // G)
-    A = grpo_advantages(b.scores, block, eps=EPS_VERL)
+    A = grpo_advantages(b.scores, block, std_eps=EPS_VERL)
     return Inputs(b, block, strided, A, np.where(b.mask, A[:, None], 0.0))
 
 
@@ -97,10 +101,11 @@ def make_inputs(B: int, T: int, seed: int = 0) -> Inputs:
 def ours(name: str, x: Inputs):
     """The zero-argument call of ppo_numpy timed for ``name``."""
     b = x.batch
+    # the group baselines by their fast form for regular layouts, chosen explicitly
     if name == "grpo_advantages":
-        return lambda: grpo_advantages(b.scores, x.block, eps=EPS_VERL)
+        return lambda: group_layouts.grpo_advantages(b.scores, x.block, std_eps=EPS_VERL)
     if name == "rloo_advantages":
-        return lambda: rloo_advantages(b.scores, x.strided)
+        return lambda: group_layouts.rloo_advantages(b.scores, x.strided)
     level = "sequence" if name.startswith("gspo") else "token"
 
     def loss_and_grad():
@@ -294,7 +299,7 @@ def check_against_ppo_numpy(B: int = 16, T: int = 12, seed: int = 1) -> None:
     b, t = x.batch, as_tensors(x)
     mask = b.mask.astype(float)
     _same("trl grpo_advantages", grpo_advantages_trl(t["scores"], G),
-          grpo_advantages(b.scores, x.block, eps=EPS_TRL))
+          grpo_advantages(b.scores, x.block, std_eps=EPS_TRL))
     _same("verl grpo_advantages", grpo_advantages_verl(t["scores"], t["mask"], t["uid_block"]),
           ours("grpo_advantages", x)()[:, None] * mask)
     want = ours("rloo_advantages", x)()
@@ -346,7 +351,7 @@ def run_grid(grid=GRID, functions=FUNCTIONS, *, rounds=7, target=0.02, use_torch
 
 
 CALLS = {
-    "grpo_advantages": "`grpo_advantages(scores, groups, eps=1e-6)` (B,); TRL's form with "
+    "grpo_advantages": "`grpo_advantages(scores, groups, std_eps=1e-6)` (B,); TRL's form with "
                        "eps 1e-4, verl's with 1e-6 and its (B, T) output",
     "rloo_advantages": "`rloo_advantages(scores, groups)` (B,), groups strided as TRL's RLOO "
                        "lays them out; verl's form writes (B, T)",

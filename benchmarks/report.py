@@ -117,8 +117,9 @@ def method_table(rows) -> list[str]:
     lines = [
         "The same calls with `method=\"loop\"`, the readable reference (a reverse loop of "
         "NumPy calls over time, `ppo_numpy/ppo/gae.py`), and with `method=\"blocked\"` "
-        "(`ppo_numpy/fast/gae_blocked.py`); the default call above runs the loop below "
-        "32768 entries and the blocked form from there on. The two are tested equal to each "
+        "(`ppo_numpy/fast/gae_blocked.py`); the call above runs the loop below "
+        "32768 entries and the blocked form from there on (the callers' size rule). "
+        "The two are tested equal to each "
         "other and to the sum definition in `tests/test_td_gae.py`:",
         "",
         "| B | T | blocked ms | loop ms | loop / blocked |",

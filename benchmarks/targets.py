@@ -213,7 +213,6 @@ def gae_rows(grid, *, rounds: int, target: float) -> list[dict]:
     """``gae`` (the default call) against the floor and the torch reverse loop."""
     from benchmarks import core, torch_impl
     from benchmarks.data import make_batch
-    from ppo_numpy import gae
 
     core.check_baselines(use_torch=True)
     p = core.PARAMS
@@ -222,7 +221,8 @@ def gae_rows(grid, *, rounds: int, target: float) -> list[dict]:
         b = make_batch(B, T)
         t = torch_impl.as_tensors(b)
         times = _timed({
-            "ours": lambda b=b: gae(b.rewards, b.values, p["gamma"], p["lam"], b.mask),
+            "ours": lambda b=b: core.gae_sized(b.rewards, b.values, p["gamma"], p["lam"],
+                                               b.mask),
             "floor": lambda b=b: b.rewards - b.values,
             "torch": lambda t=t: torch_impl.gae_torch(t["rewards"], t["values"], p["gamma"],
                                                       p["lam"], t["mask"]),
@@ -241,12 +241,11 @@ def gae_cache_cold(B: int, T: int, *, rounds: int) -> dict:
     from benchmarks import core
     from benchmarks.data import make_batch
     from benchmarks.timing import cache_cold_samples, paired_ratio
-    from ppo_numpy import gae
 
     p = core.PARAMS
     b = make_batch(B, T)
     samples = cache_cold_samples({
-        "gae": lambda: gae(b.rewards, b.values, p["gamma"], p["lam"], b.mask),
+        "gae": lambda: core.gae_sized(b.rewards, b.values, p["gamma"], p["lam"], b.mask),
         "floor": lambda: b.rewards - b.values,
     }, rounds=rounds)
     return {**{k: statistics.median(v) for k, v in samples.items()},
@@ -348,9 +347,10 @@ def markdown(results: dict, *, command: str, machine: list[str]) -> list[str]:
         out += [f"| {r['what']} | {r['B']} | {r['T']} | {_ms(r['ours'])} | {_ms(r['trl'])} "
                 f"| {_x(r['ratio'])} |" for r in adv]
     if gae_r:
-        out += ["", "`gae(rewards, values, 1.0, 0.95, mask)` as users call it (the size rule of "
-                "`ppo_numpy/ppo/gae.py` picks the recursion below 32768 entries, the blocked form "
-                "from there on):", "",
+        out += ["", "`gae(rewards, values, 1.0, 0.95, mask, method=...)` with the form the "
+                "callers' size rule picks (`ppo_numpy/fast/gae_blocked.py` `use_blocked`: the "
+                "recursion below 32768 entries, the blocked form from there on; "
+                "`benchmarks.core.gae_sized`):", "",
                 "| B | T | gae ms | floor ms | gae / floor | torch loop ms | torch / gae |",
                 "|---:|---:|---:|---:|---:|---:|---:|"]
         out += [f"| {r['B']} | {r['T']} | {_ms(r['ours'])} | {_ms(r['floor'])} "

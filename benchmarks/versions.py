@@ -180,7 +180,9 @@ def main(argv=None) -> int:
         group = group_rows(GROUP_GRID, rounds=args.rounds, target=args.target)
     command = "python -m benchmarks.versions " + " ".join(
         f"{lab}=<checkout of {lab}>" for lab in checkouts if lab != "HEAD") + (
-        " --torch" if args.torch else "") + "".join(
+        " --torch" if args.torch else "") + (
+        f" --training-rounds {args.training_rounds}" if args.training_rounds != 3 else ""
+    ) + "".join(
         f" --new-config {item}" for item in args.new_config) + (
         " --training-only" if args.training_only else "") + (
         f" --kind {args.kind}, with NPY_DISABLE_CPU_FEATURES=\"X86_V4 AVX512_ICL AVX512_SPR\" "

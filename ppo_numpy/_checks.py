@@ -16,7 +16,6 @@ as in float mode. Which functions stay exact: ``docs/hand-calculations.md``.
 
 from __future__ import annotations
 
-import contextlib
 import math
 from fractions import Fraction
 from numbers import Rational, Real
@@ -219,32 +218,13 @@ def finite_entries(arr: np.ndarray) -> np.ndarray:
     return np.isfinite(arr)
 
 
-#: from this many entries check_finite's fast path sums (one read pass, no bool temporary)
-_SUM_FROM = 1 << 18
-
-
-def check_finite(arr: np.ndarray, name: str, mask: np.ndarray, *, nonnegative=None) -> bool:
+def check_finite(arr: np.ndarray, name: str, mask: np.ndarray, *, nonnegative=None) -> None:
     """Raise if ``arr`` has NaN or inf at a valid (mask = 1) position (``nonnegative``, what
-    its values are, e.g. "ratios": or a value below 0 there).
-
-    Returns True when every entry, padding included, is finite (the fast path)."""
-    if arr.dtype != object:
-        # the fast path: every entry finite (then there is nothing to find below)
-        if nonnegative:
-            # why: two read passes, no temporary, and the minimum that ">= 0" needs (a NaN
-            # makes the minimum NaN, which fails the first test)
-            if arr.size and arr.min() >= 0 and arr.max() < np.inf:
-                return True
-        elif arr.size <= _SUM_FROM:
-            # why: no errstate to enter (a few us, more than the pass for small arrays)
-            if np.isfinite(arr).all():
-                return True
-        else:
-            with np.errstate(over="ignore", invalid="ignore"):
-                # why: one read pass; a NaN or inf anywhere makes the sum non-finite
-                if np.isfinite(arr.sum()):
-                    return True
-    bad = mask & ~finite_entries(arr)
+    its values are, e.g. "ratios": or a value below 0 there)."""
+    finite = finite_entries(arr)
+    if not nonnegative and finite.all():
+        return  # every entry finite, padding included: nothing to name
+    bad = mask & ~finite
     if np.any(bad):
         idx = tuple(int(i) for i in np.argwhere(bad)[0])
         raise ValueError(
@@ -257,8 +237,6 @@ def check_finite(arr: np.ndarray, name: str, mask: np.ndarray, *, nonnegative=No
         if np.any(bad):
             idx = tuple(int(i) for i in np.argwhere(bad)[0])
             raise ValueError(f"{name}: {nonnegative} must be >= 0, got {arr[idx]} at index {idx}")
-        return bool(np.all(finite_entries(arr)))
-    return False
 
 
 def where_valid(mask: np.ndarray, arr: np.ndarray) -> np.ndarray:
@@ -273,63 +251,15 @@ def where_valid(mask: np.ndarray, arr: np.ndarray) -> np.ndarray:
     return np.where(mask, arr, zero_like(arr))
 
 
-#: ``prepare(..., zero_padding=False)`` leaves large float arrays as given from this size on
-_KEEP_FROM = 1 << 14
+def check_shapes(arrays: dict, mask, *, ranks=(1, 2), exact: bool | None = None):
+    """Convert the named arrays and check their shapes and the mask, not their values.
 
-
-#: entries per block of :func:`row_blocks` (a block's temporaries stay in the cache)
-_BLOCK = 1 << 15
-
-
-def row_blocks(arr: np.ndarray) -> list:
-    """Slices of the rows of a (B, T) ``arr`` in blocks of about ``_BLOCK`` entries; one
-    slice of everything for a small or 1-D array.
-
-    Why: an element-wise kernel run block by block keeps its temporaries in the cache,
-    where on arrays of a million entries each of its passes would go to memory
-    (``clipped_surrogate``'s rows of the redesign section of ``docs/benchmarks.md``).
-    """
-    if arr.ndim != 2 or arr.size <= 2 * _BLOCK:
-        return [slice(None)]
-    rows = max(1, _BLOCK // arr.shape[1])
-    return [slice(i, i + rows) for i in range(0, arr.shape[0], rows)]
-
-
-def garbage_errstate(arr: np.ndarray):
-    """The errstate for a kernel on arrays of ``arr``'s size from ``prepare(...,
-    zero_padding=False)``: overflow and invalid ignored where padding may hold finite garbage
-    (large arrays), nothing to enter otherwise (a few us saved on small ones)."""
-    if arr.size >= _KEEP_FROM:
-        return np.errstate(over="ignore", invalid="ignore")
-    return contextlib.nullcontext()
-
-
-def prepare(arrays: dict, mask, *, ranks=(1, 2), exact: bool | None = None,
-            zero_padding: bool = True, nonnegative=None, check_values: bool = True):
-    """Convert the named arrays, check shapes, the mask and finiteness.
-
-    ``arrays`` maps argument names to values; the first one sets the shape.
-    Returns ``(converted_arrays_in_order, mask_bool)``; padding positions of
-    the converted arrays are replaced by 0 so that nothing there can leak.
-
-    ``zero_padding=False`` (for kernels that compute element by element and zero
-    their *output* at padding): a float array of at least ``_KEEP_FROM`` entries that
-    is finite everywhere comes back as given (no copy; never to be written into), its
-    padding not zeroed; the caller computes under ``np.errstate`` (finite garbage at
-    padding may overflow) and zeroes its result there.
-
-    ``nonnegative``: ``{name: what its values are}`` for arrays that must also be >= 0 at
-    valid positions (``{"rho": "ratios"}``).
-
-    ``check_values=False``: shapes and the mask checked, the values not (no NaN, inf or
-    sign check): the caller checks them with :func:`check_finite` before it trusts them.
+    ``arrays`` maps argument names to values; the first one sets the shape. Returns
+    ``(converted_arrays_in_order, mask_bool)``: float64 arrays (exact Fractions in exact
+    mode), each possibly the caller's own (a float64 array comes back as given), never to be
+    written into.
     """
     names, given = list(arrays), list(arrays.values())
-    if exact is not True and not nonnegative and check_values:
-        fast = _prepare_common(given, mask, ranks, zero_padding)
-        if fast is not None:
-            return fast, mask
-    nonnegative = nonnegative or {}
     if exact is None:
         exact = any(map(is_exact, given))
     out = [as_array(v, n, exact=exact, copy=False) for n, v in zip(names, given)]
@@ -339,38 +269,25 @@ def prepare(arrays: dict, mask, *, ranks=(1, 2), exact: bool | None = None,
         raise ValueError(f"{names[0]}: no time steps, got shape {first.shape} (T must be >= 1)")
     for n, a in zip(names[1:], out[1:]):
         check_same_shape(first, names[0], a, n)
-    m = as_mask(mask, first, names[0], copy=False)
-    finite = [not check_values or check_finite(a, n, m, nonnegative=nonnegative.get(n))
-              for n, a in zip(names, out)]
-    if mask is None:
-        return [_own(a, v) for a, v in zip(out, given)], m
-    if zero_padding or first.size < _KEEP_FROM or first.dtype == object:
-        # where_valid returns a new array: the caller's is never written into
-        return [where_valid(m, a) for a in out], m
-    return [a if ok else where_valid(m, a) for a, ok in zip(out, finite)], m
+    return out, as_mask(mask, first, names[0], copy=False)
 
 
-def _prepare_common(given: list, mask, ranks, zero_padding):
-    """:func:`prepare` of the common case, float64 arrays of one shape, finite everywhere,
-    with a bool mask of that shape: the arrays 0 at padding. ``None`` for anything else
-    (which the general path checks, and names)."""
-    first = given[0]
-    if not (type(mask) is np.ndarray and mask.dtype == bool and type(first) is np.ndarray
-            and first.ndim in ranks and first.shape[-1] > 0
-            and first.size < (_SUM_FROM if zero_padding else _KEEP_FROM)):
-        return None
-    for a in given:
-        if not (type(a) is np.ndarray and a.dtype == np.float64 and a.shape == mask.shape
-                and np.isfinite(a).all()):
-            return None
-    return [np.where(mask, a, 0.0) for a in given]
+def prepare(arrays: dict, mask, *, ranks=(1, 2), exact: bool | None = None, nonnegative=None):
+    """Convert the named arrays, check shapes, the mask and finiteness.
 
+    ``arrays`` maps argument names to values; the first one sets the shape.
+    Returns ``(converted_arrays_in_order, mask_bool)``: new arrays, exactly 0 at padding, so
+    that nothing there can leak.
 
-def _own(arr: np.ndarray, given) -> np.ndarray:
-    """``arr`` itself if it was made here from ``given``, else a copy of it."""
-    if isinstance(given, np.ndarray) and np.may_share_memory(arr, given):
-        return arr.copy()
-    return arr
+    ``nonnegative``: ``{name: what its values are}`` for arrays that must also be >= 0 at
+    valid positions (``{"rho": "ratios"}``).
+    """
+    out, m = check_shapes(arrays, mask, ranks=ranks, exact=exact)
+    nonnegative = nonnegative or {}
+    for n, a in zip(arrays, out):
+        check_finite(a, n, m, nonnegative=nonnegative.get(n))
+    # where_valid returns a new array: the caller's is never written into
+    return [where_valid(m, a) for a in out], m
 
 
 def zero_like(arr: np.ndarray):

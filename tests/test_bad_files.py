@@ -300,7 +300,7 @@ CHECKPOINT_DAMAGE = {
     "config-not-json": (lambda p: rewrite(p, config=np.array("{oops")),
                         "extra/config is not a configuration"),
     "config-bad-value": (lambda p: rewrite(p, config=np.array(
-        QUICK.to_json().replace('"eps": 0.2', '"eps": -1'))), "extra/config is not a"),
+        QUICK.to_json().replace('"epsilon": 0.2', '"epsilon": -1'))), "extra/config is not a"),
     "config-number": (lambda p: rewrite(p, config=np.array(3.0)),
                       "entry 'extra/config' has dtype float64, expected string"),
     "beta-array": (lambda p: rewrite(p, beta=np.array([0.1, 0.2])),

@@ -206,13 +206,13 @@ def test_gae_stages_are_the_blocked_kernels_path_and_the_section_is_well_formed(
     c["suffix sums"]()
     c["returns A + V, 0 at padding"]()
     b = make_batch(8, 4096, seed=0)
-    A, R = gae(b.rewards, b.values, 1.0, 0.95, b.mask)
+    A, R = gae(b.rewards, b.values, 1.0, 0.95, b.mask, method="blocked")
     np.testing.assert_array_equal(out[0], A)
     np.testing.assert_array_equal(out[1], R)
     table = [{"stage": name, "ms": 1.0, "passes": 2.0} for name in c]
     lines = gae_stages.section(table)
     assert lines[0] == gae_stages.SECTION
-    assert "| gae, the default call | 1.000 | 2.0 |" in lines
+    assert "| gae, the call by the size rule | 1.000 | 2.0 |" in lines
     assert sum(ln.startswith("| ") for ln in lines) == len(c) + 1
     # --old: one more row, and this checkout's time over it (numbers written by hand)
     table.append({"stage": "gae of abc1234, the default call", "ms": 1.25, "passes": 2.5,
@@ -220,7 +220,7 @@ def test_gae_stages_are_the_blocked_kernels_path_and_the_section_is_well_formed(
     lines = gae_stages.section(table)
     assert ".venv/bin/python -m benchmarks.gae_stages --old <checkout of abc1234> --write" in lines
     assert lines[-2:] == ["| gae of abc1234, the default call | 1.250 | 2.5 |",
-                          "\nThis checkout's default call over abc1234's, paired in the same "
+                          "\nThis checkout's call over abc1234's default call, paired in the same "
                           "rounds: 0.800."]
 
 
@@ -293,3 +293,21 @@ def test_versions_pipeline_is_the_benchmark_pipeline_and_its_table():
     assert lines[0] == versions.SECTION
     assert "| pipeline (8, 128) | 2 | 1 | 2.00x | yes |" in lines
     assert "| training iteration | 63 | 64 | 0.980x | no |" in lines
+
+
+def test_iteration_stages_times_this_checkouts_stages_and_the_table_adds_up():
+    # one iteration of this checkout, instrumented: the stages it has are found, each stage's
+    # time lies within the iteration's, and the table has a row per stage found plus the rest
+    from benchmarks import iteration_stages as st
+
+    results = st.run({"HEAD": st.ROOT}, iterations=2, warm=0, fields={})
+    r = results["HEAD"]
+    for stage in ("sampling", "reference evaluation", "loss and gradient",
+                  "loss and gradient: backward", "optimizer", "held-out evaluation"):
+        assert len(r[stage]) == 2, stage
+        assert all(0 < s <= it for s, it in zip(r[stage], r["iteration"])), stage
+    lines = st.table(results)
+    assert lines[0] == "| stage | HEAD (ms) |"
+    assert lines[-1].startswith("| **iteration** (median) | **")
+    assert sum(line.startswith("| &nbsp;&nbsp;") for line in lines) == sum(
+        ": " in k for k in r)

@@ -131,7 +131,7 @@ RANGE_CASES = [
      "log_ratio_clamp", r"> 0"),
     ("kl clamp<=0", lambda: kl_estimate(X3, X3, clamp=-1.0), "clamp", r"> 0"),
     ("norm<=0", lambda: aggregate(X3, mode="seq-mean-token-sum-norm", norm=0), "norm", r"> 0"),
-    ("whiten eps<0", lambda: whiten(X3, eps=-1e-8), "eps", r">= 0"),
+    ("whiten std_eps<0", lambda: whiten(X3, std_eps=-1e-8), "std_eps", r">= 0"),
     ("ddof 2", lambda: whiten(X3, ddof=2), "ddof", "0 or 1"),
     ("block 0", lambda: gae(X3, X3, block=0), "block", r"integer >= 1"),
     ("rho<0", lambda: clipped_surrogate([1.0, -0.5, 1.0], X3), "rho", r">= 0"),
@@ -318,7 +318,7 @@ def test_empty_time_axis(call, name):
 @pytest.mark.parametrize("eps_mode", ["add", "floor"])
 def test_whitening_constant_values_without_eps(eps_mode):
     with pytest.raises(ValueError, match=r"^x: .*variance 0.*eps"):
-        whiten([2.0, 2.0, 7.0], [1, 1, 0], eps=0, eps_mode=eps_mode)
+        whiten([2.0, 2.0, 7.0], [1, 1, 0], std_eps=0, eps_mode=eps_mode)
 
 
 # --- exact (Fraction) input: padding never matters, bad entries are named -------------------

@@ -399,7 +399,7 @@ def test_cli_ppo(capsys):
     (["clip", "--rho", "1", "--logp", "0", "--advantages", "1"],
      "argument --logp: not allowed with argument --rho"),
     (["clip", "--logp", "0", "--advantages", "1"], "--logp-old: required with --logp"),
-    (["clip", "--rho", "1", "--advantages", "1", "--eps", "-0.1"], "--eps: must be >= 0"),
+    (["clip", "--rho", "1", "--advantages", "1", "--epsilon", "-0.1"], "--epsilon: must be >= 0"),
     (["clip", "--rho", "1", "--advantages", "1", "--dual-clip", "1"],
      "--dual-clip: must be > 1"),
     (["rewards", "--logp", "0,0", "--logp-ref", "0,0", "--score", "1", "--beta", "-1"],

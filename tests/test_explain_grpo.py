@@ -57,7 +57,7 @@ def test_grpo_group_std_of_one_and_zero_is_sqrt_half():
 
 def test_grpo_ddof_0_and_eps():
     # ddof 0: variance (1/4 + 1/4) / 2 = 1/4, std 1/2; eps 1e-4: A = (1/2) / (1/2 + 1e-4)
-    tab = grpo_table(SCORES, GROUPS, ddof=0, eps=1e-4)
+    tab = grpo_table(SCORES, GROUPS, ddof=0, std_eps=1e-4)
     assert_exact(tab.column("variance"), [F(1, 4)] * 4, "variance")
     a = 0.5 / (0.5 + 1e-4)
     assert np.allclose(tab.column("A_i"), [a, -a, -a, a], rtol=1e-14, atol=0)
@@ -84,8 +84,8 @@ def test_grpo_table_columns_give_the_library_advantage(scale, ddof):
     rng = np.random.default_rng(3)
     s = rng.normal(size=12)
     g = rng.permutation(np.arange(12) % 4)
-    tab = grpo_table(s, g, scale=scale, eps=1e-3, ddof=ddof)
-    A = grpo_advantages(s, g, scale=scale, eps=1e-3, ddof=ddof)
+    tab = grpo_table(s, g, scale=scale, std_eps=1e-3, ddof=ddof)
+    A = grpo_advantages(s, g, scale=scale, std_eps=1e-3, ddof=ddof)
     assert np.array_equal(tab.column("A_i"), A)
     dev = np.array(tab.column(DEV))
     if scale == "none":
@@ -133,7 +133,7 @@ def test_cli_grpo_and_rloo(capsys):
     out = capsys.readouterr().out
     assert "~0.7071057812" in out and "floats, marked ~" in out
     assert main(["grpo", "--scores", "1,0,0,1", "--groups=-1,-1,2,2", "--ddof", "0",
-                 "--eps", "0"]) == 0
+                 "--std-eps", "0"]) == 0
     assert " -1.0 " not in capsys.readouterr().out  # ids -1 read as integers
     assert main(["rloo", "--scores", "1,0,0,1", "--groups", "0,0,1,1", "--format",
                  "markdown"]) == 0
@@ -152,9 +152,9 @@ def test_cli_grpo_and_rloo(capsys):
      "--groups: prompt id 1 (entry 3) has a single response"),
     (["grpo", "--scores", "1,x,0,1", "--groups", "0,0,1,1"],
      "--scores: 'x' (entry 2 of 4) is not a number"),
-    (["grpo", "--scores", "1,0,0,1", "--groups", "0,0,1,1", "--eps", "-1"],
-     "--eps: must be >= 0"),
-    (["grpo", "--scores", "1,1,0,1", "--groups", "0,0,1,1", "--eps", "0"],
+    (["grpo", "--scores", "1,0,0,1", "--groups", "0,0,1,1", "--std-eps", "-1"],
+     "--std-eps: must be >= 0"),
+    (["grpo", "--scores", "1,1,0,1", "--groups", "0,0,1,1", "--std-eps", "0"],
      "--scores: the group of prompt id 0 has equal scores"),
     (["grpo", "--scores", "1,0,0,1", "--groups", "0,0,1,1", "--scale", "prompt"],
      "argument --scale: invalid choice"),

@@ -17,8 +17,8 @@ def test_no_import_circle():
 def test_the_layers_run_one_way():
     # the equations (ppo/) < the family's members (family/) < the policy loss (policy_loss/)
     # < the fast forms (fast/): no module of a lower layer imports one of a higher
-    # (fast/gae_blocked.py is the exception, a leaf kernel: the public gae runs it by its
-    # documented size rule, method=None)
+    # (fast/gae_blocked.py is the exception, a leaf kernel importing only _checks and ppo/td:
+    # the public gae runs it when its caller asks, method="blocked")
     graph = import_graph(ROOT)
     order = ["ppo", "family", "policy_loss", "fast"]
     leaf = os.path.join("ppo_numpy", "fast", "gae_blocked.py")

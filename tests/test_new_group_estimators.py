@@ -144,7 +144,7 @@ def test_passk_by_hand():
     s = [F(3), F(1), F(2), F(0), F(0), F(1, 2), F(2)]
     g = [0, 0, 0, 1, 1, 2, 2]
     assert list(grpo_passk_advantages(s, g, scale="none")) == [1, 0, 0, 0, 0, 0, F(3, 2)]
-    A = grpo_passk_advantages([float(x) for x in s], g, eps=1e-6)
+    A = grpo_passk_advantages([float(x) for x in s], g, std_eps=1e-6)
     # group 2's std: |2 - 1/2| / sqrt(2)
     std2 = 1.5 / math.sqrt(2)
     np.testing.assert_allclose(A, [1 / (1 + 1e-6), 0, 0, 0, 0, 0, 1.5 / (std2 + 1e-6)],
@@ -195,12 +195,12 @@ def test_gdpo_by_hand_two_components():
     mask = [[1, 0], [1, 1], [1, 0]]
     r3 = math.sqrt(3)
     S = [2 / r3 - 1, -1 / r3, -1 / r3 + 1]
-    A = gdpo_advantages(c, [7, 7, 7], mask, eps=0, weights=[1.0, 1.0])
+    A = gdpo_advantages(c, [7, 7, 7], mask, std_eps=0, weights=[1.0, 1.0])
     tokens = whiten_loop([S[0], S[1], S[1], S[2]])
     np.testing.assert_allclose(A, [[tokens[0], 0.0], [tokens[1], tokens[2]], [tokens[3], 0.0]],
                                rtol=1e-12, atol=1e-15)
     # weights scale each component's GRPO before the sum
-    A = gdpo_advantages(c, [7, 7, 7], mask, eps=0, weights=[2.0, 0.5])
+    A = gdpo_advantages(c, [7, 7, 7], mask, std_eps=0, weights=[2.0, 0.5])
     S = [4 / r3 - 0.5, -2 / r3, -2 / r3 + 0.5]
     tokens = whiten_loop([S[0], S[1], S[1], S[2]])
     np.testing.assert_allclose(A[np.asarray(mask) == 1], tokens, rtol=1e-12)

@@ -5,7 +5,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ppo_numpy.models import BOS, EOS, PAD, BigramPolicy, MLPPolicy, evaluate, sample
+from ppo_numpy.models import (
+    BOS,
+    EOS,
+    PAD,
+    BigramPolicy,
+    MLPPolicy,
+    TransformerPolicy,
+    evaluate,
+    sample,
+)
 from ppo_numpy.models.base import ToyPolicy
 
 
@@ -33,6 +42,45 @@ def test_evaluate_recomputes_sampled_logp_and_values_bit_for_bit(name, temperatu
     idx = np.array([7, 2, 11, 0, 5])
     sub = evaluate(model, PROMPTS[idx], r.responses[idx], r.mask[idx], temperature)
     np.testing.assert_array_equal(sub.logp, r.logp[idx])
+
+
+def critic_models():
+    """Each model kind with a critic of its own (value_hidden > 0) and without."""
+    rng = np.random.default_rng
+    return {"bigram": bigram(),
+            "mlp": mlp(),
+            "mlp, value_hidden": MLPPolicy(7, 3, 4, 8, rng(1), max_len=24, value_hidden=5),
+            "transformer": TransformerPolicy(7, rng(2), d_model=8, n_heads=2, n_layers=1,
+                                             max_len=24),
+            "transformer, value_hidden": TransformerPolicy(7, rng(3), d_model=8, n_heads=2,
+                                                           n_layers=1, max_len=24,
+                                                           value_hidden=5)}
+
+
+@pytest.mark.parametrize("name", list(critic_models()))
+def test_values_are_those_of_the_pass_at_each_step(name):
+    # sample() reads V(s_t) from one pass over the finished responses after its loop; a state's
+    # value depends on the tokens before it only, so V(s_t) must be what a pass over the
+    # tokens of step t gives (responses after t still PAD, the same (B, P + T - 1) tokens as
+    # at step t). Exact: the same operations on arrays of the same shapes, whose entries at
+    # position P - 1 + t read nothing after it (a causal model: products row by row, zero
+    # attention weights beyond t, so 0 * v adds exact zeros). A pass that read a later token,
+    # or values taken at the wrong position, would differ by far more than a bit.
+    model = critic_models()[name]
+    T = 7
+    r = sample(model, PROMPTS, np.random.default_rng(11), T, 0.8)
+    P = PROMPTS.shape[1]
+    assert r.mask.all(axis=1).any() and not r.mask.all()  # full rows and rows ended by EOS
+    for t in range(T):
+        y = np.where(np.arange(T) <= t, r.responses, PAD)  # (B, T): the responses of step t
+        tokens = np.concatenate([PROMPTS, y], axis=1)[:, :-1]  # (B, P + T - 1)
+        logits, values, _ = model.forward(tokens)
+        want = np.where(r.mask[:, t], values[:, P - 1 + t], 0.0)
+        np.testing.assert_array_equal(r.values[:, t], want, err_msg=f"step {t}")
+        # the policy's pass without the critic gives forward's logits, the same bits
+        alone, none, cache = model._forward(tokens, model.params, values=False)
+        assert none is None and cache is None
+        np.testing.assert_array_equal(alone, logits)
 
 
 @pytest.mark.parametrize("name", MODELS)

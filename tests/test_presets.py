@@ -644,10 +644,10 @@ def test_score_offset_and_score_clip():
 
 def test_whiten_eps_mode():
     # var (ddof 0) of [0, 2] is 1: eps 3 added gives /2, as a floor /sqrt(3); below it no effect
-    close(whiten([0.0, 2.0], ddof=0, eps=3.0), [-0.5, 0.5])
-    close(whiten([0.0, 2.0], ddof=0, eps=3.0, eps_mode="floor"), [-1 / math.sqrt(3),
+    close(whiten([0.0, 2.0], ddof=0, std_eps=3.0), [-0.5, 0.5])
+    close(whiten([0.0, 2.0], ddof=0, std_eps=3.0, eps_mode="floor"), [-1 / math.sqrt(3),
                                                                   1 / math.sqrt(3)])
-    close(whiten([0.0, 2.0], ddof=0, eps=0.5, eps_mode="floor"), [-1.0, 1.0])
+    close(whiten([0.0, 2.0], ddof=0, std_eps=0.5, eps_mode="floor"), [-1.0, 1.0])
     with pytest.raises(ValueError, match=r"eps_mode: expected 'add' or 'floor'"):
         whiten([0.0, 2.0], eps_mode="clamp")
 

@@ -408,30 +408,34 @@ def test_both_forms_give_the_exact_sum_where_the_arithmetic_is_exact(gl):
         assert_same(A, want, method=method, block=block, lam=gl)
 
 
-def test_the_size_rule_picks_the_recursion_below_blocked_from_and_the_blocked_form_above():
-    from ppo_numpy.ppo.gae import BLOCKED_FROM
+def test_the_reference_runs_the_recursion_at_every_size_and_the_size_rule_is_the_callers():
+    # gae's default is the recursion whatever the size (the same bits as method="loop");
+    # the size rule of ppo_numpy.fast.gae_blocked, which the presets and the training loop
+    # apply, picks the blocked form from BLOCKED_FROM entries on
+    from ppo_numpy.fast.gae_blocked import BLOCKED_FROM, use_blocked
 
     rng = np.random.default_rng(3)
     for B, T in ((4, 100), (BLOCKED_FROM // 256, 256)):
         r, v, mask = random_padded_batch(rng, B, T, "right")
         A, R = gae(r, v, 0.99, 0.95, mask)
-        want = "blocked" if B * T >= BLOCKED_FROM else "loop"
-        A_m, R_m = gae(r, v, 0.99, 0.95, mask, method=want)
-        assert_same(A, A_m, B=B, T=T, method=want)
-        assert_same(R, R_m, B=B, T=T, method=want)
+        A_m, R_m = gae(r, v, 0.99, 0.95, mask, method="loop")
+        assert_same(A, A_m, B=B, T=T)
+        assert_same(R, R_m, B=B, T=T)
+        assert use_blocked(v) == (B * T >= BLOCKED_FROM)
+    assert not use_blocked(np.zeros(BLOCKED_FROM, dtype=object))  # exact: the recursion
 
 
 def test_the_blocked_form_checks_the_values_on_its_result():
     # the blocked form reads rewards and values once, and looks at them again only when the
     # returns are not finite: a NaN or inf at a response token must still be named, whatever
-    # the padding holds (the batch is above BLOCKED_FROM, so method=None takes this form)
-    from ppo_numpy.ppo.gae import BLOCKED_FROM
+    # the padding holds (a batch of BLOCKED_FROM entries, the size the callers' rule gives it)
+    from ppo_numpy.fast.gae_blocked import BLOCKED_FROM
 
     rng = np.random.default_rng(11)
     B, T = 8, BLOCKED_FROM // 8
     r, v, mask = random_padded_batch(rng, B, T, "right")  # NaN / inf at padding
     mask[3, :10] = 1
-    A, R = gae(r, v, 1.0, 0.95, mask)
+    A, R = gae(r, v, 1.0, 0.95, mask, method="blocked")
     A_loop, _ = gae(r, v, 1.0, 0.95, mask, method="loop")
     assert np.all(np.isfinite(A)) and np.all(np.isfinite(R))
     assert_zero_at_padding(A, mask, "advantages")
@@ -442,10 +446,10 @@ def test_the_blocked_form_checks_the_values_on_its_result():
         r2, v2 = r.copy(), v.copy()
         (r2 if name == "rewards" else v2)[3, 9] = bad
         with pytest.raises(ValueError, match=rf"^{name}: non-finite value .* at valid position"):
-            gae(r2, v2, 1.0, 0.95, mask)
+            gae(r2, v2, 1.0, 0.95, mask, method="blocked")
     # finite inputs whose sums overflow are not an input error
     big = np.where(mask, 1e308, 0.0)
-    A, R = gae(big, -big, 1.0, 1.0, mask)
+    A, R = gae(big, -big, 1.0, 1.0, mask, method="blocked")
     assert not np.all(np.isfinite(A))
 
 
@@ -455,26 +459,25 @@ def test_the_blocked_form_names_a_bad_value_at_every_step_of_a_block(lam):
     # of the returns when every weight is > 0: a NaN or inf at any of the C steps of a block
     # must reach them. With lambda = 0, or (1e-60)^7 below the smallest normal float (the
     # weight flushed to 0), a weight is 0 and gae reads the returns instead: still named.
-    from ppo_numpy.fast.gae_blocked import BLOCK
-    from ppo_numpy.ppo.gae import BLOCKED_FROM
+    from ppo_numpy.fast.gae_blocked import BLOCK, BLOCKED_FROM
 
     rng = np.random.default_rng(12)
     B, T = 8, BLOCKED_FROM // 8
     r, v, mask = random_padded_batch(rng, B, T, "right")  # NaN / inf at padding
     mask[5] = 0
     mask[5, :3 * BLOCK] = 1  # row 5: three whole blocks
-    A, R = gae(r, v, 1.0, lam, mask)
+    A, R = gae(r, v, 1.0, lam, mask, method="blocked")
     assert np.all(np.isfinite(A)) and np.all(np.isfinite(R))
     for t in range(BLOCK, 2 * BLOCK):
         for name, bad in (("rewards", np.inf), ("values", np.nan)):
             r2, v2 = r.copy(), v.copy()
             (r2 if name == "rewards" else v2)[5, t] = bad
             with pytest.raises(ValueError, match=rf"^{name}: non-finite value .* at valid"):
-                gae(r2, v2, 1.0, lam, mask)
+                gae(r2, v2, 1.0, lam, mask, method="blocked")
     # the step after the last token is padding: its value is not read
     v2 = v.copy()
     v2[5, 3 * BLOCK] = np.nan
-    A2, R2 = gae(r, v2, 1.0, lam, mask)
+    A2, R2 = gae(r, v2, 1.0, lam, mask, method="blocked")
     assert np.array_equal(A2, A) and np.array_equal(R2, R)
 
 

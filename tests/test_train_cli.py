@@ -113,8 +113,8 @@ def test_refusals_exit_2_and_leave_the_previous_run_alone(capsys, tmp_path):
     code, _, err = run(capsys, *QUICK, "--iterations", "2", "--out", str(out))
     assert code == 2 and "already holds a run" in err and "--force" in err
 
-    code, _, err = run(capsys, "--resume", str(out), "--eps", "0.3")
-    assert code == 2 and "another configuration: eps = 0.2 in the checkpoint, 0.3 asked" in err
+    code, _, err = run(capsys, "--resume", str(out), "--epsilon", "0.3")
+    assert code == 2 and "another configuration: epsilon = 0.2 in the checkpoint, 0.3 asked" in err
 
     code, _, err = run(capsys, "--resume", str(tmp_path / "missing"))
     assert code == 2 and "no checkpoint" in err

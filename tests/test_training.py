@@ -279,9 +279,9 @@ def test_refusals(tmp_path):
     before = (out / "metrics.csv").read_bytes()
     with pytest.raises(RunError, match="already holds a run .*--force"):
         train(QUICK, out)
-    with pytest.raises(RunError, match="another configuration: eps = 0.2 in the checkpoint, "
-                                       "0.3 asked"):
-        resume(out, {"eps": 0.3})
+    with pytest.raises(RunError, match="another configuration: epsilon = 0.2 in the "
+                                       "checkpoint, 0.3 asked"):
+        resume(out, {"epsilon": 0.3})
     with pytest.raises(RunError, match="already has 2 iterations; iterations = 1 would "
                                        "shorten it"):
         resume(out, {"iterations": 1})
@@ -359,7 +359,7 @@ def test_config_checks_name_the_field():
     c = PPOConfig(value_clip=0.2, max_grad_norm=None)
     assert PPOConfig.from_json(c.to_json()) == c
     assert c.differences(c.replace(iterations=7)) == {}
-    assert c.differences(c.replace(eps=0.1)) == {"eps": (0.2, 0.1)}
+    assert c.differences(c.replace(epsilon=0.1)) == {"epsilon": (0.2, 0.1)}
     for f in dataclasses.fields(PPOConfig):
         assert f.metadata["help"], f.name
 

@@ -236,7 +236,7 @@ def test_default_ppo_config_samples_one_response_per_prompt(monkeypatch):
     ({"group_size": 1}, "group_size: grpo needs at least 2 responses per prompt"),
     ({"algo": "rloo", "group_size": 1}, "group_size: rloo needs at least 2"),
     ({"group_size": 0}, "group_size: must be > 0 or None, got 0"),
-    ({"grpo_eps": -1.0}, "grpo_eps: must be >= 0"),
+    ({"grpo_std_eps": -1.0}, "grpo_std_eps: must be >= 0"),
     ({"grpo_scale": "std"}, "grpo_scale: unknown value 'std'"),
     ({"importance_level": "seq"}, "importance_level: unknown value 'seq'"),
     ({"kl_loss_coef": -0.1}, "kl_loss_coef: must be >= 0"),

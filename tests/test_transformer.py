@@ -373,7 +373,7 @@ def test_the_command_line_takes_policy_as_an_alias_and_the_add_defaults(capsys, 
     saved = PPOConfig.from_json((tmp_path / "r/config.json").read_text())
     assert saved.model == "transformer" and saved.d_model == 8
     # options not given take the task's defaults, then PPOConfig's
-    assert saved.lr == TASK_DEFAULTS["add"]["lr"] and saved.eps == PPOConfig().eps
+    assert saved.lr == TASK_DEFAULTS["add"]["lr"] and saved.epsilon == PPOConfig().epsilon
     assert config_for_task(task="add").model == "transformer"
     assert config_for_task(task="length") == PPOConfig(task="length")
     with pytest.raises(ValueError, match="n_heads: must divide d_model=8"):

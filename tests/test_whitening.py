@@ -23,20 +23,20 @@ def test_ddof_one_by_hand():
     # mean 2.5, squared deviations 2.25 + 0.25 + 0.25 + 2.25 = 5, var = 5 / 3
     sd = math.sqrt(5 / 3)
     want = [-1.5 / sd, -0.5 / sd, 0.5 / sd, 1.5 / sd]
-    assert_close(whiten([1, 2, 3, 4], eps=0), want, rtol=1e-14, atol=1e-15)
-    assert_close(whiten([1, 2, 3, 4], ddof=1, eps=0), want, rtol=1e-14, atol=1e-15)
+    assert_close(whiten([1, 2, 3, 4], std_eps=0), want, rtol=1e-14, atol=1e-15)
+    assert_close(whiten([1, 2, 3, 4], ddof=1, std_eps=0), want, rtol=1e-14, atol=1e-15)
 
 
 def test_ddof_zero_by_hand():
     # var = 5 / 4
     sd = math.sqrt(5 / 4)
     want = [-1.5 / sd, -0.5 / sd, 0.5 / sd, 1.5 / sd]
-    assert_close(whiten([1, 2, 3, 4], ddof=0, eps=0), want, rtol=1e-14, atol=1e-15)
+    assert_close(whiten([1, 2, 3, 4], ddof=0, std_eps=0), want, rtol=1e-14, atol=1e-15)
 
 
 def test_eps_goes_inside_the_square_root():
     # x = [0, 2]: mean 1, ddof 1 var = 2; eps = 2 -> divide by sqrt(4) = 2
-    assert_close(whiten([0.0, 2.0], eps=2.0), [-0.5, 0.5], rtol=1e-15, atol=0)
+    assert_close(whiten([0.0, 2.0], std_eps=2.0), [-0.5, 0.5], rtol=1e-15, atol=0)
     # default eps 1e-8
     want = [-1 / math.sqrt(2 + 1e-8), 1 / math.sqrt(2 + 1e-8)]
     assert_close(whiten([0.0, 2.0]), want, rtol=1e-15, atol=0)
@@ -56,11 +56,11 @@ def test_batch_statistics_over_all_valid_elements():
     # valid elements 1, 2 | 3: mean 2, ddof 1 var = (1 + 0 + 1) / 2 = 1
     x = np.array([[1.0, 2.0, np.nan], [np.inf, 3.0, -1e300]])
     mask = np.array([[1, 1, 0], [0, 1, 0]])
-    got = whiten(x, mask, eps=0)
+    got = whiten(x, mask, std_eps=0)
     assert_close(got, [[-1.0, 0.0, 0.0], [0.0, 1.0, 0.0]], rtol=1e-15, atol=1e-15,
                  x=x, mask=mask)
     assert_zero_at_padding(got, mask, "whitened", x=x)
-    got = whiten(x, mask, shift_mean=False, eps=0)
+    got = whiten(x, mask, shift_mean=False, std_eps=0)
     assert_close(got, [[1.0, 2.0, 0.0], [0.0, 3.0, 0.0]], rtol=1e-15, atol=1e-15)
     assert_zero_at_padding(got, mask, "whitened (shift_mean=False)", x=x)
 
@@ -84,7 +84,7 @@ def test_whitened_output_has_mean_zero_and_unit_variance():
     rng = np.random.default_rng(1)
     x = rng.normal(-4.0, 7.0, size=50)
     for ddof in (0, 1):
-        out = whiten(x, ddof=ddof, eps=0)
+        out = whiten(x, ddof=ddof, std_eps=0)
         assert abs(out.mean()) < 1e-14, out.mean()
         assert math.isclose(float(np.var(out, ddof=ddof)), 1.0, rel_tol=1e-13), ddof
 
@@ -99,7 +99,7 @@ def test_whiten_does_not_modify_input():
 
 def test_float32_and_int_input_give_float64():
     assert whiten(np.array([1, 2, 3])).dtype == np.float64
-    got = whiten(np.array([1.0, 2.0, 3.0], dtype=np.float32), eps=0)
+    got = whiten(np.array([1.0, 2.0, 3.0], dtype=np.float32), std_eps=0)
     assert got.dtype == np.float64
     assert_close(got, [-1.0, 0.0, 1.0], rtol=0, atol=1e-15)
 

@@ -522,7 +522,7 @@ def _group_display(scores, groups):
     return (exact, s, *_check_groups(groups, s.shape[0]))
 
 
-def grpo_table(scores, groups, *, scale="group", eps=1e-6, ddof=1) -> Table:
+def grpo_table(scores, groups, *, scale="group", std_eps=1e-6, ddof=1) -> Table:
     """GRPO advantages A_i = (s_i - mean_g(i)) / (std + eps) of a batch, one row per response.
 
     Columns, in the order they are worked out: i, group (the prompt id), s_i,
@@ -541,7 +541,7 @@ def grpo_table(scores, groups, *, scale="group", eps=1e-6, ddof=1) -> Table:
         One score per response.
     groups : array of int (B,)
         Prompt id of each response; rows with equal ids are one group.
-    scale, eps, ddof
+    scale, std_eps, ddof
         As in :func:`ppo_numpy.grpo_advantages` (every group needs >= 2 responses).
 
     Returns
@@ -558,7 +558,7 @@ def grpo_table(scores, groups, *, scale="group", eps=1e-6, ddof=1) -> Table:
     >>> str(tab.column("variance")[0]), round(tab.column("std")[0], 12)
     ('1/2', 0.707106781187)
     """
-    A = grpo_advantages(scores, groups, scale=scale, eps=eps, ddof=ddof)
+    A = grpo_advantages(scores, groups, scale=scale, std_eps=std_eps, ddof=ddof)
     exact, s, inverse, counts, ids = _group_display(scores, groups)
     n = counts if exact else counts.astype(np.float64)
     # mean_g(i) and s_i - mean_g(i), as grpo_advantages computes them
@@ -585,10 +585,10 @@ def grpo_table(scores, groups, *, scale="group", eps=1e-6, ddof=1) -> Table:
         what = (f"`variance` and `std` are those of all {B} scores around the batch mean "
                 f"{format_number(_cell(s.sum() / B))}, the same on every row")
     if scale != "none":
-        title += f", `eps = {format_number(float(eps))}`, ddof {ddof}"
+        title += f", `eps = {format_number(float(std_eps))}`, ddof {ddof}"
         std = np.sqrt(var.astype(np.float64))
         columns += ["variance", "std", "std + eps"]
-        steps = [(_cell(v), float(sd), float(sd + eps)) for v, sd in zip(var, std)]
+        steps = [(_cell(v), float(sd), float(sd + std_eps)) for v, sd in zip(var, std)]
         notes += [
             f"{what}, with divisor n - ddof; `std = sqrt(variance)`.",
             "`A_i = (s_i - mean_g(i)) / (std + eps)`: eps is added to the std, outside the "

@@ -6,7 +6,7 @@ the responses to one prompt form a *group* (``groups`` holds one integer prompt
 id per row: rows with equal ids are one group, in any order). With s_i the
 score of response i, g(i) its group, n_g the group's size and mean_g its mean:
 
-    GRPO          A_i = (s_i - mean_g(i)) / (std_g(i) + eps)       (B,)
+    GRPO          A_i = (s_i - mean_g(i)) / (std_g(i) + std_eps)   (B,)
     Dr. GRPO      A_i =  s_i - mean_g(i)                            (B,)
     RLOO          A_i =  s_i - (sum_g(i) - s_i) / (n_g(i) - 1)      (B,)
     REINFORCE++   A_t = whiten(G_t)                                 (B, T)
@@ -14,7 +14,7 @@ score of response i, g(i) its group, n_g the group's size and mean_g its mean:
     ReMax         A_t = G_t - b_i                                   (B, T)
     OPO           A_i =  s_i - sum_g(n_j s_j) / sum_g(n_j)          (B,)
     GPG           A_i =  alpha (s_i - mean_g(i)) / f_norm           (B,)
-    Pass@k        A_i = (s_(1) - s_(2)) / (std_g + eps) for the best (B,)
+    Pass@k        A_i = (s_(1) - s_(2)) / (std_g + std_eps), best  (B,)
     GDPO          A_t = whiten(sum_k w_k GRPO(s^k)_i)               (B, T)
 
 with G_t = sum_{l >= 0} gamma^l r~_{t+l} the return-to-go of the per-token
@@ -28,7 +28,7 @@ over the second best (0 elsewhere); GDPO normalises K reward components s^k apar
 Sequence-level advantages are broadcast over a response's tokens by the
 loss; token-level outputs are exactly 0 at padding.
 
-What each framework does (a group of one, equal scores, eps, ddof, dtype) is in
+What each framework does (a group of one, equal scores, std_eps, ddof, dtype) is in
 each docstring and in ``docs/conventions.md`` (section "Group baselines").
 Sources, read for issue 13: verl ``verl/trainer/ppo/core_algos.py`` at
 012be9d9, TRL ``trl/trainer/grpo_trainer.py`` at d2b69d76 and the string
@@ -40,7 +40,6 @@ commits were not available, so the versions above are the ones read.
 
 from __future__ import annotations
 
-import functools
 from fractions import Fraction
 from typing import NamedTuple
 
@@ -59,6 +58,7 @@ from .._checks import (
     scalar_for,
     where_valid,
 )
+from .._renames import renamed_keyword
 from ..ppo.gae import _backward_recursion as _returns_to_go  # G_t = r~_t + gamma G_{t+1}
 from ..ppo.whitening import whiten
 
@@ -94,21 +94,15 @@ def _check_scores(scores, name, *, exact=None):
 
 class Groups(NamedTuple):
     """Which rows form which group: ``inverse`` the index of each row's group (B,),
-    ``counts`` the group sizes (G,), ``ids`` the prompt ids (G,). ``layout`` names the two
-    regular layouts of G >= 1 groups of n >= 2 rows whose ids are the group indices 0..G-1:
-    "blocks" (``np.arange(B) // n``, TRL's GRPO layout) and "strided" (``np.arange(B) % G``,
-    TRL's RLOO layout); there ``counts`` is n, ``ids`` None, ``inverse`` the ids themselves,
-    and a sum over a group is a sum along an axis of a reshape (:func:`_by_group`)."""
+    ``counts`` the group sizes (G,), ``ids`` the prompt ids (G,)."""
 
     inverse: np.ndarray
-    counts: np.ndarray | int
-    ids: np.ndarray | None
-    layout: str | None = None
+    counts: np.ndarray
+    ids: np.ndarray
 
 
-def _groups(groups, B, regular=True):
-    """Integer prompt ids (B,) -> :class:`Groups`. ``regular``: recognise the two regular
-    layouts (float scores only: exact sums take the general path)."""
+def check_group_ids(groups, B) -> np.ndarray:
+    """``groups`` checked: integer prompt ids, shape (B,); never to be written into."""
     g = rectangular(groups, "groups")
     if g.dtype.kind not in "iu":
         what = "bool" if g.dtype.kind == "b" else str(g.dtype)
@@ -117,48 +111,18 @@ def _groups(groups, B, regular=True):
     if g.shape != (B,):
         raise ValueError(f"groups: expected shape ({B},), one prompt id per score, got shape "
                          f"{g.shape}")
-    layout = _regular_layout(g) if regular and B >= 2 else None
-    if layout is not None:
-        return layout
+    return g
+
+
+def group_index(g) -> Groups:
+    """Checked prompt ids (B,) -> :class:`Groups` (rows with equal ids form one group)."""
     ids, inverse, counts = np.unique(g, return_inverse=True, return_counts=True)
-    return Groups(inverse.reshape(B), counts, ids)
+    return Groups(inverse.reshape(g.shape), counts, ids)
 
 
-def _regular_layout(g):
-    """:class:`Groups` of the ids ``g`` (B,) when they are ``np.arange(B) // n`` or
-    ``np.arange(B) % G`` with n = B / G >= 2; else None."""
-    B = g.shape[0]
-    G = int(g[-1]) + 1  # both layouts end with the last group, G - 1
-    if G < 1 or B % G or B == G:
-        return None
-    n = B // G
-    first, second = g[:2].tolist()
-    layout = "blocks" if first == second else "strided"
-    if g.dtype == np.int64 and g.flags.c_contiguous:
-        # why: the ids' bytes against those of the layout (cached): one comparison of memory,
-        # a fraction of the element-wise one below on a (B,) array
-        same = g.tobytes() == _layout_bytes(B, G, layout)
-    else:
-        # (n, G) views whose column k must hold group k only
-        by_group = g.reshape(G, n).T if layout == "blocks" else g.reshape(n, G)
-        same = not np.count_nonzero(by_group != np.arange(G))
-    return Groups(g, n, None, layout) if same else None
-
-
-@functools.lru_cache(maxsize=64)
-def _layout_bytes(B, G, layout):
-    """The bytes of the int64 ids ``np.arange(B) // (B // G)`` ("blocks") or
-    ``np.arange(B) % G`` ("strided")."""
-    rows = np.arange(B, dtype=np.int64)
-    return (rows // (B // G) if layout == "blocks" else rows % G).tobytes()
-
-
-def _by_group(x, grp):
-    """``x`` (B,) of a regular layout as (n, G): column k the rows of group k, in row order
-    (a view for strided groups, a copy for blocks)."""
-    if grp.layout == "blocks":
-        return np.ascontiguousarray(x.reshape(-1, grp.counts).T)
-    return x.reshape(grp.counts, -1)
+def _groups(groups, B):
+    """Integer prompt ids (B,) -> :class:`Groups`."""
+    return group_index(check_group_ids(groups, B))
 
 
 def _singletons(grp, singleton, fix):
@@ -185,22 +149,12 @@ def _group_sums(x, inverse, n_groups):
     return sums
 
 
-def _column_sums(by_group):
-    """Sums of the columns of a (n, G) array, adding each column's entries in order, as
-    ``np.add.at`` adds a group's rows (so the same bits). Why: NumPy reduces an outer axis row
-    by row but a contiguous one pairwise, and a single column is contiguous: its running sum's
-    last entry is the sum in order."""
-    if by_group.shape[1] == 1:
-        return np.add.accumulate(by_group, axis=0)[-1]
-    return np.add.reduce(by_group, axis=0)
-
-
 def _flat_groups(s, inverse, n_groups):
     """Rows whose group's scores are all equal (bool (B,)).
 
     Why: the float mean of equal scores can miss them by one rounding (three times
     0.1 sums to 0.30000000000000004), and that 1e-17, divided by a std of ~1e-17
-    plus eps = 1e-6, is not 0. Such rows get an advantage of exactly 0.
+    plus std_eps = 1e-6, is not 0. Such rows get an advantage of exactly 0.
     """
     if s.dtype == object:  # exact: s - mean is already 0
         return np.zeros(s.shape, dtype=bool)
@@ -213,7 +167,7 @@ def _flat_groups(s, inverse, n_groups):
 
 def _check_groups(groups, B):
     """Integer prompt ids (B,) -> (index of each row's group (B,), group sizes (G,), ids (G,))."""
-    grp = _groups(groups, B, regular=False)
+    grp = _groups(groups, B)
     return grp.inverse, grp.counts, grp.ids
 
 
@@ -267,17 +221,17 @@ def returns_to_go(rewards, mask=None, gamma=1.0):
     return _returns_to_go(r, m, scalar_for(gamma, r))
 
 
-def grpo_advantages(scores, groups, *, scale="group", eps=1e-6, ddof=1, singleton="error",
-                    dtype=np.float64):
+def grpo_advantages(scores, groups, *, scale="group", std_eps=1e-6, ddof=1, singleton="error",
+                    dtype=np.float64, **renamed):
     """GRPO advantages: each score minus its group's mean, divided by a standard deviation.
 
-        scale="group":  A_i = (s_i - mean_g(i)) / (std_g(i) + eps)
-        scale="batch":  A_i = (s_i - mean_g(i)) / (std(s) + eps)
+        scale="group":  A_i = (s_i - mean_g(i)) / (std_g(i) + std_eps)
+        scale="batch":  A_i = (s_i - mean_g(i)) / (std(s) + std_eps)
         scale="none":   A_i =  s_i - mean_g(i)                    (Dr. GRPO)
 
     std_g is the standard deviation of the group's scores with divisor n_g - ddof;
     std(s) that of all B scores around their batch mean (not of the centred
-    scores). eps is added to the standard deviation, outside the square root, in
+    scores). std_eps is added to the standard deviation, outside the square root, in
     all three frameworks.
 
     Parameters
@@ -292,15 +246,16 @@ def grpo_advantages(scores, groups, *, scale="group", eps=1e-6, ddof=1, singleto
         ``n_samples_per_prompt`` consecutive rows: pass ``np.arange(B) // n``).
     scale : {"group", "batch", "none"}
         What to divide by. Default ``"group"``.
-    eps : float >= 0
+    std_eps : float >= 0
         Added to the standard deviation. Default 1e-6 (verl). TRL: 1e-4; OpenRLHF
-        ``group_norm``: 1e-9.
+        ``group_norm``: 1e-9. (``eps=``, its old spelling, still works with a
+        DeprecationWarning.)
     ddof : {1, 0}
         Divisor n - ddof of the variances. Default 1 (``torch.std``, all three).
     singleton : {"error", "zero", "raw"}
         A group with one response. ``"error"`` (default): ValueError. ``"zero"``: its
         advantage is 0 (its own mean is its baseline; TRL, and OpenRLHF ``dr_grpo``).
-        ``"raw"``: its mean is taken as 0 and its std as 1, so A = s / (1 + eps),
+        ``"raw"``: its mean is taken as 0 and its std as 1, so A = s / (1 + std_eps),
         or s with ``scale="none"`` (verl). OpenRLHF ``group_norm`` and TRL before
         the string ``scale_rewards`` give NaN (``torch.std`` of one value).
     dtype : {numpy.float64, numpy.float32}
@@ -316,7 +271,7 @@ def grpo_advantages(scores, groups, *, scale="group", eps=1e-6, ddof=1, singleto
     Notes
     -----
     A group whose scores are all equal has std 0: every framework gives it
-    advantage 0 (0 / eps). With ``eps=0`` that is 0 / 0 and raises here.
+    advantage 0 (0 / std_eps). With ``std_eps=0`` that is 0 / 0 and raises here.
 
     Framework options: TRL ``GRPOConfig.scale_rewards`` = "group" (default) /
     "batch" / "none" (before PR #3935 a bool: True = "group", False = "none"),
@@ -330,9 +285,9 @@ def grpo_advantages(scores, groups, *, scale="group", eps=1e-6, ddof=1, singleto
     Examples
     --------
     scores [1, 0, 0, 1], groups [0, 0, 1, 1]: each group has mean 1/2 and (ddof 1)
-    std sqrt((1/4 + 1/4) / 1) = 0.7071...; with eps 0, A = +-0.5 / 0.7071 = +-0.7071:
+    std sqrt((1/4 + 1/4) / 1) = 0.7071...; with std_eps 0, A = +-0.5 / 0.7071 = +-0.7071:
 
-    >>> [round(float(a), 6) for a in grpo_advantages([1, 0, 0, 1], [0, 0, 1, 1], eps=0)]
+    >>> [round(float(a), 6) for a in grpo_advantages([1, 0, 0, 1], [0, 0, 1, 1], std_eps=0)]
     [0.707107, -0.707107, -0.707107, 0.707107]
     >>> [float(a) for a in grpo_advantages([1, 0, 0, 1], [0, 0, 1, 1], scale="none")]
     [0.5, -0.5, -0.5, 0.5]
@@ -342,9 +297,19 @@ def grpo_advantages(scores, groups, *, scale="group", eps=1e-6, ddof=1, singleto
     >>> [float(a) for a in grpo_advantages([1, 3, 0, 3], [0, 1, 0, 1], scale="none")]
     [0.5, 0.0, -0.5, 0.0]
     """
+    std_eps = renamed_keyword("grpo_advantages", renamed, "eps", "std_eps", std_eps, 1e-6)
+    s, std_eps = check_grpo_arguments(scores, scale, std_eps, ddof, singleton, dtype)
+    grp = _groups(groups, s.shape[0])
+    centred, std = grpo_centred(s, grp, scale == "group", ddof, singleton)
+    return grpo_scaled(s, centred, std, scale, std_eps, ddof, groups)
+
+
+def check_grpo_arguments(scores, scale, std_eps, ddof, singleton, dtype):
+    """The arguments of :func:`grpo_advantages` but ``groups`` checked: ``(s, std_eps)``, the
+    scores in the arithmetic of ``dtype`` (exact Fractions kept for ``scale="none"``)."""
     check_choice(scale, "scale", SCALES)
     check_choice(singleton, "singleton", SINGLETONS)
-    eps = check_scalar(eps, "eps", low=0, allow_exact=False)
+    std_eps = check_scalar(std_eps, "std_eps", low=0, allow_exact=False)
     if isinstance(ddof, bool) or ddof not in (0, 1):
         raise ValueError(f"ddof: must be 0 or 1, got {ddof!r}")
     try:
@@ -356,31 +321,38 @@ def grpo_advantages(scores, groups, *, scale="group", eps=1e-6, ddof=1, singleto
     s = _check_scores(scores, "scores", exact=None if scale == "none" else False)
     if s.dtype != object:
         s = s.astype(dt, copy=False)
-    grp = _groups(groups, s.shape[0], regular=s.dtype != object)
-    if grp.layout is not None:
-        # the lines of the else branch, for groups laid out as a reshape (the same bits)
-        centred, std = _grpo_regular(s, grp, scale == "group", ddof)
-    else:
-        single = _singletons(grp, singleton, "Pass singleton='zero' (TRL) or 'raw' (verl).")
-        zero = s.dtype.type(0) if s.dtype != object else Fraction(0)
-        n = grp.counts if s.dtype == object else grp.counts.astype(s.dtype)
-        # mean_g = (sum_{j in g} s_j) / n_g
-        mean = (_group_sums(s, grp.inverse, len(grp.counts)) / n)[grp.inverse]
-        if singleton == "raw":
-            # verl: a group of one has mean 0 (and std 1)
-            mean = np.where(single, zero, mean)
-        # s_i - mean_g(i), exactly 0 in a group of equal scores
-        centred = np.where(_flat_groups(s, grp.inverse, len(grp.counts)) & ~single, zero,
-                           s - mean)
-        if singleton == "zero":
-            centred = np.where(single, zero, centred)
-        if scale == "group":
-            # std_g = sqrt(sum_{j in g} (s_j - mean_g)^2 / (n_g - ddof))
-            sq = _group_sums(centred * centred, grp.inverse, len(grp.counts))
-            with np.errstate(divide="ignore", invalid="ignore"):
-                std = np.sqrt(sq / (n - ddof))[grp.inverse]
-            # a group of one: std undefined with ddof 1; "raw" takes it as 1 ("zero" has A = 0)
-            std = np.where(single, s.dtype.type(1), std)
+    return s, std_eps
+
+
+def grpo_centred(s, grp, group_std, ddof, singleton):
+    """``(s_i - mean_g(i), std_g(i) or None)`` of :func:`grpo_advantages` on checked scores
+    ``s`` and :class:`Groups` ``grp`` (``group_std``: the std of each group too)."""
+    single = _singletons(grp, singleton, "Pass singleton='zero' (TRL) or 'raw' (verl).")
+    zero = s.dtype.type(0) if s.dtype != object else Fraction(0)
+    n = grp.counts if s.dtype == object else grp.counts.astype(s.dtype)
+    # mean_g = (sum_{j in g} s_j) / n_g
+    mean = (_group_sums(s, grp.inverse, len(grp.counts)) / n)[grp.inverse]
+    if singleton == "raw":
+        # verl: a group of one has mean 0 (and std 1)
+        mean = np.where(single, zero, mean)
+    # s_i - mean_g(i), exactly 0 in a group of equal scores
+    centred = np.where(_flat_groups(s, grp.inverse, len(grp.counts)) & ~single, zero, s - mean)
+    if singleton == "zero":
+        centred = np.where(single, zero, centred)
+    if not group_std:
+        return centred, None
+    # std_g = sqrt(sum_{j in g} (s_j - mean_g)^2 / (n_g - ddof))
+    sq = _group_sums(centred * centred, grp.inverse, len(grp.counts))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        std = np.sqrt(sq / (n - ddof))[grp.inverse]
+    # a group of one: std undefined with ddof 1; "raw" takes it as 1 ("zero" has A = 0)
+    return centred, np.where(single, s.dtype.type(1), std)
+
+
+def grpo_scaled(s, centred, std, scale, std_eps, ddof, groups):
+    """The advantages of :func:`grpo_advantages` from :func:`grpo_centred`'s results: the
+    centred scores divided by ``std + std_eps`` (the batch's std for ``scale="batch"``, nothing
+    for ``"none"``); ``groups`` as given, to name a prompt id in an error."""
     if scale == "none":
         return centred if s.dtype == object else centred.astype(np.float64)
     if scale == "group":
@@ -394,33 +366,13 @@ def grpo_advantages(scores, groups, *, scale="group", eps=1e-6, ddof=1, singleto
         dev = s - s.sum(dtype=s.dtype) / s.dtype.type(B)
         std = np.full(B, np.sqrt((dev * dev).sum(dtype=s.dtype) / s.dtype.type(B - ddof)))
         where = "every score of the batch is the same (row 0: prompt id {})"
-    eps = s.dtype.type(eps)
-    if eps == 0 and np.count_nonzero(std == 0):
+    std_eps = s.dtype.type(std_eps)
+    if std_eps == 0 and np.count_nonzero(std == 0):
         i = int(np.argmax(std == 0))
-        raise ValueError(f"scores: {where.format(np.asarray(groups)[i])} (std 0) and eps is 0, "
-                         "so the advantage is 0 / 0; pass eps > 0")
-    # (s_i - mean_g(i)) / (std + eps)
-    return (centred / (std + eps)).astype(np.float64)
-
-
-def _grpo_regular(s, grp, group_std, ddof):
-    """``(centred, std_g or None)`` of :func:`grpo_advantages` for a regular layout (float
-    scores, no group of one): each group a column of :func:`_by_group`, the operations of its
-    general branch in the same order (the same bits; ``tests/test_group_advantages.py``)."""
-    by_group = _by_group(s, grp)
-    n = s.dtype.type(grp.counts)
-    # mean_g = (sum_{j in g} s_j) / n_g
-    mean = (_column_sums(by_group) / n)[grp.inverse]
-    centred = s - mean
-    # exactly 0 in a group of equal scores
-    flat = _flat_columns(by_group)
-    if flat is not None:
-        centred = np.where(flat[grp.inverse], s.dtype.type(0), centred)
-    if not group_std:
-        return centred, None
-    # std_g = sqrt(sum_{j in g} (s_j - mean_g)^2 / (n_g - ddof))
-    sq = _column_sums(_by_group(centred * centred, grp))
-    return centred, np.sqrt(sq / (n - ddof))[grp.inverse]
+        raise ValueError(f"scores: {where.format(np.asarray(groups)[i])} (std 0) and std_eps is "
+                         "0, so the advantage is 0 / 0; pass std_eps > 0")
+    # (s_i - mean_g(i)) / (std + std_eps)
+    return (centred / (std + std_eps)).astype(np.float64)
 
 
 def rloo_advantages(scores, groups, *, singleton="error"):
@@ -472,10 +424,11 @@ def rloo_advantages(scores, groups, *, singleton="error"):
     """
     check_choice(singleton, "singleton", SINGLETONS)
     s = _check_scores(scores, "scores")
-    grp = _groups(groups, s.shape[0], regular=s.dtype != object)
-    if grp.layout is not None:
-        # the lines below, for groups laid out as a reshape
-        return _rloo_regular(s, grp)
+    return rloo_kernel(s, _groups(groups, s.shape[0]), singleton)
+
+
+def rloo_kernel(s, grp, singleton):
+    """:func:`rloo_advantages` of checked scores ``s`` and :class:`Groups` ``grp``."""
     single = _singletons(grp, singleton,
                          "Pass singleton='zero' or 'raw' (verl: the score itself).")
     sums = _group_sums(s, grp.inverse, len(grp.counts))[grp.inverse]
@@ -490,39 +443,11 @@ def rloo_advantages(scores, groups, *, singleton="error"):
     return A
 
 
-def _rloo_regular(s, grp):
-    """:func:`rloo_advantages` for a regular layout (float scores, no group of one): each
-    group a column of :func:`_by_group`, the same operations in the same order (the same bits;
-    ``tests/test_group_advantages.py``)."""
-    by_group = _by_group(s, grp)
-    sums = _column_sums(by_group)[grp.inverse]
-    # A_i = s_i - (sum_g - s_i) / (n - 1)
-    A = s - (sums - s) / (grp.counts - 1)
-    # exactly 0 in a group of equal scores
-    flat = _flat_columns(by_group)
-    if flat is not None:
-        A = np.where(flat[grp.inverse], s * 0, A)
-    return A
-
-
-def _flat_columns(by_group):
-    """The columns (groups) of a (n, G) array whose entries are all equal (bool (G,)), None
-    when there is none.
-
-    Why the first test: a group of equal scores has its first two equal, and with float
-    scores ties are rare, so one comparison usually settles it (else: min == max).
-    """
-    if not np.count_nonzero(by_group[0] == by_group[1]):
-        return None
-    flat = np.minimum.reduce(by_group, axis=0) == np.maximum.reduce(by_group, axis=0)
-    return flat if np.count_nonzero(flat) else None
-
-
-def reinforce_plus_plus_advantages(rewards, mask, gamma=1.0, *, ddof=1, eps=1e-8,
-                                   eps_mode="add"):
+def reinforce_plus_plus_advantages(rewards, mask, gamma=1.0, *, ddof=1, std_eps=1e-8,
+                                   eps_mode="add", **renamed):
     """REINFORCE++ advantages: returns-to-go of the token rewards, whitened over the batch.
 
-        G_t = sum_{l >= 0} gamma^l r~_{t+l},    A_t = (G_t - mean(G)) / sqrt(var(G) + eps)
+        G_t = sum_{l >= 0} gamma^l r~_{t+l},    A_t = (G_t - mean(G)) / sqrt(var(G) + std_eps)
 
     mean and var over every response token of the batch (:func:`ppo_numpy.whiten`).
     No baseline besides the whitening's mean; the KL penalty is inside r~_t.
@@ -537,11 +462,12 @@ def reinforce_plus_plus_advantages(rewards, mask, gamma=1.0, *, ddof=1, eps=1e-8
         Discount factor. Default 1.0 (verl ``algorithm.gamma``, OpenRLHF ``--gamma``).
     ddof : {1, 0}
         Variance divisor n - ddof. Default 1 (verl ``masked_whiten``); OpenRLHF 0.
-    eps : float >= 0
-        Default 1e-8 (both).
+    std_eps : float >= 0
+        Default 1e-8 (both). (``eps=``, its old spelling, still works with a
+        DeprecationWarning.)
     eps_mode : {"add", "floor"}
-        ``"add"`` (default, verl): divide by sqrt(var + eps). ``"floor"`` (OpenRLHF):
-        by sqrt(max(var, eps)).
+        ``"add"`` (default, verl): divide by sqrt(var + std_eps). ``"floor"`` (OpenRLHF):
+        by sqrt(max(var, std_eps)).
 
     Returns
     -------
@@ -550,10 +476,10 @@ def reinforce_plus_plus_advantages(rewards, mask, gamma=1.0, *, ddof=1, eps=1e-8
     Notes
     -----
     verl ``algorithm.adv_estimator=reinforce_plus_plus``
-    (``compute_reinforce_plus_plus_outcome_advantage``): ``ddof=1, eps=1e-8,
+    (``compute_reinforce_plus_plus_outcome_advantage``): ``ddof=1, std_eps=1e-8,
     eps_mode="add"``. OpenRLHF ``--advantage_estimator reinforce``
     (``get_cumulative_returns`` then the normalisation in
-    ``compute_advantages_and_returns``): ``ddof=0, eps=1e-8, eps_mode="floor"``;
+    ``compute_advantages_and_returns``): ``ddof=0, std_eps=1e-8, eps_mode="floor"``;
     ``--no_advantage_std_norm`` only subtracts the mean. The three agree for masks
     without holes. At a hole verl restarts the sum (tokens before it do not see
     rewards after it) and OpenRLHF counts it as a step of reward 0 (an extra factor
@@ -563,21 +489,23 @@ def reinforce_plus_plus_advantages(rewards, mask, gamma=1.0, *, ddof=1, eps=1e-8
     --------
     Two responses, rewards [0, 1] and [0, 0, -1], gamma 1: G = [1, 1 | -1, -1, -1],
     mean -1/5, deviations [6/5, 6/5, -4/5, -4/5, -4/5], squared sum 24/5; with ddof 0
-    var = 24/25, std = 0.9798 (eps 0 for round numbers):
+    var = 24/25, std = 0.9798 (std_eps 0 for round numbers):
 
     >>> A = reinforce_plus_plus_advantages([[0, 1, 0], [0, 0, -1]], [[1, 1, 0], [1, 1, 1]],
-    ...                                    ddof=0, eps=0)
+    ...                                    ddof=0, std_eps=0)
     >>> [[round(float(a), 6) for a in row] for row in A]
     [[1.224745, 1.224745, 0.0], [-0.816497, -0.816497, -0.816497]]
     """
+    std_eps = renamed_keyword("reinforce_plus_plus_advantages", renamed, "eps", "std_eps",
+                              std_eps, 1e-8)
     # A_t = whiten(G_t) over the response tokens
-    return whiten(returns_to_go(rewards, mask, gamma), mask, ddof=ddof, eps=eps,
+    return whiten(returns_to_go(rewards, mask, gamma), mask, ddof=ddof, std_eps=std_eps,
                   eps_mode=eps_mode)
 
 
 def reinforce_plus_plus_baseline_advantages(scores, groups, mask, *, token_rewards=None,
-                                            singleton="error", ddof=1, eps=1e-8,
-                                            eps_mode="add", score_clip=None):
+                                            singleton="error", ddof=1, std_eps=1e-8,
+                                            eps_mode="add", score_clip=None, **renamed):
     """REINFORCE++-baseline: score minus group mean, on every response token, whitened.
 
         c_i = s_i - mean_g(i),    A_t = whiten(c_i + G_t(token_rewards))
@@ -600,9 +528,9 @@ def reinforce_plus_plus_baseline_advantages(scores, groups, mask, *, token_rewar
     singleton : {"error", "zero", "raw"}
         A group of one: ``"error"`` (default), ``"zero"`` (c = 0: its own mean;
         OpenRLHF) or ``"raw"`` (c = s: mean 0; verl).
-    ddof, eps, eps_mode :
+    ddof, std_eps, eps_mode :
         The whitening, as in :func:`reinforce_plus_plus_advantages`. Default verl's
-        ``ddof=1, eps=1e-8, eps_mode="add"``; OpenRLHF ``ddof=0, eps_mode="floor"``.
+        ``ddof=1, std_eps=1e-8, eps_mode="add"``; OpenRLHF ``ddof=0, eps_mode="floor"``.
     score_clip : float > 0 or (low, high), optional
         Clip c_i to ``[-score_clip, score_clip]`` or ``[low, high]`` (OpenRLHF's
         ``--reward_clip_range``, default (-10, 10)). None (default): no clip (verl).
@@ -629,13 +557,15 @@ def reinforce_plus_plus_baseline_advantages(scores, groups, mask, *, token_rewar
     on 8 tokens, mean 0, every squared deviation 1/4; ddof 1: var = 2/7, A = c / 0.5345:
 
     >>> A = reinforce_plus_plus_baseline_advantages([1, 0, 0, 1], [0, 0, 1, 1],
-    ...                                             np.ones((4, 2)), eps=0)
+    ...                                             np.ones((4, 2)), std_eps=0)
     >>> [round(float(a), 6) for a in A[:, 0]]
     [0.935414, -0.935414, -0.935414, 0.935414]
     """
+    std_eps = renamed_keyword("reinforce_plus_plus_baseline_advantages", renamed, "eps",
+                              "std_eps", std_eps, 1e-8)
     check_choice(singleton, "singleton", SINGLETONS)
     s = _check_scores(scores, "scores", exact=False)
-    grp = _groups(groups, s.shape[0], regular=False)
+    grp = _groups(groups, s.shape[0])
     if mask is None:
         raise ValueError("mask: required, (B, T) with 1 for the response tokens the advantage "
                          "covers")
@@ -654,7 +584,7 @@ def reinforce_plus_plus_baseline_advantages(scores, groups, mask, *, token_rewar
     if score_clip is not None:
         c = np.clip(c, *check_bounds(score_clip, "score_clip", allow_exact=False))
     # (whiten zeroes the padding of c_i + G_t)
-    return whiten(c[:, None] + G, m, ddof=ddof, eps=eps, eps_mode=eps_mode)
+    return whiten(c[:, None] + G, m, ddof=ddof, std_eps=std_eps, eps_mode=eps_mode)
 
 
 def remax_advantages(rewards, baseline_scores, mask, *, gamma=1.0):
@@ -783,7 +713,7 @@ def opo_advantages(scores, groups, lengths, *, singleton="error", empty="error")
     check_choice(singleton, "singleton", SINGLETONS)
     check_choice(empty, "empty", ("error", "nan"), "rule for a group without tokens")
     s = _check_scores(scores, "scores")
-    grp = _groups(groups, s.shape[0], regular=False)
+    grp = _groups(groups, s.shape[0])
     n = _check_lengths(lengths, s.shape[0])
     G = len(grp.counts)
     single = _singletons(grp, singleton, "Pass singleton='zero' or 'raw' (verl: baseline 0).")
@@ -852,7 +782,7 @@ def gpg_advantages(scores, groups, *, f_norm=1.0, singleton="error"):
     check_choice(singleton, "singleton", SINGLETONS)
     f_norm = check_scalar(f_norm, "f_norm", low=0, low_open=True)
     s = _check_scores(scores, "scores")
-    grp = _groups(groups, s.shape[0], regular=False)
+    grp = _groups(groups, s.shape[0])
     G = len(grp.counts)
     single = _singletons(grp, singleton, "Pass singleton='zero' or 'raw' (verl: mean 0).")
     # alpha = B / max(number of nonzero scores, 1)
@@ -869,10 +799,10 @@ def gpg_advantages(scores, groups, *, f_norm=1.0, singleton="error"):
     return alpha * centred / f
 
 
-def grpo_passk_advantages(scores, groups, *, scale="group", eps=1e-6, ddof=1):
+def grpo_passk_advantages(scores, groups, *, scale="group", std_eps=1e-6, ddof=1, **renamed):
     """Pass@k advantages: the best response of each group gets its lead over the second best.
 
-        A_i = (s_(1) - s_(2)) / (std_g + eps)   for i the best response of its group
+        A_i = (s_(1) - s_(2)) / (std_g + std_eps)   for i the best response of its group
         A_i = 0                                 for the others
 
     s_(1) >= s_(2) are the two highest scores of the group, std_g its standard deviation
@@ -888,9 +818,10 @@ def grpo_passk_advantages(scores, groups, *, scale="group", eps=1e-6, ddof=1):
         Prompt id of each response, any order; every group needs >= 2 responses
         (ValueError otherwise, as in verl).
     scale : {"group", "none"}
-        Divide by std_g + eps (default; verl ``norm_adv_by_std_in_grpo=True``) or not.
-    eps : float >= 0
-        Added to the std. Default 1e-6 (verl).
+        Divide by std_g + std_eps (default; verl ``norm_adv_by_std_in_grpo=True``) or not.
+    std_eps : float >= 0
+        Added to the std. Default 1e-6 (verl). (``eps=``, its old spelling, still works
+        with a DeprecationWarning.)
     ddof : {1, 0}
         Divisor n - ddof of the variance. Default 1 (``torch.std``).
 
@@ -906,20 +837,21 @@ def grpo_passk_advantages(scores, groups, *, scale="group", eps=1e-6, ddof=1):
 
     Examples
     --------
-    One group [1, 0.5, 0]: the best leads by 1/2; std (ddof 1) = 1/2, so with eps 0 its
-    advantage is 1 and the others' 0:
+    One group [1, 0.5, 0]: the best leads by 1/2; std (ddof 1) = 1/2, so with std_eps 0
+    its advantage is 1 and the others' 0:
 
-    >>> [float(a) for a in grpo_passk_advantages([1, 0.5, 0], [0, 0, 0], eps=0)]
+    >>> [float(a) for a in grpo_passk_advantages([1, 0.5, 0], [0, 0, 0], std_eps=0)]
     [1.0, 0.0, 0.0]
     >>> [float(a) for a in grpo_passk_advantages([0, 2, 1, 1], [0, 0, 1, 1], scale="none")]
     [0.0, 2.0, 0.0, 0.0]
     """
+    std_eps = renamed_keyword("grpo_passk_advantages", renamed, "eps", "std_eps", std_eps, 1e-6)
     check_choice(scale, "scale", ("group", "none"))
-    eps = check_scalar(eps, "eps", low=0, allow_exact=False)
+    std_eps = check_scalar(std_eps, "std_eps", low=0, allow_exact=False)
     if isinstance(ddof, bool) or ddof not in (0, 1):
         raise ValueError(f"ddof: must be 0 or 1, got {ddof!r}")
     s = _check_scores(scores, "scores", exact=None if scale == "none" else False)
-    grp = _groups(groups, s.shape[0], regular=False)
+    grp = _groups(groups, s.shape[0])
     _singletons(grp, "error", "Pass@k needs at least 2 samples per group (verl raises too).")
     A = s * 0
     for g in range(len(grp.counts)):
@@ -932,16 +864,16 @@ def grpo_passk_advantages(scores, groups, *, scale="group", eps=1e-6, ddof=1):
             # std_g = sqrt(sum_j (s_j - mean_g)^2 / (n_g - ddof))
             mean = vals.sum() / len(rows)
             std = float(np.sqrt(((vals - mean) ** 2).sum() / (len(rows) - ddof)))
-            lead = lead / (std + eps)
+            lead = lead / (std + std_eps)
         A[rows[order[0]]] = lead
     return A
 
 
-def gdpo_advantages(components, groups, mask, *, weights=None, eps=1e-6, singleton="error",
-                    whiten_eps=1e-8, dtype=np.float64):
+def gdpo_advantages(components, groups, mask, *, weights=None, std_eps=1e-6, singleton="error",
+                    whiten_eps=1e-8, dtype=np.float64, **renamed):
     """GDPO advantages: GRPO on each reward component apart, a weighted sum, whitened.
 
-        A^k_i = (s^k_i - mean_g(i)(s^k)) / (std_g(i)(s^k) + eps)     per component k
+        A^k_i = (s^k_i - mean_g(i)(s^k)) / (std_g(i)(s^k) + std_eps)     per component k
         S_i   = sum_k w_k A^k_i,        A_t = whiten(S_i)  over every response token
 
     (Group reward-Decoupled normalisation Policy Optimisation, arXiv 2601.05242: a
@@ -960,12 +892,13 @@ def gdpo_advantages(components, groups, mask, *, weights=None, eps=1e-6, singlet
         1 for response tokens; the output is exactly 0 at padding.
     weights : array (K,), optional
         w_k (verl ``algorithm.gdpo_reward_weights``); None: all 1.
-    eps : float >= 0
-        The per-component GRPO's eps, added to the std. Default 1e-6 (verl).
+    std_eps : float >= 0
+        The per-component GRPO's std_eps, added to the std. Default 1e-6 (verl).
+        (``eps=``, its old spelling, still works with a DeprecationWarning.)
     singleton : {"error", "zero", "raw"}
         A group of one, as in :func:`grpo_advantages` (verl: ``"raw"``).
     whiten_eps : float >= 0
-        The whitening's eps. Default 1e-8 (verl ``masked_whiten``).
+        The whitening's std_eps. Default 1e-8 (verl ``masked_whiten``).
     dtype : {numpy.float64, numpy.float32}
         The precision of the per-component GRPO (verl: float32 components).
 
@@ -984,21 +917,22 @@ def gdpo_advantages(components, groups, mask, *, weights=None, eps=1e-6, singlet
     Examples
     --------
     Two responses to one prompt, one token each, components [[1, 0], [0, 4]]: each
-    component gives A = [+0.7071, -0.7071] or the reverse (eps 0), the sum is [0, 0]:
+    component gives A = [+0.7071, -0.7071] or the reverse (std_eps 0), the sum is [0, 0]:
     the two rewards cancel, whatever their scale (GRPO on the summed scores [1, 4] would
     favour the second):
 
-    >>> A = gdpo_advantages([[1, 0], [0, 4]], [0, 0], [[1], [1]], eps=0)
+    >>> A = gdpo_advantages([[1, 0], [0, 4]], [0, 0], [[1], [1]], std_eps=0)
     >>> [float(a) for a in A[:, 0]]
     [0.0, 0.0]
 
     One component: GRPO gives [+0.7071, -0.7071], whose two tokens have mean 0 and
     (ddof 1) variance 0.5 + 0.5 = 1, so the whitening leaves them:
 
-    >>> A = gdpo_advantages([[1], [0]], [0, 0], [[1], [1]], eps=0, whiten_eps=0)
+    >>> A = gdpo_advantages([[1], [0]], [0, 0], [[1], [1]], std_eps=0, whiten_eps=0)
     >>> [round(float(a), 6) for a in A[:, 0]]
     [0.707107, -0.707107]
     """
+    std_eps = renamed_keyword("gdpo_advantages", renamed, "eps", "std_eps", std_eps, 1e-6)
     check_choice(singleton, "singleton", SINGLETONS)
     c = as_array(components, "components", exact=False)
     if c.ndim != 2 or c.shape[0] == 0 or c.shape[1] == 0:
@@ -1013,15 +947,16 @@ def gdpo_advantages(components, groups, mask, *, weights=None, eps=1e-6, singlet
             raise ValueError(f"weights: expected shape ({K},), one weight per component, "
                              f"got shape {w.shape}")
         check_finite(w, "weights", np.ones(K, dtype=bool))
-    eps = check_scalar(eps, "eps", low=0, allow_exact=False)
+    std_eps = check_scalar(std_eps, "std_eps", low=0, allow_exact=False)
     whiten_eps = check_scalar(whiten_eps, "whiten_eps", low=0, allow_exact=False)
     if mask is None:
         raise ValueError("mask: required, (B, T) with 1 for the response tokens")
     # S_i = sum_k w_k GRPO(s^k)_i
     S = np.zeros(c.shape[0])
     for k in range(K):
-        A_k = grpo_advantages(c[:, k], groups, eps=eps, singleton=singleton, dtype=dtype)
+        A_k = grpo_advantages(c[:, k], groups, std_eps=std_eps, singleton=singleton,
+                              dtype=dtype)
         S = S + w[k] * A_k
     (G,), m = _token_inputs({"mask": as_array(mask, "mask") * 0}, mask, ("components", S))
     # A_t = whiten(S_i) over the response tokens, ddof 1 (0 at padding)
-    return whiten(G + S[:, None], m, ddof=1, eps=whiten_eps)
+    return whiten(G + S[:, None], m, ddof=1, std_eps=whiten_eps)

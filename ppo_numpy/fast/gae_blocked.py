@@ -26,13 +26,45 @@ import functools
 
 import numpy as np
 
+from .._checks import check_finite, check_shapes
 from ..ppo.td import has_holes, late_starts, next_valid_values
 
-__all__ = ["BLOCK", "gae_blocked_kernel", "gae_blocked_with_sums", "right_padded_lengths"]
+__all__ = ["BLOCK", "BLOCKED_FROM", "gae_blocked", "gae_blocked_kernel", "gae_blocked_with_sums",
+           "right_padded_lengths", "use_blocked"]
 
 #: the default block length C: the product costs 2 C operations per entry, the recursion
 #: over blocks a few passes over T / C numbers per level (C = 8 measured fastest at (256, 1024))
 BLOCK = 8
+
+#: the size rule of the callers that choose GAE's form by size (the presets, the training
+#: loop): the blocked form from this many entries (B T) on; below it the recursion's T Python
+#: steps cost less than the blocked form's fixed overhead would save
+BLOCKED_FROM = 1 << 15
+
+
+def use_blocked(v) -> bool:
+    """The size rule: float ``v`` (the values) of at least :data:`BLOCKED_FROM` entries."""
+    return v.dtype != object and v.size >= BLOCKED_FROM
+
+
+def gae_blocked(rewards, values, gamma, lam, mask, block=BLOCK):
+    """:func:`ppo_numpy.gae` by blocks (``gae(..., method="blocked")``, which checks
+    ``gamma``, ``lam`` and ``block`` and calls this): the arrays' shapes and mask checked
+    here, their values by one short read of the results.
+
+    A NaN or inf in rewards or values at a response token makes delta_t there non-finite, and
+    with it its block's sum (or R_t = A_t + V(s_t), when there are no sums); only then are the
+    inputs read, to name the argument (finite inputs that overflow pass). Nothing at padding
+    is read, so the arrays are used as given (no copy to zero their padding).
+    """
+    (r, v), m = check_shapes({"rewards": rewards, "values": values}, mask, exact=False)
+    advantages, returns, sums = gae_blocked_with_sums(r, v, gamma, lam, m, block)
+    with np.errstate(over="ignore", invalid="ignore"):
+        finite = np.isfinite((returns if sums is None else sums).sum())
+    if not finite:
+        check_finite(r, "rewards", m)
+        check_finite(v, "values", m)
+    return advantages, returns
 
 
 def gae_blocked_kernel(r, v, gamma, lam, m, block=BLOCK):
@@ -53,8 +85,8 @@ def gae_blocked_kernel(r, v, gamma, lam, m, block=BLOCK):
 def gae_blocked_with_sums(r, v, gamma, lam, m, block=BLOCK):
     """:func:`gae_blocked_kernel` and ``sums``: an array of T / C times fewer numbers that is
     finite exactly when the TD errors at the response tokens are (unless finite ones
-    overflow), for :func:`ppo_numpy.gae` to check its inputs by one short read; ``None``
-    when there are none (then ``gae`` reads the returns instead).
+    overflow), for :func:`gae_blocked` to check its inputs by one short read; ``None``
+    when there are none (then it reads the returns instead).
 
     ``sums`` are the block sums sum_j (gamma lambda)^j delta_(kC + j) of a right-padded
     batch: a NaN or inf among a block's TD errors makes its sum NaN or inf, as every weight

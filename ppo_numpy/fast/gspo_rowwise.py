@@ -26,10 +26,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._checks import check_shapes
 from ..grads import loss_grads
 from ..policy_loss import kernel
 from ..policy_loss.kernel import APPROX_KL, PolicyLossForward, kl_agg
-from ..policy_loss.objective import _check_approx_kl, _checked, loss_options
+from ..policy_loss.objective import _check_approx_kl, loss_options
 from ..ppo.aggregation import aggregate_kernel, aggregation_weights, divisors
 from ..ppo.clipping import UNCLIPPED, clip_case, surrogate_term
 from ..ppo.kl import kl_estimate_grad_kernel, kl_estimate_kernel
@@ -252,8 +253,8 @@ def _sequence_level_fast(logp, logp_old, advantages, mask, opts, approx_kl):
     any of this fails (NaN, inf, or an overflow of finite values) the answer is ``None``, and
     the caller's full check names the argument, or the readable form computes the overflow.
     """
-    (logp, logp_old, A), m = _checked(logp, logp_old, advantages, mask, zero_padding=False,
-                                      check_values=False)
+    (logp, logp_old, A), m = check_shapes(
+        {"logp": logp, "logp_old": logp_old, "advantages": advantages}, mask, exact=False)
     A_row = use_rowwise(A, m, opts)
     if A_row is None or not np.isfinite(A_row).all():
         return None

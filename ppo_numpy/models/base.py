@@ -78,11 +78,13 @@ class ToyPolicy(Parameterised):
 
     Subclasses set ``self.params`` and implement ``forward(tokens, params=None)``
     and ``backward(cache, dlogits, dvalues)``; the package's own models also implement
-    ``_forward(tokens, p)``, the same pass on tokens checked already (which sampling calls at
-    every step: its tokens are checked once, at the edge). The models with token and position
-    embeddings and a policy and a value head on a hidden state (``MLPPolicy``,
-    ``TransformerPolicy``) share :meth:`heads`, :meth:`heads_backward` and
-    :meth:`embedding_backward`.
+    ``_forward(tokens, p, values=True)``, the same pass on tokens checked already (which
+    sampling calls at every step: its tokens are checked once, at the edge); with
+    ``values=False`` it computes the policy's logits alone (values and cache ``None``: the
+    critic is skipped, no result changed), what a sampling or greedy step reads. The models
+    with token and position embeddings and a policy and a value head on a hidden state
+    (``MLPPolicy``, ``TransformerPolicy``) share :meth:`heads`, :meth:`policy_head`,
+    :meth:`heads_backward` and :meth:`embedding_backward`.
     """
 
     def __init__(self, vocab_size):
@@ -101,9 +103,10 @@ class ToyPolicy(Parameterised):
     def check_tokens(self, tokens, name="tokens") -> np.ndarray:
         return check_tokens(tokens, self.vocab_size, name)
 
-    def _forward(self, tokens, p):
+    def _forward(self, tokens, p, values=True):
         """:meth:`forward` on checked int64 tokens and resolved params ``p``. This default (for
-        a subclass that implements only ``forward``) calls ``forward``, which checks again."""
+        a subclass that implements only ``forward``) calls ``forward``, which checks again,
+        and computes the values whatever ``values`` says."""
         return self.forward(tokens, params=p)
 
     def check_upstream(self, cache, dlogits, dvalues):
@@ -127,7 +130,11 @@ class ToyPolicy(Parameterised):
         Returns logits (B, L, K) and values (B, L).
         """
         v_in = h if g is None else g
-        return h @ p["W_pi"] + p["b_pi"] + self.logit_bias, v_in @ p["w_v"] + p["b_v"]
+        return self.policy_head(h, p), v_in @ p["w_v"] + p["b_v"]
+
+    def policy_head(self, h, p):
+        """The logits h W_pi + b_pi + bias (B, L, K) of :meth:`heads` alone."""
+        return h @ p["W_pi"] + p["b_pi"] + self.logit_bias
 
     @staticmethod
     def heads_backward(h, p, dlogits, dvalues, g=None):

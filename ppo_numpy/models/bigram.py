@@ -61,9 +61,12 @@ class BigramPolicy(ToyPolicy):
         """
         return self._forward(self.check_tokens(tokens), self.resolve_params(params))
 
-    def _forward(self, tokens, p):
-        """:meth:`forward` on checked int64 tokens (kept in the cache) and resolved params."""
+    def _forward(self, tokens, p, values=True):
+        """:meth:`forward` on checked int64 tokens (kept in the cache) and resolved params;
+        ``values=False``: the logits alone (``ToyPolicy``)."""
         logits = p["W"][tokens] + self.logit_bias  # (B, L, K)
+        if not values:
+            return logits, None, None
         values = p["v"][tokens]  # (B, L)
         return logits, values, {"tokens": tokens}
 

@@ -111,8 +111,9 @@ class MLPPolicy(ToyPolicy):
         """
         return self._forward(self.check_tokens(tokens), self.resolve_params(params))
 
-    def _forward(self, tokens, p):
-        """:meth:`forward` on checked int64 tokens (kept in the cache) and resolved params."""
+    def _forward(self, tokens, p, values=True):
+        """:meth:`forward` on checked int64 tokens (kept in the cache) and resolved params;
+        ``values=False``: the logits alone (``ToyPolicy``)."""
         B, L = tokens.shape
         C, D = self.context, self.d_embed
         if L > self.max_len:
@@ -126,6 +127,8 @@ class MLPPolicy(ToyPolicy):
         # h = tanh(x W1 + b1)
         hpre = x @ p["W1"] + p["b1"]  # (B, L, H)
         h = np.tanh(hpre)  # (B, L, H)
+        if not values:
+            return self.policy_head(h, p), None, None
         # the critic's own layer (value_hidden > 0): g = tanh(x W1_v + b1_v)
         g = np.tanh(x @ p["W1_v"] + p["b1_v"]) if self.value_hidden else None  # (B, L, H_v)
         # logits = h W_pi + b_pi + bias;  V = h . w_v + b_v  (or g . w_v + b_v)

@@ -81,19 +81,20 @@ def check_temperature(temperature) -> float:
     return check_scalar(temperature, "temperature", low=0, low_open=True, allow_exact=False)
 
 
-def _response_scores(model, prompts, responses, temperature, params=None):
-    """z (B, T, K), log softmax(z), values (B, T) and the model cache for y given x.
+def _response_scores(model, prompts, responses, temperature, params=None, values=True):
+    """z (B, T, K), log softmax(z), values (B, T) and the model cache for y given x;
+    ``values=False``: the policy's alone (values and cache ``None``).
 
     ``prompts`` and ``responses`` checked already (int64 ids of the vocabulary): the model's
     forward pass runs without checking them again (at every step of :func:`sample`)."""
     P, T = prompts.shape[1], responses.shape[1]
     tokens = np.ascontiguousarray(np.concatenate([prompts, responses], axis=1)[:, :-1])
     # (B, P + T - 1) checked ids: the forward pass without its token check
-    logits, values, cache = model._forward(tokens, model.resolve_params(params))
+    logits, v, cache = model._forward(tokens, model.resolve_params(params), values=values)
     # z_t = logits[:, P - 1 + t] / temperature
     z = logits[:, P - 1 : P - 1 + T] / temperature  # (B, T, K)
     logq = log_softmax_kernel(z)  # (B, T, K)
-    return z, logq, values[:, P - 1 : P - 1 + T], cache
+    return z, logq, None if v is None else v[:, P - 1 : P - 1 + T], cache
 
 
 def sample(model, prompts, rng, max_new_tokens, temperature=1.0, *, rollout_precision="float64",
@@ -130,10 +131,12 @@ def sample(model, prompts, rng, max_new_tokens, temperature=1.0, *, rollout_prec
 
     Notes
     -----
-    Vectorised over the batch, a loop over the T positions only. Each draw is
-    Gumbel-max: argmax_k(log q_k + g_k) with g_k ~ Gumbel(0, 1) i.i.d. is a sample
-    from q (one (B, K) block of Gumbel noise per position, also for finished rows,
-    so the generator advances the same way whatever the responses).
+    Vectorised over the batch, a loop over the T positions only; a step runs the model on
+    the rows not finished yet (a row's numbers do not depend on the others, so they are the
+    bits a pass over the whole batch gives) and the values are read in one pass after the
+    loop. Each draw is Gumbel-max: argmax_k(log q_k + g_k) with g_k ~ Gumbel(0, 1) i.i.d.
+    is a sample from q (one (B, K) block of Gumbel noise per position, also for finished
+    rows, so the generator advances the same way whatever the responses).
 
     Examples
     --------
@@ -167,32 +170,38 @@ def sample(model, prompts, rng, max_new_tokens, temperature=1.0, *, rollout_prec
     mask = np.zeros((B, T), dtype=bool)
     logp = np.zeros((B, T))
     logp_rollout = np.zeros((B, T)) if mismatch else logp
-    values = np.zeros((B, T))
     done = np.zeros(B, dtype=bool)
-    rows = np.arange(B)
     for t in range(T):
-        # the same computation as evaluate(); positions > t hold PAD and cannot affect t
-        z, logq, vals, _ = _response_scores(model, x, responses, temperature)
-        g = rng.gumbel(size=(B, K))
+        # the rows still being written; a finished row keeps PAD, mask 0 and logp 0 from here
+        live = np.flatnonzero(~done)  # (n,)
+        n = live.size
+        # the same computation as evaluate() on these rows (a row's numbers do not depend on
+        # the other rows); positions > t hold PAD and cannot affect t (the policy alone: the
+        # values are read after the loop)
+        z, logq, _, _ = _response_scores(model, x[live], responses[live], temperature,
+                                         values=False)  # (n, T, K)
+        g = rng.gumbel(size=(B, K))[live]  # (n, K): every row's noise drawn, as always
         if mismatch:
             # the engine's log softmax(round(logits) / rollout_temperature); logits = z tau
             # (exact for tau = 1, within an ulp otherwise)
             logq_r = log_softmax_kernel(
                 round_to_precision(z[:, t] * temperature, rollout_precision)
-                / engine_temperature)  # (B, K)
+                / engine_temperature)  # (n, K)
         else:
             logq_r = logq[:, t]
-        y = np.argmax(logq_r + g, axis=-1)  # (B,)
-        live = ~done
-        responses[:, t] = np.where(live, y, PAD)
-        mask[:, t] = live
-        logp[:, t] = np.where(live, logq[rows, t, y], 0.0)
+        y = np.argmax(logq_r + g, axis=-1)  # (n,)
+        responses[live, t] = y
+        mask[live, t] = True
+        logp[live, t] = logq[np.arange(n), t, y]
         if mismatch:
-            logp_rollout[:, t] = np.where(live, logq_r[rows, y], 0.0)
-        values[:, t] = np.where(live, vals[:, t], 0.0)
-        done |= live & (y == EOS)
+            logp_rollout[live, t] = logq_r[np.arange(n), y]
+        done[live] = y == EOS
         if np.all(done):
             break
+    # V(s_t) of every response token, from one forward pass over the finished responses: a
+    # state's value depends only on the tokens before it, so these are the numbers a pass at
+    # step t gives (as evaluate() gives logp_old's)
+    values = np.where(mask, _response_scores(model, x, responses, temperature)[2], 0.0)
     # made here from checked inputs: trusted, not checked again
     return Rollout._trusted(prompts=x, responses=responses, mask=mask, logp=logp, values=values,
                             logp_old=logp, old_values=values, logp_rollout=logp_rollout,
@@ -242,13 +251,15 @@ def evaluate(model, prompts, responses, mask, temperature=1.0, *, params=None):
     return evaluate_kernel(model, x, y, m, temperature, params)
 
 
-def evaluate_kernel(model, x, y, m, temperature, params=None) -> Evaluation:
-    """:func:`evaluate` of checked tokens ``x``, ``y``, bool mask ``m`` (unchecked kernel)."""
-    z, logq, vals, cache = _response_scores(model, x, y, temperature, params)
+def evaluate_kernel(model, x, y, m, temperature, params=None, values=True) -> Evaluation:
+    """:func:`evaluate` of checked tokens ``x``, ``y``, bool mask ``m`` (unchecked kernel);
+    ``values=False``: the policy's alone (``values`` and ``cache`` None: the training loop's
+    reference log-probs)."""
+    z, logq, vals, cache = _response_scores(model, x, y, temperature, params, values)
     logp = np.take_along_axis(logq, y[..., None], axis=-1)[..., 0]  # (B, T)
     return Evaluation(
         logp=where_valid(m, logp),
-        values=where_valid(m, vals),
+        values=None if vals is None else where_valid(m, vals),
         entropy=where_valid(m, entropy_kernel(logq)),
         logits=z,
         logq=logq,

@@ -212,8 +212,9 @@ class TransformerPolicy(ToyPolicy):
         """
         return self._forward(self.check_tokens(tokens), self.resolve_params(params))
 
-    def _forward(self, tokens, p):
-        """:meth:`forward` on checked int64 tokens (kept in the cache) and resolved params."""
+    def _forward(self, tokens, p, values=True):
+        """:meth:`forward` on checked int64 tokens (kept in the cache) and resolved params;
+        ``values=False``: the logits alone (``ToyPolicy``)."""
         B, L = tokens.shape
         if L > self.max_len:
             raise ValueError(f"tokens: length {L} exceeds max_len {self.max_len}")
@@ -248,6 +249,8 @@ class TransformerPolicy(ToyPolicy):
             blocks.append(c)
         # h = LN(x; g_f, b_f)
         h, lnf = layer_norm(x, p["lnf_g"], p["lnf_b"])  # (B, L, D)
+        if not values:
+            return self.policy_head(h, p), None, None
         # the value head's own layer (value_hidden > 0): g = tanh(h W1_v + b1_v)
         g = np.tanh(h @ p["W1_v"] + p["b1_v"]) if self.value_hidden else None  # (B, L, H_v)
         # logits = h W_pi + b_pi + bias;  V = h . w_v + b_v  (or g . w_v + b_v)

@@ -121,18 +121,13 @@ def _check_approx_kl(approx_kl) -> tuple:
     return tuple(k for k in APPROX_KL if k in chosen)
 
 
-def _checked(logp, logp_old, advantages, mask, logp_ref=None, *, zero_padding=True,
-             check_values=True):
+def _checked(logp, logp_old, advantages, mask, logp_ref=None):
     """The arrays of a public call checked once: float64 (even for Fractions: rho needs exp),
-    0 at padding; ``logp_ref`` last when given. ``zero_padding=False``, ``check_values=False``:
-    as ``prepare``'s (a large array may come back as given, its padding not zeroed; its
-    values not checked: the caller checks them)."""
+    0 at padding; ``logp_ref`` last when given."""
     arrays = {"logp": logp, "logp_old": logp_old, "advantages": advantages}
     if logp_ref is not None:
         arrays["logp_ref"] = logp_ref
-    out, m = prepare(arrays, mask, exact=False, zero_padding=zero_padding,
-                     check_values=check_values)
-    return out, m
+    return prepare(arrays, mask, exact=False)
 
 
 def ppo_policy_loss(logp, logp_old, advantages, mask=None, epsilon=0.2, agg="token-mean", *,

@@ -8,12 +8,10 @@ computed by the backward recursion everyone recognises
 
 and returns R_t = A_hat_t + V(s_t) (the value head's regression target).
 
-The recursion below is the definition, and what :func:`gae` runs on small
-batches (``method="loop"``). On batches of at least ``BLOCKED_FROM`` tokens it
-runs the fast form of ``ppo_numpy.fast.gae_blocked`` (``method="blocked"``: the
-same sums, block by block, with matrix products instead of a Python step per
-time index), tested equal to the recursion and to the sum definition in
-``tests/test_td_gae.py``; measured speed in ``docs/benchmarks.md``.
+The recursion below is the definition, and what :func:`gae` runs. A caller that needs the
+speed on large batches chooses the fast form of ``ppo_numpy.fast.gae_blocked``
+(``method="blocked"``), tested equal to the recursion and to the sum definition in
+``tests/test_td_gae.py``.
 """
 
 from __future__ import annotations
@@ -22,26 +20,22 @@ import numpy as np
 
 from .._checks import (
     check_choice,
-    check_finite,
     check_int,
     check_scalar,
+    is_exact,
     prepare,
     scalar_for,
     where_valid,
 )
-from ..fast.gae_blocked import BLOCK, gae_blocked_kernel, gae_blocked_with_sums
+from ..fast.gae_blocked import BLOCK, gae_blocked, gae_blocked_kernel
 from .td import td_errors_kernel
 
 __all__ = ["METHODS", "gae", "gae_kernel"]
 
 METHODS = ("blocked", "loop")
 
-#: ``method=None`` runs the blocked form from this many entries (B T) on: below it the
-#: recursion's T Python steps cost less than the blocked form's fixed overhead would save
-BLOCKED_FROM = 1 << 15
 
-
-def gae(rewards, values, gamma=1.0, lam=0.95, mask=None, *, method=None, block=BLOCK):
+def gae(rewards, values, gamma=1.0, lam=0.95, mask=None, *, method="loop", block=BLOCK):
     """Advantages A_hat_t = sum_l (gamma lam)^l delta_{t+l} and returns A_hat_t + V(s_t).
 
     Parameters
@@ -58,12 +52,10 @@ def gae(rewards, values, gamma=1.0, lam=0.95, mask=None, *, method=None, block=B
     mask : array of 0/1, optional
         1 for response tokens. Padding is skipped (see :func:`td_errors`):
         the recursion runs over response tokens only, and outputs are 0 at padding.
-    method : {"loop", "blocked"}, optional
-        ``"loop"``: the backward recursion below. ``"blocked"``: its fast form
-        (``ppo_numpy.fast.gae_blocked``; float64 only, equal up to rounding, see
-        ``tests/test_td_gae.py``). ``None`` (default): ``"blocked"`` for float input of
-        at least ``BLOCKED_FROM`` = 32768 entries, ``"loop"`` otherwise (and always for
-        exact Fractions).
+    method : {"loop", "blocked"}
+        ``"loop"`` (default): the backward recursion below. ``"blocked"``: its fast form,
+        chosen by a caller that needs the speed (``ppo_numpy.fast.gae_blocked``; float64
+        only, equal up to rounding, see ``tests/test_td_gae.py``). ``None`` is ``"loop"``.
     block : int >= 1
         Block length C of the blocked form (speed only; 1 behaves as 2). Default 8.
 
@@ -85,32 +77,15 @@ def gae(rewards, values, gamma=1.0, lam=0.95, mask=None, *, method=None, block=B
     """
     lam = check_scalar(lam, "lam", low=0, high=1)
     gamma = check_scalar(gamma, "gamma", low=0, high=1)
-    if method is not None:
-        check_choice(method, "method", METHODS, "method")
+    method = "loop" if method is None else check_choice(method, "method", METHODS, "method")
     block = check_int(block, "block")
-    # shapes and the mask checked here, the values below; large float arrays come back as
-    # given (the blocked form reads no padding)
-    (r, v), m = prepare({"rewards": rewards, "values": values}, mask, zero_padding=False,
-                        check_values=False)
-    if method == "blocked" and v.dtype == object:
-        raise ValueError("method: 'blocked' computes in float64; exact Fraction input needs "
-                         "method='loop' (or None, which picks it)")
-    if _blocked(method, v):
-        advantages, returns, sums = gae_blocked_with_sums(r, v, gamma, lam, m, block)
-        # why: one short read instead of two long ones: a NaN or inf in rewards or values at
-        # a response token makes delta_t there non-finite, and with it its block's sum (or
-        # R_t = A_t + V(s_t), when there are no sums); only then are the inputs read, to name
-        # the argument (finite inputs that overflow pass)
-        with np.errstate(over="ignore", invalid="ignore"):
-            finite = np.isfinite((returns if sums is None else sums).sum())
-        if not finite:
-            check_finite(r, "rewards", m)
-            check_finite(v, "values", m)
-        return advantages, returns
-    check_finite(r, "rewards", m)
-    check_finite(v, "values", m)
-    # the recursion reads r and v as 0 at padding
-    r, v = where_valid(m, r), where_valid(m, v)
+    if method == "blocked":
+        if is_exact(rewards) or is_exact(values):
+            raise ValueError("method: 'blocked' computes in float64; exact Fraction input "
+                             "needs method='loop'")
+        # the fast form, chosen by the caller
+        return gae_blocked(rewards, values, gamma, lam, mask, block)
+    (r, v), m = prepare({"rewards": rewards, "values": values}, mask)
     gamma, lam = scalar_for(gamma, v), scalar_for(lam, v)
     # delta_t = r_t + gamma V(s_{t+1}) - V(s_t)
     delta = td_errors_kernel(r, v, gamma, m)
@@ -140,18 +115,11 @@ def _backward_recursion(x, mask, g):
     return where_valid(mask, y)
 
 
-def _blocked(method, v) -> bool:
-    """The size rule: ``method`` given, or None and float ``v`` of >= BLOCKED_FROM entries."""
-    return method == "blocked" or (method is None and v.dtype != object
-                                   and v.size >= BLOCKED_FROM)
-
-
-def gae_kernel(r, v, gamma, lam, m, method=None, block=BLOCK):
+def gae_kernel(r, v, gamma, lam, m, method="loop", block=BLOCK):
     """:func:`gae` on checked arrays (unchecked kernel; the training loop's and the presets'):
     ``r``, ``v`` 0 at padding (not written into), ``gamma``, ``lam`` in their arithmetic,
-    ``m`` a bool mask; ``method`` as in :func:`gae` (None: the same size rule). Returns
-    ``(advantages, returns)``."""
-    if _blocked(method, v):
+    ``m`` a bool mask; ``method`` as in :func:`gae`. Returns ``(advantages, returns)``."""
+    if method == "blocked":
         return gae_blocked_kernel(r, v, gamma, lam, m, block)
     advantages = _backward_recursion(td_errors_kernel(r, v, gamma, m), m, gamma * lam)
     return advantages, advantages + v

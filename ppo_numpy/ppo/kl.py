@@ -26,7 +26,6 @@ from .._checks import (
     check_choice,
     check_scalar,
     finite_entries,
-    garbage_errstate,
     prepare,
     scalar_for,
     where_valid,
@@ -207,17 +206,14 @@ def kl_shaped_rewards(scores, logp, logp_ref, beta, mask=None, estimator="k1", *
     beta = check_scalar(beta, "beta", low=0)
     # k3 needs exp: it is never exact
     exact = False if estimator == "k3" else None
-    (logp, logp_ref), m = prepare({"logp": logp, "logp_ref": logp_ref}, mask, exact=exact,
-                                  zero_padding=False)
+    (logp, logp_ref), m = prepare({"logp": logp, "logp_ref": logp_ref}, mask, exact=exact)
     clamp = check_kl_clamp(kl_clamp)
     s = check_scores(scores, logp)
     if isinstance(score_offset, bool) or score_offset not in (0, 1):
         raise ValueError(f"score_offset: must be 0 or 1, got {score_offset!r}")
     bounds = None if score_clip is None else check_bounds(score_clip, "score_clip")
-    # the kernel zeroes the padding of its output (the inputs may hold anything finite there)
-    with garbage_errstate(logp):
-        kl = kl_estimate_kernel(logp, logp_ref, estimator, clamp)
-        return kl_shaped_rewards_kernel(s, kl, m, scalar_for(beta, kl), score_offset, bounds)
+    kl = kl_estimate_kernel(logp, logp_ref, estimator, clamp)
+    return kl_shaped_rewards_kernel(s, kl, m, scalar_for(beta, kl), score_offset, bounds)
 
 
 def check_scores(scores, logp: np.ndarray) -> np.ndarray:

@@ -121,7 +121,7 @@ def main(argv=None) -> int:
           "-> frozen reference pi_ref")
     print(f"  2. PPO: {config.iterations} iterations of B = {config.batch_size} responses, "
           f"K = {config.epochs} epochs x {config.minibatches} minibatches, "
-          f"epsilon = {config.eps}, beta = {config.beta}")
+          f"epsilon = {config.epsilon}, beta = {config.beta}")
     start = time.perf_counter()
     reached = []
 

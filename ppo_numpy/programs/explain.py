@@ -33,6 +33,7 @@ import re
 import sys
 from fractions import Fraction
 
+from .._renames import RenamedOption
 from ..explain.kl_gradient import kl_gradient_tables
 from ..explain.tables import (
     clip_table,
@@ -54,15 +55,16 @@ PROG = "python -m ppo_numpy explain"
 # core argument name -> the option that supplied it
 OPTION_OF = {
     "rewards": "--rewards", "values": "--values", "gamma": "--gamma", "lam": "--lam",
-    "mask": "--mask", "rho": "--rho", "advantages": "--advantages", "epsilon": "--eps",
-    "epsilon_high": "--eps-high", "dual_clip": "--dual-clip", "logp": "--logp",
+    "mask": "--mask", "rho": "--rho", "advantages": "--advantages", "epsilon": "--epsilon",
+    "epsilon_high": "--epsilon-high", "dual_clip": "--dual-clip", "logp": "--logp",
     "logp_old": "--logp-old", "logp_ref": "--logp-ref", "beta": "--beta", "scores": "--score",
     "logp_rollout": "--logp-rollout", "level": "--level", "mode": "--mode",
     "clip_max": "--clip-max", "clip_min": "--clip-min", "log_ratio_bound": "--log-ratio-bound",
     "pi": "--pi", "pi_ref": "--pi-ref", "pi_old": "--pi-old", "bound": "--bound",
 }
 # the group baselines take one score per response
-GROUP_OPTION_OF = {"scores": "--scores", "groups": "--groups", "eps": "--eps", "ddof": "--ddof"}
+GROUP_OPTION_OF = {"scores": "--scores", "groups": "--groups", "std_eps": "--std-eps",
+                   "ddof": "--ddof"}
 GROUP_QUANTITIES = ("grpo", "rloo")
 #: quantities of one distribution over the vocabulary, not of a response: no --mask
 DISTRIBUTION_QUANTITIES = ("kl-gradient",)
@@ -131,6 +133,13 @@ class _Parser(argparse.ArgumentParser):
         self.value_options.update(names)
         return self.add_argument(*names, **kwargs)
 
+    def add_renamed(self, old: str, new: str):
+        """``old``, the deprecated spelling of the value option ``new`` (ppo_numpy._renames):
+        the same value, with a DeprecationWarning naming ``new``."""
+        dest = new.lstrip("-").replace("-", "_")
+        self.add_value(old, dest=dest, default=argparse.SUPPRESS, action=RenamedOption,
+                       new_option=new, metavar=dest.upper(), help=f"deprecated: {new}")
+
     def add_one_of(self, title: str, *specs):
         """Options of which exactly one must be given, under their own heading in --help.
 
@@ -194,9 +203,11 @@ def build_parser():
     c.add_value("--logp-old", metavar=LIST, help="log pi_theta_old of the tokens (required "
                                                  "with --logp)")
     c.add_value("--advantages", required=True, metavar=LIST, help="A_hat_t")
-    c.add_value("--eps", "--epsilon", dest="eps", default="0.2",
-                help="clip width: the range is [1 - eps, 1 + eps] (default 0.2)")
-    c.add_value("--eps-high", help="upper clip width (default: eps)")
+    c.add_value("--epsilon", default="0.2",
+                help="clip width: the range is [1 - epsilon, 1 + epsilon] (default 0.2)")
+    c.add_value("--epsilon-high", help="upper clip width (default: epsilon)")
+    c.add_renamed("--eps", "--epsilon")
+    c.add_renamed("--eps-high", "--epsilon-high")
     c.add_value("--dual-clip", help="dual clip bound c > 1 for A < 0 (default: off)")
 
     r = subs["rewards"]
@@ -222,7 +233,8 @@ def build_parser():
                  ("--rho", dict(metavar=LIST, help="rho_t after the update")),
                  ("--logp", dict(metavar=LIST, help="log pi_theta after the update "
                                  "(rho = exp(logp - logp_old), a float)")))
-    p.add_value("--eps", "--epsilon", dest="eps", default="0.2", help="clip width (default 0.2)")
+    p.add_value("--epsilon", default="0.2", help="clip width (default 0.2)")
+    p.add_renamed("--eps", "--epsilon")
 
     for name in GROUP_QUANTITIES:
         q = subs[name]
@@ -233,8 +245,9 @@ def build_parser():
     q.add_value("--scale", choices=SCALES, default="group",
                 help="divide by the group's std (default), the batch's std, or nothing "
                      "(none: Dr. GRPO, exact with --exact)")
-    q.add_value("--eps", default="1e-6", help="added to the std (default 1e-6, verl's; TRL "
-                                              "1e-4); always a float")
+    q.add_value("--std-eps", default="1e-6", help="added to the std (default 1e-6, verl's; "
+                                                  "TRL 1e-4); always a float")
+    q.add_renamed("--eps", "--std-eps")
     q.add_value("--ddof", choices=("0", "1"), default="1",
                 help="divisor n - ddof of the variance (default 1, as torch.std)")
 
@@ -362,7 +375,7 @@ def _tables(args) -> list:
         if args.quantity == "rloo":
             return [rloo_table(scores, groups)]
         return [grpo_table(scores, groups, scale=args.scale,
-                           eps=float(parse_number(args.eps, "--eps", False)),
+                           std_eps=float(parse_number(args.std_eps, "--std-eps", False)),
                            ddof=int(args.ddof))]
     if args.quantity == "gae":
         rewards = lst("--rewards")
@@ -373,20 +386,20 @@ def _tables(args) -> list:
             print(line, file=sys.stderr)
         return [table]
     if args.quantity == "clip":
-        clip_options = {"epsilon_high": num("--eps-high"), "dual_clip": num("--dual-clip")}
+        clip_options = {"epsilon_high": num("--epsilon-high"), "dual_clip": num("--dual-clip")}
         # the parser has made sure that exactly one of --rho and --logp is given
         if args.rho is not None:
             if args.logp_old is not None:
                 raise OptionError("--logp-old", "goes with --logp, not with --rho")
             rho = lst("--rho")
             A = lst("--advantages", rho, "--rho")
-            return [clip_table(rho, A, num("--eps"), mask=mask(rho, "--rho"), **clip_options)]
+            return [clip_table(rho, A, num("--epsilon"), mask=mask(rho, "--rho"), **clip_options)]
         if args.logp_old is None:
             raise OptionError("--logp-old", "required with --logp")
         logp = lst("--logp")
         logp_old = lst("--logp-old", logp, "--logp")
         A = lst("--advantages", logp, "--logp")
-        return ratio_clip_tables(logp, logp_old, A, num("--eps"), mask=mask(logp, "--logp"),
+        return ratio_clip_tables(logp, logp_old, A, num("--epsilon"), mask=mask(logp, "--logp"),
                                  **clip_options)
     if args.quantity == "rollout-is":
         logp_old = lst("--logp-old")
@@ -411,7 +424,7 @@ def _tables(args) -> list:
     values = lst("--values", logp_old, "--logp-old")
     return ppo_tables(num("--score"), logp_old, logp_ref, values, num("--beta"), num("--gamma"),
                       num("--lam"), rho=lst("--rho", logp_old, "--logp-old"),
-                      logp=lst("--logp", logp_old, "--logp-old"), epsilon=num("--eps"),
+                      logp=lst("--logp", logp_old, "--logp-old"), epsilon=num("--epsilon"),
                       estimator=args.estimator, mask=mask(logp_old, "--logp-old"))
 
 

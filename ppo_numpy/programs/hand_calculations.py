@@ -86,8 +86,8 @@ GAE_EXACT = GAE_FLOAT + ["--exact"]
 GAE_PADDED = ["gae", "--rewards", "0,0,1,0", "--values", "0.5,0.6,0.7,0.9", "--gamma", "0.9",
               "--lam", "0.95", "--mask", "1,1,1,0", "--exact"]
 CLIP_CASES = ["clip", "--rho", "1.1,1.5,0.9,0.5,1.2,0.8,1.5", "--advantages", "2,2,-1,-1,2,-1,0",
-              "--eps", "0.2", "--exact"]
-CLIP_DUAL = ["clip", "--rho", "0.5,2,3,3.5", "--advantages", "-1,-1,-1,-1", "--eps", "0.2",
+              "--epsilon", "0.2", "--exact"]
+CLIP_DUAL = ["clip", "--rho", "0.5,2,3,3.5", "--advantages", "-1,-1,-1,-1", "--epsilon", "0.2",
              "--dual-clip", "3", "--exact"]
 CLIP_LOGP = ["clip", "--logp", "-0.9,-1.3,-0.75", "--logp-old", "-1,-1,-1", "--advantages",
              "1,-1,1", "--exact"]
@@ -96,11 +96,11 @@ REWARDS_K1 = ["rewards", "--logp", "-1,-2,-0.5", "--logp-ref", "-1.5,-1.8,-0.6",
 REWARDS_K3 = REWARDS_K1[:-1] + ["--estimator", "k3", "--mask", "1,1,0", "--exact"]
 PPO = ["ppo", "--score", "1", "--logp-old", "-1,-2,-0.5", "--logp-ref", "-1.5,-1.8,-0.6",
        "--values", "0.5,0.6,0.7", "--beta", "0.1", "--gamma", "1", "--lam", "0.95",
-       "--rho", "1.1,1.5,0.7", "--eps", "0.2", "--exact"]
+       "--rho", "1.1,1.5,0.7", "--epsilon", "0.2", "--exact"]
 
 GRPO_NONE = ["grpo", "--scores", "1,0,0,1", "--groups", "0,0,1,1", "--scale", "none", "--exact"]
 GRPO_GROUP = ["grpo", "--scores", "1,0,0,1", "--groups", "0,0,1,1", "--exact"]
-GRPO_THREE = ["grpo", "--scores", "1,0,0,0,1,1", "--groups", "0,0,0,1,1,1", "--eps", "1e-4",
+GRPO_THREE = ["grpo", "--scores", "1,0,0,0,1,1", "--groups", "0,0,0,1,1,1", "--std-eps", "1e-4",
               "--exact"]
 GRPO_BATCH = ["grpo", "--scores", "1,0,0,0,1,1", "--groups", "0,0,0,1,1,1", "--scale", "batch",
               "--exact"]

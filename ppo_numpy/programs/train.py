@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from .._npz import BadFileError
+from .._renames import CONFIG_FIELDS, RenamedOption
 from ..training.config import (
     TASK_ALGO_DEFAULTS,
     TASK_DEFAULTS,
@@ -150,6 +151,13 @@ def build_parser() -> argparse.ArgumentParser:
                                type=_parse_optional(kind) if optional else kind,
                                choices=f.metadata.get("choices"), help=help_,
                                metavar=f.name.upper() if not f.metadata.get("choices") else None)
+    # the old names of renamed fields (--eps, --grpo-eps): the same value, with a warning
+    kinds = {f.name: field_kind(f)[0] for f in dataclasses.fields(PPOConfig)}
+    for old, new in CONFIG_FIELDS.items():
+        new_flag = "--" + new.replace("_", "-")
+        hyper.add_argument("--" + old.replace("_", "-"), dest=new, default=argparse.SUPPRESS,
+                           type=kinds[new], action=RenamedOption, new_option=new_flag,
+                           metavar=new.upper(), help=f"deprecated: {new_flag}")
     return parser
 
 

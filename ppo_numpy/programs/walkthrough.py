@@ -38,7 +38,7 @@ VALUE_STEP = 0.1                # the value head after one update: V = V_old + 0
 
 EXPLAIN = ("python -m ppo_numpy explain ppo --score 1 --logp-old -1,-2,-0.5 "
            "--logp-ref -1.5,-1.8,-0.6 --values 0.5,0.6,0.7 --beta 0.1 --gamma 1 --lam 0.95 "
-           "--rho 1.1,1.5,0.7 --eps 0.2 --exact")
+           "--rho 1.1,1.5,0.7 --epsilon 0.2 --exact")
 
 
 def _fmt(x) -> str:

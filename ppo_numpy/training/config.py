@@ -9,11 +9,13 @@ default task (``length``) to 90% of its optimum in a few seconds.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 from dataclasses import dataclass, field
 
 from .._checks import check_choice
+from .._renames import renamed_fields, warn_renamed
 from ..family.advantages import SCALES
 from ..models.precision import PRECISIONS
 from ..ppo.aggregation import MODES, TRL_MODES
@@ -131,7 +133,8 @@ class PPOConfig:
     # 3'. critic-free: the group baseline (ppo_numpy.family.advantages)
     grpo_scale: str = _f("group", "", "grpo: divide s_i - mean_g by the group's std, the "
                                       "batch's, or nothing (none: Dr. GRPO)", choices=SCALES)
-    grpo_eps: float = _f(1e-6, "eps_std", "grpo: added to the standard deviation")
+    grpo_std_eps: float = _f(1e-6, "std_eps", "grpo: added to the standard deviation (the "
+                                              "old name grpo_eps is deprecated)")
     # 4. K epochs x minibatches of updates
     epochs: int = _f(4, "K", "passes over each batch")
     minibatches: int = _f(4, "", "minibatches per epoch (must divide B)")
@@ -143,7 +146,8 @@ class PPOConfig:
                                        "micro-batch-mean (agg of each micro-batch / K: the "
                                        "2024 gradient-accumulation bug; notebook 16)",
                          choices=ACCUMULATION_NORMALISERS)
-    eps: float = _f(0.2, "epsilon", "clip range of the ratio rho")
+    epsilon: float = _f(0.2, "epsilon", "clip width of the ratio rho: [1 - epsilon, 1 + "
+                                        "epsilon] (the old name eps is deprecated)")
     agg: str = _f("token-mean", "", "loss aggregation (ppo_numpy.aggregate modes, or TRL's)",
                   choices=MODES + TRL_MODES)
     importance_level: str = _f("token", "rho", "token ratios, or GSPO's sequence ratio",
@@ -158,19 +162,33 @@ class PPOConfig:
     def __post_init__(self):
         check_config(self)
 
+    # the old names of two fields (ppo_numpy._renames): read with a DeprecationWarning
+    @property
+    def eps(self) -> float:
+        """Deprecated: :attr:`epsilon`, the clip width."""
+        warn_renamed("PPOConfig", "eps", "epsilon")
+        return self.epsilon
+
+    @property
+    def grpo_eps(self) -> float:
+        """Deprecated: :attr:`grpo_std_eps`."""
+        warn_renamed("PPOConfig", "grpo_eps", "grpo_std_eps")
+        return self.grpo_std_eps
+
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> PPOConfig:
-        data = json.loads(text)
+        # a file written before the renames names eps and grpo_eps (ppo_numpy._renames)
+        data = renamed_fields("config file", json.loads(text))
         unknown = set(data) - {f.name for f in dataclasses.fields(cls)}
         if unknown:
             raise ValueError(f"config: unknown fields {sorted(unknown)}")
         return cls(**data)
 
     def replace(self, **changes) -> PPOConfig:
-        return dataclasses.replace(self, **changes)
+        return dataclasses.replace(self, **renamed_fields("PPOConfig.replace", changes))
 
     def differences(self, other: PPOConfig, ignore=RUN_LENGTH_FIELDS) -> dict:
         """``{name: (self's value, other's value)}`` for every field that differs."""
@@ -178,6 +196,16 @@ class PPOConfig:
                 for f in dataclasses.fields(self)
                 if f.name not in ignore and getattr(self, f.name) != getattr(other, f.name)}
 
+
+def _taking_old_names(init):
+    @functools.wraps(init)
+    def __init__(self, *args, **fields):
+        init(self, *args, **renamed_fields("PPOConfig", fields))
+    return __init__
+
+
+# PPOConfig(eps=...) and PPOConfig(grpo_eps=...), the old names, with a DeprecationWarning
+PPOConfig.__init__ = _taking_old_names(PPOConfig.__init__)
 
 FIELD_TYPES = {"int": int, "float": float, "str": str, "bool": bool}
 
@@ -245,8 +273,8 @@ def check_config(c: PPOConfig) -> None:
         if getattr(c, name) <= 0:
             raise ValueError(f"{name}: must be > 0, got {getattr(c, name)}")
     for name in ("seed", "iterations", "warmup_steps", "value_hidden", "value_warmup_steps",
-                 "beta", "c_v", "c_H", "eps",
-                 "kl_loss_coef", "grpo_eps"):
+                 "beta", "c_v", "c_H", "epsilon",
+                 "kl_loss_coef", "grpo_std_eps"):
         if getattr(c, name) < 0:
             raise ValueError(f"{name}: must be >= 0, got {getattr(c, name)}")
     for name in ("gamma", "lam"):

@@ -46,7 +46,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .._checks import where_valid
-from ..family.advantages import grpo_advantages, reinforce_plus_plus_advantages, rloo_advantages
+from ..family.advantages import reinforce_plus_plus_advantages
+from ..fast.gae_blocked import use_blocked
+from ..fast.group_layouts import grpo_advantages, rloo_advantages
 from ..mismatch.correction import rollout_importance_weights
 from ..models import BigramPolicy, MLPPolicy, TransformerPolicy
 from ..models.loss import loss_and_grads_kernel
@@ -155,7 +157,8 @@ def ppo_iteration(state: RunState) -> dict:
         state.on_rollout(rollout)
 
     # 2. reference log-probs, scores, KL-shaped rewards r~_t = -beta KL_t + [t = T] score
-    logp_ref = evaluate_kernel(state.reference, prompts, responses, mask, 1.0).logp
+    logp_ref = evaluate_kernel(state.reference, prompts, responses, mask, 1.0,
+                               values=False).logp
     score_fn = task.score if state.score_fn is None else state.score_fn
     # why: score_fn may be the user's: its output is the one input checked here
     scores = check_scores(np.asarray(score_fn(prompts, responses, mask), dtype=np.float64),
@@ -173,8 +176,10 @@ def ppo_iteration(state: RunState) -> dict:
         # no value target: R = V(s_t), so the value loss is 0 (and c_V = 0 below)
         returns = old_values
     else:
+        # (GAE's fast form on large batches: the size rule of ppo_numpy.fast.gae_blocked)
+        method = "blocked" if use_blocked(old_values) else "loop"
         advantages, returns = gae_kernel(rewards, old_values.copy(), float(c.gamma),
-                                         float(c.lam), mask)
+                                         float(c.lam), mask, method)
         if c.whiten_advantages:
             advantages = whiten_kernel(advantages, mask)
     batch = rollout.replace_trusted(logp_ref=logp_ref, scores=scores, advantages=advantages,
@@ -187,7 +192,7 @@ def ppo_iteration(state: RunState) -> dict:
 
     # 4. K epochs x minibatches: policy loss + c_V value loss - c_H entropy
     #    (+ beta_loss KL_t in the loss), clip, Adam
-    opts = PolicyLossOptions(epsilon=c.eps, agg=c.agg, importance_level=c.importance_level,
+    opts = PolicyLossOptions(epsilon=c.epsilon, agg=c.agg, importance_level=c.importance_level,
                              kl_coef=c.kl_loss_coef, kl_estimator=c.kl_loss_estimator,
                              kl_gradient=c.kl_loss_gradient, kl_is_bound=c.kl_loss_is_bound)
     c_v = 0.0 if critic_free else c.c_v
@@ -267,15 +272,17 @@ def critic_free_advantages(c: PPOConfig, rewards, groups, mask):
     grpo and rloo: sequence-level A_i of each response's return sum_t r~_t (the score
     itself when beta = 0; verl's ``token_level_rewards.sum(-1)``), the same A_i on every
     token of the response. reinforce_plus_plus: token-level, the returns-to-go of r~_t
-    whitened over the batch's tokens (verl's defaults: ddof 1, eps 1e-8). These are the
-    public functions of ``ppo_numpy.family.advantages`` (it has no unchecked kernels); their
-    checks of arrays the loop made cost microseconds per iteration.
+    whitened over the batch's tokens (verl's defaults: ddof 1, eps 1e-8). GRPO and RLOO by
+    their fast form for regular layouts (``ppo_numpy.fast.group_layouts``: the reference's
+    bits; the loop's groups are blocks of G rows by construction), REINFORCE++ by the public
+    function of ``ppo_numpy.family.advantages``; their checks of arrays the loop made cost
+    microseconds per iteration.
     """
     if c.algo == "reinforce_plus_plus":
         return reinforce_plus_plus_advantages(rewards, mask, float(c.gamma))
     returns = rewards.sum(axis=1)  # (B,)
     if c.algo == "grpo":
-        A = grpo_advantages(returns, groups, scale=c.grpo_scale, eps=float(c.grpo_eps))
+        A = grpo_advantages(returns, groups, scale=c.grpo_scale, std_eps=float(c.grpo_std_eps))
     else:
         A = rloo_advantages(returns, groups)
     return where_valid(mask, A[:, None])  # (B, T): A_i on each response token

@@ -374,17 +374,20 @@ def greedy_responses(model, prompts, max_new_tokens):
     x = model.check_tokens(prompts, "prompts")
     T = check_int(max_new_tokens, "max_new_tokens")
     B = x.shape[0]
+    p = model.resolve_params(None)
     responses = np.full((B, T), PAD, dtype=np.int64)
     mask = np.zeros((B, T))
     done = np.zeros(B, dtype=bool)
     for t in range(T):
-        tokens = np.concatenate([x, responses[:, :t]], axis=1)  # (B, P + t)
-        logits, _, _ = model.forward(tokens)
-        y = np.argmax(logits[:, -1], axis=-1)  # (B,)
-        live = ~done
-        responses[:, t] = np.where(live, y, PAD)
-        mask[:, t] = live
-        done |= live & (y == EOS)
+        # the rows still being written (a row's logits do not depend on the other rows)
+        live = np.flatnonzero(~done)
+        tokens = np.concatenate([x[live], responses[live, :t]], axis=1)  # (n, P + t)
+        # the policy's logits alone, on tokens checked already (x) or chosen here
+        logits, _, _ = model._forward(tokens, p, values=False)
+        y = np.argmax(logits[:, -1], axis=-1)  # (n,)
+        responses[live, t] = y
+        mask[live, t] = 1.0
+        done[live] = y == EOS
         if np.all(done):
             break
     return responses, mask

@@ -18,6 +18,7 @@ import numpy as np
 from ..._checks import as_array, as_mask, check_bounds, check_choice, check_scalar, where_valid
 from ...batch import Rollout
 from ...family.advantages import _group_sums, grpo_advantages
+from ...fast.gae_blocked import use_blocked
 from ...policy_loss.options import PolicyLossOptions
 from ...ppo.aggregation import aggregate_kernel, aggregation_weights
 from ...ppo.gae import gae_kernel
@@ -305,9 +306,11 @@ def whiten_advantages(a, m, p):
 
 
 def masked_gae(rewards, values, gamma, lam, m):
-    """Advantages and returns over the positions of ``m``."""
+    """Advantages and returns over the positions of ``m`` (GAE's fast form on large batches:
+    the size rule of ``ppo_numpy.fast.gae_blocked``)."""
+    method = "blocked" if use_blocked(values) else "loop"
     return gae_kernel(where_valid(m, rewards), where_valid(m, values), float(gamma),
-                      float(lam), m)
+                      float(lam), m, method)
 
 
 def masked_whiten(x, m, shift_mean=True, *, ddof=1, eps=1e-8, eps_mode="add"):
