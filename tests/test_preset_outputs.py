@@ -14,6 +14,9 @@ the 159 of the ``rollout-nan-padding`` case under ``verl-grpo`` (105) and ``open
 (54): issue 36 gave that case a correction for verl and OpenRLHF, so its inputs changed. The
 rest is new: the third policy's switches and cases (each variant's outputs, and the errors of
 a setting the framework refuses on a case).
+Again after issue 35's names (the whitening's std_eps): the same bits, but the error text of
+the four runs with ``whiten_eps=0.0`` on ``all-equal-rewards`` (trl, trl-0.11, verl,
+openrlhf), which now names ``std_eps``.
 
 On the CPU kind that recorded the file (the same NumPy dispatch targets) every output must be
 the same bits: the restructure moves code, it does not change arithmetic. On another kind

@@ -469,7 +469,7 @@ def group_advantages(scores, groups, p: dict, *, scale="group", singleton="zero"
     torch."""
     eps, ddof, placement = p["std_eps"], p["std_ddof"], p["std_eps_placement"]
     if scale == "none" or (placement == "std" and eps > 0):
-        return grpo_advantages(scores, groups, scale=scale, eps=eps, ddof=ddof,
+        return grpo_advantages(scores, groups, scale=scale, std_eps=eps, ddof=ddof,
                                singleton=singleton, dtype=dtype)
     centred = grpo_advantages(scores, groups, scale="none", singleton=singleton,
                               dtype=dtype).astype(dtype)

@@ -290,7 +290,7 @@ def _verl_091_estimator(est, x: Rollout, s, m, p):
         return broadcast(gpg_advantages(s, x.groups, singleton="raw"), m)
     if est == "grpo_passk":
         scale = "group" if p["norm_adv_by_std_in_grpo"] else "none"
-        return broadcast(grpo_passk_advantages(s, x.groups, scale=scale, eps=p["std_eps"],
+        return broadcast(grpo_passk_advantages(s, x.groups, scale=scale, std_eps=p["std_eps"],
                                                ddof=p["std_ddof"]), m)
     # why: verl reads the components from the reward function's dict (not the KL-shaped
     # token_level_rewards), as float32 (compute_gdpo_outcome_advantage)
@@ -301,7 +301,7 @@ def _verl_091_estimator(est, x: Rollout, s, m, p):
         raise ValueError(f"verl-grpo: gdpo_reward_weights has {len(weights)} weights for "
                          f"{K} reward components")
     if (p["std_ddof"], p["std_eps_placement"]) == (1, "std") and p["std_eps"] > 0:
-        return gdpo_advantages(components, x.groups, m, weights=weights, eps=p["std_eps"],
+        return gdpo_advantages(components, x.groups, m, weights=weights, std_eps=p["std_eps"],
                                singleton=p["singleton"], dtype=np.float32)
     # the diagnosis's other group conventions: each component's GRPO by group_advantages,
     # then gdpo_advantages' weighted sum and whitening (ddof 1, rsqrt(var + 1e-8))
