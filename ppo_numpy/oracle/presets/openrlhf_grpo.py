@@ -24,7 +24,8 @@ from ._common import (
     policy_result,
     require_choice,
 )
-from ._openrlhf import openrlhf_correction_and_stats
+from ._openrlhf import openrlhf_correction_and_stats, openrlhf_step_stats
+from ._step import normaliser_for, policy_step
 
 ESTIMATORS = ("group_norm", "rloo", "reinforce", "reinforce_baseline", "dr_grpo")
 
@@ -38,7 +39,7 @@ def require_groups(name: str, groups, *, equal_sizes: bool, min_size: int, why: 
                          f"{why}")
 
 
-def _openrlhf_grpo(x: Rollout, p: dict) -> dict:
+def _openrlhf_grpo(x: Rollout, p: dict, step=None) -> dict:
     """OpenRLHF's critic-free pipeline (OpenRLHF ``openrlhf/trainer/ppo_utils/
     experience_maker.py`` ``compute_advantages_and_returns``, ``openrlhf/models/utils.py``
     ``compute_reward``, ``compute_approx_kl``, ``openrlhf/models/loss.py`` ``PolicyLoss``).
@@ -70,6 +71,11 @@ def _openrlhf_grpo(x: Rollout, p: dict) -> dict:
       against logp_rollout instead of weighting.
     * Tolerance: as the ``openrlhf`` preset (float32 KL, rewards and normalisation
       statistics in 0.11.2): float64 rtol 1e-9 + 16 2^-24, atol 16 2^-24.
+    * A step over ranks and micro-batches (a case's layout): as the ``openrlhf`` preset's
+      (``normaliser="openrlhf"``: the step's counts from ``iter_grad_accum_global_norm``),
+      the policy term by its token mean (ppo) or its sequence mean of token means (gspo),
+      the KL loss by its token mean (``aggregate_loss`` with its default
+      ``token_level_loss``, ``ppo_actor.py`` ``training_step``).
     """
     name = "openrlhf-grpo"
     m = x.mask
@@ -130,7 +136,16 @@ def _openrlhf_grpo(x: Rollout, p: dict) -> dict:
         **rollout_stats,
     }
     # A and rewards are 0 at padding (returns_to_go, whiten; at_last_token, kl_estimate)
-    return policy_result(A, pl, dlogp, stats, rewards=rewards)
+    out = policy_result(A, pl, dlogp, stats, rewards=rewards)
+    if step is not None:
+        B = m.shape[0]
+        norm = normaliser_for(p["normaliser"], opts.agg, step=step, n_rows=B)
+        kl_norm = normaliser_for(p["normaliser"], "token-mean", step=step, n_rows=B)
+        step_out, passes = policy_step(step, xm.logp, old, A, m, opts, norm, xm.logp_ref,
+                                       is_weights=is_w, kl_normaliser=kl_norm, stats=True)
+        out.update(step_out)
+        out.update(openrlhf_step_stats(step, passes, m, xm.logp, xm.logp_old))
+    return out
 
 
 PRESET = Preset(
@@ -149,7 +164,7 @@ PRESET = Preset(
     # openrlhf/trainer/ppo_utils/experience_maker.py: rewards.std(-1) + 1e-9;
     # openrlhf/models/loss.py PolicyLoss: ppo's log-ratio clamp(min=-20.0, max=20.0))
     conventions={"std_ddof": 1, "std_eps": 1e-9, "std_eps_placement": "std",
-                 "log_ratio_clamp": 20.0},
+                 "log_ratio_clamp": 20.0, "normaliser": "openrlhf"},
     sources=(
         "OpenRLHF/OpenRLHF: openrlhf/trainer/ppo_utils/experience_maker.py "
         "(compute_advantages_and_returns, get_cumulative_returns), 0.11.2",
@@ -160,6 +175,7 @@ PRESET = Preset(
     ),
     pipeline=_openrlhf_grpo,
     input_names=GROUP_INPUT_NAMES,
+    takes_layout=True,
     output_notes={"stat/return": (
         "stat/return reads the padding: OpenRLHF 0.11.2 sums the token rewards over every "
         "column, -beta KL at padding included (compute_reward does not mask it), so a "
