@@ -470,7 +470,8 @@ def generate_cases(seed: int = 0, names=None, *, n_random: int = N_RANDOM) -> li
     if isinstance(n_random, bool) or not isinstance(n_random, int) or n_random < 0:
         raise ValueError(f"n_random: must be a non-negative integer, got {n_random!r}")
     names = check_names(names, case_names(n_random))
-    aliases = {"random": [f"random-{k}" for k in range(n_random)], "edge": list(EDGE_CASES)}
+    aliases = {"random": [f"random-{k}" for k in range(n_random)], "edge": list(EDGE_CASES),
+               "rollout": list(ROLLOUT_CASES)}
     expanded = []
     for name in names:
         expanded += aliases.get(name, [name])
@@ -485,6 +486,7 @@ def generate_cases(seed: int = 0, names=None, *, n_random: int = N_RANDOM) -> li
             cases.append(edge_case(name, seed))
         else:
             raise ValueError(f"names: unknown case {name!r}; valid ones are 'random', 'edge', "
-                             f"'random-K' and {', '.join(EDGE_CASES)}")
+                             f"'rollout', 'random-K' and "
+                             f"{', '.join([*EDGE_CASES, *ROLLOUT_CASES])}")
     return cases
 

@@ -18,7 +18,6 @@ import numpy as np
 from ..._checks import as_array, as_mask, check_bounds, check_choice, check_scalar, where_valid
 from ...batch import Rollout
 from ...family.advantages import _group_sums, grpo_advantages
-from ...policy_loss.kernel import policy_loss_kernel
 from ...policy_loss.options import PolicyLossOptions
 from ...ppo.aggregation import aggregate_kernel, aggregation_weights
 from ...ppo.gae import gae_kernel
@@ -32,6 +31,7 @@ from ...ppo.value_loss import (
 )
 from ...ppo.whitening import masked_mean_kernel, whiten_kernel
 from ...step.normalisers import NORMALISERS
+from . import _third_policy as third_policy
 from ._step import STEP_KEYS, policy_step, read_step, value_step
 
 INPUT_NAMES = ("logp", "logp_old", "logp_ref", "values", "old_values", "scores", "mask")
@@ -354,10 +354,12 @@ def losses(x: Rollout, advantages, returns, p: dict, agg: str = "token-mean", *,
     mask of "the clipped value error is strictly larger" (TRL/verl ``vf_clipfrac``; 0 without
     a value clip), ``"loss_without_kl"``: the policy loss before the KL term of ``kl``,
     ``"kl_loss"``: that term's aggregate before its coefficient (0.0 without one);
-    ``is_weights``: the rollout correction's weights on the policy term."""
-    pl, pl_stats, dlogp = policy_loss_kernel(
-        where_valid(mask, x.logp), where_valid(mask, x.logp_old), where_valid(mask, advantages),
-        mask, preset_loss_options(p, agg, kl, norm), where_valid(mask, x.logp_ref),
+    ``is_weights``: the rollout correction's weights on the policy term (and on the KL term
+    under the convention ``is_weights_on_kl``, where the preset has it)."""
+    pl, pl_stats, dlogp = third_policy.policy_loss(
+        "preset", p, where_valid(mask, x.logp), where_valid(mask, x.logp_old),
+        where_valid(mask, advantages), mask, preset_loss_options(p, agg, kl, norm),
+        where_valid(mask, x.logp_ref),
         is_weights=None if is_weights is None else where_valid(mask, is_weights))
     vm = mask if value_mask is None else value_mask
     PolicyLossOptions(agg=value_agg, norm=value_norm)  # checks the mode's name and norm
@@ -389,7 +391,8 @@ def step_losses(step, x: Rollout, advantages, returns, p: dict, agg: str = "toke
         step, where_valid(mask, x.logp), where_valid(mask, x.logp_old),
         where_valid(mask, advantages), mask, preset_loss_options(p, agg, kl, norm), normaliser,
         where_valid(mask, x.logp_ref),
-        is_weights=None if is_weights is None else where_valid(mask, is_weights), stats=stats)
+        is_weights=None if is_weights is None else where_valid(mask, is_weights), stats=stats,
+        weighted_kl=third_policy.kl_weights_on("preset", p))
     vm = mask if value_mask is None else value_mask
     v, v_old, R = (where_valid(vm, a) for a in (x.values, x.old_values, returns))
     value_out, value = value_step(step, value_normaliser, v, v_old, R, vm, p["value_clip"],

@@ -133,10 +133,16 @@ def normaliser_for(name: str, mode: str, norm=None, *, step: Step, n_rows: int,
 
 
 def policy_step(step: Step, logp, logp_old, A, m, opts, norm: Normaliser, logp_ref=None, *,
-                is_weights=None, kl_normaliser=None, stats=False) -> tuple:
+                is_weights=None, kl_normaliser=None, stats=False, weighted_kl=False) -> tuple:
     """``(outputs, passes)``: ``step/losses`` and ``step/dlogp`` of the policy loss ``opts``
     on (B, T) arrays 0 at padding, each micro-batch by its own forward and backward
-    (:func:`ppo_numpy.step.outputs.micro_batch_passes`); ``passes`` for the statistics."""
+    (:func:`ppo_numpy.step.outputs.micro_batch_passes`); ``passes`` for the statistics.
+    ``weighted_kl``: the preset's convention ``is_weights_on_kl``; the KL term weighted by
+    rollout weights is not split over micro-batches (ValueError naming the layout)."""
+    if weighted_kl and is_weights is not None and opts.kl_coef > 0:
+        raise ValueError("layout: the KL term weighted by the rollout weights "
+                         "(is_weights_on_kl=True) is not reproduced over micro-batches; give "
+                         "no layout, or is_weights_on_kl=False")
     passes = micro_batch_passes(logp, logp_old, A, m, step.layout, norm, opts, logp_ref,
                                 is_weights=is_weights, kl_normaliser=kl_normaliser,
                                 stats=stats)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...batch import Rollout
+from . import _third_policy as third_policy
 from ._common import (
     FLOAT32_ROUNDING,
     FLOAT64_RTOL,
@@ -98,8 +99,10 @@ def _openrlhf(x: Rollout, p: dict, step=None) -> dict:
     agg = p["loss_agg_mode"]
     # the rollout correction (--algo.advantage.is_correction_*): PolicyLoss's coefficient
     w, _, rollout_stats = openrlhf_correction_and_stats(name, x, x.on(m), m, p)
-    policy_loss, st, dlogp, vloss, dvalues = losses(x, advantages, returns, p, agg, mask=m,
-                                                    is_weights=w)
+    # (the convention masked_weights: a gated token in the policy loss's mask or not)
+    lm = third_policy.loss_mask(name, p, m, w)
+    policy_loss, st, dlogp, vloss, dvalues = losses(
+        x, advantages, returns, p, agg, mask=lm, value_mask=m, is_weights=w)
     stats = {
         "policy_loss": policy_loss,
         "ppo_clip_ratio": st["clipfrac_active"],
@@ -114,7 +117,8 @@ def _openrlhf(x: Rollout, p: dict, step=None) -> dict:
     if step is not None:
         B = m.shape[0]
         step_out, passes, value = step_losses(
-            step, x, advantages, returns, p, agg, mask=m, is_weights=w, stats=True,
+            step, x, advantages, returns, p, agg, mask=lm, value_mask=m, is_weights=w,
+            stats=True,
             normaliser=normaliser_for(p["normaliser"], agg, step=step, n_rows=B),
             value_normaliser=normaliser_for(p["normaliser"], "token-mean", step=step,
                                             n_rows=B))
@@ -138,7 +142,8 @@ PRESET = Preset(
     conventions={"score_position": "last-token", "kl_clamp": _OPENRLHF_KL_CLAMP,
                  "gae_holes": "decay", "whiten_ddof": 0, "whiten_eps": 1e-8,
                  "whiten_eps_mode": "floor", "whiten_mask": "mask", "shift_mean": True,
-                 "value_clip_form": "offset", "normaliser": "openrlhf"},
+                 "value_clip_form": "offset", "normaliser": "openrlhf",
+                 **third_policy.OPENRLHF},
     tolerances={"float64": (FLOAT64_RTOL + 16 * FLOAT32_ROUNDING, 16 * FLOAT32_ROUNDING)},
     tolerance_note="OpenRLHF 0.11.2 computes the KL and the rewards in float32 "
                    "(openrlhf/models/utils.py compute_approx_kl casts the log-probs, "

@@ -8,8 +8,8 @@ import numpy as np
 from ..._checks import check_bounds
 from ...batch import Rollout
 from ...family.advantages import grpo_advantages, returns_to_go, rloo_advantages
-from ...policy_loss.kernel import policy_loss_kernel
 from ...policy_loss.options import PolicyLossOptions
+from . import _third_policy as third_policy
 from ._common import (
     FLOAT32_ROUNDING,
     FLOAT64_RTOL,
@@ -68,7 +68,10 @@ def _openrlhf_grpo(x: Rollout, p: dict, step=None) -> dict:
       positions too, as OpenRLHF 0.11.2 sums them), ``group_reward_std``.
     * The rollout correction (``is_correction_*``, a case with ``logp_rollout``):
       ``_openrlhf.openrlhf_correction_and_stats``; with ``gspo`` the sequence ratio is taken
-      against logp_rollout instead of weighting.
+      against logp_rollout instead of weighting. The conventions no framework names take
+      OpenRLHF's values (``conventions``; the others in ``_third_policy``): the sequence gate
+      reads the geometric mean, a gated token's coefficient is 0 in the denominators, the
+      KL loss unweighted, no bound on the log-ratio, GSPO's sequence ratio differentiated.
     * Tolerance: as the ``openrlhf`` preset (float32 KL, rewards and normalisation
       statistics in 0.11.2): float64 rtol 1e-9 + 16 2^-24, atol 16 2^-24.
     * A step over ranks and micro-batches (a case's layout): as the ``openrlhf`` preset's
@@ -111,6 +114,8 @@ def _openrlhf_grpo(x: Rollout, p: dict, step=None) -> dict:
     opts = PolicyLossOptions(epsilon=p["epsilon"], epsilon_high=p["epsilon_high"],
                              dual_clip=p["dual_clip"],
                              importance_level="sequence" if gspo else "token",
+                             # (the convention: OpenRLHF differentiates the sequence ratio)
+                             sequence_gradient=p["sequence_gradient"],
                              # why: openrlhf/models/loss.py (0.11.2) PolicyLoss clamps the token
                              # log-ratio to [-20, 20] for "ppo" (the convention log_ratio_clamp);
                              # the gspo sequence ratio is not clamped
@@ -120,7 +125,12 @@ def _openrlhf_grpo(x: Rollout, p: dict, step=None) -> dict:
                              kl_estimator=p["kl_estimator"], kl_clamp=10.0, kl_agg="token-mean")
     is_w, old, rollout_stats = openrlhf_correction_and_stats(name, x, xm, m, p,
                                                              p["policy_loss_type"])
-    pl, st, dlogp = policy_loss_kernel(xm.logp, old, A, m, opts, xm.logp_ref, is_weights=is_w)
+    # (the conventions: a gated token in the loss's mask or not, the weights on the KL term)
+    lm = third_policy.loss_mask(name, p, m, is_w)
+    xl = (np.where(lm, xm.logp, 0.0), np.where(lm, old, 0.0), np.where(lm, A, 0.0))
+    w_l = None if is_w is None else np.where(lm, is_w, 0.0)
+    pl, st, dlogp = third_policy.policy_loss(name, p, *xl, lm, opts,
+                                             np.where(lm, xm.logp_ref, 0.0), is_weights=w_l)
     n_i = m.sum(axis=-1)
     stats = {
         "policy_loss": pl.policy_loss,
@@ -141,8 +151,11 @@ def _openrlhf_grpo(x: Rollout, p: dict, step=None) -> dict:
         B = m.shape[0]
         norm = normaliser_for(p["normaliser"], opts.agg, step=step, n_rows=B)
         kl_norm = normaliser_for(p["normaliser"], "token-mean", step=step, n_rows=B)
-        step_out, passes = policy_step(step, xm.logp, old, A, m, opts, norm, xm.logp_ref,
-                                       is_weights=is_w, kl_normaliser=kl_norm, stats=True)
+        # (the conventions' mask lm and weights, as the one-batch loss above)
+        step_out, passes = policy_step(step, *xl, lm, opts, norm,
+                                       np.where(lm, xm.logp_ref, 0.0), is_weights=w_l,
+                                       kl_normaliser=kl_norm, stats=True,
+                                       weighted_kl=third_policy.kl_weights_on(name, p))
         out.update(step_out)
         out.update(openrlhf_step_stats(step, passes, m, xm.logp, xm.logp_old))
     return out
@@ -164,7 +177,8 @@ PRESET = Preset(
     # openrlhf/trainer/ppo_utils/experience_maker.py: rewards.std(-1) + 1e-9;
     # openrlhf/models/loss.py PolicyLoss: ppo's log-ratio clamp(min=-20.0, max=20.0))
     conventions={"std_ddof": 1, "std_eps": 1e-9, "std_eps_placement": "std",
-                 "log_ratio_clamp": 20.0, "normaliser": "openrlhf"},
+                 "log_ratio_clamp": 20.0, "sequence_gradient": "sequence",
+                 "normaliser": "openrlhf", **third_policy.OPENRLHF},
     sources=(
         "OpenRLHF/OpenRLHF: openrlhf/trainer/ppo_utils/experience_maker.py "
         "(compute_advantages_and_returns, get_cumulative_returns), 0.11.2",

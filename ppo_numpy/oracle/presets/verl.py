@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...batch import Rollout
+from . import _third_policy as third_policy
 from ._common import (
     FLOAT32_ROUNDING,
     Preset,
@@ -133,9 +134,13 @@ def _verl(x: Rollout, p: dict, step=None) -> dict:
     # why: with use_kl_loss, verl core_algos.py kl_penalty "low_var_kl" (k3 clamped to
     # [-10, 10]) of the current policy against the reference, agg_loss'd, times kl_loss_coef
     kl_term = (p["beta"], "k3", 10.0) if p["use_kl_loss"] else None
+    # (the convention masked_weights: a masked weight's token in the policy loss's mask and
+    # the trainer's count or not; the value loss keeps m)
+    lm = third_policy.loss_mask(name, p, m, corr["is_weights"])
+    policy_norm = trainer_norm if lm is m else verl_trainer_agg(p["loss_agg_mode"], lm)[1]
     policy_loss, st, dlogp, vloss, dvalues = losses(
-        x, advantages, returns, p, agg, mask=m, value_agg=agg, kl=kl_term,
-        is_weights=corr["is_weights"], norm=trainer_norm, value_norm=trainer_norm)
+        x, advantages, returns, p, agg, mask=lm, value_mask=m, value_agg=agg, kl=kl_term,
+        is_weights=corr["is_weights"], norm=policy_norm, value_norm=trainer_norm)
     kl_loss = st["kl_loss"]
     if corr["bypass"]:
         # old = rollout, the correction inside the policy loss (the value loss unchanged)
@@ -183,8 +188,8 @@ def _verl(x: Rollout, p: dict, step=None) -> dict:
         B = m.shape[0]
         norm = normaliser_for(p["normaliser"], p["loss_agg_mode"], step=step, n_rows=B)
         step_out, passes, value = step_losses(
-            step, x, advantages, returns, p, agg, mask=m, kl=kl_term,
-            is_weights=corr["is_weights"], norm=trainer_norm, normaliser=norm,
+            step, x, advantages, returns, p, agg, mask=lm, value_mask=m, kl=kl_term,
+            is_weights=corr["is_weights"], norm=policy_norm, normaliser=norm,
             value_normaliser=norm, stats=True)
         out.update(step_out)
         out.update(verl_step_stats(
@@ -219,7 +224,7 @@ PRESET = Preset(
                  "whiten_eps": 1e-8, "whiten_eps_mode": "add", "whiten_mask": "mask",
                  "shift_mean": True,
                  "value_clip_form": "clamp", "use_kl_loss": False,
-                 "is_log_ratio_bound": 20.0, "normaliser": "verl"},
+                 "is_log_ratio_bound": 20.0, "normaliser": "verl", **third_policy.VERL},
     tolerances={"float64": (float32_roundings(1)["float64"][0], 4 * FLOAT32_ROUNDING)},
     tolerance_note="verl rounds the Bessel factor n / (n - 1) (verl/utils/torch_functional.py "
                    "masked_var: integer mask sums divided in torch) and each clip fraction "
