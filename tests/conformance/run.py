@@ -488,13 +488,16 @@ def main(argv=None) -> int:
     parser.add_argument("--json", help="write the summaries as JSON (with one --preset)")
     parser.add_argument("--report", default=str(ROOT / "docs" / "conformance.md"))
     parser.add_argument("--step", action="store_true",
-                        help="with --preset: run the distributed step too (it runs without "
-                             "--preset)")
+                        help="run the distributed step (alone, or with --preset's presets; "
+                             "the whole run includes it); no report is written")
     from .step_distributed import plants
     parser.add_argument("--plant-step", choices=plants(), default=None,
-                        help="the step run with one convention or preset planted wrong "
-                             "(step_distributed.plants(): shows the failure)")
+                        help="the step run alone (as --step) with one convention or preset "
+                             "planted wrong (step_distributed.plants(): shows the failure)")
     args = parser.parse_args(argv)
+    args.step = args.step or args.plant_step is not None
+    # the whole run (every preset and the step, the report written): no --preset, no --step
+    whole = args.preset is None and not args.step
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     # the frameworks' import-time notices (optional engines, no GPU) are not results
     warnings.filterwarnings("ignore")
@@ -548,7 +551,7 @@ def main(argv=None) -> int:
               f"verl 0.9.1): {len(nan['rows'])} cells, {len(nan['failures'])} contradicted",
               flush=True)
     step = None
-    if args.preset is None or args.step:
+    if whole or args.step:
         # one optimizer step in a real torch.distributed run: 2 gloo processes on loopback,
         # started and joined here (step_distributed.run_ranks), the frameworks' released
         # normalisation against ppo_numpy.policy_step and the presets' step outputs
@@ -563,7 +566,7 @@ def main(argv=None) -> int:
                   f"normaliser cases, {len(step['preset_rows'])} preset steps, "
                   f"{len(step['failures'])} differences ({step['seconds']:.1f} s)", flush=True)
     elapsed = time.time() - t0
-    if args.preset is None:
+    if whole:
         from .report import write_report
         write_report(Path(args.report), summaries, errors, SPECS, NOT_RUN, elapsed,
                      stubbed=stubs.stubbed(), python=platform.python_version(),
@@ -574,7 +577,7 @@ def main(argv=None) -> int:
     for name, err in errors.items():
         print(f"conformance: FAILED: {name}: {err}")
         failed = True
-    if args.preset is None:
+    if whole:
         from .coverage import table_lines
         print("conformance: config coverage (fields the loss / advantage / statistics path "
               "read):")
