@@ -241,3 +241,12 @@ def test_steps_per_generation_needs_trl_grpo_and_a_layout():
     group = _without_step(step_cases(get_preset("trl-grpo"), n_base=1)[0])
     with pytest.raises(ValueError, match=r"steps_per_generation: a step needs a layout"):
         get_preset("trl-grpo")({**group, "steps_per_generation": 1})
+
+
+def test_docs_table_is_the_normaliser_table():
+    from pathlib import Path
+
+    from ppo_numpy.oracle.switches import normaliser_table
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "conventions.md").read_text()
+    assert normaliser_table() in doc

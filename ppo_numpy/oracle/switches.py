@@ -830,3 +830,22 @@ _STEP_SOURCES = {
 }
 for _name, _entry in _STEP_SOURCES.items():
     register_switches(_name, {"normaliser": _entry})
+
+
+def normaliser_table() -> str:
+    """Each preset's ``normaliser`` (the convention of its step over ranks and
+    micro-batches), the alternatives the diagnosis tries on cases with a layout, and the
+    framework's file for it: the table of ``docs/conventions.md`` section 17 (a test keeps
+    them equal)."""
+    from .presets import PRESETS
+
+    lines = ["| preset | its normaliser | the diagnosis tries | source |", "|---|---|---|---|"]
+    for name, preset in PRESETS.items():
+        entry = PRESET_SWITCHES.get(name, {}).get("normaliser")
+        if entry is None:
+            continue
+        alternatives, source = entry
+        tried = ", ".join(f"`{a!r}`" for a in alternatives)
+        lines.append(f"| `{name}` | `{preset.parameters['normaliser']!r}` | {tried} | "
+                     f"{source} |")
+    return "\n".join(lines)
