@@ -207,8 +207,8 @@ class Diagnosis:
 class StepCheck:
     """One case with a layout: ``(equal, deviation)`` of the candidate's and of the preset's
     ``step/dlogp`` against the preset's one-batch ``dlogp`` (None where not returned):
-    equal within the tolerance, and the largest |difference| over the largest |entry| of
-    the full-batch gradient, over the response tokens."""
+    equal within the tolerance, and the largest absolute difference over the largest
+    absolute entry of the full-batch gradient, over the response tokens."""
 
     case: str
     candidate: tuple | None

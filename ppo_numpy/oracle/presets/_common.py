@@ -115,7 +115,7 @@ class Preset:
     #: {output: a sentence the comparison adds to that output's failure line} (an output
     #: that is an exception to a rule of the comparison, e.g. one that reads the padding)
     output_notes: dict = field(default_factory=dict)
-    #: the pipeline takes ``step=`` (a case's layout: :mod:`._step`) and adds the step's
+    #: the pipeline takes ``step=`` (a case's layout: ``presets/_step.py``) and adds the step's
     #: outputs; a preset without a policy loss does not, and a layout is an error there
     takes_layout: bool = False
 
@@ -384,9 +384,9 @@ def step_losses(step, x: Rollout, advantages, returns, p: dict, agg: str = "toke
     """The step of :func:`losses` (same arguments) over ``step``'s layout:
     ``(outputs, passes, value)``: ``step/losses``, ``step/dlogp`` with each micro-batch
     normalised by ``normaliser``, ``step/value_losses``, ``step/dvalues`` by
-    ``value_normaliser`` (:mod:`._step`); ``passes`` each micro-batch's policy forward (and
+    ``value_normaliser`` (``presets/_step.py``); ``passes`` each micro-batch's policy forward (and
     statistics with ``stats``); ``value`` the value loss's per micro-batch
-    (:func:`._step.value_step`)."""
+    (``_step.value_step``)."""
     out, passes = policy_step(
         step, where_valid(mask, x.logp), where_valid(mask, x.logp_old),
         where_valid(mask, advantages), mask, preset_loss_options(p, agg, kl, norm), normaliser,

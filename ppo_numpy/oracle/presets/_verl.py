@@ -314,7 +314,7 @@ def verl_step_stats(step, passes, loss_stats, *, kl_loss=False, value=None, vpre
     micro-batches; the policy loss's own metrics (``loss_stats`` of each pass's statistics:
     ``actor/pg_clipfrac``, ``actor/ppo_kl``, ...; MEAN) and the critic's plain floats
     (``critic/vf_clipfrac``, ``critic/vpred_mean``) the mean over every micro-batch. ``value``:
-    :func:`._step.value_step`'s per micro-batch and the value losses; ``vpred``: each micro-batch's
+    ``_step.value_step``'s per micro-batch and the value losses; ``vpred``: each micro-batch's
     token mean of the values. Empty when the ranks run different numbers of micro-batches
     (``aggregate_dp`` refuses them)."""
     if step.same_micro_batches() is None:

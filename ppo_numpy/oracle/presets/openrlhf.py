@@ -78,7 +78,7 @@ def _openrlhf(x: Rollout, p: dict, step=None) -> dict:
       ranks' average (``normaliser="openrlhf"``, ``openrlhf/utils/loss_utils.py``); the
       critic's ``ValueLoss`` the same, by tokens. ``step/losses`` is each micro-batch's
       loss after DeepSpeed's 1 / gas; the statistics as
-      :func:`._openrlhf.openrlhf_step_stats` merges them.
+      ``_openrlhf.openrlhf_step_stats`` merges them.
     """
     name = "openrlhf"
     m = x.mask

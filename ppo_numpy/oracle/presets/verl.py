@@ -107,7 +107,7 @@ def _verl(x: Rollout, p: dict, step=None) -> dict:
       ``ppo_mini_batch_size * rollout.n`` rows, cut into ``ppo_micro_batch_size_per_gpu``
       micro-batches by the FSDP engine, which starts each backward from the loss itself),
       for the policy loss, its KL loss and the value loss; the metrics as
-      :func:`._verl.verl_step_stats` aggregates them (``step/stat/actor/...``,
+      ``_verl.verl_step_stats`` aggregates them (``step/stat/actor/...``,
       ``step/stat/critic/...``). The bypass mode's step is not reproduced (a layout with
       ``bypass_mode=True`` is an error).
     """

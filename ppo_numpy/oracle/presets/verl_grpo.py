@@ -284,7 +284,7 @@ def _verl_grpo_step(step, xm: Rollout, A, m, opts, p, is_weights, no_tokens, res
     """The step's outputs of ``verl-grpo``: ``agg_loss`` with the trainer's counts of the
     step (``normaliser="verl"``; sapo's "seq-mean-token-mean" whatever ``loss_agg_mode``;
     geo_mean's ``torch.mean`` over each micro-batch's rows alone, ``"local"``), the KL loss
-    by ``loss_agg_mode``; the metrics as :func:`._verl.verl_step_stats` aggregates them."""
+    by ``loss_agg_mode``; the metrics as ``_verl.verl_step_stats`` aggregates them."""
     B, mode, name = m.shape[0], p["loss_mode"], p["normaliser"]
     agg_mode = {"sapo": "seq-mean-token-mean", "geo_mean": "grpo"}.get(mode, p["loss_agg_mode"])
     if mode == "geo_mean" and name == "verl":
