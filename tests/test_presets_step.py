@@ -250,3 +250,71 @@ def test_docs_table_is_the_normaliser_table():
 
     doc = (Path(__file__).resolve().parents[1] / "docs" / "conventions.md").read_text()
     assert normaliser_table() in doc
+
+
+# ---- properties over random layouts ----
+
+
+def _random_layout(rng, B: int, P: int, K: int) -> list:
+    """The rows shuffled and cut into P ranks of K non-empty micro-batches of uneven sizes."""
+    rows = rng.permutation(B)
+    cuts = np.sort(rng.choice(np.arange(1, B), size=P * K - 1, replace=False))
+    parts = [p.tolist() for p in np.split(rows, cuts)]
+    return [parts[r * K:(r + 1) * K] for r in range(P)]
+
+
+#: the presets whose framework divides by the step's global counts (its normaliser keeps the
+#: full-batch gradient), and those that take each micro-batch's own mean
+GLOBAL = [("seed", {}), ("verl", {}), ("verl", {"loss_agg_mode": "seq-mean-token-mean"}),
+          ("openrlhf", {}), ("verl-grpo", {"use_kl_loss": True, "kl_loss_coef": 0.1}),
+          ("openrlhf-grpo", {}), ("trl-grpo", {}), ("trl-grpo", {"loss_type": "grpo"})]
+
+
+@pytest.mark.parametrize("name, params", GLOBAL, ids=lambda x: x if isinstance(x, str) else
+                         ",".join(x) or "defaults")
+def test_a_global_normaliser_keeps_the_full_batch_gradient_under_any_layout(name, params):
+    # verl's, OpenRLHF's and TRL's dapo counts are the step's: every token weighs what it
+    # weighs on one rank with one micro-batch, whatever the layout (TRL's grpo rule only for
+    # micro-batches of equal row counts: one row each here). Tolerance: the same weights
+    # reached by other divisions (N / P * P), a few ulps of the largest entry. (The reference
+    # is the step of one micro-batch, not the one-batch dlogp: verl's seq-mean-token-mean
+    # divides each row by n_i + 1e-8 in its trainer, which the one-batch output leaves out,
+    # 2.5e-9 relative, inside that output's float32 tolerance.)
+    preset = get_preset(name)
+    base = _without_step(step_cases(preset, n_base=1)[0])
+    base = {**base, "params": {**base.get("params", {}), **params}}
+    B = base["inputs"]["mask"].shape[0]
+    one = preset({**base, "layout": [[list(range(B))]]})
+    full = {"dlogp": one["step/dlogp"], **({"dvalues": one["step/dvalues"]}
+                                           if "step/dvalues" in one else {})}
+    np.testing.assert_allclose(full["dlogp"], preset(base)["dlogp"], rtol=1e-8, atol=0)
+    rng = np.random.default_rng(0)
+    for _ in range(5):
+        P, K = int(rng.integers(1, 3)), int(rng.integers(1, 3))
+        if params.get("loss_type") == "grpo":
+            layout = [[[int(i)] for i in rows] for rows in
+                      np.split(rng.permutation(B)[:B - B % P], P)]
+            layout[-1] += [[int(i)] for i in rng.permutation(B)[B - B % P:]] if B % P else []
+            if len({len(r) for r in layout}) > 1:
+                continue
+        else:
+            layout = _random_layout(rng, B, P, K)
+        out = preset({**base, "layout": layout})
+        scale = float(np.abs(full["dlogp"]).max())
+        np.testing.assert_allclose(out["step/dlogp"], full["dlogp"], rtol=0,
+                                   atol=8 * 2.0**-52 * scale, err_msg=f"{name} {layout}")
+        if "dvalues" in full:
+            scale = float(np.abs(full["dvalues"]).max())
+            np.testing.assert_allclose(out["step/dvalues"], full["dvalues"], rtol=0,
+                                       atol=8 * 2.0**-52 * scale, err_msg=f"{name} {layout}")
+
+
+@pytest.mark.parametrize("name", ["trl", "trl-0.11", "deepspeed-chat"])
+def test_a_micro_batch_mean_does_not_on_uneven_token_counts(name):
+    # each micro-batch's own token mean / K: a token of a short micro-batch weighs more
+    preset = get_preset(name)
+    base = _without_step(step_cases(preset, n_base=1)[0])
+    B = base["inputs"]["mask"].shape[0]
+    full = preset(base)
+    out = preset({**base, "layout": [[[0], list(range(1, B))]]})
+    assert np.abs(out["step/dlogp"] - full["dlogp"]).max() > 1e-3 * np.abs(full["dlogp"]).max()
