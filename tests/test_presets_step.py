@@ -318,3 +318,21 @@ def test_a_micro_batch_mean_does_not_on_uneven_token_counts(name):
     full = preset(base)
     out = preset({**base, "layout": [[[0], list(range(1, B))]]})
     assert np.abs(out["step/dlogp"] - full["dlogp"]).max() > 1e-3 * np.abs(full["dlogp"]).max()
+
+
+def test_cli_diagnose_step_names_the_normaliser(tmp_path, capsys):
+    from ppo_numpy.programs.oracle import main
+
+    (tmp_path / "mine.py").write_text(
+        "from ppo_numpy.oracle.presets import get_preset\n\n\n"
+        "def step(case):\n"
+        "    return get_preset('verl-grpo')(case, normaliser='micro-batch-mean')\n")
+    rc = main(["diagnose", f"{tmp_path / 'mine.py'}:step", "--preset", "verl-grpo", "--step",
+               "--no-pairs", "--probes", "0"])
+    out = capsys.readouterr().out
+    assert rc == 1
+    assert "with normaliser='micro-batch-mean' on every case" in out
+    assert "group-random-0/2x2" in out and "the candidate's step/dlogp is the full-batch " \
+        "gradient on 0 of 6 case(s)" in out
+    assert main(["diagnose", "ppo_numpy:gae", "--step", "--cases", "random-0"]) == 2
+    assert "--step takes the step's own cases" in capsys.readouterr().err
