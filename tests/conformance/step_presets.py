@@ -1,5 +1,5 @@
 """The presets' step in a real ``torch.distributed`` run (issue 37, item 4): verl-grpo, trl-grpo
-(both of TRL's rules) and verl (PPO, with its value loss) on uneven layouts.
+(both of TRL's rules), verl (PPO, with its value loss) and openrlhf-grpo on uneven layouts.
 
 For each job a preset runs on a case with a ``layout`` (:mod:`ppo_numpy.oracle.presets._step`);
 its advantages (and returns) are the framework's inputs, as the trainer has them before its
@@ -18,7 +18,14 @@ collectives as the trainer obtains them:
   defaults read from the class) whose accelerator's ``gather`` and ``reduce`` are real
   collectives, ``current_gradient_accumulation_steps`` the rank's micro-batches,
   ``num_items_in_batch`` the token count of the micro-batch's generation batch gathered over
-  the ranks; the logged statistics the mean of each ``_metrics`` list, as ``GRPOTrainer.log``.
+  the ranks; the logged statistics the mean of each ``_metrics`` list, as ``GRPOTrainer.log``;
+* OpenRLHF 0.11.2: ``PolicyLoss`` built from OpenRLHF's parsed arguments
+  (``openrlhf_runner.policy_loss_of``, as ``trainer/ray/ppo_actor.py``), its global counts
+  from ``openrlhf/utils/loss_utils.py`` ``iter_grad_accum_global_norm`` itself over the rank's
+  micro-batches (gas = K; real all-reduces of the step's tokens and non-empty rows), each loss
+  times 1 / gas as DeepSpeed's backward scales it; the statistics reduced as
+  ``ppo_actor.py`` ``ppo_train`` reduces them (each micro-batch's value times its tokens,
+  summed over the ranks and the micro-batches, over the step's tokens).
 
 Then the gradients of the leaves (log-probs, values) are all-reduced and divided by the
 world size (DDP / FSDP). Compared with the preset's ``step/losses``, ``step/dlogp``,
@@ -66,11 +73,13 @@ JOBS = [
     ("verl", {}, "uneven", None),
     ("verl", {"loss_agg_mode": "seq-mean-token-mean", "use_kl_loss": True, "beta": 0.1},
      "interleaved", None),
+    ("openrlhf-grpo", {}, "uneven", None),
+    ("openrlhf-grpo", {"policy_loss_type": "gspo"}, "interleaved", None),
 ]
 
 #: --plant: a preset whose jobs are compared with this wrong normaliser
 PLANTS = {"verl-grpo": "micro-batch-mean", "trl-grpo": "micro-batch-mean",
-          "verl": "micro-batch-mean"}
+          "verl": "micro-batch-mean", "openrlhf-grpo": "micro-batch-mean"}
 
 
 def label(job) -> str:
@@ -134,6 +143,9 @@ def run_job(rank: int, job: dict, dist, torch) -> dict:
     gathered losses and statistics (on every rank)."""
     if job["preset"] == "trl-grpo":
         losses, leaves, stats = _trl_job(rank, job, dist, torch)
+        value_losses = None
+    elif job["preset"] == "openrlhf-grpo":
+        losses, leaves, stats = _openrlhf_job(rank, job, dist, torch)
         value_losses = None
     else:
         losses, value_losses, leaves, stats = _verl_job(rank, job, dist, torch)
@@ -313,6 +325,50 @@ def _trl_job(rank, job, dist, torch):
         losses.append(loss.item())
     # GRPOTrainer.log: each metric the mean of its list (one value per micro-batch)
     stats = {k: sum(v) / len(v) for k, v in t._metrics["train"].items() if v}
+    return losses, {"logp": logp}, stats
+
+
+def _openrlhf_job(rank, job, dist, torch):
+    from types import SimpleNamespace
+
+    from openrlhf.utils.loss_utils import iter_grad_accum_global_norm
+
+    from .harness import tensor
+    from .openrlhf_runner import parsed_args, policy_loss_of
+
+    x, layout = job["x"], job["layout"]
+    _, counts = np.unique(x["groups"], return_counts=True)
+    args = parsed_args("openrlhf-grpo", {"inputs": x, "params": job["params"]}, None,
+                       **{"--rollout.n_samples_per_prompt": int(counts[0])})
+    loss_fn = policy_loss_of(args)
+    mask = tensor(x["mask"], dtype=torch.bool)
+    logp = tensor(x["logp"], grad=True)
+    old, A = tensor(x["logp_old"]), tensor(job["advantages"])
+    K = len(layout[rank])
+    losses, mine = [], []
+    # ppo_actor.py ppo_train: the micro-batches of the rank's step, each with the step's
+    # counts (all-reduced over the ranks, / gas)
+    for rows, info in iter_grad_accum_global_norm(iter(layout[rank]), SimpleNamespace(), K,
+                                                  lambda rows: mask[rows]):
+        pl, clip_ratio, ppo_kl, _, _ = loss_fn(logp[rows], old[rows], A[rows],
+                                               action_mask=mask[rows], **info)
+        # DeepSpeed's backward scales the loss by 1 / gas
+        loss = pl / K
+        loss.backward()
+        losses.append(loss.item())
+        n = int(mask[rows].sum())
+        # training_step's metrics; ppo_train: value.float().mean().item() * n_tokens
+        mine.append({"policy_loss": pl.detach().float().item() * n,
+                     "ppo_clip_ratio": clip_ratio.float().item() * n,
+                     "ppo_kl": ppo_kl.float().item() * n, "_n": n})
+    every = [None] * dist.get_world_size()
+    dist.all_gather_object(every, mine)
+    flat = [mb for r in every for mb in r]
+    total = sum(mb["_n"] for mb in flat)
+    # (strategy.all_reduce of each micro-batch index's sums over the ranks, / its tokens, then
+    # the step's list weighted by tokens: the sum over every micro-batch, / the step's tokens)
+    stats = {k: sum(mb[k] for mb in flat) / total for k in ("policy_loss", "ppo_clip_ratio",
+                                                             "ppo_kl")}
     return losses, {"logp": logp}, stats
 
 
