@@ -21,6 +21,16 @@ def test_the_calls_timed_compute_what_they_say():
     # grpo's rule on micro-batches of equal row counts (2 rows each): the full batch too
     assert fns["policy_step, TRL grpo"]()["step/full_batch"]
     assert fns["policy_step, verl seq-mean-token-mean"]()["step/full_batch"]
+    # the presets: with the layout, the step's outputs beside the one-batch outputs (the same
+    # arrays as without: exact, the same calls)
+    for name in bench.PRESETS:
+        plain = fns[f"{name} preset, no layout"]()
+        step = fns[f"{name} preset, 2 x 4 layout"]()
+        assert not [k for k in plain if k.startswith("step/")]
+        assert step["step/losses"].shape == (8,) and step["step/dlogp"].shape == (16, 12)
+        assert ("step/dvalues" in step) == (name == "verl")
+        for key, value in plain.items():
+            np.testing.assert_array_equal(step[key], value, err_msg=f"{name} {key}")
 
 
 def test_rows_and_section(tmp_path):
@@ -35,3 +45,5 @@ def test_rows_and_section(tmp_path):
     out = page.read_text()
     assert out.startswith("# Benchmarks\n\ntext\n\n## Other\n\nkept\n\n" + bench.SECTION)
     assert out.count(bench.SECTION) == 1 and out.count("| policy_step, TRL grpo |") == 1
+    assert "| verl preset, 2 x 4 layout |" in out
+    assert "NumPy's SIMD kind" in bench.machine_line()

@@ -141,3 +141,32 @@ def test_openrlhf_experience_maker_reads_are_listed():
     assert coverage.unlisted("openrlhf-grpo", reads) == []
     assert coverage.unlisted("openrlhf", {"args.reward.overlong_penalty_factor"}) == [
         "args.reward.overlong_penalty_factor"]
+
+
+def test_the_step_comparison_names_preset_micro_batch_and_output():
+    # the distributed step's comparison (tests/conformance/step_presets.py) without torch: the
+    # preset's own outputs as the "framework's", one micro-batch's loss and one token's
+    # gradient moved by 1e-9 of their scale (above RTOL 1e-12), a statistic by 1e-3
+    import numpy as np
+
+    from tests.conformance import step_presets
+
+    job = ("verl", {}, "uneven", None)
+    want = step_presets.expected(job)
+    got = {k: np.array(want[k], copy=True) for k in
+           ("step/losses", "step/value_losses", "step/dlogp", "step/dvalues")}
+    got["stats"] = {"actor/pg_loss": want["step/stat/actor/pg_loss"] + 1e-3}
+    assert step_presets.differences(job, {**got, "stats": {}}, want) == []
+    got["step/losses"][2] += 1e-9 * np.abs(want["step/losses"]).max()
+    got["step/dvalues"][4, 2] += 1e-9 * np.abs(want["step/dvalues"]).max()
+    lines = step_presets.differences(job, got, want)
+    # the uneven layout: rank 0 holds rows 0-2 and 3, rank 1 row 4 and the rest
+    assert len(lines) == 3, lines
+    assert lines[0].startswith("verl (defaults), uneven: rank 1 micro-batch 0: step/losses ")
+    assert lines[1].startswith("verl (defaults), uneven: rank 1 micro-batch 0, token (4, 2): "
+                               "step/dvalues ")
+    assert lines[2].startswith("verl (defaults), uneven: step/stat/actor/pg_loss ")
+    assert "(framework) vs" in lines[0] and "(preset)" in lines[0]
+    # a planted wrong normaliser moves every micro-batch of the preset
+    planted = step_presets.expected(job, plant="verl")
+    assert not np.allclose(planted["step/losses"], want["step/losses"])

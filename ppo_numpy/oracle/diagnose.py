@@ -43,7 +43,7 @@ from .compare import (
 )
 from .switches import SWITCHES, explain_switch, switches_for
 
-__all__ = ["Diagnosis", "Explanation", "diagnose"]
+__all__ = ["Diagnosis", "Explanation", "StepCheck", "diagnose", "full_batch_deviation"]
 
 MAX_PAIRS = 2000
 """At most this many pairs of switch settings are tried (the most plausible first: those
@@ -91,6 +91,9 @@ class Diagnosis:
     outputs: dict = field(default_factory=dict)
     tried: int = 0
     pairs_left: int = 0
+    #: the cases with a layout: whether each step keeps the full-batch gradient
+    #: (:class:`StepCheck`), the candidate's and the preset's
+    step: list = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
@@ -105,6 +108,31 @@ class Diagnosis:
 
     def summary(self) -> str:
         """The diagnosis lines alone (``str()`` prepends the comparison report)."""
+        text = self._verdict()
+        return f"{text}\n{self.step_summary()}" if self.step else text
+
+    def step_summary(self) -> str:
+        """Whether the step keeps the full-batch gradient, on the cases with a layout: the
+        candidate's ``step/dlogp`` against the preset's one-batch ``dlogp`` (the same
+        convention on one rank with one micro-batch), within the comparison's tolerance, and
+        by how much it deviates (the largest difference over the largest entry of the
+        full-batch gradient); the same for the preset's own ``step/dlogp``."""
+        def part(key):
+            checks = [(c.case, getattr(c, key)) for c in self.step
+                      if getattr(c, key) is not None]
+            if not checks:
+                return "returns no step/dlogp"
+            kept = sum(equal for _, (equal, _) in checks)
+            case, (_, worst) = max(checks, key=lambda c: c[1][1])
+            return (f"is the full-batch gradient on {kept} of {len(checks)} case(s); largest "
+                    f"deviation {worst:.2g} times the gradient's largest entry ({case})")
+
+        return (f"the step, on the {len(self.step)} case(s) with a layout: the candidate's "
+                f"step/dlogp {part('candidate')}; {self.preset}'s own step/dlogp "
+                f"{part('preset')} (the full-batch gradient: {self.preset}'s one-batch dlogp, "
+                "the same convention on one rank with one micro-batch)")
+
+    def _verdict(self) -> str:
         failing = [d for d in self.outputs.values() if not d.passed]
         missing = self._missing()
         if not self.outputs:
@@ -173,6 +201,50 @@ class Diagnosis:
     def __str__(self) -> str:
         # the verdict and the named conventions first, the comparison's table after them
         return f"{self.summary()}\n\n{self.report}"
+
+
+@dataclass(frozen=True)
+class StepCheck:
+    """One case with a layout: ``(equal, deviation)`` of the candidate's and of the preset's
+    ``step/dlogp`` against the preset's one-batch ``dlogp`` (None where not returned):
+    equal within the tolerance, and the largest absolute difference over the largest
+    absolute entry of the full-batch gradient, over the response tokens."""
+
+    case: str
+    candidate: tuple | None
+    preset: tuple | None
+
+
+def full_batch_deviation(step_dlogp, dlogp, mask, tol) -> tuple:
+    """``(equal, deviation)`` of a step's gradient against the full batch's (StepCheck)."""
+    a, e = _as_output(step_dlogp), _as_output(dlogp)
+    if a.shape != e.shape:
+        return False, float("inf")
+    on = compared(e.shape, mask)
+    with np.errstate(invalid="ignore", over="ignore"):
+        diff = np.where(on, np.abs(a - e), 0.0)
+        equal = bool(np.all((a == e) | (diff <= tol.atol + tol.rtol * np.abs(e)) | ~on))
+    scale = float(np.max(np.where(on, np.abs(e), 0.0), initial=0.0))
+    worst = float(np.nanmax(diff, initial=0.0))
+    return equal, (worst / scale if scale > 0 else worst)
+
+
+def _step_checks(preset, usable, tol) -> list:
+    """A :class:`StepCheck` per usable case with a layout."""
+    out = []
+    for ref, actual in usable:
+        if ref.get("layout") is None:
+            continue
+        try:
+            expected = preset(ref)
+        except ValueError:
+            continue
+        mask = ref["inputs"]["mask"]
+        checks = [None if "step/dlogp" not in outputs else
+                  full_batch_deviation(outputs["step/dlogp"], expected["dlogp"], mask, tol)
+                  for outputs in (actual, expected)]
+        out.append(StepCheck(ref["name"], *checks))
+    return out
 
 
 def _matches(name, actual, expected, case, tol):
@@ -298,6 +370,7 @@ def diagnose(candidate, preset, cases=None, dtype="float64", *, outputs=None, to
                      probes=probes, omit=omit)
 
     diagnosis = Diagnosis(preset.name, report)
+    diagnosis.step = _step_checks(preset, usable, tol)
     by_output = diagnosis.outputs
     for row in report.rows:
         if row.output == "(candidate)":

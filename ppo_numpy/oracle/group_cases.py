@@ -485,3 +485,45 @@ def cases_for(preset, seed: int = 0, names=None) -> list:
     if "groups" in getattr(preset, "input_names", ()):
         return generate_group_cases(seed, names, preset=getattr(preset, "name", None))
     return generate_cases(seed, names)
+
+
+#: the layouts of :func:`step_cases`: label -> (ranks, micro-batches per rank, deal)
+STEP_LAYOUTS = {"2x2": (2, 2, "contiguous"), "2x2-round-robin": (2, 2, "round-robin"),
+                "1x3": (1, 3, "contiguous")}
+#: lm-human-preferences trains one minibatch per rank and step (no accumulation)
+ONE_PER_RANK_LAYOUTS = {"2x1": (2, 1, "contiguous"), "3x1": (3, 1, "round-robin")}
+
+
+def step_cases(preset, seed: int = 0, n_base: int = 2) -> list:
+    """Cases of one optimizer step over ranks and micro-batches (``ppo_numpy.step``): the
+    first ``n_base`` cases of :func:`cases_for` that ``preset`` accepts, each with every
+    layout of :data:`STEP_LAYOUTS` (:func:`ppo_numpy.step_layout`; uneven micro-batches in
+    rows and tokens), named ``"<case>/<layout>"``; for ``trl-grpo`` also each 2x2 layout with
+    ``steps_per_generation=1`` (TRL's generation batch of one micro-batch per rank). The
+    diagnosis tries the ``normaliser`` switch on them (``docs/oracle.md``)."""
+    from ..step.layout import step_layout
+
+    name = getattr(preset, "name", None)
+    layouts = ONE_PER_RANK_LAYOUTS if name == "lm-human-preferences" else STEP_LAYOUTS
+    base = []
+    for case in cases_for(preset, seed):
+        try:
+            preset(case)
+        except ValueError:
+            continue
+        base.append(case)
+        if len(base) == n_base:
+            break
+    out = []
+    for case in base:
+        B = case["inputs"]["mask"].shape[0]
+        for label, (ranks, k, deal) in layouts.items():
+            layout = step_layout(B, ranks, k, deal)
+            step = {**case, "name": f"{case['name']}/{label}", "layout": layout,
+                    "description": f"{case['description']} One step over {ranks} rank(s) of "
+                                   f"{k} micro-batch(es), rows dealt {deal}."}
+            out.append(step)
+            if name == "trl-grpo" and label.startswith("2x2"):
+                out.append({**step, "name": f"{step['name']}/S=1", "steps_per_generation": 1,
+                            "description": step["description"] + " steps_per_generation 1."})
+    return out

@@ -40,7 +40,10 @@ class Switch:
     ``describe(value)`` where given. ``kind``: one of :data:`KINDS`. ``needs``: the input a
     setting applies to, if any (``"logp_rollout"``: a correction of the sampler's log-probs,
     which every framework skips or cannot run on a batch without them); the diagnosis
-    leaves the setting out on a case without that input.
+    leaves the setting out on a case without that input. ``needs_layout``: a convention of
+    the optimizer step over ranks and micro-batches, which changes outputs only on a case
+    with a ``"layout"``; :func:`switches_for` lists it only for cases among which one has a
+    layout.
     """
 
     param: str
@@ -50,6 +53,7 @@ class Switch:
     kind: str = "objective"
     describe: Callable | None = None
     needs: str | None = None
+    needs_layout: bool = False
 
     def phrase(self, value) -> str:
         for k, text in self.means.items():
@@ -205,6 +209,24 @@ for _s in (
     Switch("value_clip_form", "the clipped value",
            {"offset": "is V_old + clip(V - V_old, -c, c)",
             "clamp": "is clamp(V, V_old - c, V_old + c)"}),
+    # the optimizer step over ranks and micro-batches (a case with a layout; ppo_numpy.step)
+    Switch("normaliser", "each micro-batch's loss in a step of several",
+           {"global": "divides by the whole step's count (every micro-batch of every rank): "
+                      "the step's gradient is the full batch's",
+            "micro-batch-mean": "is the micro-batch's own mean divided by its rank's number "
+                                "of micro-batches (the transformers Trainer before 4.46, "
+                                "the 2024 gradient-accumulation bug)",
+            "local": "is the micro-batch's own mean, not divided by the micro-batches "
+                     "(their gradients add)",
+            "trl": "follows TRL 1.16's two rules (grpo, bnpo, dr_grpo: the micro-batch's own "
+                   "mean / K; dapo, cispo, vespo: divided by the generation batch's tokens "
+                   "/ processes * K / steps_per_generation)",
+            "verl": "divides by the step's all-reduced token count or its rows (verl 0.9.1 "
+                    "agg_loss with batch_num_tokens, global_batch_size, dp_size)",
+            "openrlhf": "divides by the step's tokens (or rows with a token) summed over its "
+                        "micro-batches and ranks (OpenRLHF 0.11.2 "
+                        "iter_grad_accum_global_norm)"},
+           needs_layout=True),
 ):
     add_switch(_s)
 
@@ -387,11 +409,15 @@ def switches_for(preset, cases=()) -> dict:
     """``{param: (alternatives, source)}`` registered for ``preset`` (a Preset or a name), the
     alternatives restricted to values other than the preset's own, but for a value that
     differs from what one of ``cases`` sets in its params (``beta=0.0`` is TRL's default,
-    and still an alternative on a case that sets ``beta=0.04``)."""
+    and still an alternative on a case that sets ``beta=0.04``); a switch of the step
+    (``Switch.needs_layout``) only when one of ``cases`` carries a layout."""
     name = preset if isinstance(preset, str) else preset.name
     own = {} if isinstance(preset, str) else preset.parameters
+    layout = any(c.get("layout") is not None for c in cases)
     out = {}
     for param, (alternatives, source) in PRESET_SWITCHES.get(name, {}).items():
+        if SWITCHES[param].needs_layout and not layout:
+            continue  # (a convention of the step: no case here has one)
         set_by_cases = {_key(c.get("params", {})[param]) for c in cases
                         if param in c.get("params", {})}
         alts = tuple(a for a in alternatives if param not in own or a != own[param]
@@ -770,3 +796,56 @@ register_switches("openrlhf-grpo", {
     "sequence_gradient": (("token",), f"{_ORLHF_PL}: gspo's exp(mean(log_ratio)) "
                           "differentiated"),
 })
+
+# The optimizer step over ranks and micro-batches: each preset's normaliser and its source
+# (ppo_numpy.step.normalisers; docs/conventions.md section 17)
+_STEP_SOURCES = {
+    "seed": (("micro-batch-mean", "local"), "docs/objective.md: the objective is one "
+             "expectation over the step's batch"),
+    "trl": (("global", "local"), "trl v0.20.0 trl/trainer/ppo_trainer.py PPOTrainer.train: "
+            "masked_mean over each micro-batch in accelerator.accumulate (backward / "
+            "gradient_accumulation_steps)"),
+    "trl-0.11": (("global", "local"), "trl v0.11.4 trl/trainer/ppo_trainer.py loss: "
+                 "masked_mean over each mini_batch_size micro-batch in "
+                 "accelerator.accumulate"),
+    "deepspeed-chat": (("global", "local"), "dschat/rlhf/ppo_trainer.py actor_loss_fn, "
+                       "critic_loss_fn: sum(loss * mask) / mask.sum() per micro-batch; "
+                       "DeepSpeed's backward scales by 1 / gradient_accumulation_steps"),
+    "lm-human-preferences": (("global",), "lm_human_preferences/train_policy.py loss: "
+                             "reduce_mean over each rank's minibatch, mpi_allreduce mean"),
+    "verl": (("micro-batch-mean", "local"), f"{_VERL_ALGOS} agg_loss(dp_size, "
+             "batch_num_tokens, global_batch_size), verl/workers/utils/losses.py ppo_loss, "
+             "value_loss"),
+    "openrlhf": (("micro-batch-mean", "local"), "openrlhf 0.11.2 openrlhf/utils/"
+                 "loss_utils.py iter_grad_accum_global_norm, openrlhf/models/loss.py "
+                 "aggregate_loss"),
+    "trl-grpo": (("global", "micro-batch-mean"), f"{_TRL_LOSS}: per micro-batch / "
+                 "current_gradient_accumulation_steps, or / (num_items_in_batch / "
+                 "num_processes * K / steps_per_generation)"),
+    "verl-grpo": (("micro-batch-mean", "local"), f"{_VERL} agg_loss(dp_size, "
+                  "batch_num_tokens, global_batch_size), verl 0.9.1 verl/workers/utils/"
+                  "losses.py ppo_loss"),
+    "openrlhf-grpo": (("micro-batch-mean", "local"), f"{_ORLHF}/utils/loss_utils.py "
+                      "iter_grad_accum_global_norm, openrlhf/models/loss.py aggregate_loss"),
+}
+for _name, _entry in _STEP_SOURCES.items():
+    register_switches(_name, {"normaliser": _entry})
+
+
+def normaliser_table() -> str:
+    """Each preset's ``normaliser`` (the convention of its step over ranks and
+    micro-batches), the alternatives the diagnosis tries on cases with a layout, and the
+    framework's file for it: the table of ``docs/conventions.md`` section 17 (a test keeps
+    them equal)."""
+    from .presets import PRESETS
+
+    lines = ["| preset | its normaliser | the diagnosis tries | source |", "|---|---|---|---|"]
+    for name, preset in PRESETS.items():
+        entry = PRESET_SWITCHES.get(name, {}).get("normaliser")
+        if entry is None:
+            continue
+        alternatives, source = entry
+        tried = ", ".join(f"`{a!r}`" for a in alternatives)
+        lines.append(f"| `{name}` | `{preset.parameters['normaliser']!r}` | {tried} | "
+                     f"{source} |")
+    return "\n".join(lines)

@@ -65,7 +65,7 @@ class PolicyLossForward:
 
 
 def policy_loss_forward(logp, logp_old, A, m, opts: PolicyLossOptions, logp_ref=None, *,
-                        is_weights=None, divs=None):
+                        is_weights=None, divs=None, divs_kl=None):
     """The policy loss on checked arrays (unchecked kernel), every intermediate named.
 
     ``logp``, ``logp_old``, ``A`` (and ``logp_ref`` when ``opts.kl_coef > 0``, and
@@ -73,7 +73,8 @@ def policy_loss_forward(logp, logp_old, A, m, opts: PolicyLossOptions, logp_ref=
     mask; ``opts`` checked. ``divs``: the ``(d, D)`` of
     ``ppo_numpy.ppo.aggregation.divisors`` to aggregate with instead of those of
     ``opts.agg`` on these rows (a micro-batch's share of a step, ``ppo_numpy.step``); the
-    KL term takes them too unless it has its own ``kl_agg``. Returns a
+    KL term takes them too unless it has its own ``kl_agg``, whose share of a step is
+    ``divs_kl`` (OpenRLHF's token mean beside GSPO's sequence mean). Returns a
     :class:`PolicyLossForward`.
 
     >>> f = policy_loss_forward(np.log([1.5, 0.5, 1.1]), np.zeros(3), np.array([2.0, -1, 1]),
@@ -99,18 +100,19 @@ def policy_loss_forward(logp, logp_old, A, m, opts: PolicyLossOptions, logp_ref=
                              "reference log-probabilities")
         # + beta aggregate(KL_t),  KL_t of pi_theta against pi_ref
         f.kl = kl_term(f, logp_ref, m, opts)
-        f.kl_loss = float(aggregate_kernel(f.kl, m, *kl_agg(opts), kl_divs(opts, divs)))
+        f.kl_loss = float(aggregate_kernel(f.kl, m, *kl_agg(opts),
+                                           kl_divs(opts, divs, divs_kl)))
         f.loss = f.policy_loss + opts.kl_coef * f.kl_loss
     return f
 
 
 def policy_loss_backward(f: PolicyLossForward, A, m, opts: PolicyLossOptions, logp_ref=None,
-                         divs=None):
+                         divs=None, divs_kl=None):
     """d loss / d logp of :func:`policy_loss_forward`'s result ``f`` (unchecked kernel).
 
     Back through the forward's names, each gradient ``d<name>`` shaped like ``<name>``; 0 at
     padding. At the kinks of clip, min and the clamps the bound counts as inside
-    (``ppo_numpy.grads.loss_grads``). ``divs``: as the forward's.
+    (``ppo_numpy.grads.loss_grads``). ``divs``, ``divs_kl``: as the forward's.
     """
     # loss = -aggregate(term) = -sum w_t term_t
     dterm = -aggregation_weights(m, opts.agg, opts.norm, divs)
@@ -118,7 +120,8 @@ def policy_loss_backward(f: PolicyLossForward, A, m, opts: PolicyLossOptions, lo
     dlogp = LOSSES[opts.loss_type].backward(f, dterm, A, m, opts)
     if opts.kl_coef > 0:
         # + beta aggregate(KL_t)
-        dlogp = dlogp + opts.kl_coef * dkl_term(f, logp_ref, m, opts, kl_divs(opts, divs))
+        dlogp = dlogp + opts.kl_coef * dkl_term(f, logp_ref, m, opts,
+                                                kl_divs(opts, divs, divs_kl))
     return dlogp + 0.0  # (turns -0.0 into 0.0)
 
 
@@ -133,9 +136,10 @@ def kl_agg(opts: PolicyLossOptions):
     return opts.kl_agg, None
 
 
-def kl_divs(opts: PolicyLossOptions, divs):
-    """The KL term's divisors: ``divs`` when it aggregates as the policy term does."""
-    return divs if opts.kl_agg is None or opts.kl_agg == opts.agg else None
+def kl_divs(opts: PolicyLossOptions, divs, divs_kl=None):
+    """The KL term's divisors: ``divs`` when it aggregates as the policy term does, else its
+    own ``divs_kl`` (None: those of its ``kl_agg`` on the rows at hand)."""
+    return divs if opts.kl_agg is None or opts.kl_agg == opts.agg else divs_kl
 
 
 def _kl_ratio_level(opts: PolicyLossOptions) -> str:
@@ -257,11 +261,12 @@ def policy_loss_stats(f: PolicyLossForward, A, m, opts: PolicyLossOptions, *,
 
 
 def policy_loss_kernel(logp, logp_old, A, m, opts: PolicyLossOptions, logp_ref=None, *,
-                       is_weights=None, approx_kl=APPROX_KL, divs=None):
+                       is_weights=None, approx_kl=APPROX_KL, divs=None, divs_kl=None):
     """``(forward, stats, dlogp)`` of checked arrays: the forward's names, the statistics and
     d loss / d logp in one call (unchecked kernel: the presets, the toy policy's loss and
-    :func:`ppo_numpy.policy_loss_and_grad` use it); ``divs`` as :func:`policy_loss_forward`'s."""
+    :func:`ppo_numpy.policy_loss_and_grad` use it); ``divs``, ``divs_kl`` as
+    :func:`policy_loss_forward`'s."""
     f = policy_loss_forward(logp, logp_old, A, m, opts, logp_ref, is_weights=is_weights,
-                            divs=divs)
+                            divs=divs, divs_kl=divs_kl)
     return (f, policy_loss_stats(f, A, m, opts, approx_kl=approx_kl),
-            policy_loss_backward(f, A, m, opts, logp_ref, divs))
+            policy_loss_backward(f, A, m, opts, logp_ref, divs, divs_kl))

@@ -7,6 +7,7 @@
                                    [--outputs ... | --omit ...] [--param NAME=VALUE ...]
     python -m ppo_numpy oracle diagnose FILE.py:FUNCTION --preset NAME [--dtype D] [--cases ...]
                                    [--outputs ... | --omit ...] [--param NAME=VALUE ...]
+                                   [--step]
 
 ``verify`` exits 0 verified, 1 not verified, 2 when DIR is missing or a file in
 it is damaged (one line ``oracle verify: error: <file>: <what>`` on stderr).
@@ -23,7 +24,10 @@ bounds string "0.5_5"?) is an error naming both readings (quote it for the strin
 ``--cases`` takes case names and the words ``random``, ``edge``, ``rollout`` (every case
 with the sampler's log-probs) and, for a critic-free preset, ``preset``. A candidate raises
 NotImplementedError("option=value") on a case it does not implement: the case is listed,
-not compared, and the report ends with the coverage.
+not compared, and the report ends with the coverage. ``--step`` (compare, diagnose) takes
+the cases of one optimizer step over ranks and micro-batches instead
+(``ppo_numpy.oracle.group_cases.step_cases``: the first cases, each with a ``"layout"``):
+the candidate returns the step's outputs too, and the diagnosis tries the ``normaliser``.
 See ``docs/oracle.md`` for the file format and how to check your own code.
 """
 
@@ -34,7 +38,13 @@ import json
 import sys
 
 from ..oracle.cases import EDGE_CASES, N_RANDOM, generate_cases
-from ..oracle.group_cases import PRESET_CASES, SELECTIONS, cases_for, generate_group_cases
+from ..oracle.group_cases import (
+    PRESET_CASES,
+    SELECTIONS,
+    cases_for,
+    generate_group_cases,
+    step_cases,
+)
 from ..oracle.presets import DEFAULT_PRESET, PRESETS, get_preset
 
 
@@ -183,7 +193,10 @@ def _run_candidate(args, command: str):
     preset = get_preset(args.preset or DEFAULT_PRESET)
     candidate = load_candidate(args.candidate)
     params = parse_params(args.param, preset)
-    cases = cases_for(preset, args.seed, args.cases)
+    if args.step and args.cases:
+        raise ValueError("--step takes the step's own cases (step_cases); give no --cases")
+    cases = (step_cases(preset, args.seed) if args.step
+             else cases_for(preset, args.seed, args.cases))
     if args.probes < 0:
         raise ValueError(f"--probes must be >= 0, got {args.probes}")
     if command == "diagnose":
@@ -262,6 +275,10 @@ def build_parser() -> argparse.ArgumentParser:
                             "(repeatable; the value is a Python literal or a string)")
         p.add_argument("--probes", type=int, default=8,
                        help="perturbed reference runs per case for kinks (default 8)")
+        p.add_argument("--step", action="store_true",
+                       help="the cases of one optimizer step over ranks and micro-batches "
+                            "(each with a 'layout'; the step's outputs compared, the "
+                            "normaliser diagnosed)")
         if command == "diagnose":
             p.add_argument("--no-pairs", action="store_true", help="try single switches only")
         p.set_defaults(run=cmd_candidate)

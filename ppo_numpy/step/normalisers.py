@@ -23,6 +23,7 @@ convention (mode)       d_i             D_{r,k}
 ======================  ==============  ========================================
 global (any agg)        the agg's d_i   the agg's D over the whole step, / P
 micro-batch-mean        the agg's d_i   the agg's D over the micro-batch, x K_r
+local                   the agg's d_i   the agg's D over the micro-batch
 trl grpo, sapo          max(n_i, 1)     B_{r,k} K
 trl bnpo                1               max(N_{r,k}, 1) K
 trl dr_grpo             1               B_{r,k} L K   (L: ``norm``, default T)
@@ -45,6 +46,12 @@ Sources (the released files; the facts, not the code):
   micro-batches: the form of the transformers ``Trainer`` before 4.46 (the 2024
   gradient-accumulation bug: the mean loss of each micro-batch divided by
   ``gradient_accumulation_steps``).
+* ``local``: the aggregation of each micro-batch alone, not divided by anything else: the
+  micro-batches' gradients add. verl 0.9.1's ``compute_policy_loss_geo_mean``
+  (``verl/trainer/ppo/core_algos.py``) returns ``torch.mean`` of its sequence losses over
+  the micro-batch's rows and reads no global count, and verl's FSDP engine starts the
+  backward from the loss it returns (``workers/utils/losses.py`` ``ppo_loss``): K
+  micro-batches give K times the gradient of one.
 * ``trl``: TRL 1.16.0, ``trl/trainer/grpo_trainer.py`` ``_compute_loss``: ``grpo``, ``sapo``,
   ``bnpo``, ``dr_grpo`` and ``luspo`` take the micro-batch's own mean and divide by
   ``current_gradient_accumulation_steps`` (K); ``dapo``, ``cispo`` and ``vespo`` divide the
@@ -88,7 +95,7 @@ from ..ppo.aggregation import check_mode, divisors, mode_norm
 __all__ = ["NORMALISERS", "OPENRLHF_MODES", "TRL_LOSS_TYPES", "VERL_MODES", "Normaliser",
            "check_normaliser", "micro_batch_divisors"]
 
-NORMALISERS = ("global", "micro-batch-mean", "trl", "verl", "openrlhf")
+NORMALISERS = ("global", "micro-batch-mean", "local", "trl", "verl", "openrlhf")
 #: TRL 1.16.0's loss types and which of its two rules normalises each
 TRL_LOSS_TYPES = {"grpo": "per-micro-batch", "sapo": "per-micro-batch",
                   "bnpo": "per-micro-batch", "dr_grpo": "per-micro-batch",
@@ -101,7 +108,8 @@ VERL_MODES = ("token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-s
 OPENRLHF_MODES = ("token-mean", "seq-mean-token-mean")
 #: each framework's default mode (TRL GRPOConfig.loss_type, verl ActorConfig.loss_agg_mode,
 #: OpenRLHF token_level_loss=True)
-DEFAULT_MODES = {"global": "token-mean", "micro-batch-mean": "token-mean", "trl": "dapo",
+DEFAULT_MODES = {"global": "token-mean", "micro-batch-mean": "token-mean",
+                 "local": "token-mean", "trl": "dapo",
                  "verl": "token-mean", "openrlhf": "token-mean"}
 #: the divisor verl and OpenRLHF add to each row's token count in seq-mean-token-mean
 SEQ_EPS = 1e-8
@@ -116,7 +124,8 @@ class Normaliser:
     name : str
         One of ``NORMALISERS`` (the module docstring has each rule and its source).
     mode : str, optional
-        The aggregation inside the convention: for ``"global"`` and ``"micro-batch-mean"``
+        The aggregation inside the convention: for ``"global"``, ``"micro-batch-mean"`` and
+        ``"local"``
         an aggregation mode of :func:`ppo_numpy.aggregate` (or TRL's); for ``"trl"`` the
         ``loss_type`` (``TRL_LOSS_TYPES``); for ``"verl"`` the ``loss_agg_mode``
         (``VERL_MODES``); for ``"openrlhf"`` ``"token-mean"`` or
@@ -159,7 +168,7 @@ class Normaliser:
         set_ = object.__setattr__
         mode = DEFAULT_MODES[self.name] if self.mode is None else self.mode
         set_(self, "mode", mode)
-        if self.name in ("global", "micro-batch-mean"):
+        if self.name in ("global", "micro-batch-mean", "local"):
             check_mode(mode)
             set_(self, "norm", mode_norm(mode, self.norm))
         elif self.name == "trl":
@@ -206,7 +215,7 @@ class Normaliser:
         """The convention on one rank with one micro-batch, the step's rows its whole batch:
         the full-batch form the step is compared with (TRL's generation batch is then the
         step: ``steps_per_generation`` and ``num_items_in_batch`` unset)."""
-        if self.name == "micro-batch-mean":
+        if self.name in ("micro-batch-mean", "local"):
             return Normaliser("global", self.mode, self.norm)
         if self.name == "trl":
             return Normaliser("trl", self.mode, self.norm)
@@ -243,9 +252,11 @@ def micro_batch_divisors(normaliser: Normaliser, m: np.ndarray, layout: list, li
         d, D = divisors(m, mode, normaliser.norm, like=like, n_tokens=n_tokens)
         return [[(None if d is None else d[rows], D / num(P)) for rows in rank]
                 for rank in layout]
-    if name == "micro-batch-mean":
+    if name in ("micro-batch-mean", "local"):
+        # micro-batch-mean: x K_r (its rank's micro-batches); local: x 1
         return [[_scaled(_divisors(m[rows], mode, normaliser.norm, like, n_tokens[rows],
-                                   f"layout[{r}][{k}]"), num(len(rank)))
+                                   f"layout[{r}][{k}]"),
+                         num(len(rank) if name == "micro-batch-mean" else 1))
                  for k, rows in enumerate(rank)] for r, rank in enumerate(layout)]
     if name == "trl":
         return _trl_divisors(normaliser, m, n_tokens, layout, num)

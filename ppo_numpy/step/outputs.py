@@ -27,18 +27,20 @@ needs only the gradient of the row's summed terms.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from fractions import Fraction
 
 import numpy as np
 
 from .._checks import as_mask, check_is_weights, check_rank, prepare, rectangular
-from ..policy_loss.kernel import policy_loss_backward, policy_loss_forward
+from ..policy_loss.kernel import policy_loss_backward, policy_loss_forward, policy_loss_stats
 from ..policy_loss.objective import _checked, loss_options
 from ..ppo.aggregation import aggregate_kernel, aggregation_weights
 from .layout import check_layout
 from .normalisers import check_normaliser, micro_batch_divisors
 
-__all__ = ["policy_step", "step_outputs", "step_weights"]
+__all__ = ["MicroBatch", "micro_batch_passes", "policy_step", "step_of", "step_outputs",
+           "step_outputs_kernel", "step_weights"]
 
 _EXACT = np.empty(0, dtype=object)  # (the arithmetic of micro_batch_divisors: Fractions)
 _FLOAT = np.empty(0)
@@ -125,6 +127,15 @@ def step_outputs(terms, dterms, mask=None, layout=None, normaliser="global") -> 
     (x, dx), m = prepare({"terms": terms, "dterms": dterms}, mask, ranks=(2,))
     lay = check_layout(layout, m.shape[0])
     norm = check_normaliser(normaliser)
+    losses, grad = step_outputs_kernel(x, dx, m, lay, norm)
+    out = {"step/losses": losses, "step/dlogp": grad}
+    out.update(full_batch_check(norm, m, lay))
+    return out
+
+
+def step_outputs_kernel(x, dx, m, lay, norm) -> tuple:
+    """``(losses (M,), gradient (B, T))`` of :func:`step_outputs` on checked arrays (0 at
+    padding), a checked layout and normaliser (unchecked kernel)."""
     like = _EXACT if x.dtype == object else _FLOAT
     divs = micro_batch_divisors(norm, m, lay, like)
     P = len(lay)
@@ -135,9 +146,7 @@ def step_outputs(terms, dterms, mask=None, layout=None, normaliser="global") -> 
             losses.append(aggregate_kernel(x[rows], m[rows], None, None, dv))
             # (1/P) d L_{r,k} / d x   (the weights are constant along each row)
             grad[rows] = _weights(m[rows], dv, P) * dx[rows]
-    out = {"step/losses": np.array(losses, dtype=x.dtype), "step/dlogp": grad + 0}
-    out.update(full_batch_check(norm, m, lay))
-    return out
+    return np.array(losses, dtype=x.dtype), grad + 0
 
 
 def policy_step(logp, logp_old, advantages, mask=None, layout=None, normaliser="global", *,
@@ -201,22 +210,60 @@ def policy_step_kernel(logp, logp_old, A, m, lay, norm, opts, logp_ref=None, *,
                        is_weights=None) -> dict:
     """:func:`policy_step` of checked (B, T) arrays, a checked layout and normaliser
     (unchecked kernel)."""
-    divs = micro_batch_divisors(norm, m, lay, logp)
-    P = len(lay)
-    losses, dlogp = [], np.zeros_like(logp)
-    for rank, rank_divs in zip(lay, divs):
-        for rows, dv in zip(rank, rank_divs):
-            ref = None if logp_ref is None else logp_ref[rows]
-            f = policy_loss_forward(logp[rows], logp_old[rows], A[rows], m[rows], opts, ref,
-                                    is_weights=None if is_weights is None else is_weights[rows],
-                                    divs=dv)
-            losses.append(f.loss)
-            g = policy_loss_backward(f, A[rows], m[rows], opts, ref, dv)
-            # DDP / FSDP: the ranks' gradients averaged
-            dlogp[rows] = g if P == 1 else g / P
-    out = {"step/losses": np.array(losses), "step/dlogp": dlogp}
+    passes = micro_batch_passes(logp, logp_old, A, m, lay, norm, opts, logp_ref,
+                                is_weights=is_weights)
+    out = step_of(passes, logp, len(lay))
     out.update(full_batch_check(norm, m, lay))
     return out
+
+
+@dataclass
+class MicroBatch:
+    """One micro-batch's pass: its place in the layout, its rows, the policy loss's forward
+    (:class:`ppo_numpy.policy_loss.kernel.PolicyLossForward`: ``loss``, ``policy_loss``,
+    ``kl_loss``, every intermediate), its statistics (``None`` unless asked for) and
+    d L_{r,k} / d logp on its rows (not yet averaged over the ranks)."""
+
+    rank: int
+    index: int
+    rows: np.ndarray
+    forward: object
+    stats: dict | None
+    dlogp: np.ndarray
+
+
+def micro_batch_passes(logp, logp_old, A, m, lay, norm, opts, logp_ref=None, *,
+                       is_weights=None, kl_normaliser=None, stats=False) -> list:
+    """Every micro-batch's forward and backward, rank-major then micro-batch order, each
+    aggregated by the divisors ``norm`` gives it (unchecked kernel: checked (B, T) arrays,
+    layout and normaliser). ``kl_normaliser``: the KL term's own convention when it has its
+    own ``kl_agg`` (None: it is normalised as the policy term); ``stats``: each pass's
+    statistics too (:func:`ppo_numpy.policy_loss.kernel.policy_loss_stats`). Returns a list
+    of :class:`MicroBatch`."""
+    divs = micro_batch_divisors(norm, m, lay, logp)
+    divs_kl = (micro_batch_divisors(kl_normaliser, m, lay, logp)
+               if kl_normaliser is not None else None)
+    passes = []
+    for r, rank in enumerate(lay):
+        for k, rows in enumerate(rank):
+            ref = None if logp_ref is None else logp_ref[rows]
+            w = None if is_weights is None else is_weights[rows]
+            dv, dv_kl = divs[r][k], None if divs_kl is None else divs_kl[r][k]
+            f = policy_loss_forward(logp[rows], logp_old[rows], A[rows], m[rows], opts, ref,
+                                    is_weights=w, divs=dv, divs_kl=dv_kl)
+            st = policy_loss_stats(f, A[rows], m[rows], opts) if stats else None
+            g = policy_loss_backward(f, A[rows], m[rows], opts, ref, dv, dv_kl)
+            passes.append(MicroBatch(r, k, rows, f, st, g))
+    return passes
+
+
+def step_of(passes: list, like: np.ndarray, P: int) -> dict:
+    """``step/losses`` and ``step/dlogp`` of the passes: each micro-batch's loss, and its
+    gradient on its rows divided by P (DDP / FSDP average the ranks' gradients)."""
+    dlogp = np.zeros_like(like)
+    for mb in passes:
+        dlogp[mb.rows] = mb.dlogp if P == 1 else mb.dlogp / P
+    return {"step/losses": np.array([mb.forward.loss for mb in passes]), "step/dlogp": dlogp}
 
 
 def full_batch_check(norm, m: np.ndarray, lay: list) -> dict:

@@ -77,7 +77,7 @@ def _fmt(x: float) -> str:
 
 def write_report(path: Path, summaries: dict, errors: dict, specs: dict, not_run: dict,
                  elapsed: float, *, stubbed, python, torch_version, n_random,
-                 nan_padding=None) -> None:
+                 nan_padding=None, step=None) -> None:
     L = []
     add = L.append
     add("# Conformance: every preset against its framework's released code")
@@ -248,6 +248,38 @@ def write_report(path: Path, summaries: dict, errors: dict, specs: dict, not_run
         add("|---|---|---|---|---|")
         for mode, column, claim, loss, same in nan_padding["rows"]:
             add(f"| `{mode}` | {column} | {claim} | {loss:.6g} | {same or '-'} |")
+        add("")
+    if step is not None:
+        from .step_distributed import WORLD, table_lines
+
+        add(f"## One optimizer step on {WORLD} ranks: torch.distributed, gloo")
+        add("")
+        add(f"`tests/conformance/step_distributed.py` starts {WORLD} processes (gloo on the "
+            "loopback address, a free port; started, joined and, past a time limit, "
+            "terminated by the run) that each run their micro-batches of uneven layouts "
+            "through the frameworks' released code, with the global counts from real "
+            "collectives (all-reduce of the loss mask for verl's `batch_num_tokens`, "
+            "all-gather of TRL's `num_items_in_batch`), backward, and average the gradients "
+            "by all-reduce. First the normalisers against `ppo_numpy.policy_step` (verl "
+            "0.9.1's `agg_loss`, TRL 1.16.0's `_compute_loss`); then the presets' own step "
+            "outputs (`tests/conformance/step_presets.py`): verl 0.9.1's `ppo_loss` and "
+            "`value_loss` for `verl-grpo` and `verl`, with the metrics reduced as its workers "
+            "reduce them, TRL 1.16.0's `_compute_loss` with a distributed accelerator for "
+            "both of `trl-grpo`'s rules, and OpenRLHF 0.11.2's `PolicyLoss` with the counts "
+            "of its `iter_grad_accum_global_norm` for `openrlhf-grpo`, against the presets' "
+            "`step/losses`, `step/dlogp`, "
+            "`step/value_losses`, `step/dvalues` and `step/stat/...`. "
+            + (f"**{len(step['failures'])} differences** (listed at the end of the run)."
+               if step["failures"] else "Every one matches (relative 1e-12; the statistics "
+               "4 2^-24).")
+            + f" {step['seconds']:.0f} s.")
+        add("")
+        L.extend(table_lines(step))
+        add("")
+    elif "step" in errors:
+        add("## One optimizer step: torch.distributed, gloo")
+        add("")
+        add(f"**FAILED**: {errors['step']}")
         add("")
     add("## Stubs")
     add("")

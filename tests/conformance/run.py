@@ -487,7 +487,17 @@ def main(argv=None) -> int:
     parser.add_argument("--preset", action="append", help="only these presets")
     parser.add_argument("--json", help="write the summaries as JSON (with one --preset)")
     parser.add_argument("--report", default=str(ROOT / "docs" / "conformance.md"))
+    parser.add_argument("--step", action="store_true",
+                        help="run the distributed step (alone, or with --preset's presets; "
+                             "the whole run includes it); no report is written")
+    from .step_distributed import plants
+    parser.add_argument("--plant-step", choices=plants(), default=None,
+                        help="the step run alone (as --step) with one convention or preset "
+                             "planted wrong (step_distributed.plants(): shows the failure)")
     args = parser.parse_args(argv)
+    args.step = args.step or args.plant_step is not None
+    # the whole run (every preset and the step, the report written): no --preset, no --step
+    whole = args.preset is None and not args.step
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     # the frameworks' import-time notices (optional engines, no GPU) are not results
     warnings.filterwarnings("ignore")
@@ -496,6 +506,8 @@ def main(argv=None) -> int:
     import torch
     torch.set_num_threads(1)
     names = args.preset or list(SPECS)
+    if args.step and not args.preset:
+        names = []
     if args.json:
         (name,) = names
         summary = run_one(name, args.random)
@@ -538,18 +550,34 @@ def main(argv=None) -> int:
         print(f"conformance: NaN at logp_rollout's padding (docs/conventions.md's table, "
               f"verl 0.9.1): {len(nan['rows'])} cells, {len(nan['failures'])} contradicted",
               flush=True)
+    step = None
+    if whole or args.step:
+        # one optimizer step in a real torch.distributed run: 2 gloo processes on loopback,
+        # started and joined here (step_distributed.run_ranks), the frameworks' released
+        # normalisation against ppo_numpy.policy_step and the presets' step outputs
+        from .step_distributed import WORLD, run_step_conformance
+        try:
+            step = run_step_conformance(plant=args.plant_step)
+        except Exception as err:  # the run itself failed: a failure, named
+            errors["step"] = f"torch.distributed: {type(err).__name__}: {err}"
+            traceback.print_exc(file=sys.stderr)
+        else:
+            print(f"conformance: one step on {WORLD} gloo ranks: {len(step['rows'])} "
+                  f"normaliser cases, {len(step['preset_rows'])} preset steps, "
+                  f"{len(step['failures'])} differences ({step['seconds']:.1f} s)", flush=True)
     elapsed = time.time() - t0
-    if args.preset is None:
+    if whole:
         from .report import write_report
         write_report(Path(args.report), summaries, errors, SPECS, NOT_RUN, elapsed,
                      stubbed=stubs.stubbed(), python=platform.python_version(),
-                     torch_version=torch.__version__, n_random=args.random, nan_padding=nan)
+                     torch_version=torch.__version__, n_random=args.random, nan_padding=nan,
+                     step=step)
         print(f"conformance: wrote {Path(args.report).relative_to(ROOT)}")
     failed = False
     for name, err in errors.items():
         print(f"conformance: FAILED: {name}: {err}")
         failed = True
-    if args.preset is None:
+    if whole:
         from .coverage import table_lines
         print("conformance: config coverage (fields the loss / advantage / statistics path "
               "read):")
@@ -557,6 +585,9 @@ def main(argv=None) -> int:
             print("    " + line)
     for line in (nan or {}).get("failures", []):
         print(f"conformance: FAILED: verl-grpo: NaN at logp_rollout's padding: {line}")
+        failed = True
+    for line in (step or {}).get("failures", []):
+        print(f"conformance: FAILED: step: {line}")
         failed = True
     for name, s in summaries.items():
         for o in s.get("defaults_differ", []):

@@ -220,8 +220,9 @@ def _trl_losses(rank, x, layout, loss_type, S, dist, torch):
     return losses, logp, options, normaliser
 
 
-def _rank(rank, port, out_dir, cases):
-    """One process: every case's micro-batches, backward, the gradient all-reduced."""
+def _rank(rank, port, out_dir, cases, jobs=()):
+    """One process: every case's micro-batches, backward, the gradient all-reduced; then
+    every preset job (:mod:`step_presets`)."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     import logging
     import warnings
@@ -258,10 +259,18 @@ def _rank(rank, port, out_dir, cases):
             dist.all_gather_object(every, losses)
             results[i] = {"losses": [v for r in every for v in r], "dlogp": grad.numpy(),
                           "options": options, "normaliser": normaliser}
+        from tests.conformance import step_presets
+
+        jobs_out = [step_presets.run_job(rank, job, dist, torch) for job in jobs]
         if rank == 0:
             import pickle
 
-            (Path(out_dir) / "results.pkl").write_bytes(pickle.dumps(results))
+            (Path(out_dir) / "results.pkl").write_bytes(pickle.dumps(
+                {"cases": results, "jobs": jobs_out}))
+        # why: rank 0 holds the TCP store; a rank that tears its group down while the other
+        # is still in it aborted gloo's threads ("terminate called without an active
+        # exception", SIGABRT, 1 run in 4): both leave together
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 
@@ -277,16 +286,17 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_ranks(cases, timeout=300.0) -> dict:
-    """Start :data:`WORLD` processes (spawned), wait for them, return rank 0's results; a
-    process alive at ``timeout`` seconds is terminated (RuntimeError)."""
+def run_ranks(cases, timeout=300.0, jobs=()) -> dict:
+    """Start :data:`WORLD` processes (spawned), wait for them, return rank 0's results
+    (``{"cases": {i: ...}, "jobs": [...]}``); a process alive at ``timeout`` seconds is
+    terminated (RuntimeError)."""
     import pickle
 
     import torch.multiprocessing as mp
 
     with tempfile.TemporaryDirectory() as out_dir:
-        ctx = mp.start_processes(_rank, args=(free_port(), out_dir, cases), nprocs=WORLD,
-                                 join=False, start_method="spawn")
+        ctx = mp.start_processes(_rank, args=(free_port(), out_dir, cases, list(jobs)),
+                                 nprocs=WORLD, join=False, start_method="spawn")
         deadline = time.monotonic() + timeout
         try:
             while not ctx.join(timeout=1.0):
@@ -344,23 +354,38 @@ def differences(case, got, want) -> list[str]:
     return out
 
 
-#: --plant: a convention compared with a wrong normaliser (the failure it shows)
+#: --plant: a convention compared with a wrong normaliser (the failure it shows); a preset's
+#: name: its jobs compared with the preset run with a wrong normaliser (step_presets.PLANTS)
 PLANTS = {"trl-bnpo-as-dapo": (("trl", "bnpo", "uneven rows", None), ("trl", "dapo")),
           "verl-seq-mean-as-global": (("verl", "seq-mean-token-mean", "uneven rows", None),
                                       ("global", "seq-mean-token-mean"))}
 
 
-def run_step_conformance(cases=CASES, plant=None, timeout=300.0) -> dict:
-    """The 2-process run of ``cases`` and its comparison: ``{"failures": [...], "rows":
-    [(label, worst relative loss error, worst relative dlogp error)], "seconds": ...}``.
-    ``plant``: a key of :data:`PLANTS` (that case compared with the wrong normaliser)."""
+def plants() -> tuple:
+    from tests.conformance import step_presets
+
+    return tuple(PLANTS) + tuple(step_presets.PLANTS)
+
+
+def run_step_conformance(cases=CASES, plant=None, timeout=300.0, jobs=None) -> dict:
+    """The 2-process run of ``cases`` (the normalisers against ``policy_step``) and of the
+    presets' ``jobs`` (default :data:`step_presets.JOBS`), and their comparison:
+    ``{"failures": [...], "rows": [(label, worst relative loss error, worst relative dlogp
+    error, keeps the full-batch gradient)], "preset_rows": [(label, loss error, gradient
+    error, the statistics compared)], "seconds": ...}``. ``plant``: a key of :data:`PLANTS`
+    (that case compared with the wrong normaliser) or a preset of
+    :data:`step_presets.PLANTS` (its jobs compared with the preset under a wrong one)."""
+    from tests.conformance import step_presets
+
+    jobs = step_presets.JOBS if jobs is None else jobs
     start = time.monotonic()
-    results = run_ranks(list(cases), timeout)
-    failures, rows = [], []
+    inputs = [step_presets.rank_inputs(job) for job in jobs]
+    results = run_ranks(list(cases), timeout, inputs)
+    failures, rows, preset_rows = [], [], []
     for i, case in enumerate(cases):
-        got = results[i]
+        got = results["cases"][i]
         want = expected(case, got["options"], got["normaliser"])
-        if plant is not None and PLANTS[plant][0] == case:
+        if plant is not None and plant in PLANTS and PLANTS[plant][0] == case:
             from ppo_numpy import Normaliser, policy_step
 
             x, (name, mode) = batch(), PLANTS[plant][1]
@@ -372,22 +397,44 @@ def run_step_conformance(cases=CASES, plant=None, timeout=300.0) -> dict:
         grad_err = np.abs(got["dlogp"] - want["step/dlogp"]).max() / max(
             np.abs(want["step/dlogp"]).max(), 1e-300)
         rows.append((label(case), float(loss_err), float(grad_err), want["step/full_batch"]))
-    return {"failures": failures, "rows": rows, "seconds": time.monotonic() - start}
+    for job, got in zip(jobs, results["jobs"]):
+        want = step_presets.expected(job, plant)
+        failures += step_presets.differences(job, got, want)
+        loss_err, grad_err = step_presets.errors(job, got, want)
+        preset_rows.append((step_presets.label(job), loss_err, grad_err,
+                            step_presets.compared_stats(job, got, want)))
+    return {"failures": failures, "rows": rows, "preset_rows": preset_rows,
+            "seconds": time.monotonic() - start}
+
+
+def table_lines(out: dict) -> list:
+    """The two tables of a run (docs/conformance.md prints them)."""
+    lines = ["| convention, layout | losses: worst rel. error | dlogp: worst rel. error | "
+             "keeps the full-batch gradient |", "|---|---:|---:|---|"]
+    for name, loss_err, grad_err, full in out["rows"]:
+        lines.append(f"| {name} | {loss_err:.1e} | {grad_err:.1e} | "
+                     f"{'yes' if full else 'no'} |")
+    lines += ["", "| preset (options), layout | step/losses, step/value_losses: worst rel. "
+              "error | step/dlogp, step/dvalues: worst rel. error | statistics compared |",
+              "|---|---:|---:|---|"]
+    for name, loss_err, grad_err, stats in out["preset_rows"]:
+        lines.append(f"| {name} | {loss_err:.1e} | {grad_err:.1e} | "
+                     f"{', '.join(f'`{s}`' for s in stats) or '-'} |")
+    return lines
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.conformance.step_distributed",
                                      description=__doc__.splitlines()[0])
-    parser.add_argument("--plant", choices=tuple(PLANTS),
-                        help="compare one convention with a wrong normaliser")
+    parser.add_argument("--plant", choices=plants(),
+                        help="compare one convention, or one preset's jobs, with a wrong "
+                             "normaliser")
     args = parser.parse_args(argv)
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     out = run_step_conformance(plant=args.plant)
-    print("| convention, layout | losses: worst rel. error | dlogp: worst rel. error | "
-          "keeps the full-batch gradient |\n|---|---:|---:|---|")
-    for name, loss_err, grad_err, full in out["rows"]:
-        print(f"| {name} | {loss_err:.1e} | {grad_err:.1e} | {'yes' if full else 'no'} |")
-    print(f"{len(out['rows'])} cases on {WORLD} gloo ranks, {out['seconds']:.1f} s")
+    print("\n".join(table_lines(out)))
+    print(f"{len(out['rows'])} cases and {len(out['preset_rows'])} preset steps on {WORLD} "
+          f"gloo ranks, {out['seconds']:.1f} s")
     for failure in out["failures"]:
         print(f"step conformance: FAILED: {failure}")
     return 1 if out["failures"] else 0

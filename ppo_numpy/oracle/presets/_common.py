@@ -31,7 +31,9 @@ from ...ppo.value_loss import (
     value_loss_kernel,
 )
 from ...ppo.whitening import masked_mean_kernel, whiten_kernel
+from ...step.normalisers import NORMALISERS
 from . import _third_policy as third_policy
+from ._step import STEP_KEYS, policy_step, read_step, value_step
 
 INPUT_NAMES = ("logp", "logp_old", "logp_ref", "values", "old_values", "scores", "mask")
 #: the inputs of the critic-free presets: no values; prompt ids and (ReMax) greedy scores
@@ -114,6 +116,9 @@ class Preset:
     #: {output: a sentence the comparison adds to that output's failure line} (an output
     #: that is an exception to a rule of the comparison, e.g. one that reads the padding)
     output_notes: dict = field(default_factory=dict)
+    #: the pipeline takes ``step=`` (a case's layout: ``presets/_step.py``) and adds the step's
+    #: outputs; a preset without a policy loss does not, and a layout is an error there
+    takes_layout: bool = False
 
     @property
     def parameters(self) -> dict:
@@ -125,10 +130,14 @@ class Preset:
 
         Returns a dict with ``rewards``, ``advantages``, ``returns``, ``dlogp``,
         ``dvalues`` (B, T) arrays, ``policy_loss`` and ``value_loss`` floats and
-        one ``"stat/<name>"`` float per statistic the framework logs.
+        one ``"stat/<name>"`` float per statistic the framework logs; for a case with a
+        ``"layout"`` also the step's outputs (``step/losses``, ``step/dlogp``, ...:
+        :mod:`ppo_numpy.oracle.presets._step`).
         """
         if not isinstance(case, dict):
             raise TypeError(f"case: expected a dict of arrays, got {type(case).__name__}")
+        # a case's step: "layout" (and TRL's "steps_per_generation") beside its inputs
+        step_entries = {k: case[k] for k in STEP_KEYS if k in case}
         if "inputs" in case:
             overrides = {**dict(case.get("params") or {}), **overrides}
             case = case["inputs"]
@@ -139,7 +148,11 @@ class Preset:
                 f"{self.name}: unknown parameter(s) {', '.join(unknown)}; "
                 f"valid ones are {', '.join(known)}")
         params = check_params({**known, **overrides})
-        return self.pipeline(read_case(case, self.input_names), params)
+        x = read_case(case, self.input_names)
+        step = read_step(step_entries, x.mask.shape[0], self.name, self.takes_layout)
+        if step is None:
+            return self.pipeline(x, params)
+        return self.pipeline(x, params, step=step)
 
 
 def read_case(case: dict, names=INPUT_NAMES) -> Rollout:
@@ -189,6 +202,8 @@ def check_params(p: dict) -> dict:
     for name in ("whiten_ddof", "std_ddof"):
         if name in p and (isinstance(p[name], bool) or p[name] not in (0, 1)):
             raise ValueError(f"{name}: must be 0 or 1, got {p[name]!r}")
+    if "normaliser" in p:
+        check_choice(p["normaliser"], "normaliser", NORMALISERS, "normaliser")
     if "std_eps" in p:
         p["std_eps"] = check_scalar(p["std_eps"], "std_eps", low=0, allow_exact=False)
     if "std_eps_placement" in p:
@@ -364,6 +379,30 @@ def losses(x: Rollout, advantages, returns, p: dict, agg: str = "token-mean", *,
     # why: with kl, a loss of -0.0 is 0.0 even for coef 0 (the kernel then adds no KL term)
     policy_loss = pl.loss + 0.0 if kl else pl.loss
     return policy_loss, stats, dlogp, vloss, dvalues
+
+
+def step_losses(step, x: Rollout, advantages, returns, p: dict, agg: str = "token-mean", *,
+                mask, normaliser, value_normaliser, value_mask=None, kl=None,
+                is_weights=None, norm=None, stats=False):
+    """The step of :func:`losses` (same arguments) over ``step``'s layout:
+    ``(outputs, passes, value)``: ``step/losses``, ``step/dlogp`` with each micro-batch
+    normalised by ``normaliser``, ``step/value_losses``, ``step/dvalues`` by
+    ``value_normaliser`` (``presets/_step.py``); ``passes`` each micro-batch's policy forward (and
+    statistics with ``stats``); ``value`` the value loss's per micro-batch
+    (``_step.value_step``)."""
+    out, passes = policy_step(
+        step, where_valid(mask, x.logp), where_valid(mask, x.logp_old),
+        where_valid(mask, advantages), mask, preset_loss_options(p, agg, kl, norm), normaliser,
+        where_valid(mask, x.logp_ref),
+        is_weights=None if is_weights is None else where_valid(mask, is_weights), stats=stats,
+        weighted_kl=third_policy.kl_weights_on("preset", p))
+    vm = mask if value_mask is None else value_mask
+    v, v_old, R = (where_valid(vm, a) for a in (x.values, x.old_values, returns))
+    value_out, value = value_step(step, value_normaliser, v, v_old, R, vm, p["value_clip"],
+                                  p["value_clip_form"])
+    # (a loss of -0.0 is 0.0, as policy_loss with a KL term)
+    out["step/losses"] = out["step/losses"] + 0.0
+    return {**out, **value_out}, passes, value
 
 
 def result(rewards, advantages, returns, policy_loss, value_loss_, dlogp, dvalues,

@@ -120,3 +120,35 @@ def openrlhf_correction_and_stats(name, x: Rollout, xm: Rollout, m, p: dict,
         ratio = float(filtered.sum() / m.sum())
     stats = {"vllm_kl": mean_over(xr.logp_rollout - xr.logp_old, m), "is_filter_ratio": ratio}
     return w, xm.logp_old, stats
+
+
+def openrlhf_step_stats(step, passes, m, logp, logp_old, value=None, values=None) -> dict:
+    """The statistics OpenRLHF 0.11.2 logs for one step of several micro-batches (its
+    ``gas`` the micro-batches per rank): the actor's (``openrlhf/trainer/ray/ppo_actor.py``
+    ``ppo_train``) each micro-batch's value weighted by its tokens, summed over the ranks
+    and the step's micro-batches and divided by the step's tokens: ``policy_loss`` (the
+    loss ``aggregate_loss`` returns, gas times the backward's after DeepSpeed's 1 / gas),
+    ``ppo_clip_ratio`` and ``ppo_kl`` (``PolicyLoss``'s token means of the micro-batch,
+    the raw log-ratio's); the critic's (``ppo_critic.py``: ``strategy.all_reduce``, a mean
+    over the ranks, then the mean over the micro-batches) ``critic_loss`` (gas times the
+    backward's) and ``values``. Empty when the ranks run different numbers of micro-batches
+    (DeepSpeed's gas is one number)."""
+    K = step.same_micro_batches()
+    if K is None:
+        return {}
+    n = np.array([np.count_nonzero(m[mb.rows]) for mb in passes], dtype=np.float64)
+
+    def token_weighted(v):
+        return float((np.asarray(v) * n).sum() / n.sum())
+
+    kl = np.where(m, logp_old - logp, 0.0)
+    out = {"policy_loss": token_weighted([K * mb.forward.policy_loss for mb in passes]),
+           "ppo_clip_ratio": token_weighted([mb.stats["clipfrac_active"] for mb in passes]),
+           "ppo_kl": token_weighted([kl[mb.rows].sum() / max(c, 1)
+                                     for mb, c in zip(passes, n)])}
+    if value is not None:
+        # a mean over the ranks of each micro-batch index, then over the micro-batches
+        out["critic_loss"] = float(np.mean(K * np.asarray(value)))
+        out["values"] = float(np.mean([values[mb.rows].sum() / max(c, 1)
+                                       for mb, c in zip(passes, n)]))
+    return {f"step/stat/{k}": v for k, v in out.items()}

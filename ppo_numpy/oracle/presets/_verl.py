@@ -23,6 +23,7 @@ from ...ppo.aggregation import aggregate_kernel, aggregation_weights
 from ...ppo.kl import kl_estimate_grad_kernel, kl_estimate_kernel
 from . import _third_policy as third_policy
 from ._common import _flag, mean_over, need_rollout
+from ._step import verl_metric
 
 # -- verl 0.9.1 (algorithm.rollout_correction)
 
@@ -302,3 +303,32 @@ def verl_reinforce_loss(xk: Rollout, A, keep, opts, w):
     pl = SimpleNamespace(loss=policy_loss, policy_loss=policy_loss, kl_loss=0.0)
     st = {"approx_kl_k1": mean_over(xk.logp_old - xk.logp, keep)}
     return pl, st, dlogp
+
+
+def verl_step_stats(step, passes, loss_stats, *, kl_loss=False, value=None, vpred=None) -> dict:
+    """The metrics verl 0.9.1 logs for one step of several micro-batches
+    (``verl/workers/utils/losses.py`` ``ppo_loss``, ``value_loss``; ``verl/utils/metric/
+    utils.py`` ``Metric.aggregate_dp``, called by ``workers/engine_workers.py``): the losses
+    normalised by the global counts (``actor/pg_loss``, ``actor/kl_loss``,
+    ``critic/vf_loss``, aggregation SUM) the mean over the ranks summed over the
+    micro-batches; the policy loss's own metrics (``loss_stats`` of each pass's statistics:
+    ``actor/pg_clipfrac``, ``actor/ppo_kl``, ...; MEAN) and the critic's plain floats
+    (``critic/vf_clipfrac``, ``critic/vpred_mean``) the mean over every micro-batch. ``value``:
+    ``_step.value_step``'s per micro-batch and the value losses; ``vpred``: each micro-batch's
+    token mean of the values. Empty when the ranks run different numbers of micro-batches
+    (``aggregate_dp`` refuses them)."""
+    if step.same_micro_batches() is None:
+        return {}
+    out = {"actor/pg_loss": verl_metric(step, [mb.forward.policy_loss for mb in passes], "sum")}
+    per_pass = [loss_stats(mb.stats) for mb in passes]
+    for key in per_pass[0]:
+        out[key] = verl_metric(step, [st[key] for st in per_pass], "mean")
+    if kl_loss:
+        out["actor/kl_loss"] = verl_metric(step, [mb.forward.kl_loss for mb in passes], "sum")
+    if value is not None:
+        per_mb, losses = value
+        out["critic/vf_loss"] = verl_metric(step, losses, "sum")
+        out["critic/vf_clipfrac"] = verl_metric(step, per_mb["clipfrac"], "mean")
+    if vpred is not None:
+        out["critic/vpred_mean"] = verl_metric(step, vpred, "mean")
+    return {f"step/stat/{k}": v for k, v in out.items()}

@@ -15,13 +15,15 @@ from ._common import (
     require_prefix,
     result,
     slot_after,
+    step_losses,
 )
+from ._step import normaliser_for
 
 _DSCHAT = "microsoft/DeepSpeedExamples"
 _DSCHAT_DIR = "applications/DeepSpeed-Chat"
 
 
-def _deepspeed_chat(x: Rollout, p: dict) -> dict:
+def _deepspeed_chat(x: Rollout, p: dict, step=None) -> dict:
     """DeepSpeed-Chat's ``DeepSpeedPPOTrainer`` (microsoft/DeepSpeedExamples @ 3b458596,
     applications/DeepSpeed-Chat/dschat/rlhf/ppo_trainer.py).
 
@@ -41,6 +43,11 @@ def _deepspeed_chat(x: Rollout, p: dict) -> dict:
     * Statistics: the TensorBoard scalars of training/step3_rlhf_finetuning/main.py
       @ 2d1f3b38 (the version that imports dschat): ``actor_loss``, ``critic_loss``,
       ``reward`` (mean raw score, before the clip).
+    * A step over ranks and micro-batches (a case's layout: ``per_device_training_batch_size``
+      rows a micro-batch, ``gradient_accumulation_steps`` of them): ``actor_loss_fn`` and
+      ``critic_loss_fn`` take each micro-batch's own token means, and DeepSpeed's engine
+      scales each backward loss by 1 / gradient_accumulation_steps and averages the ranks
+      (``normaliser="micro-batch-mean"``).
     """
     name = "deepspeed-chat"
     m = x.mask
@@ -60,7 +67,12 @@ def _deepspeed_chat(x: Rollout, p: dict) -> dict:
         "critic_loss": vloss,
         "reward": mean_rows(x.scores),
     }
-    return result(rewards, advantages, returns, policy_loss, vloss, dlogp, dvalues, stats)
+    out = result(rewards, advantages, returns, policy_loss, vloss, dlogp, dvalues, stats)
+    if step is not None:
+        norm = normaliser_for(p["normaliser"], "token-mean", step=step, n_rows=m.shape[0])
+        out.update(step_losses(step, x, advantages, returns, p, mask=m, normaliser=norm,
+                               value_normaliser=norm)[0])
+    return out
 
 
 PRESET = Preset(
@@ -69,7 +81,7 @@ PRESET = Preset(
                 "slot after the last token, no whitening, beta 0.1.",
     defaults={"gamma": 1.0, "lam": 0.95, "beta": 0.1, "score_clip": 5.0, "epsilon": 0.2,
               "value_clip": 0.2},
-    conventions={"value_clip_form": "clamp"},
+    conventions={"value_clip_form": "clamp", "normaliser": "micro-batch-mean"},
     sources=(
         f"{_DSCHAT}: {_DSCHAT_DIR}/dschat/rlhf/ppo_trainer.py (DeepSpeedPPOTrainer."
         "compute_rewards, train_rlhf, actor_loss_fn, critic_loss_fn, "
@@ -78,4 +90,5 @@ PRESET = Preset(
         "TensorBoard scalars) @ 2d1f3b38",
     ),
     pipeline=_deepspeed_chat,
+    takes_layout=True,
 )

@@ -19,7 +19,9 @@ from ._common import (
     mean_over,
     mean_rows,
     result,
+    step_losses,
 )
+from ._step import normaliser_for
 
 
 def divide(a, b) -> float:
@@ -53,7 +55,7 @@ def lmhp_stats(x, returns, m, p, st, policy_loss, vloss, kl, ddof):
     }
 
 
-def _lm_human_preferences(x: Rollout, p: dict) -> dict:
+def _lm_human_preferences(x: Rollout, p: dict, step=None) -> dict:
     """OpenAI's ``PPOTrainer`` (openai/lm-human-preferences @ 1ab856db,
     lm_human_preferences/train_policy.py).
 
@@ -75,6 +77,12 @@ def _lm_human_preferences(x: Rollout, p: dict) -> dict:
       (variances with ddof 0, as ``tf.nn.moments``), ``objective/kl``,
       ``objective/kl_coef``, ``objective/entropy``, ``objective/score``,
       ``objective/score_total``. ``ppo/policy/entropy`` needs logits.
+    * A step over ranks and micro-batches (a case's layout): each MPI rank trains on its
+      minibatch, one per optimizer step (no gradient accumulation: one micro-batch per
+      rank), and ``loss`` whitens the minibatch's own rewards and advantages before its
+      means; the ranks' gradients are averaged (``mpi_allreduce``, a mean). So each
+      micro-batch's advantages and returns are its own rows' (``step/advantages``,
+      ``step/returns``), its losses their means (``normaliser="micro-batch-mean"``).
     """
     name = "lm-human-preferences"
     if not np.all(x.mask):
@@ -84,16 +92,43 @@ def _lm_human_preferences(x: Rollout, p: dict) -> dict:
                          "be all ones")
     m = x.mask  # every column (checked above)
     kl = masked_kl(x.logp_old, x.logp_ref, "k1", m)
-    rewards = masked_shaped_rewards(x.scores, x.logp_old, x.logp_ref, p["beta"], m)
-    if p["whiten_rewards"]:
-        rewards = masked_whiten(rewards, m, shift_mean=False, ddof=0)
-    raw_advantages, returns = masked_gae(rewards, x.old_values, p["gamma"], p["lam"], m)
-    advantages = masked_whiten(raw_advantages, m, ddof=0)
+    rewards, advantages, returns = _lmhp_advantages(x, p)
     policy_loss, st, dlogp, vloss, dvalues = losses(x, advantages, returns, p, mask=m)
     stats = lmhp_stats(x, returns, m, p, st, policy_loss, vloss, kl, ddof=0)
     stats["objective/score"] = mean_rows(x.scores)
     stats["objective/score_total"] = mean_rows(x.scores) - p["beta"] * stats["objective/kl"]
-    return result(rewards, advantages, returns, policy_loss, vloss, dlogp, dvalues, stats)
+    out = result(rewards, advantages, returns, policy_loss, vloss, dlogp, dvalues, stats)
+    if step is not None:
+        out.update(_lmhp_step(step, x, p))
+    return out
+
+
+def _lmhp_advantages(x: Rollout, p: dict) -> tuple:
+    """(rewards, advantages, returns) of ``loss`` on the rows of ``x`` (its minibatch)."""
+    m = x.mask
+    rewards = masked_shaped_rewards(x.scores, x.logp_old, x.logp_ref, p["beta"], m)
+    if p["whiten_rewards"]:
+        rewards = masked_whiten(rewards, m, shift_mean=False, ddof=0)
+    raw_advantages, returns = masked_gae(rewards, x.old_values, p["gamma"], p["lam"], m)
+    return rewards, masked_whiten(raw_advantages, m, ddof=0), returns
+
+
+def _lmhp_step(step, x: Rollout, p: dict) -> dict:
+    """The step's outputs of ``lm-human-preferences`` (its docstring): each micro-batch's
+    advantages and returns from its own rows, then its losses."""
+    for r, rank in enumerate(step.layout):
+        if len(rank) != 1:
+            raise ValueError(f"layout[{r}]: lm-human-preferences has no gradient accumulation "
+                             f"(each minibatch is an optimizer step): one micro-batch per "
+                             f"rank, got {len(rank)}")
+    advantages, returns = np.zeros(x.mask.shape), np.zeros(x.mask.shape)
+    for rank in step.layout:
+        rows = rank[0]
+        _, advantages[rows], returns[rows] = _lmhp_advantages(x.rows(rows), p)
+    norm = normaliser_for(p["normaliser"], "token-mean", step=step, n_rows=x.mask.shape[0])
+    out = step_losses(step, x, advantages, returns, p, mask=x.mask, normaliser=norm,
+                      value_normaliser=norm)[0]
+    return {**out, "step/advantages": advantages, "step/returns": returns}
 
 
 PRESET = Preset(
@@ -102,7 +137,7 @@ PRESET = Preset(
                 "column, rewards and advantages whitened with ddof 0.",
     defaults={"gamma": 1.0, "lam": 0.95, "beta": 0.2, "epsilon": 0.2, "value_clip": 0.2,
               "whiten_rewards": True, "vf_coef": 0.1},
-    conventions={"value_clip_form": "clamp"},
+    conventions={"value_clip_form": "clamp", "normaliser": "micro-batch-mean"},
     sources=(
         "openai/lm-human-preferences: lm_human_preferences/train_policy.py (PPOTrainer."
         "compute_rewards, loss, record_step_stats; PpoHParams, RewardHParams) @ 1ab856db",
@@ -110,4 +145,5 @@ PRESET = Preset(
         "@ f774e89b",
     ),
     pipeline=_lm_human_preferences,
+    takes_layout=True,
 )

@@ -21,16 +21,18 @@ from ._common import (
     require_choice,
     result,
     shaped_rewards,
+    step_losses,
     whiten_advantages,
 )
-from ._openrlhf import openrlhf_correction_and_stats
+from ._openrlhf import openrlhf_correction_and_stats, openrlhf_step_stats
+from ._step import normaliser_for
 
 # why: OpenRLHF openrlhf/models/utils.py (0.11.2) compute_approx_kl clamps every
 # estimator to [-10, 10]
 _OPENRLHF_KL_CLAMP = 10.0
 
 
-def _openrlhf(x: Rollout, p: dict) -> dict:
+def _openrlhf(x: Rollout, p: dict, step=None) -> dict:
     """OpenRLHF's PPO with GAE (OpenRLHF 0.11.2).
 
     * KL (openrlhf/models/utils.py ``compute_approx_kl``): k1 (default), k2 or k3
@@ -68,6 +70,15 @@ def _openrlhf(x: Rollout, p: dict) -> dict:
       logp_old - logp, unclamped), ``critic_loss``, ``values`` (token mean of the
       new values), ``kl`` (mean over responses of the token-mean KL; the KL
       controller's input), ``reward`` (mean raw score).
+    * A step over ranks and micro-batches (a case's layout; ``ppo_train``: ``micro_train_
+      batch_size`` rows a micro-batch, DeepSpeed's ``gas`` of them a step):
+      ``iter_grad_accum_global_norm`` gives every micro-batch of the step the step's token
+      count (and count of rows with a token) summed over its micro-batches and all-reduced,
+      divided by gas, which DeepSpeed's 1 / gas per backward cancels; ``dp_size`` cancels the
+      ranks' average (``normaliser="openrlhf"``, ``openrlhf/utils/loss_utils.py``); the
+      critic's ``ValueLoss`` the same, by tokens. ``step/losses`` is each micro-batch's
+      loss after DeepSpeed's 1 / gas; the statistics as
+      ``_openrlhf.openrlhf_step_stats`` merges them.
     """
     name = "openrlhf"
     m = x.mask
@@ -89,9 +100,9 @@ def _openrlhf(x: Rollout, p: dict) -> dict:
     # the rollout correction (--algo.advantage.is_correction_*): PolicyLoss's coefficient
     w, _, rollout_stats = openrlhf_correction_and_stats(name, x, x.on(m), m, p)
     # (the convention masked_weights: a gated token in the policy loss's mask or not)
+    lm = third_policy.loss_mask(name, p, m, w)
     policy_loss, st, dlogp, vloss, dvalues = losses(
-        x, advantages, returns, p, agg, mask=third_policy.loss_mask(name, p, m, w),
-        value_mask=m, is_weights=w)
+        x, advantages, returns, p, agg, mask=lm, value_mask=m, is_weights=w)
     stats = {
         "policy_loss": policy_loss,
         "ppo_clip_ratio": st["clipfrac_active"],
@@ -102,7 +113,19 @@ def _openrlhf(x: Rollout, p: dict) -> dict:
         "reward": mean_rows(x.scores),
         **rollout_stats,
     }
-    return result(rewards, advantages, returns, policy_loss, vloss, dlogp, dvalues, stats)
+    out = result(rewards, advantages, returns, policy_loss, vloss, dlogp, dvalues, stats)
+    if step is not None:
+        B = m.shape[0]
+        step_out, passes, value = step_losses(
+            step, x, advantages, returns, p, agg, mask=lm, value_mask=m, is_weights=w,
+            stats=True,
+            normaliser=normaliser_for(p["normaliser"], agg, step=step, n_rows=B),
+            value_normaliser=normaliser_for(p["normaliser"], "token-mean", step=step,
+                                            n_rows=B))
+        out.update(step_out)
+        out.update(openrlhf_step_stats(step, passes, m, x.logp, x.logp_old,
+                                       step_out["step/value_losses"], x.values))
+    return out
 
 
 PRESET = Preset(
@@ -119,7 +142,8 @@ PRESET = Preset(
     conventions={"score_position": "last-token", "kl_clamp": _OPENRLHF_KL_CLAMP,
                  "gae_holes": "decay", "whiten_ddof": 0, "whiten_eps": 1e-8,
                  "whiten_eps_mode": "floor", "whiten_mask": "mask", "shift_mean": True,
-                 "value_clip_form": "offset", **third_policy.OPENRLHF},
+                 "value_clip_form": "offset", "normaliser": "openrlhf",
+                 **third_policy.OPENRLHF},
     tolerances={"float64": (FLOAT64_RTOL + 16 * FLOAT32_ROUNDING, 16 * FLOAT32_ROUNDING)},
     tolerance_note="OpenRLHF 0.11.2 computes the KL and the rewards in float32 "
                    "(openrlhf/models/utils.py compute_approx_kl casts the log-probs, "
@@ -139,4 +163,5 @@ PRESET = Preset(
         "OpenRLHF/OpenRLHF: openrlhf/cli/train_ppo_ray.py (defaults), 0.11.2",
     ),
     pipeline=_openrlhf,
+    takes_layout=True,
 )

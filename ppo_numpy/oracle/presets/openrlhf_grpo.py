@@ -24,7 +24,8 @@ from ._common import (
     policy_result,
     require_choice,
 )
-from ._openrlhf import openrlhf_correction_and_stats
+from ._openrlhf import openrlhf_correction_and_stats, openrlhf_step_stats
+from ._step import normaliser_for, policy_step
 
 ESTIMATORS = ("group_norm", "rloo", "reinforce", "reinforce_baseline", "dr_grpo")
 
@@ -38,7 +39,7 @@ def require_groups(name: str, groups, *, equal_sizes: bool, min_size: int, why: 
                          f"{why}")
 
 
-def _openrlhf_grpo(x: Rollout, p: dict) -> dict:
+def _openrlhf_grpo(x: Rollout, p: dict, step=None) -> dict:
     """OpenRLHF's critic-free pipeline (OpenRLHF ``openrlhf/trainer/ppo_utils/
     experience_maker.py`` ``compute_advantages_and_returns``, ``openrlhf/models/utils.py``
     ``compute_reward``, ``compute_approx_kl``, ``openrlhf/models/loss.py`` ``PolicyLoss``).
@@ -73,6 +74,11 @@ def _openrlhf_grpo(x: Rollout, p: dict) -> dict:
       KL loss unweighted, no bound on the log-ratio, GSPO's sequence ratio differentiated.
     * Tolerance: as the ``openrlhf`` preset (float32 KL, rewards and normalisation
       statistics in 0.11.2): float64 rtol 1e-9 + 16 2^-24, atol 16 2^-24.
+    * A step over ranks and micro-batches (a case's layout): as the ``openrlhf`` preset's
+      (``normaliser="openrlhf"``: the step's counts from ``iter_grad_accum_global_norm``),
+      the policy term by its token mean (ppo) or its sequence mean of token means (gspo),
+      the KL loss by its token mean (``aggregate_loss`` with its default
+      ``token_level_loss``, ``ppo_actor.py`` ``training_step``).
     """
     name = "openrlhf-grpo"
     m = x.mask
@@ -121,10 +127,10 @@ def _openrlhf_grpo(x: Rollout, p: dict) -> dict:
                                                              p["policy_loss_type"])
     # (the conventions: a gated token in the loss's mask or not, the weights on the KL term)
     lm = third_policy.loss_mask(name, p, m, is_w)
-    pl, st, dlogp = third_policy.policy_loss(
-        name, p, np.where(lm, xm.logp, 0.0), np.where(lm, old, 0.0), np.where(lm, A, 0.0), lm,
-        opts, np.where(lm, xm.logp_ref, 0.0),
-        is_weights=None if is_w is None else np.where(lm, is_w, 0.0))
+    xl = (np.where(lm, xm.logp, 0.0), np.where(lm, old, 0.0), np.where(lm, A, 0.0))
+    w_l = None if is_w is None else np.where(lm, is_w, 0.0)
+    pl, st, dlogp = third_policy.policy_loss(name, p, *xl, lm, opts,
+                                             np.where(lm, xm.logp_ref, 0.0), is_weights=w_l)
     n_i = m.sum(axis=-1)
     stats = {
         "policy_loss": pl.policy_loss,
@@ -140,7 +146,19 @@ def _openrlhf_grpo(x: Rollout, p: dict) -> dict:
         **rollout_stats,
     }
     # A and rewards are 0 at padding (returns_to_go, whiten; at_last_token, kl_estimate)
-    return policy_result(A, pl, dlogp, stats, rewards=rewards)
+    out = policy_result(A, pl, dlogp, stats, rewards=rewards)
+    if step is not None:
+        B = m.shape[0]
+        norm = normaliser_for(p["normaliser"], opts.agg, step=step, n_rows=B)
+        kl_norm = normaliser_for(p["normaliser"], "token-mean", step=step, n_rows=B)
+        # (the conventions' mask lm and weights, as the one-batch loss above)
+        step_out, passes = policy_step(step, *xl, lm, opts, norm,
+                                       np.where(lm, xm.logp_ref, 0.0), is_weights=w_l,
+                                       kl_normaliser=kl_norm, stats=True,
+                                       weighted_kl=third_policy.kl_weights_on(name, p))
+        out.update(step_out)
+        out.update(openrlhf_step_stats(step, passes, m, xm.logp, xm.logp_old))
+    return out
 
 
 PRESET = Preset(
@@ -160,7 +178,7 @@ PRESET = Preset(
     # openrlhf/models/loss.py PolicyLoss: ppo's log-ratio clamp(min=-20.0, max=20.0))
     conventions={"std_ddof": 1, "std_eps": 1e-9, "std_eps_placement": "std",
                  "log_ratio_clamp": 20.0, "sequence_gradient": "sequence",
-                 **third_policy.OPENRLHF},
+                 "normaliser": "openrlhf", **third_policy.OPENRLHF},
     sources=(
         "OpenRLHF/OpenRLHF: openrlhf/trainer/ppo_utils/experience_maker.py "
         "(compute_advantages_and_returns, get_cumulative_returns), 0.11.2",
@@ -171,6 +189,7 @@ PRESET = Preset(
     ),
     pipeline=_openrlhf_grpo,
     input_names=GROUP_INPUT_NAMES,
+    takes_layout=True,
     output_notes={"stat/return": (
         "stat/return reads the padding: OpenRLHF 0.11.2 sums the token rewards over every "
         "column, -beta KL at padding included (compute_reward does not mask it), so a "

@@ -15,11 +15,13 @@ from ._common import (
     mean_rows,
     result,
     shaped_rewards,
+    step_losses,
     whiten_advantages,
 )
+from ._step import normaliser_for
 
 
-def _seed(x: Rollout, p: dict) -> dict:
+def _seed(x: Rollout, p: dict, step=None) -> dict:
     """The objective's own convention (docs/objective.md; "PPO Objective for Language Models").
 
     * r~_t = -beta KL_t + [t = T] score with KL_t the k1 estimate from the rollout
@@ -32,6 +34,10 @@ def _seed(x: Rollout, p: dict) -> dict:
       (``policy_agg="seq-mean-token-sum"``); no log-ratio clamp, no dual clip.
     * The objective has no value loss; ppo_numpy's default is used: 1/2 (V - R)^2
       without clipping, token mean.
+    * A step over ranks and micro-batches (a case's layout): the objective is one
+      expectation over the step's batch, so each micro-batch takes its share of the
+      whole step's aggregation (``normaliser="global"``: the step's gradient is the
+      full batch's).
     """
     m = x.mask
     est = p["kl_estimator"]
@@ -53,7 +59,16 @@ def _seed(x: Rollout, p: dict) -> dict:
         "kl_per_sequence": masked_aggregate(kl, m, "seq-mean-token-sum"),
         "score_mean": mean_rows(x.scores),
     }
-    return result(rewards, advantages, returns, policy_loss, vloss, dlogp, dvalues, stats)
+    out = result(rewards, advantages, returns, policy_loss, vloss, dlogp, dvalues, stats)
+    if step is not None:
+        B = m.shape[0]
+        out.update(step_losses(
+            step, x, advantages, returns, p, p["policy_agg"], mask=m,
+            kl=(p["beta"], est, p["kl_clamp"]) if in_loss else None,
+            normaliser=normaliser_for(p["normaliser"], p["policy_agg"], step=step, n_rows=B),
+            value_normaliser=normaliser_for(p["normaliser"], p["value_agg"], step=step,
+                                            n_rows=B))[0])
+    return out
 
 
 PRESET = Preset(
@@ -67,7 +82,8 @@ PRESET = Preset(
                  "kl_in": "reward", "epsilon_high": None, "dual_clip": None,
                  "log_ratio_clamp": None, "value_clip_form": "offset", "whiten_ddof": 1,
                  "whiten_eps": 1e-8, "whiten_eps_mode": "add", "whiten_mask": "mask",
-                 "shift_mean": True},
+                 "shift_mean": True, "normaliser": "global"},
     sources=("the objective of docs/objective.md (\"PPO Objective for Language Models\")",),
     pipeline=_seed,
+    takes_layout=True,
 )

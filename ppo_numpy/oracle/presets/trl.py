@@ -26,8 +26,10 @@ from ._common import (
     result,
     shaped_rewards,
     slot_after,
+    step_losses,
     whiten_advantages,
 )
+from ._step import normaliser_for, own_token_means, rank_mean
 from .lm_human_preferences import lmhp_stats
 
 # why: huggingface/trl trl/trainer/ppo_trainer.py (v0.20.0) fills the log-probs of every
@@ -35,7 +37,7 @@ from .lm_human_preferences import lmhp_stats
 TRL_INVALID_LOGPROB = 1.0
 
 
-def _trl(x: Rollout, p: dict) -> dict:
+def _trl(x: Rollout, p: dict, step=None) -> dict:
     """TRL's current ``PPOTrainer.train`` (huggingface/trl v0.20.0, trl/trainer/ppo_trainer.py).
 
     * Mask: a prefix of ones (TRL derives it from the first pad token after
@@ -69,6 +71,15 @@ def _trl(x: Rollout, p: dict) -> dict:
       ``objective/entropy`` (mean over responses of the sum over all T columns of
       -logp_old, padding counting -1.0 each). Not produced: ``policy/entropy_avg``
       (needs logits), ``val/ratio_var`` (a variance across minibatches).
+    * A step over ranks and micro-batches (a case's layout; ``train``: each micro-batch of
+      ``per_device_train_batch_size`` rows inside ``accelerator.accumulate``): each
+      micro-batch's own token means, ``pg_loss + vf_coef * vf_loss``, which Accelerate's
+      ``backward`` divides by ``gradient_accumulation_steps`` K (``normaliser=
+      "micro-batch-mean"``; DDP averages the ranks); the policy and the value mask are the
+      micro-batch's (``~padding_mask``, ``~padding_mask_p1``). TRL records one value per
+      micro-batch of ``approxkl``, ``pg_clipfrac``, ``pg_loss``, ``vf_loss``,
+      ``vf_clipfrac`` and ``ratio`` and logs each mean over the micro-batches of every rank
+      (``gather_for_metrics(...).mean()``): ``step/stat/<name>``.
     """
     name = "trl"
     m = x.mask
@@ -106,7 +117,34 @@ def _trl(x: Rollout, p: dict) -> dict:
         "val/clipfrac_avg": st["value_clipfrac"],
         "val/ratio": 1.0 + masked_aggregate(rho - 1.0, m, "seq-mean-token-sum-norm"),
     }
-    return result(rewards, advantages, returns, policy_loss, vloss, dlogp, dvalues, stats)
+    out = result(rewards, advantages, returns, policy_loss, vloss, dlogp, dvalues, stats)
+    if step is not None:
+        out.update(_trl_step(step, x, advantages, returns, p, m, m_p1,
+                             kl=(p["beta"], est, p["kl_clamp"]) if in_loss else None))
+    return out
+
+
+def _trl_step(step, x: Rollout, advantages, returns, p, m, m_p1, kl) -> dict:
+    """The step's outputs of ``trl`` (its docstring): the losses of each micro-batch, and the
+    statistics TRL logs as means over the micro-batches of every rank."""
+    B = m.shape[0]
+    out, passes, value = step_losses(
+        step, x, advantages, returns, p, mask=m, value_mask=m_p1, kl=kl, stats=True,
+        normaliser=normaliser_for(p["normaliser"], "token-mean", step=step, n_rows=B),
+        value_normaliser=normaliser_for(p["normaliser"], "token-mean", step=step, n_rows=B))
+    T = m.shape[-1]
+    log_rho = np.where(m, x.logp - x.logp_old, 0.0)
+    rho = masked_ratio(x.logp, x.logp_old, m)
+    # per micro-batch: its own means over every position of its rows (padding: ratio 1,
+    # log-ratio 0), as TRL's .mean() of (b, T) tensors
+    approxkl = [0.5 * np.square(log_rho[mb.rows]).sum() / (len(mb.rows) * T) for mb in passes]
+    ratio = [1.0 + (rho[mb.rows] - m[mb.rows]).sum() / (len(mb.rows) * T) for mb in passes]
+    stat = {"policy/approxkl_avg": approxkl,
+            "policy/clipfrac_avg": [mb.stats["clipfrac_active"] for mb in passes],
+            "loss/policy_avg": own_token_means(passes, m), "loss/value_avg": value["mean"],
+            "val/clipfrac_avg": value["clipfrac"], "val/ratio": ratio}
+    out.update({f"step/stat/{k}": rank_mean(step, v) for k, v in stat.items()})
+    return out
 
 
 # ---------------------------------------------------------------------------------------
@@ -115,7 +153,7 @@ def _trl(x: Rollout, p: dict) -> dict:
 _TRL011_KL_PENALTY = {"k1": "kl", "k2": "mse", "abs": "abs"}
 
 
-def _trl_011(x: Rollout, p: dict) -> dict:
+def _trl_011(x: Rollout, p: dict, step=None) -> dict:
     """TRL's legacy ``PPOTrainer`` (huggingface/trl v0.11.4, trl/trainer/ppo_trainer.py).
 
     * Scores clipped to ``[-score_clip, score_clip]`` when set (``step``; default off).
@@ -146,6 +184,16 @@ def _trl_011(x: Rollout, p: dict) -> dict:
       ``ppo/mean_non_score_reward`` (a token mean), ``ppo/mean_scores``,
       ``ppo/std_scores`` (ddof 1; NaN for one response). ``ppo/policy/entropy``
       needs logits and is not produced.
+    * A step over ranks and micro-batches (a case's layout; ``step``: micro-batches of
+      ``mini_batch_size`` rows inside ``accelerator.accumulate``): each micro-batch's own
+      token means, ``loss_p + loss_v``, divided by ``gradient_accumulation_steps`` K by
+      Accelerate's ``backward`` (``normaliser="micro-batch-mean"``; DDP averages the
+      ranks); ``ratio_threshold`` is tested on each micro-batch's own mean ratio and zeroes
+      that micro-batch's losses. ``loss`` returns one statistic per micro-batch, and
+      ``step`` logs each mean over the micro-batches (``stack_dicts``,
+      ``record_step_stats``) and over the processes (``gather_stats``: all-reduce / P):
+      ``step/stat/ppo/loss/policy|value|total``, ``ppo/policy/approxkl|policykl|clipfrac``,
+      ``ppo/val/clipfrac``.
     """
     name = "trl-0.11"
     m = x.mask
@@ -174,7 +222,33 @@ def _trl_011(x: Rollout, p: dict) -> dict:
         "ppo/mean_scores": mean_rows(scores),
         "ppo/std_scores": float(np.std(scores, ddof=1)) if scores.size > 1 else float("nan"),
     })
-    return result(rewards, advantages, returns, policy_loss, vloss, dlogp, dvalues, stats)
+    out = result(rewards, advantages, returns, policy_loss, vloss, dlogp, dvalues, stats)
+    if step is not None:
+        out.update(_trl_011_step(step, x, advantages, returns, p, m))
+    return out
+
+
+def _trl_011_step(step, x: Rollout, advantages, returns, p, m) -> dict:
+    """The step's outputs of ``trl-0.11`` (its docstring)."""
+    B = m.shape[0]
+    norm = normaliser_for(p["normaliser"], "token-mean", step=step, n_rows=B)
+    out, passes, value = step_losses(step, x, advantages, returns, p, mask=m, stats=True,
+                                     normaliser=norm, value_normaliser=norm)
+    policy, vloss = own_token_means(passes, m), value["mean"]
+    for j, mb in enumerate(passes):
+        if mb.stats["ratio_mean"] > p["ratio_threshold"]:
+            # why: v0.11.4 PPOTrainer.loss multiplies both losses by 0 for this micro-batch
+            out["step/losses"][j] = out["step/value_losses"][j] = policy[j] = vloss[j] = 0.0
+            out["step/dlogp"][mb.rows] = out["step/dvalues"][mb.rows] = 0.0
+    stat = {
+        "loss/policy": policy, "loss/value": vloss, "loss/total": policy + p["vf_coef"] * vloss,
+        "policy/approxkl": [mb.stats["approx_kl_k2"] for mb in passes],
+        "policy/policykl": [mb.stats["approx_kl_k1"] for mb in passes],
+        "policy/clipfrac": [mb.stats["clipfrac_active"] for mb in passes],
+        "val/clipfrac": value["clipfrac"],
+    }
+    out.update({f"step/stat/ppo/{k}": rank_mean(step, v) for k, v in stat.items()})
+    return out
 
 
 PRESET = Preset(
@@ -186,7 +260,8 @@ PRESET = Preset(
     conventions={"score_position": "after-last", "whiten_ddof": 1, "whiten_eps": 1e-8,
                  "whiten_eps_mode": "add", "whiten_mask": "mask", "shift_mean": True,
                  "kl_clamp": None, "kl_in": "reward", "epsilon_high": None, "dual_clip": None,
-                 "log_ratio_clamp": None, "value_clip_form": "clamp"},
+                 "log_ratio_clamp": None, "value_clip_form": "clamp",
+                 "normaliser": "micro-batch-mean"},
     tolerances=float32_roundings(1),
     tolerance_note="TRL rounds the Bessel factor n / (n - 1) (trl/core.py masked_var: "
                    "integer mask sums divided in torch) and each clip fraction (masked_mean "
@@ -200,6 +275,7 @@ PRESET = Preset(
         "v0.20.0",
     ),
     pipeline=_trl,
+    takes_layout=True,
 )
 
 
@@ -213,7 +289,8 @@ PRESET_0_11 = Preset(
     conventions={"score_position": "last-token", "gae_holes": "decay", "whiten_ddof": 1,
                  "whiten_eps": 1e-8, "whiten_eps_mode": "add", "whiten_mask": "mask",
                  "shift_mean": True,
-                 "kl_clamp": None, "value_clip_form": "clamp"},
+                 "kl_clamp": None, "value_clip_form": "clamp",
+                 "normaliser": "micro-batch-mean"},
     tolerances=float32_roundings(1),
     tolerance_note="TRL 0.11 rounds the Bessel factor n / (n - 1) (trl/core.py masked_var) "
                    "and each clip fraction (.float() booleans) to float32: 2^-24 relative "
@@ -226,4 +303,5 @@ PRESET_0_11 = Preset(
         "huggingface/trl: trl/trainer/utils.py (AdaptiveKLController), v0.11.4",
     ),
     pipeline=_trl_011,
+    takes_layout=True,
 )

@@ -22,6 +22,7 @@ from ._common import (
     policy_result,
     require_choice,
 )
+from ._step import micro_batch_groups, normaliser_for, policy_step
 from ._trl import trl_check_is_options, trl_is_weights, trl_off_policy_mask, trl_uses_vllm
 
 #: loss_type -> (aggregation mode, per-token loss form)
@@ -33,7 +34,7 @@ VESPO_OPTIONS = ("vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda
 SCALES = {"group": "group", "batch": "batch", "none": "none", True: "group", False: "none"}
 
 
-def _trl_grpo(x: Rollout, p: dict) -> dict:
+def _trl_grpo(x: Rollout, p: dict, step=None) -> dict:
     """TRL's ``GRPOTrainer`` (huggingface/trl 1.16.0 ``trl/trainer/grpo_trainer.py``,
     ``_generate_and_score_completions`` and ``_compute_loss``; defaults of ``GRPOConfig``).
 
@@ -72,9 +73,19 @@ def _trl_grpo(x: Rollout, p: dict) -> dict:
       ``importance_sampling_level`` unclamped, normalised as grpo (no clip statistics; the
       same gate as verl's ``loss_mode="sapo"``: docs/conventions.md section 15 for what
       differs). ``epsilon_high`` None means ``epsilon``.
-    * One process, one gradient-accumulation step (TRL divides grpo/bnpo/dr_grpo by the
-      number of accumulation steps; the clip statistics' min/max are over processes,
-      here the one value).
+    * Without a layout: one process, one gradient-accumulation step (the clip statistics'
+      min/max are over processes, here the one value). A step over ranks and micro-batches
+      (a case's ``layout`` and ``steps_per_generation`` S, default K): TRL's two rules
+      (``normaliser="trl"``, ``ppo_numpy.step.normalisers``): ``grpo``, ``bnpo``,
+      ``dr_grpo``, ``luspo`` and ``sapo`` take each micro-batch's own mean and divide by
+      ``current_gradient_accumulation_steps`` K; ``dapo``, ``cispo`` and ``vespo`` divide
+      the micro-batch's token sum by ``num_items_in_batch`` (the tokens of its generation
+      batch, gathered over the processes) / ``num_processes`` * K / S; DDP averages the
+      ranks. The KL term is in each micro-batch's per-token loss, normalised with it.
+      ``step/stat/<name>``: the mean over the micro-batch indices of each statistic
+      reduced over the processes (TRL appends one value per ``_compute_loss`` and logs
+      the list's mean). With S > K the generation batch spans several steps: its token
+      count is ``num_items_in_batch``.
     * Statistics: ``kl`` (token mean of k3, times the ratio with the bias correction, with
       beta > 0), ``clip_ratio/low_mean`` (A < 0
       and min(rho, delta) < 1 - epsilon), ``clip_ratio/high_mean`` (A > 0 and above
@@ -128,53 +139,92 @@ def _trl_grpo(x: Rollout, p: dict) -> dict:
     # masked_weights="drop" and rejection="mask" take out; the weights on the KL term too
     # under is_weights_on_kl)
     xl = xm if lm is m else xm.on(lm)
-    pl, _, dlogp = third_policy.policy_loss(
-        name, p, xl.logp, xl.logp_old, np.where(lm, A_loss, 0.0), lm, opts, xl.logp_ref,
-        is_weights=None if is_w is None else np.where(lm, is_w, 0.0))
+    A_l = np.where(lm, A_loss, 0.0)
+    w_l = None if is_w is None else np.where(lm, is_w, 0.0)
+    pl, _, dlogp = third_policy.policy_loss(name, p, xl.logp, xl.logp_old, A_l, lm, opts,
+                                            xl.logp_ref, is_weights=w_l)
     # (the statistics of every response token, as TRL logs them)
     f = pl if lm is m else policy_loss_kernel(xm.logp, xm.logp_old, A, m, opts, xm.logp_ref)[0]
-    n = max(int(m.sum()), 1)
-
-    def per_sequence(flags):
-        # TRL's masked_seq_mean: one value per sequence at the sequence level, else the
-        # sequence's token mean
-        if level == "sequence":
-            return flags[np.arange(m.shape[0]), np.argmax(m, axis=-1)].astype(np.float64)
-        return np.where(m, flags, False).sum(axis=-1) / m.sum(axis=-1)
-
-    def batch_mean(flags):
-        # TRL's global_masked_mean: a mean over sequences for (B, 1) sequence-level flags
-        if level == "sequence":
-            return float(np.mean(per_sequence(flags)))
-        return float(np.where(m, flags, False).sum() / n)
-
-    stats = {}
-    if p["beta"] != 0:
-        stats["kl"] = float(f.kl.sum() / n)
-    if form == "cispo":
-        stats["cispo_clip_ratio"] = batch_mean((f.rho > eps_high) & (A > 0))
-    elif form == "vespo":
-        # TRL's global_masked_mean of phi_seq (B, 1): a mean over the sequences
-        phi = vespo_phi(xm.logp - xm.logp_old, A, m, opts, is_w)
-        stats["vespo/phi_seq_mean"] = float(np.mean(phi[np.arange(m.shape[0]),
-                                                        np.argmax(m, axis=-1)]))
-    elif form == "clip":
-        # min(rho, delta) below the range with A < 0, above it with A > 0 (the delta of
-        # the loss: none for cispo)
-        lo, hi = opts.bounds()
-        rho = f.rho if opts.delta is None else np.minimum(f.rho, opts.delta)
-        low, high = (rho < lo) & (A < 0), (rho > hi) & (A > 0)
-        # why: TRL 1.16.0 _compute_loss logs nanmin / nanmax over the sequences (gathered
-        # over processes) of each sequence's clipped fraction
-        stats.update({"clip_ratio/low_mean": batch_mean(low),
-                      "clip_ratio/low_min": float(np.min(per_sequence(low))),
-                      "clip_ratio/high_mean": batch_mean(high),
-                      "clip_ratio/high_max": float(np.max(per_sequence(high))),
-                      "clip_ratio/region_mean": batch_mean(low | high)})
+    loss_stats = _loss_stats(f, A, m, p, opts, form, level, is_w, xm, eps_high)
+    stats = loss_stats(slice(None))
     std = group_std(x.scores, x.groups, dtype=np.float32, ddof=p["std_ddof"])
     stats.update({"reward": mean_rows(x.scores), "reward_std": batch_reward_std(x.scores),
                   "frac_reward_zero_std": mean_rows(np.isclose(std, 0.0)), **rollout_stats})
-    return policy_result(A, pl, dlogp, stats)  # A is 0 at padding (broadcast)
+    out = policy_result(A, pl, dlogp, stats)  # A is 0 at padding (broadcast)
+    if step is not None:
+        B = m.shape[0]
+        norm = normaliser_for(p["normaliser"], agg,
+                              p["max_completion_length"] if agg == "dr_grpo" else None,
+                              step=step, n_rows=B, trl_loss_type=p["loss_type"],
+                              num_items_in_batch=p["num_items_in_batch"])
+        # (the third policy's mask lm and weights, as the one-batch loss above)
+        step_out, _ = policy_step(step, xl.logp, xl.logp_old, A_l, lm, opts, norm,
+                                  xl.logp_ref, is_weights=w_l,
+                                  weighted_kl=third_policy.kl_weights_on(name, p))
+        out.update(step_out)
+        groups = micro_batch_groups(step)
+        if groups is not None:
+            # why: TRL 1.16.0 _compute_loss appends one value per micro-batch, reduced over
+            # the processes (global_masked_mean: sums and counts all-reduced; nanmin / nanmax
+            # of the gathered sequences), and logs the mean of the list
+            per_k = [loss_stats(rows) for rows in groups]
+            out.update({f"step/stat/{k}": float(np.mean([st[k] for st in per_k]))
+                        for k in per_k[0]})
+    return out
+
+
+def _loss_stats(pl, A, m, p, opts, form, level, is_w, xm, eps_high):
+    """The statistics ``_compute_loss`` logs, as a function of the rows they are reduced
+    over (``slice(None)``: the batch; a micro-batch index's rows on every rank: its value in
+    a step): ``kl``, the clip ratios, ``cispo_clip_ratio`` or ``vespo/phi_seq_mean``. Every
+    flag is a token's or a row's, so the batch's forward gives each micro-batch's."""
+    if form == "vespo":
+        phi = vespo_phi(xm.logp - xm.logp_old, A, m, opts, is_w)
+        phi_seq = phi[np.arange(m.shape[0]), np.argmax(m, axis=-1)]
+    if form == "clip":
+        lo, hi = opts.bounds()
+        rho = pl.rho if opts.delta is None else np.minimum(pl.rho, opts.delta)
+        clip_low, clip_high = (rho < lo) & (A < 0), (rho > hi) & (A > 0)
+
+    def stats(rows) -> dict:
+        mr, Ar = m[rows], A[rows]
+        n = max(int(mr.sum()), 1)
+
+        def per_sequence(flags):
+            # TRL's masked_seq_mean: one value per sequence at the sequence level, else the
+            # sequence's token mean
+            if level == "sequence":
+                return flags[np.arange(mr.shape[0]), np.argmax(mr, axis=-1)].astype(np.float64)
+            return np.where(mr, flags, False).sum(axis=-1) / mr.sum(axis=-1)
+
+        def batch_mean(flags):
+            # TRL's global_masked_mean: a mean over sequences for (B, 1) sequence-level flags
+            if level == "sequence":
+                return float(np.mean(per_sequence(flags)))
+            return float(np.where(mr, flags, False).sum() / n)
+
+        out = {}
+        if p["beta"] != 0:
+            out["kl"] = float(pl.kl[rows].sum() / n)
+        if form == "cispo":
+            out["cispo_clip_ratio"] = batch_mean((pl.rho[rows] > eps_high) & (Ar > 0))
+        elif form == "vespo":
+            # TRL's global_masked_mean of phi_seq (B, 1): a mean over the sequences
+            out["vespo/phi_seq_mean"] = float(np.mean(phi_seq[rows]))
+        elif form == "clip":
+            # min(rho, delta) below the range with A < 0, above it with A > 0 (the delta of
+            # the loss: none for cispo)
+            low, high = clip_low[rows], clip_high[rows]
+            # why: TRL 1.16.0 _compute_loss logs nanmin / nanmax over the sequences
+            # (gathered over processes) of each sequence's clipped fraction
+            out.update({"clip_ratio/low_mean": batch_mean(low),
+                        "clip_ratio/low_min": float(np.min(per_sequence(low))),
+                        "clip_ratio/high_mean": batch_mean(high),
+                        "clip_ratio/high_max": float(np.max(per_sequence(high))),
+                        "clip_ratio/region_mean": batch_mean(low | high)})
+        return out
+
+    return stats
 
 
 def batch_reward_std(scores) -> float:
@@ -286,7 +336,8 @@ PRESET = Preset(
     # _generate_and_score_completions, _compute_loss; trl/trainer/utils.py nanstd)
     conventions={"std_ddof": 1, "std_eps": 1e-4, "std_eps_placement": "std",
                  "singleton": "zero", "kl_estimator": "k3", "log_ratio_clamp": None,
-                 "cispo_clip": "max", "is_log_ratio_bound": None, **third_policy.TRL},
+                 "cispo_clip": "max", "is_log_ratio_bound": None, "normaliser": "trl",
+                 **third_policy.TRL},
     sources=(
         "huggingface/trl: trl/trainer/grpo_trainer.py (GRPOTrainer."
         "_generate_and_score_completions, _compute_loss), 1.16.0",
@@ -302,4 +353,5 @@ PRESET = Preset(
                    "relative on top of the float64 rtol",
     pipeline=_trl_grpo,
     input_names=GROUP_INPUT_NAMES,
+    takes_layout=True,
 )

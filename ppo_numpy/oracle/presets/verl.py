@@ -22,16 +22,23 @@ from ._common import (
     preset_loss_options,
     result,
     shaped_rewards,
+    step_losses,
     whiten_advantages,
 )
-from ._verl import verl_bypass_loss, verl_correction_before_advantages, verl_trainer_agg
+from ._step import normaliser_for
+from ._verl import (
+    verl_bypass_loss,
+    verl_correction_before_advantages,
+    verl_step_stats,
+    verl_trainer_agg,
+)
 
 # why: volcengine/verl verl/trainer/ppo/core_algos.py (0.9.1) kl_penalty_forward clamps
 # only its low-variance (k3) estimate, to [-10, 10]
 _VERL_KL_CLAMP = {"k1": None, "k2": None, "abs": None, "k3": 10.0}
 
 
-def _verl(x: Rollout, p: dict) -> dict:
+def _verl(x: Rollout, p: dict, step=None) -> dict:
     """verl's PPO with GAE (volcengine/verl 0.9.1).
 
     * Score at index (number of response tokens) - 1 of the response
@@ -94,6 +101,15 @@ def _verl(x: Rollout, p: dict) -> dict:
       not relative to the result but to the term, of size abs(A) rho w <= 8 (advantages of at
       most 4 standard deviations, rho <= 1.2 where the gradient passes, weights w <= 1/2):
       float64 atol 4 2^-24 (measured against verl 0.9.1 by ``make conformance``).
+    * A step over ranks and micro-batches (a case's layout): ``agg_loss`` with the
+      trainer's counts of the step (``normaliser="verl"``: ``batch_num_tokens`` the
+      all-reduced mask sum of the mini-batch, ``global_batch_size`` its rows, ``dp_size``;
+      ``ppo_mini_batch_size * rollout.n`` rows, cut into ``ppo_micro_batch_size_per_gpu``
+      micro-batches by the FSDP engine, which starts each backward from the loss itself),
+      for the policy loss, its KL loss and the value loss; the metrics as
+      ``_verl.verl_step_stats`` aggregates them (``step/stat/actor/...``,
+      ``step/stat/critic/...``). The bypass mode's step is not reproduced (a layout with
+      ``bypass_mode=True`` is an error).
     """
     name = "verl"
     m = x.mask
@@ -114,22 +130,23 @@ def _verl(x: Rollout, p: dict) -> dict:
     advantages = whiten_advantages(raw_advantages, m, p)
     # why: verl 0.9.1's trainer divides both losses by the mini-batch's token count and row
     # count (batch_num_tokens, global_batch_size), not by what agg_loss would count alone
-    agg, norm = verl_trainer_agg(p["loss_agg_mode"], m)
+    agg, trainer_norm = verl_trainer_agg(p["loss_agg_mode"], m)
     # why: with use_kl_loss, verl core_algos.py kl_penalty "low_var_kl" (k3 clamped to
     # [-10, 10]) of the current policy against the reference, agg_loss'd, times kl_loss_coef
     kl_term = (p["beta"], "k3", 10.0) if p["use_kl_loss"] else None
     # (the convention masked_weights: a masked weight's token in the policy loss's mask and
     # the trainer's count or not; the value loss keeps m)
     lm = third_policy.loss_mask(name, p, m, corr["is_weights"])
-    policy_norm = norm if lm is m else verl_trainer_agg(p["loss_agg_mode"], lm)[1]
+    policy_norm = trainer_norm if lm is m else verl_trainer_agg(p["loss_agg_mode"], lm)[1]
     policy_loss, st, dlogp, vloss, dvalues = losses(
         x, advantages, returns, p, agg, mask=lm, value_mask=m, value_agg=agg, kl=kl_term,
-        is_weights=corr["is_weights"], norm=policy_norm, value_norm=norm)
+        is_weights=corr["is_weights"], norm=policy_norm, value_norm=trainer_norm)
     kl_loss = st["kl_loss"]
     if corr["bypass"]:
         # old = rollout, the correction inside the policy loss (the value loss unchanged)
         pl, bst, dlogp, _ = verl_bypass_loss(name, x, corr["xm"], advantages, m,
-                                             preset_loss_options(p, agg, kl_term, norm), p,
+                                             preset_loss_options(p, agg, kl_term,
+                                                                 trainer_norm), p,
                                              p["dual_clip"])
         policy_loss, kl_loss = pl.loss, pl.kl_loss
         # (the policy statistics are the bypass loss's: none of the decoupled loss's)
@@ -162,7 +179,31 @@ def _verl(x: Rollout, p: dict) -> dict:
         stats["actor/reward_kl_penalty"] = masked_aggregate(kl, m0, "seq-mean-token-mean")
         stats["actor/reward_kl_penalty_coeff"] = p["beta"]
     stats.update(corr["stats"])
-    return result(rewards, advantages, returns, policy_loss, vloss, dlogp, dvalues, stats)
+    out = result(rewards, advantages, returns, policy_loss, vloss, dlogp, dvalues, stats)
+    if step is not None:
+        if corr["bypass"]:
+            raise ValueError(f"layout: {name}'s bypass mode over micro-batches is not "
+                             "reproduced (its rejection inside the loss against the step's "
+                             "counts); give no layout, or bypass_mode=False")
+        B = m.shape[0]
+        norm = normaliser_for(p["normaliser"], p["loss_agg_mode"], step=step, n_rows=B)
+        step_out, passes, value = step_losses(
+            step, x, advantages, returns, p, agg, mask=lm, value_mask=m, kl=kl_term,
+            is_weights=corr["is_weights"], norm=policy_norm, normaliser=norm,
+            value_normaliser=norm, stats=True)
+        out.update(step_out)
+        out.update(verl_step_stats(
+            step, passes, _vanilla_stats, kl_loss=p["use_kl_loss"],
+            value=(value, step_out["step/value_losses"]),
+            vpred=[mean_over(x.values[rows], m[rows]) for rank in step.layout
+                   for rows in rank]))
+    return out
+
+
+def _vanilla_stats(st: dict) -> dict:
+    """verl 0.9.1 ``compute_policy_loss_vanilla``'s metrics of one micro-batch."""
+    return {"actor/pg_clipfrac": st["clipfrac_active"], "actor/ppo_kl": st["approx_kl_k1"],
+            "actor/pg_clipfrac_lower": st["dual_clipfrac"]}
 
 
 PRESET = Preset(
@@ -183,7 +224,7 @@ PRESET = Preset(
                  "whiten_eps": 1e-8, "whiten_eps_mode": "add", "whiten_mask": "mask",
                  "shift_mean": True,
                  "value_clip_form": "clamp", "use_kl_loss": False,
-                 "is_log_ratio_bound": 20.0, **third_policy.VERL},
+                 "is_log_ratio_bound": 20.0, "normaliser": "verl", **third_policy.VERL},
     tolerances={"float64": (float32_roundings(1)["float64"][0], 4 * FLOAT32_ROUNDING)},
     tolerance_note="verl rounds the Bessel factor n / (n - 1) (verl/utils/torch_functional.py "
                    "masked_var: integer mask sums divided in torch) and each clip fraction "
@@ -205,4 +246,5 @@ PRESET = Preset(
         "(compute_rollout_correction_and_rejection_mask, apply_bypass_mode), 0.9.1",
     ),
     pipeline=_verl,
+    takes_layout=True,
 )

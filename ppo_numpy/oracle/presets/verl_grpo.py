@@ -22,6 +22,7 @@ from ...family.advantages import (
     rloo_advantages,
 )
 from ...policy_loss.options import PolicyLossOptions
+from ...step.normalisers import Normaliser
 from . import _third_policy as third_policy
 from ._common import (
     FLOAT32_ROUNDING,
@@ -37,7 +38,13 @@ from ._common import (
     policy_result,
     require_choice,
 )
-from ._verl import verl_bypass_loss, verl_correction_before_advantages, verl_trainer_agg
+from ._step import normaliser_for, policy_step
+from ._verl import (
+    verl_bypass_loss,
+    verl_correction_before_advantages,
+    verl_step_stats,
+    verl_trainer_agg,
+)
 
 ESTIMATORS = ("grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "remax",
               "opo", "gpg", "grpo_passk", "gdpo")
@@ -49,7 +56,7 @@ KL_TYPES = {"kl": ("k1", None), "k1": ("k1", None), "abs": ("abs", None),
             "k3": ("k3", 10.0)}
 
 
-def _verl_grpo(x: Rollout, p: dict) -> dict:
+def _verl_grpo(x: Rollout, p: dict, step=None) -> dict:
     """verl's critic-free pipeline (volcengine/verl 0.9.1, ``verl/trainer/ppo/core_algos.py``:
     ``compute_grpo_outcome_advantage``, ``compute_rloo_outcome_advantage``,
     ``compute_reinforce_plus_plus_outcome_advantage``,
@@ -261,7 +268,45 @@ def _verl_grpo(x: Rollout, p: dict) -> dict:
         stats["actor/kl_loss"] = pl.kl_loss
         stats["actor/kl_coef"] = p["kl_loss_coef"]
     stats.update(corr["stats"])
-    return policy_result(A, pl, dlogp, stats, rewards=rewards)
+    out = policy_result(A, pl, dlogp, stats, rewards=rewards)
+    if step is not None:
+        if corr["bypass"]:
+            raise ValueError(f"layout: {name}'s bypass mode over micro-batches is not "
+                             "reproduced (its rejection inside the loss against the step's "
+                             "counts); give no layout, or bypass_mode=False")
+        # (the third policy's mask lm and weights w, as the one-batch loss above)
+        out.update(_verl_grpo_step(step, xl, np.where(lm, A_loss, 0.0), lm, opts, p, w,
+                                   no_tokens, x.mask))
+    return out
+
+
+def _verl_grpo_step(step, xm: Rollout, A, m, opts, p, is_weights, no_tokens, response):
+    """The step's outputs of ``verl-grpo``: ``agg_loss`` with the trainer's counts of the
+    step (``normaliser="verl"``; sapo's "seq-mean-token-mean" whatever ``loss_agg_mode``;
+    geo_mean's ``torch.mean`` over each micro-batch's rows alone, ``"local"``), the KL loss
+    by ``loss_agg_mode``; the metrics as ``_verl.verl_step_stats`` aggregates them."""
+    B, mode, name = m.shape[0], p["loss_mode"], p["normaliser"]
+    agg_mode = {"sapo": "seq-mean-token-mean", "geo_mean": "grpo"}.get(mode, p["loss_agg_mode"])
+    if mode == "geo_mean" and name == "verl":
+        # why: verl 0.9.1 compute_policy_loss_geo_mean returns torch.mean(pg_losses) of the
+        # micro-batch and reads no global count
+        norm = Normaliser("local", "grpo")
+    else:
+        norm = normaliser_for(name, agg_mode, step=step, n_rows=B)
+    kl_norm = normaliser_for(name, p["loss_agg_mode"], step=step, n_rows=B)
+    out, passes = policy_step(step, xm.logp, xm.logp_old, A, m, opts, norm, xm.logp_ref,
+                              is_weights=is_weights, kl_normaliser=kl_norm, stats=True,
+                              weighted_kl=third_policy.kl_weights_on("verl-grpo", p))
+    if np.any(no_tokens):
+        # opo's NaN rows (_nan_advantage_rows): NaN gradients there, and geo_mean's
+        # torch.mean over a micro-batch that holds one is NaN
+        out["step/dlogp"] = np.where(no_tokens[:, None] & response, np.nan, out["step/dlogp"])
+        if mode == "geo_mean":
+            out["step/losses"] = np.array([np.nan if no_tokens[mb.rows].any()
+                                           else mb.forward.loss for mb in passes])
+    out.update(verl_step_stats(step, passes, lambda st: _loss_stats(mode, st),
+                               kl_loss=p["use_kl_loss"]))
+    return out
 
 
 def _nan_advantage_rows(pl, dlogp, rows, response, mode):
@@ -359,7 +404,7 @@ PRESET = Preset(
     conventions={"std_ddof": 1, "std_eps": 1e-6, "std_eps_placement": "std",
                  "singleton": "raw", "log_ratio_clamp": 20.0, "cispo_clip": "range",
                  "log_ratio_max": 10.0, "is_log_ratio_bound": 20.0, "clip_cov_seed": 0,
-                 "sequence_gradient": "token", **third_policy.VERL},
+                 "sequence_gradient": "token", "normaliser": "verl", **third_policy.VERL},
     sources=(
         "volcengine/verl: verl/trainer/ppo/core_algos.py (compute_grpo_outcome_advantage, "
         "compute_rloo_outcome_advantage, compute_reinforce_plus_plus_outcome_advantage, "
@@ -394,4 +439,5 @@ PRESET = Preset(
                    "order 1 to 5 after a few float32 roundings",
     pipeline=_verl_grpo,
     input_names=GROUP_INPUT_NAMES,
+    takes_layout=True,
 )

@@ -1,0 +1,443 @@
+"""The presets' step in a real ``torch.distributed`` run (issue 37, item 4): verl-grpo, trl-grpo
+(both of TRL's rules), verl (PPO, with its value loss) and openrlhf-grpo on uneven layouts.
+
+For each job a preset runs on a case with a ``layout`` (:mod:`ppo_numpy.oracle.presets._step`);
+its advantages (and returns) are the framework's inputs, as the trainer has them before its
+update. Each of the :data:`step_distributed.WORLD` ranks runs its micro-batches of the layout
+through the framework's released trainer code, with the global counts obtained by real
+collectives as the trainer obtains them:
+
+* verl 0.9.1: ``verl/workers/utils/losses.py`` ``ppo_loss`` and ``value_loss`` themselves,
+  with a real ``ActorConfig`` from verl's own trainer file (``verl_runner.verl_configs``) and
+  the data the FSDP engine gives them: ``dp_size`` the world size, ``batch_num_tokens`` the
+  all-reduce (sum) of the rank's response mask (``workers/engine/fsdp/transformer_impl.py``
+  ``forward_backward_batch``), ``global_batch_size`` the step's rows; each loss's backward;
+  the metrics each returns reduced as ``workers/engine_workers.py`` reduces them
+  (``Metric.aggregate_dp`` over the ranks' lists, gathered by ``all_gather_object``);
+* TRL 1.16.0: ``GRPOTrainer._compute_loss`` on a stand-in trainer (``GRPOConfig``'s
+  defaults read from the class) whose accelerator's ``gather`` and ``reduce`` are real
+  collectives, ``current_gradient_accumulation_steps`` the rank's micro-batches,
+  ``num_items_in_batch`` the token count of the micro-batch's generation batch gathered over
+  the ranks; the logged statistics the mean of each ``_metrics`` list, as ``GRPOTrainer.log``;
+* OpenRLHF 0.11.2: ``PolicyLoss`` built from OpenRLHF's parsed arguments
+  (``openrlhf_runner.policy_loss_of``, as ``trainer/ray/ppo_actor.py``), its global counts
+  from ``openrlhf/utils/loss_utils.py`` ``iter_grad_accum_global_norm`` itself over the rank's
+  micro-batches (gas = K; real all-reduces of the step's tokens and non-empty rows), each loss
+  times 1 / gas as DeepSpeed's backward scales it; the statistics reduced as
+  ``ppo_actor.py`` ``ppo_train`` reduces them (each micro-batch's value times its tokens,
+  summed over the ranks and the micro-batches, over the step's tokens).
+
+Then the gradients of the leaves (log-probs, values) are all-reduced and divided by the
+world size (DDP / FSDP). Compared with the preset's ``step/losses``, ``step/dlogp``,
+``step/value_losses``, ``step/dvalues`` and its ``step/stat/...``; a difference names the
+preset and its options, the layout, the micro-batch (rank and index) or token, and the
+output. :data:`PLANTS`: one preset compared with a wrong normaliser, to show the failure.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+#: relative tolerance against the largest magnitude of an output (both sides float64, the
+#: same inputs; the sums and divisions in another order: a few units of 2^-52); the
+#: statistics that verl and TRL take as float32 means of .float() flags get 2^-24 more
+RTOL = 1e-12
+STAT_RTOL = 2.0**-24 * 4
+
+
+def uneven(B: int) -> list:
+    """Two ranks of two micro-batches of 3 and 1, then 1 and B - 5 rows."""
+    return [[[0, 1, 2], [3]], [[4], list(range(5, B))]]
+
+
+def interleaved(B: int) -> list:
+    """Two ranks of two micro-batches, the rows dealt round-robin (:func:`step_layout`)."""
+    from ppo_numpy import step_layout
+
+    return step_layout(B, 2, 2, "round-robin")
+
+
+LAYOUTS = {"uneven": uneven, "interleaved": interleaved}
+
+#: (preset, parameters, layout, steps_per_generation): the jobs compared
+JOBS = [
+    ("verl-grpo", {}, "uneven", None),
+    ("verl-grpo", {"loss_agg_mode": "seq-mean-token-mean"}, "interleaved", None),
+    ("verl-grpo", {"loss_agg_mode": "seq-mean-token-sum", "use_kl_loss": True,
+                   "kl_loss_coef": 0.1}, "uneven", None),
+    ("trl-grpo", {}, "uneven", None),
+    ("trl-grpo", {}, "interleaved", 1),
+    ("trl-grpo", {"loss_type": "grpo"}, "uneven", None),
+    ("trl-grpo", {"loss_type": "bnpo", "beta": 0.04}, "interleaved", None),
+    ("trl-grpo", {"loss_type": "dr_grpo"}, "uneven", None),
+    ("verl", {}, "uneven", None),
+    ("verl", {"loss_agg_mode": "seq-mean-token-mean", "use_kl_loss": True, "beta": 0.1},
+     "interleaved", None),
+    ("openrlhf-grpo", {}, "uneven", None),
+    ("openrlhf-grpo", {"policy_loss_type": "gspo"}, "interleaved", None),
+]
+
+#: --plant: a preset whose jobs are compared with this wrong normaliser
+PLANTS = {"verl-grpo": "micro-batch-mean", "trl-grpo": "micro-batch-mean",
+          "verl": "micro-batch-mean", "openrlhf-grpo": "micro-batch-mean"}
+
+
+def label(job) -> str:
+    preset, params, layout, S = job
+    opts = ", ".join(f"{k}={v!r}" for k, v in params.items()) or "defaults"
+    return f"{preset} ({opts}), {layout}" + (f", steps_per_generation={S}" if S else "")
+
+
+def base_case(preset: str) -> dict:
+    """The case a job steps through: the first group case (10 rows of uneven lengths) for the
+    critic-free presets, the first random case (6 rows) for verl."""
+    from ppo_numpy.oracle.group_cases import cases_for
+    from ppo_numpy.oracle.presets import get_preset
+
+    return cases_for(get_preset(preset), 0)[0]
+
+
+def step_case(job) -> dict:
+    preset, params, layout, S = job
+    case = base_case(preset)
+    B = case["inputs"]["mask"].shape[0]
+    out = {**case, "params": {**case.get("params", {}), **params},
+           "layout": LAYOUTS[layout](B)}
+    if S is not None:
+        out["steps_per_generation"] = S
+    return out
+
+
+def expected(job, plant: str | None = None) -> dict:
+    """The preset's outputs on the job's case (with a wrong normaliser for ``plant``)."""
+    from ppo_numpy.oracle.presets import get_preset
+
+    preset = get_preset(job[0])
+    wrong = {"normaliser": PLANTS[job[0]]} if plant == job[0] else {}
+    return preset(step_case(job), **wrong)
+
+
+def rank_inputs(job) -> dict:
+    """What every rank needs: the case's arrays, the preset's advantages (and returns), the
+    layout, the framework's options."""
+    preset, params, layout, S = job
+    case = step_case(job)
+    out = expected(job)
+    x = {k: np.asarray(v, dtype=np.float64) for k, v in case["inputs"].items()}
+    m = x["mask"] == 1
+    job_in = {"preset": preset, "params": case["params"], "layout": case["layout"], "S": S,
+              "x": x, "advantages": out["advantages"],
+              # TRL's (B,) advantages: each row's value (the same at every token)
+              "A_row": out["advantages"][np.arange(m.shape[0]), np.argmax(m, axis=-1)]}
+    if "returns" in out:
+        job_in["returns"] = out["returns"]
+    return job_in
+
+
+# ---------------------------------------------------------------------------------------
+# On each rank
+
+
+def run_job(rank: int, job: dict, dist, torch) -> dict:
+    """One job on this rank: its micro-batches, backward; the averaged gradients and the
+    gathered losses and statistics (on every rank)."""
+    if job["preset"] == "trl-grpo":
+        losses, leaves, stats = _trl_job(rank, job, dist, torch)
+        value_losses = None
+    elif job["preset"] == "openrlhf-grpo":
+        losses, leaves, stats = _openrlhf_job(rank, job, dist, torch)
+        value_losses = None
+    else:
+        losses, value_losses, leaves, stats = _verl_job(rank, job, dist, torch)
+    every = [None] * dist.get_world_size()
+    dist.all_gather_object(every, (losses, value_losses))
+    grads = {}
+    for name, leaf in leaves.items():
+        g = leaf.grad.clone() if leaf.grad is not None else torch.zeros_like(leaf)
+        # DDP / FSDP: the ranks' accumulated gradients summed, then / world size
+        dist.all_reduce(g, op=dist.ReduceOp.SUM)
+        grads[name] = (g / dist.get_world_size()).numpy()
+    out = {"step/losses": [v for r in every for v in r[0]], "step/dlogp": grads["logp"],
+           "stats": stats}
+    if value_losses is not None:
+        out["step/value_losses"] = [v for r in every for v in r[1]]
+        out["step/dvalues"] = grads["values"]
+    return out
+
+
+def _verl_job(rank, job, dist, torch):
+    import dataclasses
+    from unittest import mock
+
+    from verl.utils.metric import Metric, reduce_metrics
+    from verl.utils.py_functional import rename_dict
+    from verl.workers.utils import losses as verl_losses
+
+    from .harness import tensor
+    from .verl_runner import TensorDictStandIn, _padded, response_mask, verl_configs
+
+    x, layout = job["x"], job["layout"]
+    actor, _, _, critic = verl_configs(job["preset"], {"params": job["params"]})
+    # (this trainer's own global_batch_info, which ppo_loss fills)
+    actor = dataclasses.replace(actor, global_batch_info={})
+    mask_t = response_mask(x["mask"])
+    mine = [int(i) for mb in layout[rank] for i in mb]
+    # batch_num_tokens: the rank's loss mask summed, all-reduced over the data-parallel ranks
+    n_tokens = mask_t[mine].sum()
+    dist.all_reduce(n_tokens, op=dist.ReduceOp.SUM)
+    counts = {"dp_size": dist.get_world_size(), "batch_num_tokens": int(n_tokens.item()),
+              "global_batch_size": int(mask_t.shape[0])}
+    critic_too = "returns" in job  # (the PPO preset: a value head)
+    logp = tensor(x["logp"], grad=True)
+    leaves = {"logp": logp}
+    A = tensor(job["advantages"])
+    if critic_too:
+        leaves["values"] = values = tensor(x["values"], grad=True)
+        R = tensor(job["returns"])
+    losses, value_losses, metrics = [], [], []
+    with mock.patch.object(verl_losses, "no_padding_2_padding", _padded):
+        for rows in layout[rank]:
+            data = TensorDictStandIn(response_mask=mask_t[rows], advantages=A[rows],
+                                     old_log_probs=tensor(x["logp_old"][rows]),
+                                     ref_log_prob=tensor(x["logp_ref"][rows]), **counts)
+            total, pm = verl_losses.ppo_loss(actor, {"log_probs": logp[rows]}, data)
+            total.backward()
+            losses.append(total.item())
+            # ray_trainer.py _update_actor: the actor's metrics prefixed "actor/"
+            metrics.append(rename_dict(pm, "actor/"))
+            if critic_too:
+                vdata = TensorDictStandIn(values=tensor(x["old_values"][rows]),
+                                          returns=R[rows], response_mask=mask_t[rows],
+                                          **counts)
+                vf_loss, vm = verl_losses.value_loss(critic, {"values": values[rows]}, vdata)
+                vf_loss.backward()
+                value_losses.append(vf_loss.item())
+                metrics[-1].update(vm)
+    every = [None] * dist.get_world_size()
+    dist.all_gather_object(every, metrics)
+    # workers/engine_workers.py: per key, the ranks' lists of micro-batch values; a Metric
+    # by Metric.aggregate_dp, plain floats flattened, then reduce_metrics (np.mean)
+    stats = {}
+    for key in metrics[0]:
+        per_rank = [[mb[key] for mb in ms] for ms in every]
+        if isinstance(per_rank[0][0], Metric):
+            lists = []
+            for ms in per_rank:
+                joined = Metric(ms[0].aggregation)
+                for m in ms:
+                    joined.extend(m)
+                lists.append(joined)
+            stats[key] = float(Metric.aggregate_dp(lists))
+        else:
+            stats[key] = float(reduce_metrics({key: [v for r in per_rank for v in r]})[key])
+    return losses, value_losses if critic_too else None, leaves, stats
+
+
+class _Accelerator:
+    """What ``_compute_loss`` reads of TRL's accelerator, with real collectives: ``gather``
+    (all-gather, concatenated; tensors of different lengths per rank through
+    ``all_gather_object``), ``reduce`` (all-reduce)."""
+
+    process_index = 0
+    sync_gradients = True
+
+    def __init__(self, dist, torch):
+        self.dist, self.torch = dist, torch
+        self.num_processes = dist.get_world_size()
+
+    def gather(self, x):
+        parts = [None] * self.num_processes
+        self.dist.all_gather_object(parts, x.detach().reshape(-1))
+        return self.torch.cat(parts)
+
+    gather_for_metrics = gather
+
+    def reduce(self, x, reduction="sum"):
+        y = x.detach().clone()
+        self.dist.all_reduce(y, op=self.dist.ReduceOp.SUM)
+        return y if reduction == "sum" else y / self.num_processes
+
+
+def _trl_job(rank, job, dist, torch):
+    import dataclasses
+    from collections import defaultdict
+    from types import SimpleNamespace
+
+    from trl.trainer.grpo_config import GRPOConfig
+    from trl.trainer.grpo_trainer import GRPOTrainer
+
+    x, layout, params = job["x"], job["layout"], job["params"]
+    K = len(layout[rank])
+    S = K if job["S"] is None else job["S"]
+    defaults = {f.name: f.default for f in dataclasses.fields(GRPOConfig)
+                if f.default is not dataclasses.MISSING}
+    current = {}
+
+    class Trainer:
+        _compute_loss = GRPOTrainer._compute_loss
+        get_gamma_weights = GRPOTrainer.__dict__["get_gamma_weights"]
+        get_off_policy_mask = staticmethod(GRPOTrainer.get_off_policy_mask)
+
+        def _get_per_token_logps_and_entropies(self, *args, **kwargs):
+            return current["logp"], torch.zeros_like(current["logp"]), None
+
+    t = Trainer()
+    t.args = SimpleNamespace(**{**defaults, "steps_per_generation": S})
+    eps = defaults["epsilon"]
+    t.loss_type = params.get("loss_type", defaults["loss_type"])
+    t.beta = params.get("beta", defaults["beta"])
+    t.epsilon_low = eps
+    t.epsilon_high = eps if defaults["epsilon_high"] is None else defaults["epsilon_high"]
+    t.importance_sampling_level = defaults["importance_sampling_level"]
+    t.max_completion_length = defaults["max_completion_length"]
+    t.top_entropy_quantile = defaults["top_entropy_quantile"]
+    t.off_policy_mask_threshold = defaults["off_policy_mask_threshold"]
+    t.use_vllm = False
+    t.vllm_importance_sampling_correction = False
+    t.aux_loss_enabled, t._entropy_bonus_enabled = False, False
+    t.current_gradient_accumulation_steps = K
+    t.model = SimpleNamespace(training=True)
+    t.accelerator = _Accelerator(dist, torch)
+    t._metrics = {"train": defaultdict(list), "eval": defaultdict(list)}
+    mask = torch.tensor(x["mask"], dtype=torch.int64)
+    logp = torch.tensor(x["logp"], requires_grad=True)
+    losses = []
+    for k, rows in enumerate(layout[rank]):
+        # num_items_in_batch: the tokens of this micro-batch's generation batch (micro-batches
+        # g S ... g S + S - 1 of this rank), gathered over the ranks and summed
+        g = k // S
+        gen_rows = [int(i) for mb in layout[rank][g * S:(g + 1) * S] for i in mb]
+        local = mask[gen_rows].sum().to(torch.float64).reshape(1)
+        gathered = [torch.zeros(1, dtype=torch.float64) for _ in range(dist.get_world_size())]
+        dist.all_gather(gathered, local)
+        b = len(rows)
+        current["logp"] = logp[rows]
+        inputs = {"prompt_ids": torch.zeros((b, 1), dtype=torch.int64),
+                  "prompt_mask": torch.ones((b, 1), dtype=torch.int64),
+                  "completion_ids": torch.zeros_like(mask[rows]),
+                  "completion_mask": mask[rows],
+                  "advantages": torch.tensor(job["A_row"][rows]),
+                  "old_per_token_logps": torch.tensor(x["logp_old"][rows]),
+                  "ref_per_token_logps": torch.tensor(x["logp_ref"][rows]),
+                  "num_items_in_batch": torch.cat(gathered).sum()}
+        loss = t._compute_loss(None, inputs)
+        loss.backward()
+        losses.append(loss.item())
+    # GRPOTrainer.log: each metric the mean of its list (one value per micro-batch)
+    stats = {k: sum(v) / len(v) for k, v in t._metrics["train"].items() if v}
+    return losses, {"logp": logp}, stats
+
+
+def _openrlhf_job(rank, job, dist, torch):
+    from types import SimpleNamespace
+
+    from openrlhf.utils.loss_utils import iter_grad_accum_global_norm
+
+    from .harness import tensor
+    from .openrlhf_runner import parsed_args, policy_loss_of
+
+    x, layout = job["x"], job["layout"]
+    _, counts = np.unique(x["groups"], return_counts=True)
+    args = parsed_args("openrlhf-grpo", {"inputs": x, "params": job["params"]}, None,
+                       **{"--rollout.n_samples_per_prompt": int(counts[0])})
+    loss_fn = policy_loss_of(args)
+    mask = tensor(x["mask"], dtype=torch.bool)
+    logp = tensor(x["logp"], grad=True)
+    old, A = tensor(x["logp_old"]), tensor(job["advantages"])
+    K = len(layout[rank])
+    losses, mine = [], []
+    # ppo_actor.py ppo_train: the micro-batches of the rank's step, each with the step's
+    # counts (all-reduced over the ranks, / gas)
+    for rows, info in iter_grad_accum_global_norm(iter(layout[rank]), SimpleNamespace(), K,
+                                                  lambda rows: mask[rows]):
+        pl, clip_ratio, ppo_kl, _, _ = loss_fn(logp[rows], old[rows], A[rows],
+                                               action_mask=mask[rows], **info)
+        # DeepSpeed's backward scales the loss by 1 / gas
+        loss = pl / K
+        loss.backward()
+        losses.append(loss.item())
+        n = int(mask[rows].sum())
+        # training_step's metrics; ppo_train: value.float().mean().item() * n_tokens
+        mine.append({"policy_loss": pl.detach().float().item() * n,
+                     "ppo_clip_ratio": clip_ratio.float().item() * n,
+                     "ppo_kl": ppo_kl.float().item() * n, "_n": n})
+    every = [None] * dist.get_world_size()
+    dist.all_gather_object(every, mine)
+    flat = [mb for r in every for mb in r]
+    total = sum(mb["_n"] for mb in flat)
+    # (strategy.all_reduce of each micro-batch index's sums over the ranks, / its tokens, then
+    # the step's list weighted by tokens: the sum over every micro-batch, / the step's tokens)
+    stats = {k: sum(mb[k] for mb in flat) / total for k in ("policy_loss", "ppo_clip_ratio",
+                                                             "ppo_kl")}
+    return losses, {"logp": logp}, stats
+
+
+# ---------------------------------------------------------------------------------------
+# Compared in the parent
+
+
+#: the statistics the presets name otherwise than the frameworks' logs: none; a statistic
+#: on one side only is not compared (verl's critic/vpred_mean, TRL's entropy of a stand-in)
+def differences(job, got: dict, want: dict) -> list[str]:
+    """What differs between the framework's step and the preset's, each line naming the
+    preset and its options, the layout, the micro-batch or token, and the output."""
+    out = []
+    layout = step_case(job)["layout"]
+    where = [(r, k) for r, rank in enumerate(layout) for k in range(len(rank))]
+    for name in ("step/losses", "step/value_losses"):
+        if name not in want:
+            continue
+        if name not in got:
+            out.append(f"{label(job)}: {name}: not returned by the framework")
+            continue
+        g, w = np.asarray(got[name]), np.asarray(want[name])
+        if g.shape != w.shape:
+            out.append(f"{label(job)}: {name}: {g.shape[0]} micro-batches (framework) vs "
+                       f"{w.shape[0]} (preset)")
+            continue
+        scale = max(float(np.abs(w).max()), 1e-300)
+        for (r, k), a, b in zip(where, g, w):
+            if not abs(a - b) <= RTOL * scale:
+                out.append(f"{label(job)}: rank {r} micro-batch {k}: {name} {float(a)!r} "
+                           f"(framework) vs {float(b)!r} (preset)")
+    m = step_case(job)["inputs"]["mask"] == 1
+    for name in ("step/dlogp", "step/dvalues"):
+        if name not in want:
+            continue
+        g, w = np.where(m, got[name], 0.0), np.where(m, want[name], 0.0)
+        err = np.abs(g - w)
+        worst = np.unravel_index(np.argmax(err), err.shape)
+        if err[worst] > RTOL * max(float(np.abs(w).max()), 1e-300):
+            row = int(worst[0])
+            r, k = next((r, k) for r, rank in enumerate(layout) for k, mb in enumerate(rank)
+                        if row in mb)
+            out.append(f"{label(job)}: rank {r} micro-batch {k}, token "
+                       f"{tuple(map(int, worst))}: {name} {float(g[worst])!r} (framework) vs "
+                       f"{float(w[worst])!r} (preset)")
+    for name, value in sorted(got["stats"].items()):
+        key = f"step/stat/{name}"
+        if key not in want:
+            continue
+        b = want[key]
+        if not abs(value - b) <= STAT_RTOL * max(abs(b), 1.0):
+            out.append(f"{label(job)}: {key} {value!r} (framework) vs {b!r} (preset)")
+    return out
+
+
+def compared_stats(job, got: dict, want: dict) -> list[str]:
+    """The statistics compared: those both sides have."""
+    return sorted(k for k in got["stats"] if f"step/stat/{k}" in want)
+
+
+def errors(job, got: dict, want: dict) -> tuple:
+    """(worst relative error of the losses, of the gradients) against the preset's."""
+    m = step_case(job)["inputs"]["mask"] == 1
+
+    def rel(a, b):
+        return float(np.abs(np.asarray(a) - np.asarray(b)).max()
+                     / max(float(np.abs(np.asarray(b)).max()), 1e-300))
+
+    loss = max(rel(got[k], want[k]) for k in ("step/losses", "step/value_losses") if k in want)
+    grad = max(rel(np.where(m, got[k], 0.0), np.where(m, want[k], 0.0))
+               for k in ("step/dlogp", "step/dvalues") if k in want)
+    return loss, grad
