@@ -35,7 +35,8 @@ VERL = {"adv_estimator": "grpo", "norm_adv_by_std_in_grpo": True, "loss_agg_mode
 OPENRLHF = {"advantage_estimator": "group_norm", "init_kl_coef": 0.01, "kl_estimator": "k1",
             "use_kl_loss": False, "epsilon": 0.2, "epsilon_high": None, "dual_clip": None,
             "policy_loss_type": "ppo", "std_ddof": 1, "std_eps": 1e-9,
-            "std_eps_placement": "std", "log_ratio_clamp": 20.0}
+            "std_eps_placement": "std", "log_ratio_clamp": 20.0, "kl_unbiased_gradient": False,
+            "kl_is_bound": 10.0}
 
 
 def _inputs(case):
@@ -288,8 +289,12 @@ def verl_grpo(case, **plant):
                                                                   p["log_ratio_clamp"])[0]
     ppo_kl = float((-lr_logged * m).sum() / m.sum())
     if p["use_kl_loss"]:
-        kind = {"low_var_kl": "k3"}.get(p["kl_loss_type"], p["kl_loss_type"])
+        name = p["kl_loss_type"].removesuffix("+")
+        kind = {"low_var_kl": "k3"}.get(name, name)
         kl, dkl = kl_and_grad(logp, ref, kind)
+        if p["kl_loss_type"].endswith("+"):
+            # verl 0.9.1 kl_penalty: k2 - sg(k2) + sg(kl), the gradient k2's
+            dkl = logp - ref
         wk = aggregate_weights(m, p["loss_agg_mode"])
         loss += p["kl_loss_coef"] * float((wk * kl * m).sum())
         dlogp = dlogp + p["kl_loss_coef"] * wk * dkl * m
@@ -353,6 +358,13 @@ def openrlhf_grpo(case, **plant):
         kind = "k3" if p["kl_estimator"] == "k3" else p["kl_estimator"]
         kl, dkl = kl_and_grad(logp, ref, kind)
         kl, dkl = np.clip(kl, -10, 10), np.where(np.abs(kl) <= 10, dkl, 0.0)
+        if p["kl_unbiased_gradient"]:
+            # openrlhf 0.11.2 compute_approx_kl: sg(kl) + w k2 - sg(w k2), the weight
+            # w = min(pi / pi_old, KL_IS_WEIGHT_CLIP) held
+            w_is = np.exp(logp - logp_old)
+            if p["kl_is_bound"] is not None:
+                w_is = np.minimum(w_is, p["kl_is_bound"])
+            dkl = w_is * (logp - ref)
         wt = aggregate_weights(m, "token-mean")
         loss += p["init_kl_coef"] * float((wt * kl * m).sum())
         dlogp = dlogp + p["init_kl_coef"] * wt * dkl * m

@@ -40,6 +40,10 @@ exercised by the default case set:
 ======================  ======================================================
 kl-in-loss              the KL term in the loss, coefficient 0.04 (TRL
                         ``beta``; verl and OpenRLHF ``use_kl_loss``)
+kl-gradient-form        the same in the framework's other gradient form (verl
+                        ``kl_loss_type="low_var_kl+"``, OpenRLHF
+                        ``kl_unbiased_gradient=True``), two tokens beyond the
+                        KL's bounds (k3 > 10, rho > 10)
 cispo-loss              the CISPO loss (TRL ``loss_type="cispo"`` with
                         ``epsilon_high=5``; verl ``loss_mode="cispo"``)
 dr-grpo-loss            TRL's ``loss_type="dr_grpo"`` (its constant length)
@@ -71,6 +75,7 @@ from .cases import (
     GARBAGE,
     case_rng,
     check_names,
+    kl_beyond_bounds,
     make_case,
     mask_from_lengths,
     rollout_log_probs,
@@ -260,12 +265,24 @@ EDGE_CASES = {
         garbage=GARBAGE),
 }
 
+def _kl_gradient_form(rng):
+    _, inputs = _policy_case("")(rng)
+    return ("3 prompts x 4 responses, log-ratios of std 0.4, the KL term in the loss "
+            "(coefficient 0.04) in the framework's other gradient form, two tokens beyond its "
+            "bounds (k3 > 10, rho = 20 and 12 > OpenRLHF's weight bound 10)",
+            kl_beyond_bounds(inputs, ((0, 0), (5, 0))))
+
+
+_KL_IN_LOSS = {"trl-grpo": {"beta": 0.04},
+               "verl-grpo": {"use_kl_loss": True, "kl_loss_coef": 0.04},
+               "openrlhf-grpo": {"use_kl_loss": True, "init_kl_coef": 0.04}}
 PRESET_CASES = {
     "kl-in-loss": (_policy_case("3 prompts x 4 responses, log-ratios of std 0.4, the KL term "
-                                "in the loss (coefficient 0.04)"),
-                   {"trl-grpo": {"beta": 0.04},
-                    "verl-grpo": {"use_kl_loss": True, "kl_loss_coef": 0.04},
-                    "openrlhf-grpo": {"use_kl_loss": True, "init_kl_coef": 0.04}}),
+                                "in the loss (coefficient 0.04)"), _KL_IN_LOSS),
+    # verl's kl_loss_type with the suffix "+", OpenRLHF's unbiased gradient
+    "kl-gradient-form": (_kl_gradient_form, {
+        "verl-grpo": {**_KL_IN_LOSS["verl-grpo"], "kl_loss_type": "low_var_kl+"},
+        "openrlhf-grpo": {**_KL_IN_LOSS["openrlhf-grpo"], "kl_unbiased_gradient": True}}),
     "cispo-loss": (_policy_case("3 prompts x 4 responses, log-ratios of std 1, the CISPO loss",
                                 log_ratio_std=1.0),
                    {"trl-grpo": {"loss_type": "cispo", "epsilon_high": 5.0},
@@ -339,6 +356,7 @@ def cases_for(preset, seed: int = 0, names=None) -> list:
     inputs have ``groups``), else :func:`ppo_numpy.oracle.cases.generate_cases`."""
     from .cases import generate_cases
 
+    name = getattr(preset, "name", None)
     if "groups" in getattr(preset, "input_names", ()):
-        return generate_group_cases(seed, names, preset=getattr(preset, "name", None))
-    return generate_cases(seed, names)
+        return generate_group_cases(seed, names, preset=name)
+    return generate_cases(seed, names, preset=name)

@@ -264,7 +264,7 @@ VERL = {"gamma": ["algorithm.gamma"], "lam": ["algorithm.lam"],
         # (the file's critic.loss_agg_mode is ${oc.select:actor_rollout_ref.actor.
         # loss_agg_mode,token-mean}: the actor's)
         "loss_agg_mode": [_A + "loss_agg_mode", "critic.loss_agg_mode"],
-        "use_kl_loss": [_A + "use_kl_loss"],
+        "use_kl_loss": [_A + "use_kl_loss"], "kl_loss_type": [_A + "kl_loss_type"],
         **{k: [v] for k, v in _ROLLOUT.items()}}
 #: preset verl-grpo option -> the trainer configuration's paths
 VERL_GRPO = {"adv_estimator": ["algorithm.adv_estimator"],
@@ -395,12 +395,14 @@ OPENRLHF_COMMON = {
     "is_correction_mode": ("--algo.advantage.is_correction_mode", None, None),
     "is_correction_gating": ("--algo.advantage.is_correction_gating", None, None),
     "is_correction_threshold": ("--algo.advantage.is_correction_threshold", list, tuple),
+    "kl_unbiased_gradient": ("--algo.kl.unbiased_gradient", None, None),
 }
 OPENRLHF = {**OPENRLHF_COMMON,
             "lam": ("--algo.advantage.lambd", float, float),
             "beta": ("--algo.kl.init_coef", None, None),
             "value_clip": ("--critic.value_clip", None, None),
-            "loss_agg_mode": ("--actor.loss_agg_mode", None, None)}
+            "loss_agg_mode": ("--actor.loss_agg_mode", None, None),
+            "use_kl_loss": ("--algo.kl.use_loss", None, None)}
 OPENRLHF_GRPO = {**OPENRLHF_COMMON,
                  "advantage_estimator": ("--algo.advantage.estimator", None, None),
                  "init_kl_coef": ("--algo.kl.init_coef", None, None),

@@ -316,15 +316,16 @@ def masked_whiten(x, m, shift_mean=True, *, ddof=1, eps=1e-8, eps_mode="add"):
 
 def preset_loss_options(p: dict, agg: str = "token-mean", kl=None, norm=None) -> PolicyLossOptions:
     """The policy-loss options of a preset's parameters: ``epsilon`` and, where the framework
-    has them, ``epsilon_high``, ``dual_clip``, ``log_ratio_clamp``; with ``kl = (coef,
-    estimator, clamp)`` the KL term ``coef * aggregate(KL(logp || logp_ref), agg)`` in the
-    loss instead of the rewards (verl ``use_kl_loss``); ``norm`` the divisor of the modes that
-    take one (:func:`verl_trainer_agg`)."""
-    coef, estimator, clamp = kl or (0.0, "k3", None)
+    has them, ``epsilon_high``, ``dual_clip``, ``log_ratio_clamp``; with ``kl`` (a dict of the
+    KL fields of :class:`~ppo_numpy.PolicyLossOptions`: ``kl_coef``, ``kl_estimator``,
+    ``kl_clamp``, and where the framework sets them ``kl_gradient``, ``kl_is_bound``,
+    ``kl_agg``) the KL term ``kl_coef * aggregate(KL(logp || logp_ref))`` in the loss instead
+    of the rewards (verl ``use_kl_loss``); ``norm`` the divisor of the modes that take one
+    (:func:`verl_trainer_agg`)."""
     return PolicyLossOptions(epsilon=p["epsilon"], epsilon_high=p.get("epsilon_high"),
                              dual_clip=p.get("dual_clip"),
                              log_ratio_clamp=p.get("log_ratio_clamp"), agg=agg, norm=norm,
-                             kl_coef=coef, kl_estimator=estimator, kl_clamp=clamp)
+                             **(kl or {}))
 
 
 def losses(x: Rollout, advantages, returns, p: dict, agg: str = "token-mean", *, mask,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...batch import Rollout
+from ...ppo.kl_gradient import OPENRLHF_IS_BOUND
 from ._common import (
     FLOAT32_ROUNDING,
     FLOAT64_RTOL,
@@ -22,11 +23,7 @@ from ._common import (
     shaped_rewards,
     whiten_advantages,
 )
-from ._openrlhf import openrlhf_correction_and_stats
-
-# why: OpenRLHF openrlhf/models/utils.py (0.11.2) compute_approx_kl clamps every
-# estimator to [-10, 10]
-_OPENRLHF_KL_CLAMP = 10.0
+from ._openrlhf import OPENRLHF_KL_CLAMP, openrlhf_correction_and_stats, openrlhf_kl_loss
 
 
 def _openrlhf(x: Rollout, p: dict) -> dict:
@@ -63,18 +60,28 @@ def _openrlhf(x: Rollout, p: dict) -> dict:
       mean's rounding is multiplied by up to 1e4: a lone token's advantage is
       (A - fl32(A)) * 1e4 in the release, not 0 (checked by ``make conformance``,
       docs/conformance.md).
-    * Statistics: ``policy_loss``, ``ppo_clip_ratio``, ``ppo_kl`` (token mean of
-      logp_old - logp, unclamped), ``critic_loss``, ``values`` (token mean of the
+    * ``use_kl_loss`` (``--algo.kl.use_loss``, default False): the KL leaves the rewards
+      (the experience's KL is zeros) and enters the actor's loss: ``beta`` times the token
+      mean (whatever ``loss_agg_mode``) of ``kl_estimator`` of (logp, logp_ref), clamped to
+      [-10, 10] (``trainer/ray/ppo_actor.py`` ``training_step``); with
+      ``kl_unbiased_gradient`` (``--algo.kl.unbiased_gradient``) its gradient is min(pi_theta /
+      pi_old, 10) (logp - logp_ref) per token, the weight a constant
+      (``_openrlhf.openrlhf_kl_loss``; the bound is the convention ``kl_is_bound``).
+    * Statistics: ``policy_loss`` (without the KL loss), ``ppo_clip_ratio``, ``ppo_kl`` (token
+      mean of logp_old - logp, unclamped), ``critic_loss``, ``values`` (token mean of the
       new values), ``kl`` (mean over responses of the token-mean KL; the KL
-      controller's input), ``reward`` (mean raw score).
+      controller's input; with ``use_kl_loss`` the KL loss), ``reward`` (mean raw score).
     """
     name = "openrlhf"
     m = x.mask
     est = p["kl_estimator"]
     check_estimator(name, est, ("k1", "k2", "k3"))
     kl = masked_kl(x.logp_old, x.logp_ref, est, m, clamp=p["kl_clamp"])
-    rewards = shaped_rewards(x, p["beta"], m, est, p["score_position"], kl_clamp=p["kl_clamp"],
-                             score_clip=p["reward_clip_range"])
+    # why: OpenRLHF 0.11.2 experience_maker.py make_experience: with --algo.kl.use_loss the
+    # experience's KL is zeros, so compute_reward adds the score alone; the KL is in the loss
+    in_loss = p["use_kl_loss"]
+    rewards = shaped_rewards(x, 0.0 if in_loss else p["beta"], m, est, p["score_position"],
+                             kl_clamp=p["kl_clamp"], score_clip=p["reward_clip_range"])
     raw_advantages, returns = gae_over(rewards, x.old_values, m, p)
     if int(m.sum()) == 1 and p["whiten_mask"] == "mask":
         # why: OpenRLHF 0.11.2 experience_maker.py compute_advantages_and_returns: with one
@@ -87,15 +94,20 @@ def _openrlhf(x: Rollout, p: dict) -> dict:
     agg = p["loss_agg_mode"]
     # the rollout correction (--algo.advantage.is_correction_*): PolicyLoss's coefficient
     w, _, rollout_stats = openrlhf_correction_and_stats(name, x, x.on(m), m, p)
+    # why: OpenRLHF 0.11.2 ppo_actor.py training_step adds kl_ctl times the token mean of
+    # compute_approx_kl(logp, logp_ref, log_probs_old=logp_old) to the actor's loss
+    kl_loss = openrlhf_kl_loss(name, p, p["beta"], p["kl_clamp"]) if in_loss else None
     policy_loss, st, dlogp, vloss, dvalues = losses(x, advantages, returns, p, agg, mask=m,
-                                                    is_weights=w)
+                                                    is_weights=w, kl=kl_loss)
     stats = {
-        "policy_loss": policy_loss,
+        # (logged before the KL loss is added: ppo_actor.py metrics["policy_loss"])
+        "policy_loss": st["loss_without_kl"],
         "ppo_clip_ratio": st["clipfrac_active"],
         "ppo_kl": mean_over(masked_kl(x.logp_old, x.logp, "k1", m), m),
         "critic_loss": vloss,
         "values": mean_over(x.values, m),
-        "kl": masked_aggregate(kl, m, "seq-mean-token-mean"),
+        # (with the KL loss, ppo_actor.py logs the KL loss as "kl": 0 for beta 0)
+        "kl": st["kl_loss"] if in_loss else masked_aggregate(kl, m, "seq-mean-token-mean"),
         "reward": mean_rows(x.scores),
         **rollout_stats,
     }
@@ -109,11 +121,13 @@ PRESET = Preset(
     defaults={"gamma": 1.0, "lam": 1.0, "beta": 0.01, "kl_estimator": "k1",
               "reward_clip_range": (-10.0, 10.0), "epsilon": 0.2, "epsilon_high": None,
               "dual_clip": None, "log_ratio_clamp": 20.0, "value_clip": 0.5,
-              "loss_agg_mode": "token-mean",
+              "loss_agg_mode": "token-mean", "use_kl_loss": False,
+              "kl_unbiased_gradient": False,
               # --algo.advantage.is_correction_* (openrlhf 0.11.2 cli/train_ppo_ray.py)
               "is_correction_level": "off", "is_correction_mode": "mask",
               "is_correction_gating": "ratio", "is_correction_threshold": (0.5, 5.0)},
-    conventions={"score_position": "last-token", "kl_clamp": _OPENRLHF_KL_CLAMP,
+    conventions={"score_position": "last-token", "kl_clamp": OPENRLHF_KL_CLAMP,
+                 "kl_is_bound": OPENRLHF_IS_BOUND,
                  "gae_holes": "decay", "whiten_ddof": 0, "whiten_eps": 1e-8,
                  "whiten_eps_mode": "floor", "whiten_mask": "mask", "shift_mean": True,
                  "value_clip_form": "offset"},
@@ -125,14 +139,14 @@ PRESET = Preset(
                    "clip ratio as a float32 mean: rtol 1e-9 + 16 2^-24 and atol 16 2^-24 for "
                    "rewards up to 10 and whitened advantages of order 1",
     sources=(
-        "OpenRLHF/OpenRLHF: openrlhf/models/utils.py (compute_approx_kl, compute_reward), "
-        "0.11.2",
+        "OpenRLHF/OpenRLHF: openrlhf/models/utils.py (compute_approx_kl, KL_IS_WEIGHT_CLIP, "
+        "compute_reward), 0.11.2",
         "OpenRLHF/OpenRLHF: openrlhf/models/loss.py (aggregate_loss, PolicyLoss, "
         "ValueLoss), 0.11.2",
         "OpenRLHF/OpenRLHF: openrlhf/trainer/ppo_utils/experience_maker.py "
         "(compute_advantages_and_returns, get_advantages_and_returns), 0.11.2",
-        "OpenRLHF/OpenRLHF: openrlhf/trainer/ray/ppo_actor.py, ppo_critic.py (logged "
-        "names), 0.11.2",
+        "OpenRLHF/OpenRLHF: openrlhf/trainer/ray/ppo_actor.py (training_step: the KL loss; "
+        "logged names), ppo_critic.py (logged names), 0.11.2",
         "OpenRLHF/OpenRLHF: openrlhf/cli/train_ppo_ray.py (defaults), 0.11.2",
     ),
     pipeline=_openrlhf,
