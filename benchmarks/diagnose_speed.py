@@ -6,19 +6,25 @@ Per preset: a candidate with one convention planted (the preset run with its fir
 registered switch flipped: named by a single switch) and one with a bug that is no
 convention (dlogp 1.5 times too large: every single switch and every pair is tried), each
 diagnosed on the preset's default cases (seed 0, probes 8); the median of ``--repeats``
-runs, and the number of settings tried.
+runs, and the number of settings tried. For a preset with the third policy's switches
+(issue 36) also its first such switch planted, and the importance weight inverted (the
+preset on the cases with logp_rollout mirrored about logp_old: pi_rollout / pi_old, a bug
+that is no convention).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
+
+import numpy as np
 
 from ppo_numpy.oracle.diagnose import diagnose
 from ppo_numpy.oracle.group_cases import cases_for
 from ppo_numpy.oracle.presets import PRESETS
-from ppo_numpy.oracle.switches import switches_for
+from ppo_numpy.oracle.switches import SWITCHES, switches_for
 
 
 def candidates(preset, cases):
@@ -31,12 +37,28 @@ def candidates(preset, cases):
 
     if not switches:  # (a preset with no registered switch)
         return {"dlogp x 1.5": bug}
-    param, (alts, _) = next(iter(switches.items()))
+    out = {}
+    third = [p for p in switches if SWITCHES[p].kind == "third policy"]
+    for param in [next(iter(switches))] + third[:1]:
+        value = switches[param][0][0]
+        out[f"{param}={value!r}"] = _planted(preset, param, value)
+    out["dlogp x 1.5"] = bug
+    if third:
+        def inverted(case):
+            x = case["inputs"]
+            if "logp_rollout" not in x:
+                return preset(case)
+            mirrored = 2 * np.asarray(x["logp_old"]) - np.asarray(x["logp_rollout"])
+            return preset({**case, "inputs": {**x, "logp_rollout": mirrored}})
 
+        out["weights inverted"] = inverted
+    return out
+
+
+def _planted(preset, param, value):
     def planted(case):
-        return preset(case, **{param: alts[0]})
-
-    return {f"{param}={alts[0]!r}": planted, "dlogp x 1.5": bug}
+        return preset(case, **{param: value})
+    return planted
 
 
 def measure(repeats: int) -> list:
@@ -57,6 +79,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args(argv)
+    print(f"(load {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores, median of "
+          f"{args.repeats})")
     print("| preset | cases | planted | settings tried | median s |")
     print("|---|---|---|---|---|")
     for name, n, label, tried, t in measure(args.repeats):

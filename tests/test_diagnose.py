@@ -139,8 +139,14 @@ def test_the_sentence_says_what_yours_and_the_framework_do():
 def test_docs_table_is_the_switch_table():
     from pathlib import Path
 
+    from ppo_numpy.oracle.switches import KINDS, third_policy_table
+
     doc = (Path(__file__).resolve().parents[1] / "docs" / "oracle.md").read_text()
     assert markdown_table() in doc
+    assert markdown_table(("third policy",)) in doc
+    assert third_policy_table() in doc
+    # every switch is in one of the two tables
+    assert {s.kind for s in SWITCHES.values()} <= set(KINDS)
 
 
 # --------------------------------------------------------------------------------------
@@ -376,3 +382,15 @@ def test_a_float32_candidate_is_diagnosed_with_the_float32_tolerance(cases):
     assert d.report.dtype == "float32" and d.report.tolerance.rtol == 1e-4
     assert d.explained_by("advantages")[0] == "whiten_ddof=0"
     assert "(max rel err 6e-08)" in d.summary()
+
+
+def test_every_pair_of_every_preset_is_tried():
+    # the docs' claim: no preset has more pairs of settings than MAX_PAIRS (the largest,
+    # verl-grpo with the third policy's switches, 1653)
+    from ppo_numpy.oracle.diagnose import MAX_PAIRS
+
+    for name, preset in PRESETS.items():
+        settings = [(p, v) for p, (alts, _) in switches_for(preset, CASES[name]).items()
+                    for v in alts]
+        pairs = sum(a[0] != b[0] for i, a in enumerate(settings) for b in settings[i + 1:])
+        assert pairs <= MAX_PAIRS, (name, pairs)

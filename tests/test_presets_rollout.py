@@ -230,18 +230,33 @@ def test_gspo_gradient_forms_of_the_presets():
     assert g_verl.tolist() == pytest.approx((-w / 4).tolist(), rel=1e-9)
 
 
-def test_trl_vespo_refuses_what_trl_refuses_or_the_preset_cannot_reproduce():
+def test_trl_vespo_refuses_what_trl_refuses():
     p = get_preset("trl-grpo")
     with pytest.raises(ValueError, match="vllm_importance_sampling_mode"):
         p(one_group(ROLLOUT), loss_type="vespo")          # TRL's default mode, sequence_mask
-    with pytest.raises(ValueError, match="off_policy_mask_threshold"):
-        p(one_group(ROLLOUT), loss_type="vespo", vllm_importance_sampling_mode="token_mask",
-          off_policy_mask_threshold=0.5)
     # the token modes are taken; the level does not change VESPO's weights (TRL ignores it)
     token = p(one_group(ROLLOUT), loss_type="vespo", vllm_importance_sampling_mode="token_mask")
     seq = p(one_group(ROLLOUT), loss_type="vespo", vllm_importance_sampling_mode="token_mask",
             importance_sampling_level="sequence")
     np.testing.assert_array_equal(token["dlogp"], seq["dlogp"])
+
+
+def test_trl_vespo_with_the_off_policy_mask_multiplies_the_dropped_terms_by_zero():
+    # trl 1.16.0 _compute_loss: per_token_loss = -phi A logp, times the off-policy mask (the
+    # vLLM ratio inside phi), summed over every token / 3. Row 1 (A < 0) has mean(logp_rollout
+    # - logp) = log(0.9 / 0.5) = 0.59 > 0.5: dropped
+    p = get_preset("trl-grpo")
+    rollout = np.log([[0.125, 0.5], [0.9, 1.0]])
+    rollout[1, 1] = 0.0
+    args = dict(loss_type="vespo", vllm_importance_sampling_mode="token_mask")
+    free = p(one_group(rollout), **args)
+    masked = p(one_group(rollout), **args, off_policy_mask_threshold=0.5)
+    assert free["dlogp"][1, 0] != 0.0 and masked["dlogp"][1, 0] == 0.0
+    np.testing.assert_array_equal(masked["dlogp"][0], free["dlogp"][0])
+    # phi constant in logp: row 1's term of the loss is its gradient times its logp
+    dropped = free["dlogp"][1, 0] * np.log(0.5)
+    assert masked["policy_loss"] == pytest.approx(free["policy_loss"] - dropped, rel=1e-12)
+    assert masked["stat/vespo/phi_seq_mean"] == free["stat/vespo/phi_seq_mean"]
 
 
 def test_verl_bypass_mode_ignores_the_actors_loss_mode():

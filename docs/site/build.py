@@ -50,7 +50,8 @@ EXTRA_MODULES = ["ppo_numpy.oracle", "ppo_numpy.oracle.cases", "ppo_numpy.oracle
                  "ppo_numpy.oracle.golden", "ppo_numpy.oracle.presets", "ppo_numpy.models.base",
                  "ppo_numpy.programs.oracle", "ppo_numpy.oracle.diagnose",
                  "ppo_numpy.oracle.switches", "ppo_numpy.oracle.group_cases",
-                 "ppo_numpy.family.losses", "ppo_numpy.policy_loss.kernel"] + [
+                 "ppo_numpy.oracle.coverage", "ppo_numpy.family.losses",
+                 "ppo_numpy.policy_loss.kernel"] + [
     f"ppo_numpy.family.losses.{m}" for m in ("clip", "cispo", "vespo", "sapo", "gmpo", "gpg",
                                              "cov", "dppo", "dro", "entry")] + [
     f"ppo_numpy.oracle.presets.{m}" for m in ("seed", "trl", "verl", "openrlhf", "deepspeed_chat",
@@ -59,7 +60,8 @@ EXTRA_MODULES = ["ppo_numpy.oracle", "ppo_numpy.oracle.cases", "ppo_numpy.oracle
 # the oracle's modules are documented whole (their functions are the oracle's API)
 FULL_MODULES = ["ppo_numpy.oracle.cases", "ppo_numpy.oracle.compare", "ppo_numpy.oracle.golden",
                 "ppo_numpy.oracle.diagnose", "ppo_numpy.oracle.switches",
-                "ppo_numpy.oracle.group_cases", "ppo_numpy.family.losses",
+                "ppo_numpy.oracle.group_cases", "ppo_numpy.oracle.coverage",
+                "ppo_numpy.family.losses",
                 "ppo_numpy.family.losses.sapo", "ppo_numpy.family.losses.gmpo",
                 "ppo_numpy.family.losses.cov", "ppo_numpy.family.losses.dppo",
                 "ppo_numpy.policy_loss.kernel"]

@@ -491,7 +491,9 @@ def generate_cases(seed: int = 0, names=None, *, n_random: int = N_RANDOM,
     names : list of str, optional
         Only these cases, in this order: edge case names, ``"random-K"``
         (any K >= 0), or ``"random"`` for all ``n_random`` random cases,
-        ``"edge"`` for all edge cases. ``None``: all of them.
+        ``"edge"`` for all edge cases, ``"rollout"`` for those of :data:`ROLLOUT_CASES`,
+        ``"preset"`` for those of :data:`PRESET_CASES` for ``preset``. ``None``: the
+        random, edge and ``preset``'s cases.
     n_random : int >= 0
         Number of random cases. The odd-numbered ones override gamma and lam
         (:func:`random_params`), the even ones use the preset's defaults;
@@ -513,7 +515,9 @@ def generate_cases(seed: int = 0, names=None, *, n_random: int = N_RANDOM,
     if isinstance(n_random, bool) or not isinstance(n_random, int) or n_random < 0:
         raise ValueError(f"n_random: must be a non-negative integer, got {n_random!r}")
     names = check_names(names, case_names(n_random, preset))
-    aliases = {"random": [f"random-{k}" for k in range(n_random)], "edge": list(EDGE_CASES)}
+    aliases = {"random": [f"random-{k}" for k in range(n_random)], "edge": list(EDGE_CASES),
+               "rollout": list(ROLLOUT_CASES),
+               "preset": [n for n, (_, by) in PRESET_CASES.items() if preset in by]}
     expanded = []
     for name in names:
         expanded += aliases.get(name, [name])
@@ -533,7 +537,7 @@ def generate_cases(seed: int = 0, names=None, *, n_random: int = N_RANDOM,
                                    {**params, **by_preset.get(preset, {})}))
         else:
             raise ValueError(f"names: unknown case {name!r}; valid ones are 'random', 'edge', "
-                             f"'random-K', {', '.join(EDGE_CASES)} and "
-                             f"{', '.join(PRESET_CASES)}")
+                             f"'rollout', 'preset', 'random-K' and "
+                             f"{', '.join([*EDGE_CASES, *ROLLOUT_CASES, *PRESET_CASES])}")
     return cases
 

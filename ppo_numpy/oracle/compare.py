@@ -85,6 +85,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .coverage import coverage_of
+
 PROBE_SCALE = 4.0
 """Probe perturbations are ``+-PROBE_SCALE * u * max(|x|, 1)``."""
 
@@ -262,6 +264,15 @@ class ComparisonReport:
     unchecked: dict = field(default_factory=dict)
     title: str = "candidate vs reference"
     not_produced: dict = field(default_factory=dict)
+    #: case -> what the candidate does not implement there (its NotImplementedError's
+    #: message, "option=value"): not compared
+    not_implemented: dict = field(default_factory=dict)
+    #: the outputs left out by request (``omit=``): not compared
+    omitted: tuple = ()
+    #: which option values were compared on how many cases
+    #: (:class:`~ppo_numpy.oracle.coverage.Coverage`),
+    #: printed at the end; None for a report of one case
+    coverage: object = None
 
     @property
     def passed(self) -> bool:
@@ -278,19 +289,30 @@ class ComparisonReport:
         if not self.rows:
             why = (f"the reference rejected all {len(self.rejected)} case(s)" if self.rejected
                    else "no case was run")
+            if self.not_implemented:
+                why = (f"the candidate implements none of the {len(self.not_implemented)} "
+                       f"case(s) the reference accepts")
+                if self.rejected:
+                    why += f", the reference rejected {len(self.rejected)}"
             if self.unchecked:
                 why += f"; not returned by the candidate: {', '.join(self.unchecked)}"
             return f"NOT passed: nothing compared ({why})"
         n_fail = len(self.failures)
         if not n_fail and not self.unchecked:
-            return f"passed: {len(self.rows)} output comparisons"
+            return f"passed: {len(self.rows)} output comparisons" + self._partly()
         parts = []
         if n_fail:
             outputs = ", ".join(dict.fromkeys(r.output for r in self.failures))
             parts.append(f"{n_fail} of {len(self.rows)} output comparisons ({outputs})")
         if self.unchecked:
             parts.append(f"not returned by the candidate: {', '.join(self.unchecked)}")
-        return "FAILED: " + "; ".join(parts)
+        return "FAILED: " + "; ".join(parts) + self._partly()
+
+    def _partly(self) -> str:
+        """`` (k cases not implemented by the candidate)`` when it said so on some."""
+        k = len(self.not_implemented)
+        return f" ({k} case{'s' if k != 1 else ''} not implemented by the candidate)" if k \
+            else ""
 
     def precision_hint(self) -> str:
         """``"matches at float32 tolerance: pass dtype='float32' (...)"`` when the candidate
@@ -341,6 +363,7 @@ class ComparisonReport:
     def extend(self, other: ComparisonReport) -> None:
         self.rows += other.rows
         self.rejected.update(other.rejected)
+        self.not_implemented.update(other.not_implemented)
         for k, v in other.unchecked.items():
             self.unchecked.setdefault(k, []).extend(v)
         for k, v in other.not_produced.items():
@@ -365,11 +388,28 @@ class ComparisonReport:
             lines.append(f"{output:<24} {error_ratio(w):>11.3g}  {w.expected:>11.4g} "
                          f"{w.actual:>11.4g}  {w.case:<20} {str(w.worst_index):<12} "
                          f"{n_kinks:>5}  {'ok' if ok else 'FAIL'}")
+        rejected = {}
         for name, reason in self.rejected.items():
-            lines.append(f"rejected by the reference, not compared: {name}: {reason}")
+            rejected.setdefault(reason, []).append(name)
+        for reason, names in rejected.items():
+            # (one line per reason: a correction switched on rejects every case without the
+            # sampler's log-probs, for one reason)
+            hint = ("; --cases rollout (cases=...) selects the cases with logp_rollout"
+                    if "needs logp_rollout" in reason and len(names) > 1 else "")
+            lines.append(f"rejected by the reference, not compared: {', '.join(names)}: "
+                         f"{reason}{hint}")
         for output, names in self.not_produced.items():
             lines.append(f"returned by the candidate, not produced by the reference on "
                          f"{len(names)} case(s), not compared: {output}")
+        if self.omitted:
+            lines.append(f"left out by request (omit=), not compared: "
+                         f"{', '.join(self.omitted)}")
+        by_reason = {}
+        for name, reason in self.not_implemented.items():
+            by_reason.setdefault(reason or "(no reason given)", []).append(name)
+        for reason, names in by_reason.items():
+            lines.append(f"not implemented by the candidate: {reason} (not compared: "
+                         f"{', '.join(names)})")
         for output, names in self.unchecked.items():
             lines.append(f"FAIL: not returned by the candidate: {output} ({len(names)} cases)")
         if self.unchecked:
@@ -385,6 +425,8 @@ class ComparisonReport:
             lines.append(self.verdict)
         elif not self.unchecked:
             lines.append(f"passed: {len(self.rows)} output comparisons")
+        if self.coverage is not None:
+            lines += self.coverage.lines()
         return "\n".join(lines)
 
 
@@ -635,9 +677,13 @@ def compare_outputs(actual: dict, expected: dict, *, dtype="float64", case=None,
         if out not in actual and outputs is None:  # (out is an expected output)
             report.unchecked.setdefault(out, []).append(name)
             continue
+        if out in known and out not in expected:
+            # a named output the reference produces on other cases only: listed, not failed
+            if out in actual:
+                report.not_produced.setdefault(out, []).append(name)
+            continue
         missing = ((f"{out!r} is not an output of the reference" + closest_names(out, known))
                    if out not in known else
-                   "not produced by the reference on this case" if out not in expected else
                    "not returned by the candidate" if out not in actual else "")
         if missing:
             report.rows.append(OutputComparison(name, out, False, note=missing))
@@ -696,7 +742,7 @@ def assert_matches(actual: dict, expected: dict, dtype="float64", case=None, *, 
 
 def compare(candidate, reference, cases=None, dtype="float64", *, outputs=None,
             tolerance: Tolerance | None = None, probes: int = 8,
-            params: dict | None = None) -> ComparisonReport:
+            params: dict | None = None, omit=None) -> ComparisonReport:
     """Run ``candidate`` and ``reference`` on every case and compare their outputs.
 
     Parameters
@@ -719,10 +765,11 @@ def compare(candidate, reference, cases=None, dtype="float64", *, outputs=None,
         The precision the candidate computes in; chooses the input rounding
         and the tolerance.
     outputs : list of str, optional
-        Outputs that must be returned and match. ``None``: every output the
-        reference produces, which the candidate must return: one it does not is
-        listed and the report does not pass. A name the candidate returns that
-        the reference never produces fails, naming the closest known names.
+        Outputs that must be returned and match, on every case where the reference
+        produces them (one it produces on other cases only is listed there, not failed).
+        ``None``: every output the reference produces, which the candidate must return:
+        one it does not is listed and the report does not pass. A name the candidate
+        returns that the reference never produces fails, naming the closest known names.
     tolerance : Tolerance, optional
         Default: the preset's own tolerance for ``dtype`` where it has one
         (:func:`tolerance_for`: e.g. verl's float64 rtol 1e-9 + 2^-24, from the
@@ -733,6 +780,17 @@ def compare(candidate, reference, cases=None, dtype="float64", *, outputs=None,
     params : dict, optional
         Parameter overrides added to every case's ``params`` (the candidate sees them
         there too): e.g. ``{"beta": 0.04}``.
+    omit : list of str, optional
+        Outputs of the reference left out: not compared and not required, whether the
+        candidate returns them or not; the report says which (a name the reference never
+        produces is a ValueError naming the closest known names).
+
+    A case on which the candidate raises NotImplementedError is listed as "not implemented
+    by the candidate: <its message>" (by convention "option=value",
+    :func:`ppo_numpy.oracle.coverage.implements`) and not compared: neither a failure nor a
+    pass; a report that compared no case does not pass. The report ends with the coverage
+    (:func:`ppo_numpy.oracle.coverage.coverage_of`): the option values compared, on how many
+    cases, and those not implemented.
 
     Returns
     -------
@@ -767,15 +825,27 @@ def compare(candidate, reference, cases=None, dtype="float64", *, outputs=None,
         except ValueError as err:
             report.rejected[case["name"]] = f"{type(err).__name__}: {err}"
     known = set().union(*(expected for *_, expected in runs))
+    omitted = tuple(_output_names(omit or ()))
+    for out in omitted:
+        if out not in known:
+            raise ValueError(f"omit: {out!r} is not an output of the reference"
+                             + closest_names(out, known))
+    report.omitted = omitted
     for case, cast, ref_case, expected in runs:
         try:
             actual = candidate(cast)
+        except NotImplementedError as err:  # the candidate says it does not implement it
+            report.not_implemented[case["name"]] = str(err)
+            continue
         except Exception as err:  # reported as a failure with the case, not raised
             report.rows.append(OutputComparison(
                 case["name"], "(candidate)", False, params=dict(case.get("params", {})),
                 note=f"candidate raised {type(err).__name__}: {err}"))
             continue
         check_candidate_outputs(actual, label, case["name"])
+        if omitted:
+            expected = {k: v for k, v in expected.items() if k not in omitted}
+            actual = {k: v for k, v in actual.items() if k not in omitted}
         alternatives = []
         for probe in probe_cases(ref_case, dtype, probes) if probes else ():
             try:
@@ -790,6 +860,9 @@ def compare(candidate, reference, cases=None, dtype="float64", *, outputs=None,
     for row in report.failures:
         if row.output in notes and notes[row.output] not in row.note:
             row.note = f"{row.note}; {notes[row.output]}" if row.note else notes[row.output]
+    compared_cases = {r.case for r in report.rows if r.output != "(candidate)"}
+    report.coverage = coverage_of(reference, cases, compared_cases, report.not_implemented,
+                                  report.rejected)
     return report
 
 

@@ -41,14 +41,15 @@ from .compare import (
     tolerance_for,
     with_params,
 )
-from .switches import explain_switch, switches_for
+from .switches import SWITCHES, explain_switch, switches_for
 
 __all__ = ["Diagnosis", "Explanation", "diagnose"]
 
 MAX_PAIRS = 2000
 """At most this many pairs of switch settings are tried (the most plausible first: those
 whose single settings make the failing outputs match on the most cases). Every registered
-preset has fewer (``tests/test_diagnose_grpo.py``), so every pair is tried."""
+preset has fewer (``tests/test_diagnose.py``: verl-grpo, the largest, 1653), so every pair
+is tried."""
 
 
 @dataclass(frozen=True)
@@ -110,6 +111,9 @@ class Diagnosis:
             r = self.report
             if r.rows:  # only the "(candidate)" rows of its exceptions
                 why = "the candidate raised on every case the preset accepts"
+            elif r.not_implemented:
+                why = (f"the candidate implements none of the {len(r.not_implemented)} cases "
+                       f"the preset accepts")
             else:
                 why = f"preset {self.preset!r} rejected {len(r.rejected)} of the cases"
                 if r.unchecked:
@@ -176,6 +180,29 @@ def _matches(name, actual, expected, case, tol):
                           inputs=case["inputs"], case_name=case["name"], tolerance=tol)
 
 
+def _agreement(actual, expected, case, tol):
+    """``(passes, max abs err)`` of one output against the expected one: the pass rule of
+    :func:`~ppo_numpy.oracle.compare.compare_output` without probes (an element passes when
+    it equals the expected one, NaN for NaN included, or lies within atol + rtol |e|, |e|
+    read as 0 where e is not finite), on the elements the comparison reads.
+
+    why: the diagnosis asks this question of every output under every setting on every
+    case; the comparison's row (worst element, inputs at it, the looser dtypes) is built
+    only for the reports."""
+    a, e = _as_output(actual), _as_output(expected)
+    if a.shape != e.shape:
+        return False, float("nan")
+    valid = compared(e.shape, case["inputs"]["mask"])
+    with np.errstate(invalid="ignore", over="ignore"):
+        same = (a == e) | (np.isnan(a) & np.isnan(e))
+        err = np.where(same, 0.0, np.abs(a - e))
+        err = np.where(np.isnan(err), np.inf, err)[valid]
+        allowed = (tol.atol + tol.rtol * np.where(np.isfinite(e), np.abs(e), 0.0))[valid]
+    if err.size == 0:
+        return True, 0.0
+    return bool(np.all(err <= allowed)), float(np.max(err))
+
+
 def _rel_err(actual, expected, case, tol) -> float:
     """Largest |a - e| / |e| over the compared elements with |e| > atol, for an output that
     matches (so of the expected shape).
@@ -210,7 +237,8 @@ def _first_difference(name, actual, expected, case, tol) -> str:
 
 
 def diagnose(candidate, preset, cases=None, dtype="float64", *, outputs=None, tolerance=None,
-             probes: int = 8, pairs: bool = True, params: dict | None = None) -> Diagnosis:
+             probes: int = 8, pairs: bool = True, params: dict | None = None,
+             omit=None) -> Diagnosis:
     """Compare ``candidate`` with ``preset`` and name the conventions that explain each
     failing output.
 
@@ -222,7 +250,7 @@ def diagnose(candidate, preset, cases=None, dtype="float64", *, outputs=None, to
     preset : Preset or str
         The preset to compare with; its switches are those registered in
         :mod:`ppo_numpy.oracle.switches`.
-    cases, dtype, outputs, tolerance, probes
+    cases, dtype, outputs, tolerance, probes, omit
         As for :func:`~ppo_numpy.oracle.compare.compare` (``cases`` default: the
         preset's, :func:`~ppo_numpy.oracle.group_cases.cases_for`; ``tolerance`` default:
         the preset's own for ``dtype``; ``probes`` for the first comparison only).
@@ -267,7 +295,7 @@ def diagnose(candidate, preset, cases=None, dtype="float64", *, outputs=None, to
 
     recording.__name__ = getattr(candidate, "__name__", type(candidate).__name__)
     report = compare(recording, preset, cases, dtype, outputs=outputs, tolerance=tolerance,
-                     probes=probes)
+                     probes=probes, omit=omit)
 
     diagnosis = Diagnosis(preset.name, report)
     by_output = diagnosis.outputs
@@ -279,22 +307,32 @@ def diagnose(candidate, preset, cases=None, dtype="float64", *, outputs=None, to
         if not row.passed:
             d.failed_cases.append(row.case)
 
-    def runs(overrides, ds):
-        """Per output of ``ds``: ``(case, the candidate's output, the preset's under
-        ``overrides``)`` on every usable case where the candidate returns it; the preset's
-        is None where it rejects the case or does not return the output."""
-        out = {d.output: [] for d in ds}
-        for ref, actual in usable:
-            try:
-                expected = preset(ref, **overrides)
-            except ValueError:
-                expected = {}
-            for d in ds:
-                if d.output in actual:
-                    out[d.output].append((ref, actual[d.output], expected.get(d.output)))
-        return out
+    # the preset as it is, per usable case (the expected outputs of a setting that does not
+    # apply to a case)
+    as_is = {}
+    for ref, _ in usable:
+        try:
+            as_is[ref["name"]] = preset(ref)
+        except ValueError:
+            as_is[ref["name"]] = {}
 
-    baseline = runs({}, by_output.values())
+    def run(ref, overrides):
+        """The preset's outputs on ``ref`` under the ``overrides`` that apply to it (a switch
+        whose ``needs`` input the case lacks is left out: the frameworks skip the sampler's
+        correction on a batch without its log-probs); {} where the preset rejects it."""
+        applied = {k: v for k, v in overrides.items()
+                   if SWITCHES[k].needs is None or ref["inputs"].get(SWITCHES[k].needs)
+                   is not None} if overrides else {}
+        if not applied:
+            return as_is[ref["name"]]
+        try:
+            return preset(ref, **applied)
+        except ValueError:
+            return {}
+
+    baseline = {d.output: [(ref, actual[d.output], as_is[ref["name"]].get(d.output))
+                           for ref, actual in usable if d.output in actual]
+                for d in by_output.values()}
     # an output that passes only within its kinks' ranges (probes) but differs from the
     # preset without them: a convention decided at a tie (e.g. the value clip's form)
     for d in by_output.values():
@@ -311,25 +349,24 @@ def diagnose(candidate, preset, cases=None, dtype="float64", *, outputs=None, to
     def attempt(overrides, ds, *, stop_early):
         """Run the preset with ``overrides``; it explains each output of ``ds`` that it makes
         match on every case it is compared on, among them every case where the output
-        failed. ``stop_early``: the cases where an output of ``ds`` failed first, and stop
-        at the first case where every output of ``ds`` has differed (the pairs); else every
-        case (the single settings, whose counts rank them for the pairs). Returns
+        failed. ``stop_early``: the cases where the most outputs of ``ds`` failed first, and
+        stop at the first case where every output of ``ds`` has differed (the pairs); else
+        every case (the single settings, whose counts rank them for the pairs). Returns
         ``{output: number of cases on which it matches}`` (of the cases run)."""
         diagnosis.tried += 1
         order = usable
         if stop_early:
-            failed = set().union(*(d.failed_cases for d in ds))
-            order = sorted(usable, key=lambda u: u[0]["name"] not in failed)
+            # the cases where the most outputs of ds failed first: where a setting that
+            # explains nothing makes them all differ at once
+            failed = Counter(c for d in ds for c in set(d.failed_cases))
+            order = sorted(usable, key=lambda u: -failed[u[0]["name"]])
         alive = {d.output for d in ds}
         matched = {d.output: 0 for d in ds}
         rows = {d.output: [] for d in ds}
         for ref, actual in order:
             if stop_early and not alive:
                 break
-            try:
-                expected = preset(ref, **overrides)
-            except ValueError:
-                expected = {}
+            expected = run(ref, overrides)
             for d in ds:
                 out = d.output
                 if out not in actual or (stop_early and out not in alive):
@@ -338,16 +375,16 @@ def diagnose(candidate, preset, cases=None, dtype="float64", *, outputs=None, to
                     if ref["name"] in d.failed_cases:
                         alive.discard(out)
                     continue
-                row = _matches(out, actual[out], expected[out], ref, tol)
-                if row.passed:
+                passes, abs_err = _agreement(actual[out], expected[out], ref, tol)
+                if passes:
                     matched[out] += 1
-                    rows[out].append((row, ref, actual[out], expected[out]))
+                    rows[out].append((abs_err, ref, actual[out], expected[out]))
                 else:
                     alive.discard(out)
         for d in ds:
             if d.output in alive and rows[d.output]:
                 d.explanations.append(Explanation(
-                    tuple(overrides.items()), max(r.max_abs_err for r, *_ in rows[d.output]),
+                    tuple(overrides.items()), max(r for r, *_ in rows[d.output]),
                     max(_rel_err(a, e, ref, tol) for _, ref, a, e in rows[d.output]),
                     tuple(explain_switch(preset, k, v, cases) for k, v in overrides.items())))
         return matched

@@ -30,7 +30,6 @@ rollout-close           ``logp_rollout`` (the inference engine's log-probs, the
 rollout-far             ``logp_rollout`` 0.3 to 2 from logp_old: beyond every
                         threshold of the three frameworks' corrections
 rollout-one-token       one-token responses with ``logp_rollout``
-rollout-nan-padding     ``logp_rollout`` with NaN, +-inf, +-1e30 at its padding
 ======================  ======================================================
 
 The cases of :data:`PRESET_CASES` carry parameters of one preset (the names differ
@@ -59,7 +58,37 @@ gdpo-components         two reward components of different scales (a 0/1
 vespo-loss              TRL's ``loss_type="vespo"`` (log-ratios of std 0.4:
                         sequence ratios far from 1, where phi decays)
 luspo-loss              TRL's ``loss_type="luspo"`` at the sequence level
+sapo-loss               SAPO's gate (TRL ``loss_type``, verl ``loss_mode``)
 ======================  ======================================================
+
+The cases that switch each framework's sampler/trainer correction on (the third policy;
+``logp_rollout`` 0.05 to 1.2 from logp_old by row, :data:`MIXED`: token ratios from about
+e^-2 to e^2, responses' products beyond both bounds of [0.5, 2]):
+
+========================  ====================================================
+rollout-truncate          token weights truncated (TRL token_truncate [0.5, 2],
+                          verl TIS at 2, OpenRLHF clip [0.5, 2])
+rollout-mask              token weights masked outside [0.5, 2] (TRL token_mask,
+                          verl IcePop "0.5_2.0", OpenRLHF mask)
+rollout-sequence          one weight per response (TRL sequence_truncate, verl
+                          sequence TIS, OpenRLHF's sequence gate)
+rollout-batch-normalize   verl's token TIS divided by the batch mean
+rollout-rejection         rejections that bind (verl rollout_rs seq_mean_k1 at
+                          1.5 with TIS; TRL's off-policy mask at 0.2)
+rollout-nan-padding       NaN, +-inf, +-1e30 at logp_rollout's padding under a
+                          correction (TRL's default, verl TIS, OpenRLHF clip)
+rollout-gate              OpenRLHF's binary-KL token gate [0, 0.05]
+rollout-bypass            verl's bypass mode, PPO-clip, rejection token_k1 at 2
+rollout-bypass-reinforce  verl's bypass mode with the reinforce loss and TIS
+rollout-kl                token weights with the KL term in the loss
+rollout-gspo              GSPO with token weights (OpenRLHF: the ratio against
+                          logp_rollout)
+rollout-gmpo              verl's GMPO with IcePop weights
+========================  ====================================================
+
+A case list may hold the words of :data:`SELECTIONS` besides case names: ``"rollout"``
+picks every case that carries ``logp_rollout`` (the rule: a case does iff its name starts
+with ``rollout-``).
 
 A case may carry the optional input ``reward_components`` (B, K) (only
 ``gdpo-components`` does): the presets that do not read it ignore it.
@@ -260,9 +289,6 @@ EDGE_CASES = {
         (0.3, 1.0, 2.0, 0.05), "logp_rollout 0.3 to 2 from logp_old: token ratios and "
         "sequence sums beyond every threshold (2, 3, 5, 20 on the log), garbage at padding"),
     "rollout-one-token": _rollout_one_token,
-    "rollout-nan-padding": _rollout_mismatch(
-        (1e-2, 0.3), "logp_rollout near logp_old, with NaN, +-inf and +-1e30 at its padding",
-        garbage=GARBAGE),
 }
 
 def _kl_gradient_form(rng):
@@ -276,6 +302,21 @@ def _kl_gradient_form(rng):
 _KL_IN_LOSS = {"trl-grpo": {"beta": 0.04},
                "verl-grpo": {"use_kl_loss": True, "kl_loss_coef": 0.04},
                "openrlhf-grpo": {"use_kl_loss": True, "init_kl_coef": 0.04}}
+#: row scales of the rollout noise of the cases that switch a correction on: token ratios
+#: from about e^-2 to e^2 and responses' products beyond both bounds of [0.5, 2]
+MIXED = (0.05, 0.3, 0.7, 1.2)
+
+
+def _rollout_case(description):
+    return _rollout_mismatch(MIXED, description)
+
+
+_TRUNCATE = {"trl-grpo": {"vllm_importance_sampling_mode": "token_truncate",
+                          "vllm_importance_sampling_clip_min": 0.5,
+                          "vllm_importance_sampling_clip_max": 2.0},
+             "verl-grpo": {"rollout_is": "token", "rollout_is_threshold": 2.0},
+             "openrlhf-grpo": {"is_correction_level": "token", "is_correction_mode": "clip",
+                               "is_correction_threshold": (0.5, 2.0)}}
 PRESET_CASES = {
     "kl-in-loss": (_policy_case("3 prompts x 4 responses, log-ratios of std 0.4, the KL term "
                                 "in the loss (coefficient 0.04)"), _KL_IN_LOSS),
@@ -295,7 +336,84 @@ PRESET_CASES = {
                              {"trl-grpo": {"vllm_importance_sampling_mode": "token_mask",
                                            "vllm_importance_sampling_clip_max": None},
                               "verl-grpo": {"rollout_is": "token",
-                                            "rollout_is_threshold": 1e12}}),
+                                            "rollout_is_threshold": 1e12},
+                              "openrlhf-grpo": {"is_correction_level": "token",
+                                                "is_correction_threshold": (0.0, 1e12)}}),
+    # the corrections switched on, each framework's way (cases named rollout-*: they carry
+    # logp_rollout; --cases rollout selects them)
+    "rollout-truncate": (_rollout_case(
+        "token weights truncated: TRL token_truncate to [0.5, 2]; verl token TIS at 2; "
+        "OpenRLHF token clip to [0.5, 2]; weights beyond both bounds"), _TRUNCATE),
+    "rollout-mask": (_rollout_case(
+        "token weights masked outside [0.5, 2]: TRL token_mask; verl IcePop '0.5_2.0'; "
+        "OpenRLHF token mask"),
+        {"trl-grpo": {"vllm_importance_sampling_mode": "token_mask",
+                      "vllm_importance_sampling_clip_min": 0.5,
+                      "vllm_importance_sampling_clip_max": 2.0},
+         "verl-grpo": {"rollout_is": "token", "rollout_is_threshold": "0.5_2.0"},
+         "openrlhf-grpo": {"is_correction_level": "token",
+                           "is_correction_threshold": (0.5, 2.0)}}),
+    "rollout-sequence": (_rollout_case(
+        "one weight per response: TRL sequence_truncate to [0.5, 2]; verl sequence TIS at 2; "
+        "OpenRLHF's sequence gate [0.5, 2]"),
+        {"trl-grpo": {"vllm_importance_sampling_mode": "sequence_truncate",
+                      "vllm_importance_sampling_clip_min": 0.5,
+                      "vllm_importance_sampling_clip_max": 2.0},
+         "verl-grpo": {"rollout_is": "sequence", "rollout_is_threshold": 2.0},
+         "openrlhf-grpo": {"is_correction_level": "seq", "is_correction_threshold": (0.5, 2.0)}}),
+    "rollout-batch-normalize": (_rollout_case(
+        "verl's token TIS at 2 divided by the batch's mean weight (not 1 here)"),
+        {"verl-grpo": {"rollout_is": "token", "rollout_is_threshold": 2.0,
+                       "rollout_is_batch_normalize": True}}),
+    "rollout-rejection": (_rollout_case(
+        "rejections that bind: verl rollout_rs seq_mean_k1 at 1.5 with token TIS; TRL's "
+        "off-policy mask at 0.2 with its default sequence_mask weights"),
+        {"trl-grpo": {"off_policy_mask_threshold": 0.2},
+         "verl-grpo": {"rollout_is": "token", "rollout_is_threshold": 2.0,
+                       "rollout_rs": "seq_mean_k1", "rollout_rs_threshold": 1.5}}),
+    "rollout-nan-padding": (_rollout_mismatch(
+        (1e-2, 0.3), "logp_rollout near logp_old, with NaN, +-inf and +-1e30 at its padding, "
+        "under a correction (TRL's default; verl token TIS at 2; OpenRLHF's token clip)",
+        garbage=GARBAGE),
+        {"trl-grpo": {}, "verl-grpo": {"rollout_is": "token", "rollout_is_threshold": 2.0},
+         "openrlhf-grpo": {"is_correction_level": "token", "is_correction_mode": "clip",
+                           "is_correction_threshold": (0.5, 2.0)}}),
+    "rollout-gate": (_rollout_case(
+        "OpenRLHF's token gate by the binary KL of the token's two probabilities, [0, 0.05]"),
+        {"openrlhf-grpo": {"is_correction_level": "token", "is_correction_gating": "binary_kl",
+                           "is_correction_threshold": 0.05}}),
+    "rollout-bypass": (_rollout_case(
+        "verl's bypass mode (logp_old := logp_rollout), PPO-clip, the rejection token_k1 at 2 "
+        "of the current log-probs"),
+        {"verl-grpo": {"bypass_mode": True, "rollout_is": "token",
+                       "rollout_rs": "token_k1", "rollout_rs_threshold": 2.0}}),
+    "rollout-bypass-reinforce": (_rollout_case(
+        "verl's bypass mode with the reinforce loss: -A w logp, w the token TIS weights at 2 "
+        "of the current log-probs"),
+        {"verl-grpo": {"bypass_mode": True, "rollout_loss_type": "reinforce",
+                       "rollout_is": "token", "rollout_is_threshold": 2.0}}),
+    "rollout-kl": (_rollout_case(
+        "token weights and the KL term in the loss (coefficient 0.04)"),
+        {"trl-grpo": {"beta": 0.04, **_TRUNCATE["trl-grpo"]},
+         "verl-grpo": {"use_kl_loss": True, "kl_loss_coef": 0.04, "rollout_is": "token",
+                       "rollout_is_threshold": 2.0},
+         "openrlhf-grpo": {"use_kl_loss": True, "init_kl_coef": 0.04,
+                           "is_correction_level": "token",
+                           "is_correction_threshold": (0.5, 2.0)}}),
+    "rollout-gspo": (_rollout_case(
+        "GSPO's sequence ratio with token weights: TRL's row mean of token_truncate weights; "
+        "verl's per-token TIS weights; OpenRLHF's ratio against logp_rollout"),
+        {"trl-grpo": {"importance_sampling_level": "sequence", **_TRUNCATE["trl-grpo"]},
+         "verl-grpo": {"loss_mode": "gspo", "rollout_is": "token",
+                       "rollout_is_threshold": 2.0},
+         "openrlhf-grpo": {"policy_loss_type": "gspo", "is_correction_level": "token"}}),
+    "rollout-gmpo": (_rollout_case(
+        "verl's GMPO (geo_mean) with IcePop token weights '0.5_2.0': masked weights in most "
+        "responses"),
+        {"verl-grpo": {"loss_mode": "geo_mean", "rollout_is": "token",
+                       "rollout_is_threshold": "0.5_2.0"}}),
+    "sapo-loss": (_policy_case("3 prompts x 4 responses, log-ratios of std 0.4, SAPO's gate"),
+                  {"trl-grpo": {"loss_type": "sapo"}, "verl-grpo": {"loss_mode": "sapo"}}),
     "gspo-large-log-ratios": (_large_log_ratios,
                               {"trl-grpo": {"importance_sampling_level": "sequence"},
                                "verl-grpo": {"loss_mode": "gspo"},
@@ -318,6 +436,30 @@ def group_case_names(n_random: int = N_RANDOM, preset: str | None = None) -> lis
     return [f"group-random-{k}" for k in range(n_random)] + list(EDGE_CASES) + own
 
 
+SELECTIONS = {
+    "random": "the random batches group-random-K",
+    "edge": "the edge cases (no preset's parameters)",
+    "rollout": "every case with logp_rollout (named rollout-*): the sampler/trainer "
+               "correction, the third policy",
+    "preset": "the cases that carry the preset's parameters (PRESET_CASES)",
+}
+"""The words a case list may hold besides case names (``--cases rollout``): each picks the
+default cases that exercise it, in their order."""
+
+
+def select(names, default) -> list:
+    """``names`` with each word of :data:`SELECTIONS` replaced by the cases of ``default``
+    it picks (a name twice: once)."""
+    picks = {"random": lambda n: n.startswith("group-random-"),
+             "edge": lambda n: n in EDGE_CASES,
+             "rollout": lambda n: n.startswith("rollout-"),
+             "preset": lambda n: n in PRESET_CASES}
+    out = []
+    for name in names:
+        out += [n for n in default if picks[name](n)] if name in picks else [name]
+    return list(dict.fromkeys(out))
+
+
 def generate_group_cases(seed: int = 0, names=None, *, n_random: int = N_RANDOM,
                          preset: str | None = None) -> list:
     """The group cases ``group-random-0`` ... then the edge cases, then the cases of
@@ -330,7 +472,8 @@ def generate_group_cases(seed: int = 0, names=None, *, n_random: int = N_RANDOM,
     >>> [c["params"] for c in generate_group_cases(0, ["kl-in-loss"], preset="trl-grpo")]
     [{'beta': 0.04}]
     """
-    names = check_names(names, group_case_names(n_random, preset))
+    default = group_case_names(n_random, preset)
+    names = select(check_names(names, default), default)
     cases = []
     for name in names:
         params = {}
@@ -343,8 +486,8 @@ def generate_group_cases(seed: int = 0, names=None, *, n_random: int = N_RANDOM,
             params = by_preset.get(preset, {})
         else:
             raise ValueError(f"names: unknown group case {name!r}; valid ones are "
-                             f"'group-random-K', {', '.join(EDGE_CASES)} and "
-                             f"{', '.join(PRESET_CASES)}")
+                             f"{', '.join(map(repr, SELECTIONS))}, 'group-random-K', "
+                             f"{', '.join(EDGE_CASES)} and {', '.join(PRESET_CASES)}")
         description, inputs = build(case_rng(seed, name))
         cases.append(make_case(name, description, inputs, params,
                                input_names=GROUP_INPUT_NAMES))

@@ -18,10 +18,17 @@ yet in :data:`SWITCHES` is added with :func:`add_switch`)::
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
-__all__ = ["PRESET_SWITCHES", "SWITCHES", "Switch", "add_switch", "explain_switch",
+__all__ = ["KINDS", "PRESET_SWITCHES", "SWITCHES", "Switch", "add_switch", "explain_switch",
            "register_switches", "switches_for"]
+
+
+KINDS = ("objective", "loss family", "third policy")
+"""What a switch is about: the PPO objective and the group advantages, a member of the
+policy-loss family, or the third policy (the correction of the sampler/trainer mismatch,
+``ppo_numpy.mismatch.correction``)."""
 
 
 @dataclass(frozen=True)
@@ -29,13 +36,20 @@ class Switch:
     """One convention: the preset parameter, what it is about, what each value does.
 
     ``means`` maps a value to a phrase completing "yours ..." / "the framework's ...";
-    ``default`` phrases a value that is not in ``means`` (``{v}`` is the value).
+    ``default`` phrases a value that is not in ``means`` (``{v}`` is the value), or
+    ``describe(value)`` where given. ``kind``: one of :data:`KINDS`. ``needs``: the input a
+    setting applies to, if any (``"logp_rollout"``: a correction of the sampler's log-probs,
+    which every framework skips or cannot run on a batch without them); the diagnosis
+    leaves the setting out on a case without that input.
     """
 
     param: str
     topic: str
     means: dict
     default: str = "is {v!r}"
+    kind: str = "objective"
+    describe: Callable | None = None
+    needs: str | None = None
 
     def phrase(self, value) -> str:
         for k, text in self.means.items():
@@ -43,6 +57,8 @@ class Switch:
                 return text
         if isinstance(value, float) and value.is_integer() and int(value) in self.means:
             return self.means[int(value)]
+        if self.describe is not None:
+            return self.describe(value)
         return self.default.format(v=value)
 
 
@@ -208,6 +224,162 @@ for _s in (
 ):
     add_switch(_s)
 
+# the members of the policy-loss family and their options
+for _p in ("importance_sampling_level", "loss_mode", "policy_loss_type", "loss_type",
+           "cispo_clip", "log_ratio_max", "delta"):
+    SWITCHES[_p] = replace(SWITCHES[_p], kind="loss family")
+SWITCHES["is_log_ratio_bound"] = replace(SWITCHES["is_log_ratio_bound"], kind="third policy")
+
+
+def _threshold(v) -> str:
+    """verl's rollout_is_threshold: a number truncates, "a_b" masks outside [a, b]."""
+    if isinstance(v, str) and "_" in v:
+        low, high = v.split("_", 1)
+        return f"masks the weights outside [{low}, {high}] (IcePop)"
+    return f"truncates the weights at {float(v):g} (TIS)"
+
+
+_STATISTICS = {"token": "each token's", "seq_sum": "the response's summed",
+               "seq_mean": "the response's mean", "seq_max": "the response's largest"}
+_ESTIMATORS = {"k1": "k1 = log(pi_rollout / pi_old) inside the threshold's band",
+               "k2": "k2 = (log w)^2 / 2 at most the threshold",
+               "k3": "k3 = w - 1 - log w at most the threshold"}
+
+
+def _criteria(v) -> str:
+    """verl's rollout_rs: comma-separated criteria, all required."""
+    if not isinstance(v, str):
+        return f"is {v!r}"
+    parts = []
+    for c in (c.strip() for c in v.split(",") if c.strip()):
+        where, _, est = c.rpartition("_")
+        parts.append(f"{_STATISTICS.get(where, where)} {_ESTIMATORS.get(est, est)}")
+    return f"keeps a token when {' and '.join(parts)} ({v})"
+
+
+def _band(v) -> str:
+    """OpenRLHF's is_correction_threshold: [low, high], or one number h: [0, h]."""
+    values = list(v) if isinstance(v, (tuple, list)) else [0.0, v]
+    return f"is [{float(values[0]):g}, {float(values[-1]):g}]"
+
+
+for _s in (
+    # TRL 1.16.0: the vLLM importance sampling and the off-policy mask
+    Switch("vllm_importance_sampling_correction", "TRL's vLLM importance sampling",
+           {True: "is applied (vLLM generated the batch)", False: "is not applied"},
+           kind="third policy"),
+    Switch("vllm_importance_sampling_mode", "the vLLM importance weight",
+           {"token_truncate": "is each token's ratio, truncated to [clip_min, clip_max]",
+            "token_mask": "is each token's ratio, 0 outside [clip_min, clip_max]",
+            "sequence_truncate": "is the response's ratio (the product of its token ratios), "
+                                 "truncated to [clip_min, clip_max]",
+            "sequence_mask": "is the response's ratio (the product of its token ratios), 0 "
+                             "outside [clip_min, clip_max]"}, kind="third policy"),
+    Switch("vllm_importance_sampling_clip_min", "the vLLM weight's lower bound",
+           {None: "is absent"}, default="is {v:g}", kind="third policy"),
+    Switch("vllm_importance_sampling_clip_max", "the vLLM weight's upper bound",
+           {None: "is absent"}, default="is {v:g}", kind="third policy"),
+    Switch("off_policy_mask_threshold", "the off-policy sequence mask", {None: "is off"},
+           default="drops a response with A < 0 whose mean log-ratio of the sampler over the "
+                   "current policy exceeds {v:g}", kind="third policy"),
+    Switch("off_policy_mask_logps", "the off-policy mask's log-ratio",
+           {"sampling-current": "is the sampler's log-probs (logp_rollout under vLLM, else "
+                                "logp_old) minus the current ones",
+            "old-current": "is logp_old minus the current log-probs, logp_rollout unread",
+            "sampling-old": "is the sampler's log-probs minus logp_old, the current ones "
+                            "unread"}, kind="third policy"),
+    Switch("use_bias_correction_kl", "the KL term",
+           {True: "is KL_t times the ratio, differentiated (TRL's importance-sampling bias "
+                  "correction)", False: "is the plain estimate KL_t"}, kind="third policy"),
+    # verl 0.9.1: algorithm.rollout_correction
+    Switch("rollout_is", "verl's rollout importance weight",
+           {None: "is off", "token": "is per token",
+            "sequence": "is one per response (the product of its token ratios)"},
+           kind="third policy"),
+    Switch("rollout_is_threshold", "the rollout weights' threshold", {},
+           default="is v: a number truncates the weights at it (TIS), 'a_b' zeroes those "
+                   "outside [a, b] (IcePop)", kind="third policy", describe=_threshold),
+    Switch("rollout_is_batch_normalize", "the rollout weights",
+           {True: "are divided by their batch mean (of the tokens, or of the responses at the "
+                  "sequence level)", False: "are not normalised"}, kind="third policy"),
+    Switch("rollout_rs", "verl's rejection sampling", {None: "is off"},
+           default="keeps a token by the criteria v", kind="third policy", describe=_criteria),
+    Switch("rollout_rs_threshold", "the rejection threshold", {None: "is absent"},
+           kind="third policy"),
+    Switch("bypass_mode", "verl's bypass mode",
+           {True: "is on: logp_old is the rollout's, and the weights and the rejection read "
+                  "the current log-probs", False: "is off: the weights read logp_old against "
+                                                  "logp_rollout"}, kind="third policy"),
+    Switch("rollout_loss_type", "the bypass mode's loss",
+           {"ppo_clip": "is PPO-clip with the ratio pi_theta / pi_rollout, no weights",
+            "reinforce": "is -A w logp with the rollout weights"}, kind="third policy"),
+    # OpenRLHF 0.11.2: --algo.advantage.is_correction_*
+    Switch("is_correction_level", "OpenRLHF's rollout correction",
+           {"off": "is off", "token": "gates each token", "seq": "gates each response"},
+           kind="third policy"),
+    Switch("is_correction_mode", "the correction's bounds",
+           {"mask": "zero a unit outside them (a kept token keeps its unclamped ratio)",
+            "clip": "clamp the token ratio to them"}, kind="third policy"),
+    Switch("is_correction_gating", "the correction's gate",
+           {"ratio": "reads the ratio (of a response: the geometric mean)",
+            "binary_kl": "reads the binary KL of the sampled token's two probabilities",
+            "tv": "reads their total variation"}, kind="third policy"),
+    Switch("is_correction_threshold", "the correction's band", {}, default="is [low, high]",
+           kind="third policy", describe=_band),
+    # the conventions no framework names (ppo_numpy/oracle/presets/_third_policy.py)
+    Switch("is_sequence_weight", "a response's ratio (the sequence weight, or the gate)",
+           {"product": "is the product of its token ratios, exp(sum_t log w_t)",
+            "geometric-mean": "is the geometric mean of its token ratios, "
+                              "exp(mean_t log w_t)"}, kind="third policy"),
+    Switch("rejection", "a rejected token",
+           {"mask": "leaves the response mask: the loss's denominators drop it",
+            "weight": "stays in the mask with weight 0: the loss's denominators count it"},
+           kind="third policy"),
+    Switch("masked_weights", "a weight masked outside its bounds",
+           {"zero": "is 0, its token kept in the loss's denominators",
+            "drop": "takes its token out of the loss's mask (the denominators shrink)"},
+           kind="third policy"),
+    Switch("is_weights_on_kl", "the rollout weight",
+           {False: "multiplies the policy term only, not the KL term",
+            True: "multiplies the KL term too"}, kind="third policy"),
+    Switch("is_weights_detach", "the rollout weight's gradient",
+           {True: "is none: the weight is detached",
+            False: "flows: the weight is differentiated through the current log-probs it "
+                   "reads"}, kind="third policy"),
+    Switch("gmpo_weight_mean", "GMPO's weight of a response",
+           {"geometric": "is the geometric mean of its token weights, exp(mean_t log(w_t + "
+                         "1e-10))", "arithmetic": "is the arithmetic mean of its token weights"},
+           kind="third policy"),
+    Switch("sequence_gradient", "GSPO's gradient",
+           {"sequence": "differentiates the sequence ratio s_i: each token gets the "
+                        "response's mean term (TRL, OpenRLHF, the paper)",
+            "token": "sends token t's gradient through its own log-prob only, sg(s_i) pi_t / "
+                     "sg(pi_t) (verl)"}, kind="loss family"),
+    # the members' options
+    Switch("sapo_temperature_neg", "SAPO's temperature for A <= 0", {}, default="is {v:g}",
+           kind="loss family"),
+    Switch("tau_neg", "SAPO's temperature for A <= 0", {}, default="is {v:g}",
+           kind="loss family"),
+    Switch("vespo_k_pos", "VESPO's shape k for A >= 0", {}, default="is {v:g}",
+           kind="loss family"),
+    Switch("vespo_lambda_pos", "VESPO's rate lambda for A >= 0", {}, default="is {v:g}",
+           kind="loss family"),
+):
+    add_switch(_s)
+
+# the settings that apply to a case with the sampler's log-probs only: verl 0.9.1 skips its
+# correction on a batch without rollout_log_probs, TRL 1.16.0 corrects only a batch vLLM
+# generated, OpenRLHF 0.11.2's PolicyLoss reads rollout_log_probs (TRL's off-policy mask, its
+# KL correction and the weights it makes apply without: not listed)
+for _p in ("is_log_ratio_bound", "vllm_importance_sampling_correction",
+           "vllm_importance_sampling_mode", "vllm_importance_sampling_clip_min",
+           "vllm_importance_sampling_clip_max", "rollout_is", "rollout_is_threshold",
+           "rollout_is_batch_normalize", "rollout_rs", "rollout_rs_threshold", "bypass_mode",
+           "rollout_loss_type", "is_correction_level", "is_correction_mode",
+           "is_correction_gating", "is_correction_threshold", "is_sequence_weight",
+           "masked_weights", "is_weights_detach", "gmpo_weight_mean"):
+    SWITCHES[_p] = replace(SWITCHES[_p], needs="logp_rollout")
+
 
 PRESET_SWITCHES = {}
 """preset name -> {param: (alternatives, the framework's source for its own value)}."""
@@ -267,17 +439,53 @@ def explain_switch(preset, param: str, value, cases=()) -> str:
             f"{switch.phrase(own)}{also}{where}")
 
 
-def markdown_table() -> str:
-    """:data:`SWITCHES` as the markdown table of ``docs/oracle.md`` (a test keeps them equal)."""
+def markdown_table(kinds=("objective", "loss family")) -> str:
+    """The switches of :data:`SWITCHES` of ``kinds`` (:data:`KINDS`) as the markdown table of
+    ``docs/oracle.md`` (a test keeps them equal)."""
     lines = ["| switch | about | values |", "|---|---|---|"]
     for s in SWITCHES.values():
-        values = "; ".join(f"`{k!r}`: {v}" for k, v in s.means.items())
-        if not s.means or s.default != "is {v!r}":
-            other = s.default
-            for field_ in ("{v!r}", "{v:g}", "{v}"):
-                other = other.replace(field_, "v")
-            values = (values + "; otherwise " if values else "`v`: ") + other
-        lines.append(f"| `{s.param}` | {s.topic} | {values} |")
+        if s.kind in kinds:
+            lines.append(f"| `{s.param}` | {s.topic} | {_values(s)} |")
+    return "\n".join(lines)
+
+
+def _values(s: Switch) -> str:
+    values = "; ".join(f"`{k!r}`: {v}" for k, v in s.means.items())
+    if not s.means or s.default != "is {v!r}":
+        other = s.default
+        for field_ in ("{v!r}", "{v:g}", "{v}"):
+            other = other.replace(field_, "v")
+        values = (values + "; otherwise " if values else "`v`: ") + other
+    return values
+
+
+THIRD_POLICY_PRESETS = ("trl-grpo", "verl-grpo", "openrlhf-grpo")
+
+
+def third_policy_table(presets=THIRD_POLICY_PRESETS) -> str:
+    """The third policy's switches (and the loss family's GSPO gradient) per preset: the
+    framework's own value and the alternatives the diagnosis tries, "-" where the framework
+    has no such option (the table of ``docs/oracle.md``, "The third policy's switches")."""
+    from .presets import get_preset
+
+    objs = [get_preset(n) for n in presets]
+    lines = ["| switch | about | " + " | ".join(f"`{n}`" for n in presets) + " |",
+             "|---|---|" + "---|" * len(presets)]
+    for s in SWITCHES.values():
+        if s.kind != "third policy" and s.param != "sequence_gradient":
+            continue
+        cells = []
+        for preset in objs:
+            entry = PRESET_SWITCHES.get(preset.name, {}).get(s.param)
+            if entry is None:
+                cells.append("-")
+                continue
+            own = preset.parameters[s.param]
+            tried = ", ".join(f"`{a!r}`" for a in entry[0] if a != own)
+            also = (f" (and `{own!r}` on the cases that set another)" if own in entry[0]
+                    else "")
+            cells.append(f"`{own!r}`; tried {tried}{also}")
+        lines.append(f"| `{s.param}` | {s.topic} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -486,4 +694,109 @@ register_switches("openrlhf-grpo", {
                      "--kl_estimator k1"),
     "log_ratio_clamp": ((None,), f"{_ORLHF_PL}: ppo's log-ratio clamp(min=-20.0, max=20.0)"),
     **_OPENRLHF_KL_GRADIENT,
+})
+
+# The third policy and the loss family of the critic-free presets (issue 36): each option of
+# the frameworks' corrections and losses, and the conventions no framework names
+# (ppo_numpy/oracle/presets/_third_policy.py); the default cases that exercise them are the
+# rollout-* and *-loss cases of ppo_numpy/oracle/group_cases.py
+_TRL_CFG = "trl 1.16.0 trl/trainer/grpo_config.py GRPOConfig"
+_TRL_IS = f"{_TRL_ADV}: the vLLM importance_sampling_ratio"
+register_switches("trl-grpo", {
+    "vllm_importance_sampling_correction": ((False,), f"{_TRL_IS}, "
+                                            f"{_TRL_CFG}.vllm_importance_sampling_correction"
+                                            "=True"),
+    "vllm_importance_sampling_mode": (("token_truncate", "token_mask", "sequence_truncate",
+                                       "sequence_mask"),
+                                      f"{_TRL_IS}, {_TRL_CFG}.vllm_importance_sampling_mode="
+                                      "'sequence_mask'"),
+    "vllm_importance_sampling_clip_min": ((0.5, None), f"{_TRL_IS}, "
+                                          f"{_TRL_CFG}.vllm_importance_sampling_clip_min=None"),
+    "vllm_importance_sampling_clip_max": ((2.0, 5.0, 3.0), f"{_TRL_IS}, "
+                                          f"{_TRL_CFG}.vllm_importance_sampling_clip_max=3.0"),
+    "off_policy_mask_threshold": ((None, 0.05), f"{_TRL_GRPO} get_off_policy_mask, "
+                                  f"{_TRL_CFG}.off_policy_mask_threshold=None"),
+    "off_policy_mask_logps": (("old-current", "sampling-old"),
+                              f"{_TRL_LOSS}: get_off_policy_mask(sampling_per_token_logps, "
+                              "per_token_logps.detach())"),
+    "use_bias_correction_kl": ((False,), f"{_TRL_LOSS}: per_token_kl * coef_1, "
+                               f"{_TRL_CFG}.use_bias_correction_kl=True"),
+    "is_sequence_weight": (("geometric-mean",), f"{_TRL_ADV}: exp(per_token_logps_diff"
+                           ".sum(dim=-1))"),
+    "rejection": (("mask",), f"{_TRL_LOSS}: per_token_loss * off_policy_mask, the mask of "
+                  "the normalisation unchanged"),
+    "masked_weights": (("drop",), f"{_TRL_ADV}: masked_fill(invalid_mis_mask, value=0.0), the "
+                       "completion mask unchanged"),
+    "is_weights_on_kl": ((True,), f"{_TRL_LOSS}: per_token_loss * importance_sampling_ratio, "
+                         "then + beta * per_token_kl"),
+    "loss_type": (("grpo", "dr_grpo", "cispo", "luspo", "sapo", "vespo", "dapo"),
+                  f"{_TRL_LOSS}, {_TRL_CFG}.loss_type='dapo'"),
+    "sapo_temperature_neg": ((1.0,), f"{_TRL_LOSS}: torch.where(advantages > 0, "
+                             f"sapo_temperature_pos, sapo_temperature_neg), "
+                             f"{_TRL_CFG}.sapo_temperature_neg=1.05"),
+    "vespo_k_pos": ((3.0,), f"{_TRL_GRPO} get_gamma_weights, {_TRL_CFG}.vespo_k_pos=2.0"),
+    "vespo_lambda_pos": ((2.0,), f"{_TRL_GRPO} get_gamma_weights, "
+                         f"{_TRL_CFG}.vespo_lambda_pos=3.0"),
+})
+_VERL_RC = "verl 0.9.1 verl/trainer/ppo/rollout_corr_helper.py"
+_VERL_YAML = "verl/trainer/config/_generated_ppo_trainer.yaml algorithm.rollout_correction"
+register_switches("verl-grpo", {
+    "rollout_is": (("token", "sequence", None), f"{_VERL_RC} "
+                   f"compute_rollout_correction_weights, {_VERL_YAML}.rollout_is=null"),
+    "rollout_is_threshold": ((2.0, 5.0, "0.5_2.0"), f"{_VERL_RC} "
+                             "compute_rollout_correction_weights, "
+                             f"{_VERL_YAML}.rollout_is_threshold=2.0"),
+    "rollout_is_batch_normalize": ((True, False), f"{_VERL_RC} "
+                                   "compute_rollout_correction_weights, "
+                                   f"{_VERL_YAML}.rollout_is_batch_normalize=false"),
+    "rollout_rs": ((None, "token_k1", "seq_sum_k1", "seq_mean_k2", "seq_max_k2",
+                    "seq_mean_k3", "seq_mean_k1"),
+                   f"{_VERL_RC} compute_rollout_rejection_mask, {_VERL_YAML}.rollout_rs=null"),
+    "rollout_rs_threshold": ((1.2, 3.0, "0.8_1.5"), f"{_VERL_RC} "
+                             "compute_rollout_rejection_mask, "
+                             f"{_VERL_YAML}.rollout_rs_threshold=null"),
+    "bypass_mode": ((True, False), f"{_VERL_RC} apply_bypass_mode, "
+                    f"{_VERL_YAML}.bypass_mode=false"),
+    "rollout_loss_type": (("reinforce", "ppo_clip"), f"{_VERL} "
+                          "compute_policy_loss_bypass_mode, "
+                          f"{_VERL_YAML}.loss_type=ppo_clip"),
+    "is_sequence_weight": (("geometric-mean",), f"{_VERL_RC} "
+                           "compute_rollout_correction_weights: exp(masked_sum(log_ratio))"),
+    "rejection": (("weight",), "verl 0.9.1 verl/trainer/ppo/ray_trainer.py "
+                  "compute_rollout_correction_and_add_to_batch: response_mask replaced"),
+    "masked_weights": (("drop",), f"{_VERL_RC} compute_rollout_correction_weights: "
+                       "torch.where(token_kept_mask, w, 0), the response mask unchanged"),
+    "is_weights_on_kl": ((True,), "verl 0.9.1 verl/workers/utils/losses.py ppo_loss: the KL "
+                         "loss added unweighted"),
+    "is_weights_detach": ((False,), f"{_VERL} compute_policy_loss_bypass_mode: the weights "
+                          "under torch.no_grad()"),
+    "gmpo_weight_mean": (("arithmetic",), f"{_VERL} compute_policy_loss_geo_mean: "
+                         "exp(mean(log(rollout_is_weights + 1e-10)))"),
+    "sequence_gradient": (("sequence",), f"{_VERL} compute_policy_loss_gspo: "
+                          "seq_importance_ratio = exp(log_seq - sg(log_seq) + log_prob - "
+                          "sg(log_prob))"),
+    "loss_mode": (("gspo", "cispo", "sapo", "geo_mean", "gpg", "vanilla"),
+                  f"{_VERL} compute_policy_loss_vanilla, "
+                  "actor.policy_loss.loss_mode='vanilla'"),
+    "tau_neg": ((1.0,), f"{_VERL} compute_policy_loss_sapo, actor.policy_loss.tau_neg=1.05"),
+})
+register_switches("openrlhf-grpo", {
+    "is_correction_level": (("token", "seq", "off"), f"{_ORLHF_PL}, "
+                            "--algo.advantage.is_correction_level off"),
+    "is_correction_mode": (("clip", "mask"), f"{_ORLHF_PL}, "
+                           "--algo.advantage.is_correction_mode mask"),
+    "is_correction_gating": (("ratio", "tv"), f"{_ORLHF_PL}, "
+                             "--algo.advantage.is_correction_gating ratio"),
+    "is_correction_threshold": (((0.8, 1.25), (0.5, 5.0), 0.2), f"{_ORLHF_PL}, "
+                                "--algo.advantage.is_correction_threshold 0.5 5.0"),
+    "is_log_ratio_bound": ((20.0,), f"{_ORLHF_PL}: exp(old_log_probs - rollout_log_probs), "
+                           "no bound"),
+    "is_sequence_weight": (("product",), f"{_ORLHF_PL}: the sequence gate reads "
+                           "exp(mean(log ratio))"),
+    "masked_weights": (("drop",), f"{_ORLHF_PL}: the gated token's coefficient 0, the "
+                       "action mask unchanged"),
+    "is_weights_on_kl": ((True,), f"{_ORLHF}/models/loss.py: the KL loss apart from "
+                         "PolicyLoss's coefficient"),
+    "sequence_gradient": (("token",), f"{_ORLHF_PL}: gspo's exp(mean(log_ratio)) "
+                          "differentiated"),
 })

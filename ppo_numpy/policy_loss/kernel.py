@@ -212,20 +212,24 @@ def _kl_form(f: PolicyLossForward, logp_ref, m, opts: PolicyLossOptions):
                           opts.kl_gradient, opts.kl_is_bound, opts.kl_clamp)
 
 
-def kl_loss_and_grad(logp, logp_ref, m, opts: PolicyLossOptions, log_ratio=None, divs=None):
+def kl_loss_and_grad(logp, logp_ref, m, opts: PolicyLossOptions, log_ratio=None, divs=None,
+                     weights=None):
     """The KL term alone, beside a loss that is not this frame's (unchecked kernel): ``(KL_t,
-    aggregate(KL_t), d aggregate(KL_t) / d logp)`` in the form ``opts.kl_gradient``, with the
-    KL term's aggregation (:func:`kl_agg`). ``log_ratio`` = logp - logp_old for the forms
-    that read the ratio (``None``: rho = 1; ``"ratio"`` needs it). verl's bypass mode adds
-    its KL loss so to its own policy loss (``presets._verl.verl_bypass_loss``)."""
+    aggregate(w_t KL_t), d aggregate(w_t KL_t) / d logp)`` in the form ``opts.kl_gradient``,
+    with the KL term's aggregation (:func:`kl_agg`); ``weights`` w_t held constant (``None``:
+    1). ``log_ratio`` = logp - logp_old for the forms that read the ratio (``None``: rho = 1;
+    ``"ratio"`` needs it). verl's bypass mode adds its KL loss so to its own policy loss
+    (``presets._verl.verl_bypass_loss``)."""
     if log_ratio is None and opts.kl_gradient == "ratio":
         raise ValueError("log_ratio: kl_gradient='ratio' multiplies KL_t by the ratio "
                          "exp(logp - logp_old), which needs it")
     zero = np.zeros_like(logp) if log_ratio is None else log_ratio
     f = PolicyLossForward(logp, zero, zero, zero, None, 0.0, 0.0)
     kl = kl_term(f, logp_ref, m, opts)
-    kl_loss = float(aggregate_kernel(kl, m, *kl_agg(opts), kl_divs(opts, divs)))
-    return kl, kl_loss, dkl_term(f, logp_ref, m, opts, kl_divs(opts, divs))
+    weighted = kl if weights is None else kl * weights
+    kl_loss = float(aggregate_kernel(weighted, m, *kl_agg(opts), kl_divs(opts, divs)))
+    dkl = dkl_term(f, logp_ref, m, opts, kl_divs(opts, divs))
+    return kl, kl_loss, dkl if weights is None else weights * dkl
 
 
 # --- the statistics --------------------------------------------------------------------------

@@ -4,9 +4,9 @@
     python -m ppo_numpy oracle export DIR --preset NAME [--seed S] [--cases NAME ...]
     python -m ppo_numpy oracle verify DIR
     python -m ppo_numpy oracle compare FILE.py:FUNCTION --preset NAME [--dtype D] [--cases ...]
-                                   [--outputs ...] [--param NAME=VALUE ...]
+                                   [--outputs ... | --omit ...] [--param NAME=VALUE ...]
     python -m ppo_numpy oracle diagnose FILE.py:FUNCTION --preset NAME [--dtype D] [--cases ...]
-                                   [--outputs ...] [--param NAME=VALUE ...]
+                                   [--outputs ... | --omit ...] [--param NAME=VALUE ...]
 
 ``verify`` exits 0 verified, 1 not verified, 2 when DIR is missing or a file in
 it is damaged (one line ``oracle verify: error: <file>: <what>`` on stderr).
@@ -20,6 +20,10 @@ sets a preset parameter on every case (the candidate sees it in ``case["params"]
 value is read as a Python literal (``0.04``, ``None``, ``True``, ``'k3'``), else kept as
 the string; a number written with an underscore (``0.5_5``: the number 0.55 or verl's
 bounds string "0.5_5"?) is an error naming both readings (quote it for the string).
+``--cases`` takes case names and the words ``random``, ``edge``, ``rollout`` (every case
+with the sampler's log-probs) and, for a critic-free preset, ``preset``. A candidate raises
+NotImplementedError("option=value") on a case it does not implement: the case is listed,
+not compared, and the report ends with the coverage.
 See ``docs/oracle.md`` for the file format and how to check your own code.
 """
 
@@ -31,7 +35,7 @@ import sys
 
 from ..oracle.cases import EDGE_CASES, N_RANDOM, generate_cases
 from ..oracle.cases import PRESET_CASES as PPO_PRESET_CASES
-from ..oracle.group_cases import PRESET_CASES, cases_for, generate_group_cases
+from ..oracle.group_cases import PRESET_CASES, SELECTIONS, cases_for, generate_group_cases
 from ..oracle.presets import DEFAULT_PRESET, PRESETS, get_preset
 
 
@@ -41,14 +45,16 @@ def cmd_list(args) -> int:
         mark = " (default)" if name == DEFAULT_PRESET else ""
         print(f"  {name:<22} {preset.description}{mark}")
     print(f"\ncases (--cases NAME ...; 'random' = random-0 ... random-{N_RANDOM - 1}, "
-          "'edge' = every edge case):")
+          "'edge' = every edge case, 'rollout' = the cases with logp_rollout, by name only):")
     for case in generate_cases(args.seed, [f"random-{k}" for k in range(N_RANDOM)]):
         print(f"  {case['name']:<22} {case['description']}")
     for case in generate_cases(args.seed, list(EDGE_CASES)):
         params = ", ".join(f"{k}={v:g}" for k, v in case["params"].items())
         print(f"  {case['name']:<22} {case['description']}" + (f" [{params}]" if params else ""))
     _list_preset_cases(PPO_PRESET_CASES, generate_cases, args.seed)
-    print("\ncases of the critic-free presets (trl-grpo, verl-grpo, openrlhf-grpo):")
+    print("\ncases of the critic-free presets (trl-grpo, verl-grpo, openrlhf-grpo; --cases "
+          "also takes " + "; ".join(f"'{w}' = {what}" for w, what in SELECTIONS.items())
+          + "):")
     for case in generate_group_cases(args.seed):
         print(f"  {case['name']:<22} {case['description']}")
     _list_preset_cases(PRESET_CASES, generate_group_cases, args.seed)
@@ -189,12 +195,14 @@ def _run_candidate(args, command: str):
         raise ValueError(f"--probes must be >= 0, got {args.probes}")
     if command == "diagnose":
         result = diagnose(candidate, preset, cases, args.dtype, outputs=args.outputs,
-                          probes=args.probes, pairs=not args.no_pairs, params=params)
+                          probes=args.probes, pairs=not args.no_pairs, params=params,
+                          omit=args.omit)
         report = result.report
     else:
         result = report = compare(candidate, preset, cases, args.dtype, outputs=args.outputs,
-                                  probes=args.probes, params=params)
-    if report.rejected and not report.rows and not report.unchecked:
+                                  probes=args.probes, params=params, omit=args.omit)
+    if report.rejected and not report.rows and not report.unchecked and \
+            not report.not_implemented:
         first = next(iter(report.rejected.values()))
         raise ValueError(f"preset {preset.name!r} rejected every case ({first})")
     return result, report
@@ -225,8 +233,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--preset", default=None, help="preset name (default: the default preset)")
     p.add_argument("--seed", type=int, default=0, help="seed of the cases (default 0)")
     p.add_argument("--cases", nargs="+", default=None, metavar="NAME",
-                   help="only these cases: edge case names, random-K, 'random' or 'edge' (a "
-                        "critic-free preset's: group-random-K and its edge cases; `oracle list`)")
+                   help="only these cases: case names, random-K, or the words 'random', "
+                        "'edge', 'rollout' (the cases with logp_rollout) and, for a critic-free "
+                        "preset, 'preset' (`oracle list`)")
     p.set_defaults(run=cmd_export)
     p = sub.add_parser("verify", help="reload golden files and recompute them")
     p.add_argument("directory", help="a directory written by `oracle export`")
@@ -246,12 +255,15 @@ def build_parser() -> argparse.ArgumentParser:
                        help="the precision the candidate computes in (default float64)")
         p.add_argument("--seed", type=int, default=0, help="seed of the cases (default 0)")
         p.add_argument("--cases", nargs="+", default=None, metavar="NAME",
-                       help="only these cases: edge case names, random-K, 'random' or 'edge' "
-                            "(a critic-free preset's: group-random-K and its edge cases; "
-                            "`oracle list`)")
+                       help="only these cases: case names, random-K, or the words 'random', "
+                            "'edge', 'rollout' (the cases with logp_rollout) and, for a "
+                            "critic-free preset, 'preset' (`oracle list`)")
         p.add_argument("--outputs", nargs="+", default=None, metavar="NAME",
                        help="compare only these outputs (default: every output the preset "
                             "produces, which the candidate must return)")
+        p.add_argument("--omit", nargs="+", default=None, metavar="NAME",
+                       help="leave out these outputs of the preset (not compared, not "
+                            "required; the report says which)")
         p.add_argument("--param", action="append", default=None, metavar="NAME=VALUE",
                        help="a preset parameter on every case, e.g. --param beta=0.04 "
                             "(repeatable; the value is a Python literal or a string)")

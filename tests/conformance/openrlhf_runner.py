@@ -2,12 +2,13 @@
 ``openrlhf-grpo``.
 
 Called: ``openrlhf.models.utils.compute_approx_kl`` (the rollout KL, as ``make_experience``
-calls it, and the KL loss as ``ppo_actor.py`` does, ``unbiased_gradient`` included), ``RemoteExperienceMaker.
-compute_advantages_and_returns`` on a stand-in experience maker (its ``strategy.args``,
-``kl_ctl`` and ``advantage_estimator``; the real ``get_advantages_and_returns`` and
-``get_cumulative_returns`` bound to it) and real ``Experience`` objects, which runs
-``compute_reward``, GAE or the returns-to-go and the batch normalisation;
-``openrlhf.models.PolicyLoss``, ``ValueLoss`` and ``aggregate_loss``. Gradients: autograd.
+calls it, and the KL loss as ``ppo_actor.py`` does, ``unbiased_gradient`` included),
+``RemoteExperienceMaker.compute_advantages_and_returns`` on a stand-in experience maker (its
+``strategy.args``, ``kl_ctl`` and ``advantage_estimator``; the real
+``get_advantages_and_returns`` and ``get_cumulative_returns`` bound to it) and real
+``Experience`` objects, which runs ``compute_reward``, GAE or the returns-to-go and the batch
+normalisation; ``openrlhf.models.PolicyLoss``, ``ValueLoss`` and ``aggregate_loss``.
+Gradients: autograd.
 """
 
 from __future__ import annotations

@@ -18,7 +18,6 @@ import numpy as np
 from ..._checks import as_array, as_mask, check_bounds, check_choice, check_scalar, where_valid
 from ...batch import Rollout
 from ...family.advantages import _group_sums, grpo_advantages
-from ...policy_loss.kernel import policy_loss_kernel
 from ...policy_loss.options import PolicyLossOptions
 from ...ppo.aggregation import aggregate_kernel, aggregation_weights
 from ...ppo.gae import gae_kernel
@@ -31,6 +30,7 @@ from ...ppo.value_loss import (
     value_loss_kernel,
 )
 from ...ppo.whitening import masked_mean_kernel, whiten_kernel
+from . import _third_policy as third_policy
 
 INPUT_NAMES = ("logp", "logp_old", "logp_ref", "values", "old_values", "scores", "mask")
 #: the inputs of the critic-free presets: no values; prompt ids and (ReMax) greedy scores
@@ -340,10 +340,12 @@ def losses(x: Rollout, advantages, returns, p: dict, agg: str = "token-mean", *,
     mask of "the clipped value error is strictly larger" (TRL/verl ``vf_clipfrac``; 0 without
     a value clip), ``"loss_without_kl"``: the policy loss before the KL term of ``kl``,
     ``"kl_loss"``: that term's aggregate before its coefficient (0.0 without one);
-    ``is_weights``: the rollout correction's weights on the policy term."""
-    pl, pl_stats, dlogp = policy_loss_kernel(
-        where_valid(mask, x.logp), where_valid(mask, x.logp_old), where_valid(mask, advantages),
-        mask, preset_loss_options(p, agg, kl, norm), where_valid(mask, x.logp_ref),
+    ``is_weights``: the rollout correction's weights on the policy term (and on the KL term
+    under the convention ``is_weights_on_kl``, where the preset has it)."""
+    pl, pl_stats, dlogp = third_policy.policy_loss(
+        "preset", p, where_valid(mask, x.logp), where_valid(mask, x.logp_old),
+        where_valid(mask, advantages), mask, preset_loss_options(p, agg, kl, norm),
+        where_valid(mask, x.logp_ref),
         is_weights=None if is_weights is None else where_valid(mask, is_weights))
     vm = mask if value_mask is None else value_mask
     PolicyLossOptions(agg=value_agg, norm=value_norm)  # checks the mode's name and norm

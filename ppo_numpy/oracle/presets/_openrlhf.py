@@ -14,6 +14,7 @@ from ...mismatch.correction import (
     rollout_divergence_gate,
     rollout_importance_weights,
 )
+from . import _third_policy as third_policy
 from ._common import _flag, mean_over, need_rollout
 
 # -- OpenRLHF 0.11.2 (--algo.kl.use_loss): the KL term of the actor's loss
@@ -107,10 +108,16 @@ def openrlhf_correction(name: str, x: Rollout, m, p: dict, policy_loss_type: str
         low = None  # (ratios are >= 0: no bound)
     if policy_loss_type != "ppo":
         return None
+    bound = p["is_log_ratio_bound"]  # (the convention: OpenRLHF bounds no log-ratio)
+    if level == "seq" and third_policy.check(name, p, "is_sequence_weight",
+                                             third_policy.SEQUENCE_WEIGHTS) == "product":
+        # (the convention is_sequence_weight: the gate reads the product, not OpenRLHF's
+        # geometric mean)
+        return third_policy.gate_by_product(x.logp_old, x.logp_rollout, m, low, high, bound)
     return rollout_importance_weights(
         x.logp_old, x.logp_rollout, m, clip_max=high, clip_min=low,
         level="geometric" if level == "seq" else "token",
-        mode="truncate" if mode == "clip" else "mask")
+        mode="truncate" if mode == "clip" else "mask", log_ratio_bound=bound)
 
 
 def openrlhf_correction_and_stats(name, x: Rollout, xm: Rollout, m, p: dict,

@@ -11,11 +11,15 @@ from ...batch import Rollout
 from ...mismatch.correction import (
     rollout_importance_weights,
 )
+from . import _third_policy as third_policy
 from ._common import _flag, _optional_bound, need_rollout
 
 # -- TRL 1.16.0 (GRPOConfig: vllm_importance_sampling_*, off_policy_mask_threshold)
 
 TRL_IS_MODES = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
+#: the off-policy mask's log-ratio: the sampler's - the current (TRL), logp_old - the current,
+#: the sampler's - logp_old
+OFF_POLICY_MASK_LOGPS = ("sampling-current", "old-current", "sampling-old")
 
 
 def trl_uses_vllm(name: str, x: Rollout, p: dict) -> bool:
@@ -72,22 +76,29 @@ def trl_is_weights(name: str, x: Rollout, m, p: dict):
         raise ValueError(f"{name}: vllm_importance_sampling_mode={mode!r} needs "
                          f"vllm_importance_sampling_clip_min or _clip_max (TRL 1.16.0's "
                          f"torch.clamp refuses two None bounds)")
-    return rollout_importance_weights(x.logp_old, x.logp_rollout, m, level=level, mode=how,
-                                      clip_max=hi, clip_min=lo,
-                                      log_ratio_bound=p["is_log_ratio_bound"])
+    bounds = dict(mode=how, clip_max=hi, clip_min=lo, log_ratio_bound=p["is_log_ratio_bound"])
+    if level == "sequence":
+        # (the convention is_sequence_weight: TRL's product, or the geometric mean)
+        return third_policy.sequence_weights(name, x.logp_old, x.logp_rollout, m, p, **bounds)
+    return rollout_importance_weights(x.logp_old, x.logp_rollout, m, level=level, **bounds)
 
 
 def trl_off_policy_mask(name: str, x: Rollout, m, A, p: dict, use_vllm: bool):
     """TRL's off-policy sequence mask (DeepSeek-V3.2), (B, 1) of 0/1, or None when off: keep a
     response with A >= 0 or with mean_t (logp_sampling_t - logp_t) <= threshold, the sampling
     log-probs being logp_rollout under vLLM and logp_old otherwise, logp the *current* ones
-    (trl 1.16.0 grpo_trainer.py ``get_off_policy_mask``)."""
+    (trl 1.16.0 grpo_trainer.py ``get_off_policy_mask``; the convention
+    ``off_policy_mask_logps`` "sampling-current"; "old-current" reads logp_old - logp even
+    under vLLM, "sampling-old" the sampling log-probs - logp_old)."""
     if p["off_policy_mask_threshold"] is None:
         return None
     delta = check_scalar(p["off_policy_mask_threshold"], f"{name}: off_policy_mask_threshold",
                          low=0, allow_exact=False)
-    sampling = x.logp_rollout if use_vllm else x.logp_old
-    kl = where_valid(m, sampling) - where_valid(m, x.logp)  # (0 at padding)
+    which = check_choice(p["off_policy_mask_logps"], f"{name}: off_policy_mask_logps",
+                         OFF_POLICY_MASK_LOGPS, "log-probs")
+    sampling = x.logp_rollout if use_vllm and which != "old-current" else x.logp_old
+    current = x.logp_old if which == "sampling-old" else x.logp
+    kl = where_valid(m, sampling) - where_valid(m, current)  # (0 at padding)
     mean_kl = kl.sum(axis=-1, keepdims=True) / np.maximum(m.sum(axis=-1, keepdims=True), 1)
     # A: one advantage per response, at its first token
     a = A[np.arange(A.shape[0]), np.argmax(m, axis=-1)][:, None]

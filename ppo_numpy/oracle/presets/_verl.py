@@ -20,6 +20,7 @@ from ...mismatch.correction import (
 )
 from ...policy_loss.kernel import kl_loss_and_grad, policy_loss_kernel
 from ...ppo.aggregation import aggregate_kernel, aggregation_weights
+from . import _third_policy as third_policy
 from ._common import _flag, mean_over, need_rollout, require_choice
 
 # -- verl 0.9.1: the KL estimators by name (kl_penalty, kl_loss_type)
@@ -132,10 +133,13 @@ def verl_rollout_correction(name: str, x: Rollout, m, p: dict, logp_old=None):
     if level is not None and p["rollout_is_threshold"] is not None:
         need_rollout(name, x, f"rollout_is={level!r}")
         mode, lower, upper = verl_is_threshold(name, p["rollout_is_threshold"])
-        w = rollout_importance_weights(old, x.logp_rollout, m, level=level, mode=mode,
-                                       clip_max=upper, clip_min=lower,
-                                       batch_normalize=batch_normalize,
-                                       log_ratio_bound=p["is_log_ratio_bound"])
+        bounds = dict(mode=mode, clip_max=upper, clip_min=lower,
+                      batch_normalize=batch_normalize, log_ratio_bound=p["is_log_ratio_bound"])
+        if level == "sequence":
+            # (the convention is_sequence_weight: verl's product, or the geometric mean)
+            w = third_policy.sequence_weights(name, old, x.logp_rollout, m, p, **bounds)
+        else:
+            w = rollout_importance_weights(old, x.logp_rollout, m, level=level, **bounds)
         if not np.any(w[m] > 0):
             # why: verl 0.9.1 compute_is_metrics' effective sample size 1 / mean(w^2)
             # raises ZeroDivisionError when the mask mode drops every weight
@@ -199,7 +203,12 @@ def verl_correction_before_advantages(name, x: Rollout, m, p: dict) -> dict:
         if not np.any(keep):
             raise ValueError(f"{name}: rollout_rs rejects every token of the batch (verl's "
                              f"loss would divide by zero)")
-        out["mask"], out["xm"] = keep, x.on(keep)
+        if third_policy.check(name, p, "rejection", third_policy.REJECTIONS) == "weight":
+            # (the convention rejection="weight": a rejected token keeps its place in the
+            # mask, with weight 0)
+            out["is_weights"] = np.where(keep, 1.0 if w is None else w, 0.0)
+        else:
+            out["mask"], out["xm"] = keep, x.on(keep)
     return out
 
 
@@ -257,6 +266,20 @@ def verl_bypass_loss(name, x: Rollout, xm: Rollout, A, m, opts, p: dict, dual_cl
     ``approx_kl_k1`` alone for reinforce (verl logs only ``actor/ppo_kl`` there)."""
     _, loss_type = verl_bypass(name, x, p)
     w, keep = verl_rollout_correction(name, x, m, p, logp_old=x.on(m).logp)
+    if third_policy.check(name, p, "rejection", third_policy.REJECTIONS) == "weight":
+        # (the convention rejection="weight": the rejected tokens stay, with weight 0)
+        w = np.where(keep, 1.0 if w is None else w, 0.0)
+        ppo_weights, keep = np.where(keep, 1.0, 0.0), m
+    else:
+        ppo_weights = None
+    if loss_type == "reinforce":
+        # (the convention masked_weights: a masked weight's token in the loss's mask, and in
+        # the trainer's count, or not)
+        kept = third_policy.loss_mask(name, p, keep, w, allow_empty=True)
+        if kept is not keep:
+            keep = kept
+            agg, norm = verl_trainer_agg(p["loss_agg_mode"], keep)
+            opts = replace(opts, agg=agg, norm=norm)
     xk = xm.on(keep)
     A = np.where(keep, A, 0.0)
     # why: verl 0.9.1 apply_bypass_mode sets loss_mode="bypass_mode" whatever the actor's, and
@@ -272,14 +295,22 @@ def verl_bypass_loss(name, x: Rollout, xm: Rollout, A, m, opts, p: dict, dual_cl
         dlogp = np.zeros(m.shape)
     elif loss_type == "ppo_clip":
         pl, st, dlogp = policy_loss_kernel(xk.logp, xk.logp_old, A, keep,
-                                           replace(opts, kl_coef=0.0), xk.logp_ref)
+                                           replace(opts, kl_coef=0.0), xk.logp_ref,
+                                           is_weights=ppo_weights)
     else:
         pl, st, dlogp = verl_reinforce_loss(xk, A, keep, opts, w)
+        # (the convention is_weights_detach: the weight reads the current log-probs here)
+        dlogp = dlogp + third_policy.reinforce_weight_gradient(
+            name, p, xm.logp, xm.logp_old, A, m, keep, w,
+            aggregation_weights(keep, opts.agg, opts.norm))
     if opts.kl_coef > 0:
         # why: verl 0.9.1 workers/utils/losses.py ppo_loss adds the KL loss over the batch's
         # response mask; the bypass loss's rejection is inside the policy loss only
+        # (the convention is_weights_on_kl: the reinforce weights on it too)
+        kl_w = None if w is None or loss_type == "ppo_clip" or \
+            not third_policy.kl_weights_on(name, p) else np.where(m, w, 0.0)
         _, kl_loss, dkl = kl_loss_and_grad(xm.logp, xm.logp_ref, m, opts,
-                                           log_ratio=xm.logp - xm.logp_old)
+                                           log_ratio=xm.logp - xm.logp_old, weights=kl_w)
         dlogp = dlogp + opts.kl_coef * dkl
         pl = SimpleNamespace(loss=pl.policy_loss + opts.kl_coef * kl_loss,
                              policy_loss=pl.policy_loss, kl_loss=kl_loss)

@@ -7,6 +7,7 @@ import numpy as np
 
 from ...batch import Rollout
 from ...ppo.kl_gradient import OPENRLHF_IS_BOUND
+from . import _third_policy as third_policy
 from ._common import (
     FLOAT32_ROUNDING,
     FLOAT64_RTOL,
@@ -97,8 +98,10 @@ def _openrlhf(x: Rollout, p: dict) -> dict:
     # why: OpenRLHF 0.11.2 ppo_actor.py training_step adds kl_ctl times the token mean of
     # compute_approx_kl(logp, logp_ref, log_probs_old=logp_old) to the actor's loss
     kl_loss = openrlhf_kl_loss(name, p, p["beta"], p["kl_clamp"]) if in_loss else None
-    policy_loss, st, dlogp, vloss, dvalues = losses(x, advantages, returns, p, agg, mask=m,
-                                                    is_weights=w, kl=kl_loss)
+    # (the convention masked_weights: a gated token in the policy loss's mask or not)
+    policy_loss, st, dlogp, vloss, dvalues = losses(
+        x, advantages, returns, p, agg, mask=third_policy.loss_mask(name, p, m, w),
+        value_mask=m, is_weights=w, kl=kl_loss)
     stats = {
         # (logged before the KL loss is added: ppo_actor.py metrics["policy_loss"])
         "policy_loss": st["loss_without_kl"],
@@ -130,7 +133,7 @@ PRESET = Preset(
                  "kl_is_bound": OPENRLHF_IS_BOUND,
                  "gae_holes": "decay", "whiten_ddof": 0, "whiten_eps": 1e-8,
                  "whiten_eps_mode": "floor", "whiten_mask": "mask", "shift_mean": True,
-                 "value_clip_form": "offset"},
+                 "value_clip_form": "offset", **third_policy.OPENRLHF},
     tolerances={"float64": (FLOAT64_RTOL + 16 * FLOAT32_ROUNDING, 16 * FLOAT32_ROUNDING)},
     tolerance_note="OpenRLHF 0.11.2 computes the KL and the rewards in float32 "
                    "(openrlhf/models/utils.py compute_approx_kl casts the log-probs, "

@@ -8,9 +8,9 @@ import numpy as np
 from ..._checks import check_bounds
 from ...batch import Rollout
 from ...family.advantages import grpo_advantages, returns_to_go, rloo_advantages
-from ...policy_loss.kernel import policy_loss_kernel
 from ...policy_loss.options import PolicyLossOptions
 from ...ppo.kl_gradient import OPENRLHF_IS_BOUND
+from . import _third_policy as third_policy
 from ._common import (
     FLOAT32_ROUNDING,
     FLOAT64_RTOL,
@@ -71,7 +71,10 @@ def _openrlhf_grpo(x: Rollout, p: dict) -> dict:
       positions too, as OpenRLHF 0.11.2 sums them), ``group_reward_std``.
     * The rollout correction (``is_correction_*``, a case with ``logp_rollout``):
       ``_openrlhf.openrlhf_correction_and_stats``; with ``gspo`` the sequence ratio is taken
-      against logp_rollout instead of weighting.
+      against logp_rollout instead of weighting. The conventions no framework names take
+      OpenRLHF's values (``conventions``; the others in ``_third_policy``): the sequence gate
+      reads the geometric mean, a gated token's coefficient is 0 in the denominators, the
+      KL loss unweighted, no bound on the log-ratio, GSPO's sequence ratio differentiated.
     * Tolerance: as the ``openrlhf`` preset (float32 KL, rewards and normalisation
       statistics in 0.11.2): float64 rtol 1e-9 + 16 2^-24, atol 16 2^-24.
     """
@@ -110,6 +113,8 @@ def _openrlhf_grpo(x: Rollout, p: dict) -> dict:
     opts = PolicyLossOptions(epsilon=p["epsilon"], epsilon_high=p["epsilon_high"],
                              dual_clip=p["dual_clip"],
                              importance_level="sequence" if gspo else "token",
+                             # (the convention: OpenRLHF differentiates the sequence ratio)
+                             sequence_gradient=p["sequence_gradient"],
                              # why: openrlhf/models/loss.py (0.11.2) PolicyLoss clamps the token
                              # log-ratio to [-20, 20] for "ppo" (the convention log_ratio_clamp);
                              # the gspo sequence ratio is not clamped
@@ -117,10 +122,15 @@ def _openrlhf_grpo(x: Rollout, p: dict) -> dict:
                              agg="seq-mean-token-mean" if gspo else "token-mean", **kl)
     is_w, old, rollout_stats = openrlhf_correction_and_stats(name, x, xm, m, p,
                                                              p["policy_loss_type"])
-    # (the KL's importance weight is against logp_old, the experience's action_log_probs,
-    # even where GSPO's ratio is against logp_rollout)
-    pl, st, dlogp = policy_loss_kernel(xm.logp, old, A, m, opts, xm.logp_ref, is_weights=is_w,
-                                       kl_logp_old=xm.logp_old)
+    # (the conventions: a gated token in the loss's mask or not, the weights on the KL term;
+    # the KL's importance weight is against logp_old, the experience's action_log_probs, even
+    # where GSPO's ratio is against logp_rollout)
+    lm = third_policy.loss_mask(name, p, m, is_w)
+    pl, st, dlogp = third_policy.policy_loss(
+        name, p, np.where(lm, xm.logp, 0.0), np.where(lm, old, 0.0), np.where(lm, A, 0.0), lm,
+        opts, np.where(lm, xm.logp_ref, 0.0),
+        is_weights=None if is_w is None else np.where(lm, is_w, 0.0),
+        kl_logp_old=np.where(lm, xm.logp_old, 0.0))
     n_i = m.sum(axis=-1)
     stats = {
         "policy_loss": pl.policy_loss,
@@ -156,7 +166,8 @@ PRESET = Preset(
     # openrlhf/trainer/ppo_utils/experience_maker.py: rewards.std(-1) + 1e-9;
     # openrlhf/models/loss.py PolicyLoss: ppo's log-ratio clamp(min=-20.0, max=20.0))
     conventions={"std_ddof": 1, "std_eps": 1e-9, "std_eps_placement": "std",
-                 "log_ratio_clamp": 20.0, "kl_is_bound": OPENRLHF_IS_BOUND},
+                 "log_ratio_clamp": 20.0, "kl_is_bound": OPENRLHF_IS_BOUND,
+                 "sequence_gradient": "sequence", **third_policy.OPENRLHF},
     sources=(
         "OpenRLHF/OpenRLHF: openrlhf/trainer/ppo_utils/experience_maker.py "
         "(compute_advantages_and_returns, get_cumulative_returns), 0.11.2",

@@ -9,6 +9,7 @@ from ...batch import Rollout
 from ...family.losses.vespo import vespo_phi
 from ...policy_loss.kernel import policy_loss_kernel
 from ...policy_loss.options import PolicyLossOptions
+from . import _third_policy as third_policy
 from ._common import (
     GROUP_INPUT_NAMES,
     Preset,
@@ -120,10 +121,18 @@ def _trl_grpo(x: Rollout, p: dict) -> dict:
         kl_ratio_level=level, **vespo)
     # (CISPO's loss is (B, T) at either level: -c A logp_t; the row-mean form is the clip's)
     # (VESPO's weights enter phi per token, whatever the level, which it ignores)
-    is_w, rollout_stats = _rollout_correction(name, x, m, A, p,
-                                              "token" if form in ("cispo", "vespo") else level)
-    pl, _, dlogp = policy_loss_kernel(xm.logp, xm.logp_old, A, m, opts, xm.logp_ref,
-                                      is_weights=is_w)
+    is_w, rollout_stats, lm, row_keep = _rollout_correction(
+        name, x, m, A, p, "token" if form in ("cispo", "vespo") else level)
+    A_loss = A if row_keep is None else A * row_keep
+    # (the loss aggregates over lm: m, or m without the tokens the conventions
+    # masked_weights="drop" and rejection="mask" take out; the weights on the KL term too
+    # under is_weights_on_kl)
+    xl = xm if lm is m else xm.on(lm)
+    pl, _, dlogp = third_policy.policy_loss(
+        name, p, xl.logp, xl.logp_old, np.where(lm, A_loss, 0.0), lm, opts, xl.logp_ref,
+        is_weights=None if is_w is None else np.where(lm, is_w, 0.0))
+    # (the statistics of every response token, as TRL logs them)
+    f = pl if lm is m else policy_loss_kernel(xm.logp, xm.logp_old, A, m, opts, xm.logp_ref)[0]
     n = max(int(m.sum()), 1)
 
     def per_sequence(flags):
@@ -141,9 +150,9 @@ def _trl_grpo(x: Rollout, p: dict) -> dict:
 
     stats = {}
     if p["beta"] != 0:
-        stats["kl"] = float(pl.kl.sum() / n)
+        stats["kl"] = float(f.kl.sum() / n)
     if form == "cispo":
-        stats["cispo_clip_ratio"] = batch_mean((pl.rho > eps_high) & (A > 0))
+        stats["cispo_clip_ratio"] = batch_mean((f.rho > eps_high) & (A > 0))
     elif form == "vespo":
         # TRL's global_masked_mean of phi_seq (B, 1): a mean over the sequences
         phi = vespo_phi(xm.logp - xm.logp_old, A, m, opts, is_w)
@@ -153,7 +162,7 @@ def _trl_grpo(x: Rollout, p: dict) -> dict:
         # min(rho, delta) below the range with A < 0, above it with A > 0 (the delta of
         # the loss: none for cispo)
         lo, hi = opts.bounds()
-        rho = pl.rho if opts.delta is None else np.minimum(pl.rho, opts.delta)
+        rho = f.rho if opts.delta is None else np.minimum(f.rho, opts.delta)
         low, high = (rho < lo) & (A < 0), (rho > hi) & (A > 0)
         # why: TRL 1.16.0 _compute_loss logs nanmin / nanmax over the sequences (gathered
         # over processes) of each sequence's clipped fraction
@@ -186,8 +195,11 @@ def batch_reward_std(scores) -> float:
 
 
 def _rollout_correction(name, x: Rollout, m, A, p: dict, level: str):
-    """(is_weights (B, T) or None, the sampling statistics): TRL's vLLM correction and its
-    off-policy mask, both multiplying the policy term (the KL term is added after).
+    """(is_weights (B, T) or None, the sampling statistics, the loss's mask, the responses
+    VESPO's loss keeps (B, 1) or None): TRL's vLLM correction and its off-policy mask, both
+    multiplying the policy term (the KL term is added after); the conventions
+    ``masked_weights``, ``rejection``, ``is_sequence_weight`` and ``off_policy_mask_logps``
+    (:mod:`._third_policy`) in the mask and the weights.
 
     * ``use_vllm`` None (the preset's default): vLLM generated the batch iff the case carries
       ``logp_rollout``; TRL's own default is False, and its
@@ -198,7 +210,8 @@ def _rollout_correction(name, x: Rollout, m, A, p: dict, level: str):
     * ``off_policy_mask_threshold`` (default None: off): ``trl_off_policy_mask``, against
       logp_rollout under vLLM, logp_old otherwise. TRL multiplies the loss by the mask and
       then by the ratio (trl 1.16.0 ``_compute_loss``): for finite factors the order changes
-      no number.
+      no number. With ``loss_type="vespo"`` (whose weights enter phi) a dropped response's
+      advantage is set to 0 in the loss: -phi A logp is then TRL's term times 0.
     * GSPO (``importance_sampling_level="sequence"``): TRL's loss is (B, 1), times the (B, T)
       token ratios; its gradient carries the row mean of the weights (ppo_numpy's is_weights
       is verl's per-token form), so the row means are passed (the same loss value: every TRL
@@ -212,13 +225,6 @@ def _rollout_correction(name, x: Rollout, m, A, p: dict, level: str):
         raise ValueError(f"{name}: loss_type 'vespo' with the vLLM correction needs "
                          "vllm_importance_sampling_mode 'token_truncate' or 'token_mask', got "
                          f"{p['vllm_importance_sampling_mode']!r} (as TRL 1.16.0 refuses it)")
-    if p["loss_type"] == "vespo" and p["off_policy_mask_threshold"] is not None:
-        # why: TRL 1.16.0 multiplies the VESPO loss by its off-policy mask while the vLLM
-        # ratio enters phi; the policy loss here takes one weight per token (inside phi for
-        # vespo), so the preset does not reproduce the pair (refused, not approximated)
-        raise ValueError(f"{name}: off_policy_mask_threshold with loss_type 'vespo' is not "
-                         "supported by this preset (TRL masks the VESPO loss and puts the vLLM "
-                         "ratio inside phi: two weights, where the policy loss takes one)")
     w = trl_is_weights(name, x, m, p)
     keep = trl_off_policy_mask(name, x, m, A, p, use_vllm)
     stats = {}
@@ -232,15 +238,30 @@ def _rollout_correction(name, x: Rollout, m, A, p: dict, level: str):
                  "sampling/importance_sampling_ratio/min": float(np.min(flat)),
                  "sampling/importance_sampling_ratio/mean": float(np.mean(flat)),
                  "sampling/importance_sampling_ratio/max": float(np.max(flat))}
+    # the loss's mask: m, without the tokens of masked weights under masked_weights="drop"
+    # and without the dropped responses under rejection="mask" (TRL: "weight", a factor 0)
+    lm = third_policy.loss_mask(name, p, m, w)
+    if keep is not None and third_policy.check(name, p, "rejection",
+                                               third_policy.REJECTIONS) == "mask":
+        lm, keep = lm & (keep > 0), None
+        if not np.any(lm):
+            raise ValueError(f"{name}: rejection='mask': the off-policy mask drops every "
+                             f"response of the batch")
+    row_keep = None
+    if keep is not None and p["loss_type"] == "vespo":
+        # why: TRL 1.16.0 multiplies the VESPO loss by its off-policy mask while the vLLM
+        # ratio enters phi, where the policy loss takes one weight per token: a response the
+        # mask drops has A < 0, and -phi A logp with A = 0 is TRL's loss times 0 (phi reads
+        # only A's sign, and no statistic reads these A)
+        row_keep, keep = keep, None
     if w is None and keep is None:
-        return None, stats
+        return w, stats, lm, row_keep
     is_w = m.astype(np.float64) if w is None else w
     if keep is not None:
         is_w = is_w * keep
     if level == "sequence":
-        row = is_w.sum(axis=-1, keepdims=True) / np.maximum(m.sum(axis=-1, keepdims=True), 1)
-        is_w = np.where(m, row, 0.0)
-    return is_w, stats
+        is_w = third_policy.row_mean(is_w, m)
+    return is_w, stats, lm, row_keep
 
 
 PRESET = Preset(
@@ -265,7 +286,7 @@ PRESET = Preset(
     # _generate_and_score_completions, _compute_loss; trl/trainer/utils.py nanstd)
     conventions={"std_ddof": 1, "std_eps": 1e-4, "std_eps_placement": "std",
                  "singleton": "zero", "kl_estimator": "k3", "log_ratio_clamp": None,
-                 "cispo_clip": "max", "is_log_ratio_bound": None},
+                 "cispo_clip": "max", "is_log_ratio_bound": None, **third_policy.TRL},
     sources=(
         "huggingface/trl: trl/trainer/grpo_trainer.py (GRPOTrainer."
         "_generate_and_score_completions, _compute_loss), 1.16.0",

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...batch import Rollout
+from . import _third_policy as third_policy
 from ._common import (
     FLOAT32_ROUNDING,
     Preset,
@@ -127,9 +128,13 @@ def _verl(x: Rollout, p: dict) -> dict:
     kl_est, kl_clamp, form = verl_kl_type(name, p, "kl_loss_type")
     kl_term = (dict(kl_coef=p["beta"], kl_estimator=kl_est, kl_clamp=kl_clamp,
                     kl_gradient=form) if p["use_kl_loss"] else None)
+    # (the convention masked_weights: a masked weight's token in the policy loss's mask and
+    # the trainer's count or not; the value loss keeps m)
+    lm = third_policy.loss_mask(name, p, m, corr["is_weights"])
+    policy_norm = norm if lm is m else verl_trainer_agg(p["loss_agg_mode"], lm)[1]
     policy_loss, st, dlogp, vloss, dvalues = losses(
-        x, advantages, returns, p, agg, mask=m, value_agg=agg, kl=kl_term,
-        is_weights=corr["is_weights"], norm=norm, value_norm=norm)
+        x, advantages, returns, p, agg, mask=lm, value_mask=m, value_agg=agg, kl=kl_term,
+        is_weights=corr["is_weights"], norm=policy_norm, value_norm=norm)
     kl_loss = st["kl_loss"]
     if corr["bypass"]:
         # old = rollout, the correction inside the policy loss (the value loss unchanged)
@@ -188,7 +193,7 @@ PRESET = Preset(
                  "whiten_eps": 1e-8, "whiten_eps_mode": "add", "whiten_mask": "mask",
                  "shift_mean": True,
                  "value_clip_form": "clamp", "use_kl_loss": False,
-                 "is_log_ratio_bound": 20.0},
+                 "is_log_ratio_bound": 20.0, **third_policy.VERL},
     tolerances={"float64": (float32_roundings(1)["float64"][0], 4 * FLOAT32_ROUNDING)},
     tolerance_note="verl rounds the Bessel factor n / (n - 1) (verl/utils/torch_functional.py "
                    "masked_var: integer mask sums divided in torch) and each clip fraction "

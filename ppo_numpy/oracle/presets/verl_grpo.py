@@ -21,8 +21,8 @@ from ...family.advantages import (
     remax_advantages,
     rloo_advantages,
 )
-from ...policy_loss.kernel import policy_loss_kernel
 from ...policy_loss.options import PolicyLossOptions
+from . import _third_policy as third_policy
 from ._common import (
     FLOAT32_ROUNDING,
     GROUP_INPUT_NAMES,
@@ -123,7 +123,11 @@ def _verl_grpo(x: Rollout, p: dict) -> dict:
     * The rollout correction (``algorithm.rollout_correction``, a case with
       ``logp_rollout``): ``_verl.verl_correction_before_advantages`` (decoupled mode: the
       weights and the rejection, which replaces the response mask before the advantages) or
-      ``verl_bypass_loss`` (``bypass_mode``); GSPO gives each token its own weight.
+      ``verl_bypass_loss`` (``bypass_mode``); GSPO gives each token its own weight. The
+      conventions no framework names take verl's values (``conventions``; the others in
+      ``_third_policy``): the sequence weight a product, a rejected token out of the mask, a
+      masked weight 0 in the denominators, the KL loss unweighted, the bypass weights
+      detached, GMPO's geometric mean of the weights, GSPO's token gradient.
     * The denominators are the trainer's, one optimizer step of one micro-batch on one rank
       (``_verl.verl_trainer_agg``; docs/conventions.md section 8): every ``agg_loss`` gets
       the batch's response-mask sum (``batch_num_tokens``; in bypass mode the unrejected
@@ -183,7 +187,10 @@ def _verl_grpo(x: Rollout, p: dict) -> dict:
     # why: verl 0.9.1's trainer divides the losses by the mini-batch's token count and row
     # count (batch_num_tokens, global_batch_size), not by what agg_loss would count alone;
     # the batch's mask is the unrejected one in bypass mode (its rejection is in the loss)
-    agg, norm = verl_trainer_agg(p["loss_agg_mode"], m)
+    # (the convention masked_weights: a masked weight's token in the loss's mask, and in the
+    # trainer's count, or not; the bypass mode's loss decides it inside)
+    lm = m if corr["bypass"] else third_policy.loss_mask(name, p, m, corr["is_weights"])
+    agg, norm = verl_trainer_agg(p["loss_agg_mode"], lm)
     kl = {}
     if p["use_kl_loss"]:
         # why: verl 0.9.1 core_algos.kl_penalty: a name ending in "+" keeps the estimate's
@@ -201,7 +208,8 @@ def _verl_grpo(x: Rollout, p: dict) -> dict:
             # why: verl 0.9.1 compute_policy_loss_gspo aggregates by the loss_agg_mode it is
             # given (workers/utils/losses.py ppo_loss passes actor.loss_agg_mode)
             # and its ratio sg[s_i] pi_t / sg[pi_t] sends token t's gradient to token t alone
-            "gspo": dict(importance_level="sequence", sequence_gradient="token",
+            # (the convention sequence_gradient: verl's "token")
+            "gspo": dict(importance_level="sequence", sequence_gradient=p["sequence_gradient"],
                          log_ratio_max=p["log_ratio_max"], agg=agg, norm=norm),
             "cispo": dict(loss_type="cispo", log_ratio_clamp=clamp, agg=agg, norm=norm,
                           cispo_clip=p["cispo_clip"]),
@@ -239,8 +247,18 @@ def _verl_grpo(x: Rollout, p: dict) -> dict:
         pl, st, dlogp, m = verl_bypass_loss(name, x, xm, A, m, opts, p, p["clip_ratio_c"])
         mode = "reinforce" if p["rollout_loss_type"] == "reinforce" else "vanilla"
     else:
-        pl, st, dlogp = policy_loss_kernel(xm.logp, xm.logp_old, A_loss, m, opts, xm.logp_ref,
-                                           is_weights=corr["is_weights"])
+        # the third policy's conventions: GMPO's mean of the weights, GSPO's gradient, the
+        # weights on the KL term or not (and, in lm, a masked weight's token in the loss)
+        xl = xm if lm is m else xm.on(lm)
+        w = None if corr["is_weights"] is None else np.where(lm, corr["is_weights"], 0.0)
+        if p["loss_mode"] == "geo_mean":
+            w = third_policy.gmpo_row_weights(name, p, w, lm)
+        elif p["loss_mode"] == "gspo" and p["sequence_gradient"] == "sequence":
+            w = third_policy.row_mean(w, lm)
+        with np.errstate(divide="ignore"):  # (GMPO's log(0 + 1e-10 - 1e-10): a weight 0)
+            pl, st, dlogp = third_policy.policy_loss(name, p, xl.logp, xl.logp_old,
+                                                     np.where(lm, A_loss, 0.0), lm, opts,
+                                                     xl.logp_ref, is_weights=w)
         mode = p["loss_mode"]
     if np.any(no_tokens):
         pl, dlogp = _nan_advantage_rows(pl, dlogp, no_tokens, x.mask, mode)
@@ -350,7 +368,8 @@ PRESET = Preset(
     # clamp(log_seq_importance_ratio, max=10.0))
     conventions={"std_ddof": 1, "std_eps": 1e-6, "std_eps_placement": "std",
                  "singleton": "raw", "log_ratio_clamp": 20.0, "cispo_clip": "range",
-                 "log_ratio_max": 10.0, "is_log_ratio_bound": 20.0, "clip_cov_seed": 0},
+                 "log_ratio_max": 10.0, "is_log_ratio_bound": 20.0, "clip_cov_seed": 0,
+                 "sequence_gradient": "token", **third_policy.VERL},
     sources=(
         "volcengine/verl: verl/trainer/ppo/core_algos.py (compute_grpo_outcome_advantage, "
         "compute_rloo_outcome_advantage, compute_reinforce_plus_plus_outcome_advantage, "
