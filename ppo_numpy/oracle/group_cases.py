@@ -81,6 +81,10 @@ rollout-gate              OpenRLHF's binary-KL token gate [0, 0.05]
 rollout-bypass            verl's bypass mode, PPO-clip, rejection token_k1 at 2
 rollout-bypass-reinforce  verl's bypass mode with the reinforce loss and TIS
 rollout-kl                token weights with the KL term in the loss
+rollout-kl-gradient-form  the same in the framework's other gradient form (verl
+                          low_var_kl+; OpenRLHF's unbiased gradient, weighted
+                          against logp_old, with GSPO's ratio against
+                          logp_rollout)
 rollout-gspo              GSPO with token weights (OpenRLHF: the ratio against
                           logp_rollout)
 rollout-gmpo              verl's GMPO with IcePop weights
@@ -400,6 +404,18 @@ PRESET_CASES = {
          "openrlhf-grpo": {"use_kl_loss": True, "init_kl_coef": 0.04,
                            "is_correction_level": "token",
                            "is_correction_threshold": (0.5, 2.0)}}),
+    # the KL term's gradient forms with token weights: OpenRLHF's importance weight is against
+    # logp_old while GSPO's ratio is against logp_rollout
+    "rollout-kl-gradient-form": (_rollout_case(
+        "token weights and the KL term in the loss (coefficient 0.04) in the framework's "
+        "other gradient form: verl low_var_kl+ with token TIS at 2; OpenRLHF's unbiased "
+        "gradient with GSPO's ratio against logp_rollout"),
+        {"verl-grpo": {"use_kl_loss": True, "kl_loss_coef": 0.04,
+                       "kl_loss_type": "low_var_kl+", "rollout_is": "token",
+                       "rollout_is_threshold": 2.0},
+         "openrlhf-grpo": {"use_kl_loss": True, "init_kl_coef": 0.04,
+                           "kl_unbiased_gradient": True, "policy_loss_type": "gspo",
+                           "is_correction_level": "token"}}),
     "rollout-gspo": (_rollout_case(
         "GSPO's sequence ratio with token weights: TRL's row mean of token_truncate weights; "
         "verl's per-token TIS weights; OpenRLHF's ratio against logp_rollout"),

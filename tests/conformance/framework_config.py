@@ -383,6 +383,12 @@ def _eps_high_to(value):
     return value
 
 
+def _threshold_to(value):
+    """``is_correction_threshold`` as OpenRLHF's ``nargs="+"`` list: [LOW, HIGH], or [HIGH]
+    for one number (its upper bound alone; ``openrlhf_args`` inserts the low 0)."""
+    return list(value) if isinstance(value, (tuple, list)) else [float(value)]
+
+
 #: preset openrlhf / openrlhf-grpo option -> (parser option, to OpenRLHF, back to the
 #: preset's spelling)
 OPENRLHF_COMMON = {
@@ -394,7 +400,8 @@ OPENRLHF_COMMON = {
     "is_correction_level": ("--algo.advantage.is_correction_level", None, None),
     "is_correction_mode": ("--algo.advantage.is_correction_mode", None, None),
     "is_correction_gating": ("--algo.advantage.is_correction_gating", None, None),
-    "is_correction_threshold": ("--algo.advantage.is_correction_threshold", list, tuple),
+    "is_correction_threshold": ("--algo.advantage.is_correction_threshold", _threshold_to,
+                                tuple),
     "kl_unbiased_gradient": ("--algo.kl.unbiased_gradient", None, None),
 }
 OPENRLHF = {**OPENRLHF_COMMON,
