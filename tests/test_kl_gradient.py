@@ -317,3 +317,25 @@ def test_the_per_token_forms_are_the_same_at_the_sequence_level():
             # (d = 0.5 carries the rounding of logp - ref, |logp| <= 2: 4 ulps of 2)
             np.testing.assert_allclose(dlogp, grad, rtol=0, atol=4 * 2 * np.finfo(float).eps,
                                        err_msg=f"{form} {level}")
+
+
+@pytest.mark.parametrize("kwargs, error, message", [
+    (dict(kl_is_bound=0.9), ValueError, "kl_is_bound: must be >= 1"),
+    (dict(kl_is_bound=-1.0), ValueError, "kl_is_bound: must be >= 1"),
+    (dict(kl_is_bound="10"), TypeError, "kl_is_bound: expected a real number"),
+    (dict(kl_gradient="k3+"), ValueError, "kl_gradient: unknown gradient form 'k3+'"),
+])
+def test_policy_loss_options_name_a_bad_kl_field(kwargs, error, message):
+    from ppo_numpy import PolicyLossOptions, policy_loss_and_grad
+
+    with pytest.raises(error) as err:
+        PolicyLossOptions(**kwargs)
+    assert message in str(err.value), str(err.value)
+    # the public loss says the same (its options are built from its keywords)
+    with pytest.raises(error) as err:
+        policy_loss_and_grad([[0.0]], [[0.0]], [[1.0]], logp_ref=[[-0.1]], kl_coef=0.1,
+                             **kwargs)
+    assert message in str(err.value), str(err.value)
+    # a bound of 1 is the smallest (on-policy every weight is 1), None no bound
+    assert PolicyLossOptions(kl_is_bound=1).kl_is_bound == 1.0
+    assert PolicyLossOptions(kl_is_bound=None).kl_is_bound is None

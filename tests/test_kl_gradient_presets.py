@@ -21,6 +21,7 @@ Expectations, derived apart from the code under test:
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -283,7 +284,15 @@ def test_openrlhf_ppo_kl_loss_leaves_the_rewards():
      "openrlhf: kl_unbiased_gradient: expected True or False"),
     ("openrlhf", dict(use_kl_loss="yes"), ValueError, "use_kl_loss: must be True or False"),
     ("openrlhf-grpo", dict(use_kl_loss=True, kl_is_bound=0.5), ValueError,
-     "kl_is_bound: must be >= 1"),
+     "openrlhf-grpo: kl_is_bound: must be >= 1"),
+    # (checked with the KL in the reward too, where neither is read)
+    ("openrlhf", dict(kl_is_bound=0.5), ValueError, "openrlhf: kl_is_bound: must be >= 1"),
+    ("openrlhf", dict(kl_is_bound="10"), TypeError,
+     "openrlhf: kl_is_bound: expected a real number"),
+    ("openrlhf", dict(kl_unbiased_gradient=1), TypeError,
+     "openrlhf: kl_unbiased_gradient: expected True or False"),
+    ("openrlhf-grpo", dict(kl_is_bound=0.999), ValueError,
+     "openrlhf-grpo: kl_is_bound: must be >= 1"),
 ])
 def test_bad_options_name_the_option(name, kwargs, error, message):
     preset = get_preset(name)
@@ -292,3 +301,133 @@ def test_bad_options_name_the_option(name, kwargs, error, message):
     with pytest.raises(error) as err:
         preset(case, **kwargs)
     assert message in str(err.value), str(err.value)
+
+
+# ---------------------------------------------------------------- the diagnosis names a form
+
+# Each framework's KL gradient in the loss, per token, before the aggregation weight and the
+# coefficient (d = logp - logp_ref, rho = exp(logp - logp_old); written here from the
+# frameworks' files, not from ppo_numpy.ppo.kl_gradient):
+#   TRL 1.16 use_bias_correction_kl (k3 * rho, both differentiated): rho (k3 + 1 - e^-d)
+#   verl 0.9.1 low_var_kl, OpenRLHF 0.11.2 k1: the clamped estimate's own derivative
+#   verl's "+" (k2 - sg(k2) + sg(k)): d;  OpenRLHF's unbiased_gradient: min(rho, 10) d
+
+
+def k3_grad_clamped(d):
+    """d/dlogp of k3 clamped to [-10, 10]: 1 - e^-d where k3 <= 10, else 0."""
+    return np.where(np.exp(-d) - 1 + d <= 10, 1 - np.exp(-d), 0.0)
+
+
+GRADIENT_FORMS = {
+    "trl-ratio": lambda d, rho: rho * (np.exp(-d) - 1 + d + 1 - np.exp(-d)),
+    "trl-plain": lambda d, rho: 1 - np.exp(-d),
+    "verl-plain": lambda d, rho: k3_grad_clamped(d),
+    "straight-through": lambda d, rho: d,
+    "openrlhf-k1": lambda d, rho: np.where(np.abs(d) <= 10, 1.0, 0.0),
+    "importance": lambda d, rho: np.minimum(rho, 10.0) * d,
+    "importance-unbounded": lambda d, rho: rho * d,
+}
+#: (preset, its coefficient's name, the framework's form, the form planted, the setting the
+#: diagnosis must name)
+PLANTED_FORMS = [
+    ("trl-grpo", "beta", "trl-ratio", "trl-plain", "use_bias_correction_kl=False"),
+    ("verl", "beta", "verl-plain", "straight-through", "kl_loss_type='low_var_kl+'"),
+    ("verl-grpo", "kl_loss_coef", "verl-plain", "straight-through",
+     "kl_loss_type='low_var_kl+'"),
+    ("openrlhf", "beta", "openrlhf-k1", "importance", "kl_unbiased_gradient=True"),
+    ("openrlhf-grpo", "init_kl_coef", "openrlhf-k1", "importance", "kl_unbiased_gradient=True"),
+    ("openrlhf", "beta", "openrlhf-k1", "importance-unbounded",
+     "kl_unbiased_gradient=True, kl_is_bound=None"),
+]
+
+
+def with_form(preset, coef_key, own, other):
+    """The preset's outputs with the KL term's gradient swapped from the framework's form
+    ``own`` to ``other``, by hand: dlogp - coef w (g_own - g_other), w = 1 / N the token
+    mean's weight (every preset here aggregates its KL loss over the batch's N tokens: verl's
+    trainer count, OpenRLHF's aggregate_loss, TRL's dapo)."""
+    def candidate(case):
+        out = preset(case)
+        p = {**preset.parameters, **case["params"]}
+        x = case["inputs"]
+        m = x["mask"] == 1
+        coef = p[coef_key] if p.get("use_kl_loss", True) else 0.0
+        d = np.where(m, x["logp"] - x["logp_ref"], 0.0)
+        rho = np.where(m, np.exp(x["logp"] - x["logp_old"]), 0.0)
+        g = GRADIENT_FORMS[other](d, rho) - GRADIENT_FORMS[own](d, rho)
+        return {**out, "dlogp": out["dlogp"] + coef * np.where(m, g, 0.0) / m.sum()}
+    candidate.__name__ = f"{preset.name} with the KL gradient {other}"
+    return candidate
+
+
+@pytest.mark.parametrize("name, coef_key, own, other, label", PLANTED_FORMS,
+                         ids=[f"{p[0]}-{p[3]}" for p in PLANTED_FORMS])
+def test_a_candidate_with_another_kl_gradient_form_is_named(name, coef_key, own, other, label):
+    from ppo_numpy.oracle.diagnose import diagnose
+
+    preset = get_preset(name)
+    make = generate_group_cases if "groups" in preset.input_names else generate_cases
+    cases = make(0, ["kl-in-loss"], preset=name)
+    # the framework's own form swapped for itself: the hand formulas are the preset's (so
+    # that the planted one is the only difference)
+    same = diagnose(with_form(preset, coef_key, own, own), preset, cases, probes=0)
+    assert same.passed, same.summary()
+    d = diagnose(with_form(preset, coef_key, own, other), preset, cases, probes=0)
+    # only the gradient differs: the value of the KL term is the same in every form but TRL's
+    # (whose planted plain form keeps TRL's value here: only dlogp was swapped)
+    assert [o for o, r in d.outputs.items() if not r.passed] == ["dlogp"], d.summary()
+    assert label in d.explained_by("dlogp"), d.summary()
+
+
+def test_docs_worked_numbers():
+    """docs/conventions.md section 18's table: kl_term_and_grad on four tokens against the
+    hand values (d = ln 2 with rho = 1, 2, 20; d = -12 with rho = 20; clamp 10, bound 10), and
+    the table's numbers as printed there."""
+    from pathlib import Path
+
+    from ppo_numpy import kl_term_and_grad
+
+    ln2 = math.log(2)
+    logp = np.array([-1.0, -1.0, -1.0, -12.5])
+    logp_ref = logp - np.array([ln2, ln2, ln2, -12.0])
+    logp_old = logp - np.log([1.0, 2.0, 20.0, 20.0])
+    k3_ln2 = ln2 - 0.5  # e^-ln2 - 1 + ln2
+    hand = {  # (value, gradient) per token
+        "plain": ([k3_ln2] * 3 + [10.0], [0.5, 0.5, 0.5, 0.0]),
+        "ratio": ([k3_ln2, 2 * k3_ln2, 20 * k3_ln2, 200.0], [ln2, 2 * ln2, 20 * ln2, 200.0]),
+        "straight_through": ([k3_ln2] * 3 + [10.0], [ln2, ln2, ln2, -12.0]),
+        "importance": ([k3_ln2] * 3 + [10.0], [ln2, 2 * ln2, 10 * ln2, -120.0]),
+    }
+    for form, (value, grad) in hand.items():
+        v, g = kl_term_and_grad(logp, logp_ref, "k3", form, logp_old=logp_old, clamp=10.0)
+        # (d and rho carry a rounding of logp's size, 12.5: a few ulps of it, times
+        # |dk/dd| <= 12 or rho <= 20)
+        np.testing.assert_allclose(v, value, rtol=1e-13, atol=1e-12, err_msg=form)
+        np.testing.assert_allclose(g, grad, rtol=1e-13, atol=1e-12, err_msg=form)
+    text = Path(__file__).parents[1].joinpath("docs", "conventions.md").read_text()
+    section = text[text.index("## 18. The KL term in the loss"):]
+    for number in (k3_ln2, 2 * k3_ln2, 20 * k3_ln2, ln2, 2 * ln2, 20 * ln2, 10 * ln2):
+        assert f"{number:.6f}" in section, number
+
+
+def test_docs_diagnosis_of_a_kl_form_is_what_the_diagnosis_prints():
+    """docs/oracle.md's example ("A KL gradient of another form"): its lines, in the summary
+    of the diagnosis of the verl preset with the straight-through gradient planted."""
+    from pathlib import Path
+
+    from ppo_numpy.oracle.diagnose import diagnose
+
+    text = Path(__file__).parents[1].joinpath("docs", "oracle.md").read_text()
+    start = text.index("**A KL gradient of another form.**")
+    block = text[text.index("```text\n", start) + 8:text.index("\n```", start)]
+    preset = get_preset("verl")
+    cases = generate_cases(0, ["kl-in-loss"], preset="verl")
+    d = diagnose(with_form(preset, "beta", "verl-plain", "straight-through"), preset, cases,
+                 probes=0)
+    # (the max rel err is the hand swap's rounding, which another CPU kind's exp may change in
+    # its last digit: the number is compared as "of the order of 1e-16")
+    def plain(text):
+        return re.sub(r"max rel err \d(\.\d+)?e-16", "max rel err ~1e-16", text)
+
+    for line in block.splitlines():
+        assert plain(line) in plain(d.summary()).splitlines(), (line, d.summary())

@@ -559,8 +559,8 @@ register_switches("verl", {
                          "algorithm.use_kl_in_reward=False"),
     "use_kl_loss": ((True,), "verl/trainer/config/_generated_ppo_trainer.yaml "
                     "actor.use_kl_loss=False"),
-    "kl_loss_type": (("low_var_kl+", "low_var_kl"), f"{_VERL_ALGOS} kl_penalty, "
-                     "actor.kl_loss_type='low_var_kl'"),
+    "kl_loss_type": (("low_var_kl+", "low_var_kl"), f"{_VERL_ALGOS} kl_penalty (lines "
+                     "2188-2213), actor.kl_loss_type='low_var_kl'"),
     "log_ratio_clamp": ((None,), f"{_VERL_VANILLA}: clamp(log_prob - old_log_prob, -20, 20)"),
     "dual_clip": ((None,), f"{_VERL_VANILLA}, clip_ratio_c=3"),
     "epsilon_high": ((0.28,), f"{_VERL_VANILLA}, clip_ratio_high=0.2"),
@@ -569,13 +569,13 @@ register_switches("verl", {
                         "values - cliprange_value, values + cliprange_value)"),
 })
 _OPENRLHF_ADV = "experience_maker.py compute_advantages_and_returns"
-_OPENRLHF_KL = "openrlhf 0.11.2 openrlhf/models/utils.py compute_approx_kl"
+_OPENRLHF_KL = "openrlhf 0.11.2 openrlhf/models/utils.py compute_approx_kl (lines 121-128)"
 #: OpenRLHF's KL loss's gradient: unbiased_gradient, and the bound of its weight
 _OPENRLHF_KL_GRADIENT = {
     "kl_unbiased_gradient": ((True, False), f"{_OPENRLHF_KL}, --algo.kl.unbiased_gradient "
                              "False"),
     "kl_is_bound": ((None,), f"{_OPENRLHF_KL}: w = exp(log_probs - log_probs_old)"
-                    ".clamp(max=KL_IS_WEIGHT_CLIP), KL_IS_WEIGHT_CLIP = 10.0"),
+                    ".clamp(max=KL_IS_WEIGHT_CLIP), KL_IS_WEIGHT_CLIP = 10.0 (line 66)"),
 }
 _OPENRLHF_PL = "openrlhf/models/loss.py PolicyLoss"
 register_switches("openrlhf", {
@@ -659,7 +659,8 @@ register_switches("verl-grpo", {
     "use_kl_loss": ((True,), "verl 0.9.1 actor.use_kl_loss=False"),
     "kl_loss_coef": ((0.0, 0.1), "verl 0.9.1 actor.kl_loss_coef=0.001"),
     "kl_loss_type": (("k1", "k2", "abs", "low_var_kl+", "low_var_kl"),
-                     f"{_VERL} kl_penalty, actor.kl_loss_type='low_var_kl'"),
+                     f"{_VERL} kl_penalty (lines 2188-2213), "
+                     "actor.kl_loss_type='low_var_kl'"),
     "use_kl_in_reward": ((True,), "verl 0.9.1 verl/trainer/ppo/ray_trainer.py "
                          "apply_kl_penalty, algorithm.use_kl_in_reward=False"),
     "log_ratio_clamp": ((None,), f"{_VERL} compute_policy_loss_vanilla: "

@@ -36,13 +36,15 @@ VERL_KL_NAMES = (*VERL_KL_TYPES, *(f"{k}+" for k in VERL_KL_TYPES))
 
 def verl_kl_type(name: str, p: dict, key: str) -> tuple:
     """``(estimator, clamp, gradient form)`` of the verl name ``p[key]`` (``kl_loss_type``,
-    ``kl_penalty``): verl 0.9.1 ``core_algos.kl_penalty`` strips a "+" suffix, computes the
-    named estimate (``kl_penalty_forward``) and, for a name ending in "+", returns
+    ``kl_penalty``): verl 0.9.1 ``verl/trainer/ppo/core_algos.py`` ``kl_penalty`` (lines
+    2188-2213) strips a "+" suffix, computes the named estimate (``kl_penalty_forward``,
+    lines 2216-2251) and, for a name ending in "+", returns
     ``k2 - sg(k2) + sg(k)``: the estimate's value with k2's gradient, d = logp - logp_ref,
     unclamped (``kl_gradient="straight_through"``; for ``"k2+"`` and ``"mse+"`` that is k2's
     own). Without the suffix the estimate is differentiated as it is (``"plain"``).
 
-    The log-ratio clamp to [-20, 20] inside verl's k3 changes neither value nor gradient:
+    The log-ratio clamp to [-20, 20] inside verl's k3 (line 2242; the estimate's clamp to
+    [-10, 10] is line 2245) changes neither value nor gradient:
     at |d| = 20, k3 >= e^-20 + 19 > 10, so the clamp of the estimate to 10 (gradient 0) has
     already cut every token it would touch (``tests/test_kl_gradient_presets.py``).
 

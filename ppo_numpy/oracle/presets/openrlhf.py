@@ -97,7 +97,9 @@ def _openrlhf(x: Rollout, p: dict) -> dict:
     w, _, rollout_stats = openrlhf_correction_and_stats(name, x, x.on(m), m, p)
     # why: OpenRLHF 0.11.2 ppo_actor.py training_step adds kl_ctl times the token mean of
     # compute_approx_kl(logp, logp_ref, log_probs_old=logp_old) to the actor's loss
-    kl_loss = openrlhf_kl_loss(name, p, p["beta"], p["kl_clamp"]) if in_loss else None
+    # (its options checked whether or not the KL is in the loss)
+    kl_loss = openrlhf_kl_loss(name, p, p["beta"], p["kl_clamp"])
+    kl_loss = kl_loss if in_loss else None
     # (the convention masked_weights: a gated token in the policy loss's mask or not)
     policy_loss, st, dlogp, vloss, dvalues = losses(
         x, advantages, returns, p, agg, mask=third_policy.loss_mask(name, p, m, w),
