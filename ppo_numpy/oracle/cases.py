@@ -49,6 +49,18 @@ holes-discounted          holes in the mask with gamma 0.9, lam 0.8: skipping a
                           hole and running through it differ
 ========================  ======================================================
 
+The cases of one preset (``PRESET_CASES``: in the default set of the presets they name,
+``generate_cases(seed, preset=name)``, with that preset's parameters; log-ratios of std 0.4
+and two tokens beyond the KL term's bounds, k3 > 10 with rho = 20 and 12.2):
+
+========================  ======================================================
+kl-in-loss                the KL term in the loss, coefficient 0.05 (verl and
+                          OpenRLHF ``use_kl_loss``)
+kl-gradient-form          the same in the framework's other gradient form (verl
+                          ``kl_loss_type="low_var_kl+"``, OpenRLHF
+                          ``kl_unbiased_gradient=True``)
+========================  ======================================================
+
 By name only (``ROLLOUT_CASES``, not in the default set):
 
 ========================  ======================================================
