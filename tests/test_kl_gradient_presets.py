@@ -293,6 +293,16 @@ def test_openrlhf_ppo_kl_loss_leaves_the_rewards():
      "openrlhf: kl_unbiased_gradient: expected True or False"),
     ("openrlhf-grpo", dict(kl_is_bound=0.999), ValueError,
      "openrlhf-grpo: kl_is_bound: must be >= 1"),
+    # the convention kl_gradient, checked with the KL in the reward too
+    ("verl", dict(kl_gradient="k3+"), ValueError,
+     "verl: kl_gradient: unknown gradient form 'k3+'"),
+    ("verl-grpo", dict(kl_gradient="straight-through"), ValueError,
+     "verl-grpo: kl_gradient: unknown gradient form 'straight-through'"),
+    ("openrlhf", dict(kl_gradient=1), ValueError, "openrlhf: kl_gradient: unknown gradient form"),
+    ("openrlhf-grpo", dict(kl_gradient="is"), ValueError,
+     "openrlhf-grpo: kl_gradient: unknown gradient form 'is'"),
+    ("trl-grpo", dict(kl_gradient="bias"), ValueError,
+     "trl-grpo: kl_gradient: unknown gradient form 'bias'"),
 ])
 def test_bad_options_name_the_option(name, kwargs, error, message):
     preset = get_preset(name)
@@ -328,7 +338,8 @@ GRADIENT_FORMS = {
     "importance-unbounded": lambda d, rho: rho * d,
 }
 #: (preset, its coefficient's name, the framework's form, the form planted, the setting the
-#: diagnosis must name)
+#: diagnosis must name: the framework's own option, or the convention kl_gradient for a form
+#: only another framework takes)
 PLANTED_FORMS = [
     ("trl-grpo", "beta", "trl-ratio", "trl-plain", "use_bias_correction_kl=False"),
     ("verl", "beta", "verl-plain", "straight-through", "kl_loss_type='low_var_kl+'"),
@@ -338,6 +349,13 @@ PLANTED_FORMS = [
     ("openrlhf-grpo", "init_kl_coef", "openrlhf-k1", "importance", "kl_unbiased_gradient=True"),
     ("openrlhf", "beta", "openrlhf-k1", "importance-unbounded",
      "kl_unbiased_gradient=True, kl_is_bound=None"),
+    # another framework's form: the convention kl_gradient
+    ("verl", "beta", "verl-plain", "importance", "kl_gradient='importance'"),
+    ("verl-grpo", "kl_loss_coef", "verl-plain", "importance", "kl_gradient='importance'"),
+    ("openrlhf", "beta", "openrlhf-k1", "straight-through", "kl_gradient='straight_through'"),
+    ("openrlhf-grpo", "init_kl_coef", "openrlhf-k1", "straight-through",
+     "kl_gradient='straight_through'"),
+    ("trl-grpo", "beta", "trl-ratio", "straight-through", "kl_gradient='straight_through'"),
 ]
 
 

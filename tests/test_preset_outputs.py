@@ -3,14 +3,15 @@
 ``tests/data/presets/outputs.npz`` was written by ``python -m benchmarks.preset_outputs record``
 on branch issue38b after its merge of main at 3c7aa4b (issue 36): every preset, every case it
 takes, and every variant of its parameters the tool runs (the defaults, each convention
-switch's alternatives, each loss type of the critic-free presets): 103,545 outputs and 552
+switch's alternatives, each loss type of the critic-free presets): 107,585 outputs and 558
 errors. Before it was written, ``compare`` against main at 3c7aa4b (recorded by ``compare
 --old``) found every one of main's 95,541 outputs and errors the same bits; the rest are runs
 main does not have: issue 38's cases ``kl-in-loss`` and ``kl-gradient-form`` of verl and
 openrlhf, ``kl-gradient-form`` and ``rollout-kl-gradient-form`` of verl-grpo and openrlhf-grpo,
-and the switches ``kl_loss_type``, ``kl_unbiased_gradient``, ``kl_is_bound`` and
-``use_kl_loss`` of openrlhf. Nothing here is computed by the code under test at test time: the
-expected numbers were written before the change under test.
+the switches ``kl_loss_type``, ``kl_unbiased_gradient``, ``kl_is_bound`` and ``use_kl_loss``
+of openrlhf, and the convention ``kl_gradient`` of the five presets with a KL loss. Nothing
+here is computed by the code under test at test time: the expected numbers were written
+before the change under test.
 
 On the CPU kind that recorded the file (the same NumPy dispatch targets) every output must be
 the same bits: the restructure moves code, it does not change arithmetic. On another kind

@@ -204,6 +204,15 @@ for _s in (
                   "estimate's value kept (OpenRLHF's unbiased_gradient: importance-weighted "
                   "k2, the weight a constant)",
             False: "is the estimate's own derivative"}),
+    Switch("kl_gradient", "the KL term's gradient",
+           {None: "is the form the framework's own option gives",
+            "plain": "is the estimate's own derivative",
+            "ratio": "is that of KL_t times the ratio pi_theta / pi_old, both differentiated "
+                     "(TRL's use_bias_correction_kl)",
+            "straight_through": "is k2's, logp - logp_ref, the estimate's value kept (verl's "
+                                "'+')",
+            "importance": "is min(pi_theta / pi_old, 10) (logp - logp_ref), the estimate's "
+                          "value kept (OpenRLHF's unbiased_gradient)"}),
     Switch("kl_is_bound", "the KL gradient's importance weight",
            {None: "is pi_theta / pi_old, unbounded"},
            default="is min(pi_theta / pi_old, {v:g}) (OpenRLHF's KL_IS_WEIGHT_CLIP is 10)"),
@@ -561,6 +570,9 @@ register_switches("verl", {
                     "actor.use_kl_loss=False"),
     "kl_loss_type": (("low_var_kl+", "low_var_kl"), f"{_VERL_ALGOS} kl_penalty (lines "
                      "2188-2213), actor.kl_loss_type='low_var_kl'"),
+    # (another framework's KL gradient form: named where a verl candidate takes it)
+    "kl_gradient": (("ratio", "importance"), f"{_VERL_ALGOS} kl_penalty (lines 2188-2213): "
+                    "the form of actor.kl_loss_type"),
     "log_ratio_clamp": ((None,), f"{_VERL_VANILLA}: clamp(log_prob - old_log_prob, -20, 20)"),
     "dual_clip": ((None,), f"{_VERL_VANILLA}, clip_ratio_c=3"),
     "epsilon_high": ((0.28,), f"{_VERL_VANILLA}, clip_ratio_high=0.2"),
@@ -574,6 +586,8 @@ _OPENRLHF_KL = "openrlhf 0.11.2 openrlhf/models/utils.py compute_approx_kl (line
 _OPENRLHF_KL_GRADIENT = {
     "kl_unbiased_gradient": ((True, False), f"{_OPENRLHF_KL}, --algo.kl.unbiased_gradient "
                              "False"),
+    "kl_gradient": (("ratio", "straight_through"), f"{_OPENRLHF_KL}: the form of "
+                    "--algo.kl.unbiased_gradient"),
     "kl_is_bound": ((None,), f"{_OPENRLHF_KL}: w = exp(log_probs - log_probs_old)"
                     ".clamp(max=KL_IS_WEIGHT_CLIP), KL_IS_WEIGHT_CLIP = 10.0 (line 66)"),
 }
@@ -661,6 +675,8 @@ register_switches("verl-grpo", {
     "kl_loss_type": (("k1", "k2", "abs", "low_var_kl+", "low_var_kl"),
                      f"{_VERL} kl_penalty (lines 2188-2213), "
                      "actor.kl_loss_type='low_var_kl'"),
+    "kl_gradient": (("ratio", "importance"), f"{_VERL} kl_penalty (lines 2188-2213): the "
+                    "form of actor.kl_loss_type"),
     "use_kl_in_reward": ((True,), "verl 0.9.1 verl/trainer/ppo/ray_trainer.py "
                          "apply_kl_penalty, algorithm.use_kl_in_reward=False"),
     "log_ratio_clamp": ((None,), f"{_VERL} compute_policy_loss_vanilla: "
@@ -722,6 +738,8 @@ register_switches("trl-grpo", {
                               "per_token_logps.detach())"),
     "use_bias_correction_kl": ((False,), f"{_TRL_LOSS}: per_token_kl * coef_1, "
                                f"{_TRL_CFG}.use_bias_correction_kl=True"),
+    "kl_gradient": (("straight_through", "importance"), f"{_TRL_LOSS}: per_token_kl * coef_1 "
+                    "(lines 3104-3105), the form of use_bias_correction_kl"),
     "is_sequence_weight": (("geometric-mean",), f"{_TRL_ADV}: exp(per_token_logps_diff"
                            ".sum(dim=-1))"),
     "rejection": (("mask",), f"{_TRL_LOSS}: per_token_loss * off_policy_mask, the mask of "

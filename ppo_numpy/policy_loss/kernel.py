@@ -224,7 +224,10 @@ def kl_loss_and_grad(logp, logp_ref, m, opts: PolicyLossOptions, log_ratio=None,
         raise ValueError("log_ratio: kl_gradient='ratio' multiplies KL_t by the ratio "
                          "exp(logp - logp_old), which needs it")
     zero = np.zeros_like(logp) if log_ratio is None else log_ratio
-    f = PolicyLossForward(logp, zero, zero, zero, None, 0.0, 0.0)
+    # (the ratio of "ratio" from the log-ratio clamped as the loss clamps it, as the frame's)
+    c = opts.log_ratio_clamp
+    log_rho = zero if c is None else np.clip(zero, -c, c)
+    f = PolicyLossForward(logp, zero, log_rho, log_rho, None, 0.0, 0.0)
     kl = kl_term(f, logp_ref, m, opts)
     weighted = kl if weights is None else kl * weights
     kl_loss = float(aggregate_kernel(weighted, m, *kl_agg(opts), kl_divs(opts, divs)))

@@ -22,6 +22,7 @@ from ...policy_loss.options import PolicyLossOptions
 from ...ppo.aggregation import aggregate_kernel, aggregation_weights
 from ...ppo.gae import gae_kernel
 from ...ppo.kl import kl_estimate_kernel, kl_shaped_rewards_kernel
+from ...ppo.kl_gradient import check_form
 from ...ppo.value_loss import (
     check_value_clip,
     check_value_clip_form,
@@ -509,6 +510,17 @@ def _optional_bound(p: dict, key: str, name: str, *, positive: bool):
     if value is None:
         return None
     return check_scalar(value, f"{name}: {key}", low=0, low_open=positive, allow_exact=False)
+
+
+def kl_form(name: str, p: dict, own: str) -> str:
+    """The KL term's gradient form (``PolicyLossOptions.kl_gradient``): ``own``, the form the
+    framework's options give (TRL ``use_bias_correction_kl``, verl a ``kl_loss_type`` ending in
+    "+", OpenRLHF ``kl_unbiased_gradient``), unless the convention ``kl_gradient`` names
+    another (``None``: the framework's). A form no option of the framework gives is there for
+    the diagnosis: it names a candidate that differentiates the KL term as another framework
+    does (``docs/conventions.md`` section 18)."""
+    form = p.get("kl_gradient")
+    return own if form is None else check_form(form, f"{name}: kl_gradient")
 
 
 def _flag(p: dict, key: str, name: str) -> bool:

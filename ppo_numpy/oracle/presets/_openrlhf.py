@@ -16,7 +16,7 @@ from ...mismatch.correction import (
 )
 from ...ppo.kl_gradient import check_is_bound
 from . import _third_policy as third_policy
-from ._common import _flag, mean_over, need_rollout
+from ._common import _flag, kl_form, mean_over, need_rollout
 
 # -- OpenRLHF 0.11.2 (--algo.kl.use_loss): the KL term of the actor's loss
 
@@ -50,7 +50,8 @@ def openrlhf_kl_loss(name: str, p: dict, coef: float, clamp=OPENRLHF_KL_CLAMP) -
     unbiased = _flag(p, "kl_unbiased_gradient", name)
     bound = check_is_bound(p["kl_is_bound"], f"{name}: kl_is_bound")
     return dict(kl_coef=coef, kl_estimator=p["kl_estimator"], kl_clamp=clamp,
-                kl_agg="token-mean", kl_gradient="importance" if unbiased else "plain",
+                kl_agg="token-mean",
+                kl_gradient=kl_form(name, p, "importance" if unbiased else "plain"),
                 kl_is_bound=bound)
 
 

@@ -132,7 +132,7 @@ PRESET = Preset(
               "is_correction_level": "off", "is_correction_mode": "mask",
               "is_correction_gating": "ratio", "is_correction_threshold": (0.5, 5.0)},
     conventions={"score_position": "last-token", "kl_clamp": OPENRLHF_KL_CLAMP,
-                 "kl_is_bound": OPENRLHF_IS_BOUND,
+                 "kl_is_bound": OPENRLHF_IS_BOUND, "kl_gradient": None,
                  "gae_holes": "decay", "whiten_ddof": 0, "whiten_eps": 1e-8,
                  "whiten_eps_mode": "floor", "whiten_mask": "mask", "shift_mean": True,
                  "value_clip_form": "offset", **third_policy.OPENRLHF},

@@ -166,7 +166,7 @@ PRESET = Preset(
     # openrlhf/trainer/ppo_utils/experience_maker.py: rewards.std(-1) + 1e-9;
     # openrlhf/models/loss.py PolicyLoss: ppo's log-ratio clamp(min=-20.0, max=20.0))
     conventions={"std_ddof": 1, "std_eps": 1e-9, "std_eps_placement": "std",
-                 "log_ratio_clamp": 20.0, "kl_is_bound": OPENRLHF_IS_BOUND,
+                 "log_ratio_clamp": 20.0, "kl_is_bound": OPENRLHF_IS_BOUND, "kl_gradient": None,
                  "sequence_gradient": "sequence", **third_policy.OPENRLHF},
     sources=(
         "OpenRLHF/OpenRLHF: openrlhf/trainer/ppo_utils/experience_maker.py "

@@ -13,6 +13,7 @@ from ._common import (
     check_estimator,
     float32_roundings,
     gae_over,
+    kl_form,
     losses,
     masked_aggregate,
     masked_kl,
@@ -126,6 +127,7 @@ def _verl(x: Rollout, p: dict) -> dict:
     # k3 clamped to [-10, 10]; a "+" name k2's gradient straight through) of the current
     # policy against the reference, agg_loss'd, times kl_loss_coef
     kl_est, kl_clamp, form = verl_kl_type(name, p, "kl_loss_type")
+    form = kl_form(name, p, form)  # (checked whether or not the KL is in the loss)
     kl_term = (dict(kl_coef=p["beta"], kl_estimator=kl_est, kl_clamp=kl_clamp,
                     kl_gradient=form) if p["use_kl_loss"] else None)
     # (the convention masked_weights: a masked weight's token in the policy loss's mask and
@@ -193,7 +195,7 @@ PRESET = Preset(
                  "whiten_eps": 1e-8, "whiten_eps_mode": "add", "whiten_mask": "mask",
                  "shift_mean": True,
                  "value_clip_form": "clamp", "use_kl_loss": False,
-                 "is_log_ratio_bound": 20.0, **third_policy.VERL},
+                 "is_log_ratio_bound": 20.0, "kl_gradient": None, **third_policy.VERL},
     tolerances={"float64": (float32_roundings(1)["float64"][0], 4 * FLOAT32_ROUNDING)},
     tolerance_note="verl rounds the Bessel factor n / (n - 1) (verl/utils/torch_functional.py "
                    "masked_var: integer mask sums divided in torch) and each clip fraction "

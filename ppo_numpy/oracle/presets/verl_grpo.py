@@ -30,6 +30,7 @@ from ._common import (
     at_last_token,
     broadcast,
     group_advantages,
+    kl_form,
     masked_kl,
     masked_whiten,
     mean_over,
@@ -191,11 +192,13 @@ def _verl_grpo(x: Rollout, p: dict) -> dict:
     # trainer's count, or not; the bypass mode's loss decides it inside)
     lm = m if corr["bypass"] else third_policy.loss_mask(name, p, m, corr["is_weights"])
     agg, norm = verl_trainer_agg(p["loss_agg_mode"], lm)
+    # why: verl 0.9.1 core_algos.kl_penalty: a name ending in "+" keeps the estimate's
+    # value and takes k2's gradient (k2 - sg(k2) + sg(k)), straight through (the form
+    # checked whether or not the KL is in the loss)
+    kl_est, kl_clamp, form = verl_kl_type(name, p, "kl_loss_type")
+    form = kl_form(name, p, form)
     kl = {}
     if p["use_kl_loss"]:
-        # why: verl 0.9.1 core_algos.kl_penalty: a name ending in "+" keeps the estimate's
-        # value and takes k2's gradient (k2 - sg(k2) + sg(k)), straight through
-        kl_est, kl_clamp, form = verl_kl_type(name, p, "kl_loss_type")
         kl = dict(kl_coef=p["kl_loss_coef"], kl_estimator=kl_est, kl_clamp=kl_clamp,
                   kl_agg=agg, kl_gradient=form)
     # the options of each loss_mode besides the clip bounds and the KL term
@@ -369,7 +372,7 @@ PRESET = Preset(
     conventions={"std_ddof": 1, "std_eps": 1e-6, "std_eps_placement": "std",
                  "singleton": "raw", "log_ratio_clamp": 20.0, "cispo_clip": "range",
                  "log_ratio_max": 10.0, "is_log_ratio_bound": 20.0, "clip_cov_seed": 0,
-                 "sequence_gradient": "token", **third_policy.VERL},
+                 "sequence_gradient": "token", "kl_gradient": None, **third_policy.VERL},
     sources=(
         "volcengine/verl: verl/trainer/ppo/core_algos.py (compute_grpo_outcome_advantage, "
         "compute_rloo_outcome_advantage, compute_reinforce_plus_plus_outcome_advantage, "
