@@ -33,7 +33,7 @@ TRL = {"loss_type": "dapo", "scale_rewards": "group", "importance_sampling_level
        "vllm_importance_sampling_clip_max": 3.0, "off_policy_mask_threshold": None,
        "is_log_ratio_bound": None, "is_sequence_weight": "product", "rejection": "weight",
        "masked_weights": "zero", "is_weights_on_kl": False,
-       "off_policy_mask_logps": "sampling-current"}
+       "off_policy_mask_logps": "sampling-current", "kl_gradient": None}
 VERL = {"adv_estimator": "grpo", "norm_adv_by_std_in_grpo": True, "loss_agg_mode": "token-mean",
         "loss_mode": "vanilla", "clip_ratio_low": 0.2, "clip_ratio_high": 0.2,
         "clip_ratio_c": 3.0, "use_kl_loss": False, "kl_loss_coef": 0.001,
@@ -47,7 +47,7 @@ VERL = {"adv_estimator": "grpo", "norm_adv_by_std_in_grpo": True, "loss_agg_mode
         "rollout_loss_type": "ppo_clip", "is_log_ratio_bound": 20.0,
         "is_sequence_weight": "product", "rejection": "mask", "masked_weights": "zero",
         "is_weights_on_kl": False, "is_weights_detach": True, "gmpo_weight_mean": "geometric",
-        "sequence_gradient": "token"}
+        "sequence_gradient": "token", "kl_gradient": None}
 OPENRLHF = {"advantage_estimator": "group_norm", "init_kl_coef": 0.01, "kl_estimator": "k1",
             "use_kl_loss": False, "epsilon": 0.2, "epsilon_high": None, "dual_clip": None,
             "policy_loss_type": "ppo", "std_ddof": 1, "std_eps": 1e-9,
@@ -56,7 +56,8 @@ OPENRLHF = {"advantage_estimator": "group_norm", "init_kl_coef": 0.01, "kl_estim
             "is_correction_level": "off", "is_correction_mode": "mask",
             "is_correction_gating": "ratio", "is_correction_threshold": (0.5, 5.0),
             "is_log_ratio_bound": None, "is_sequence_weight": "geometric-mean",
-            "masked_weights": "zero", "is_weights_on_kl": False, "sequence_gradient": "sequence"}
+            "masked_weights": "zero", "is_weights_on_kl": False, "sequence_gradient": "sequence",
+            "kl_unbiased_gradient": False, "kl_is_bound": 10.0, "kl_gradient": None}
 
 
 def _inputs(case):
@@ -137,6 +138,26 @@ def aggregate_weights(m, mode, norm=None):
     if mode == "dapo":
         return m / (m.sum() if norm is None else norm)
     raise ValueError(mode)
+
+
+def kl_form_terms(form, kl, dkl, logp, ref, logp_old, clamp=None, bound=10.0):
+    """(value, d value / d logp) per token of the KL term in another framework's gradient
+    form (the convention ``kl_gradient``; ``kl``, ``dkl``: the estimate and its own
+    derivative): "ratio" (TRL) KL_t rho_t both differentiated, rho_t = exp(the token
+    log-ratio, clamped to [-clamp, clamp] where the loss clamps it); "straight_through" (verl's
+    "+") the value with d = logp - ref; "importance" (OpenRLHF) the value with min(rho, bound)
+    d, rho unclamped and held."""
+    if form == "plain":
+        return kl, dkl
+    if form == "ratio":
+        lr, dlr = _log_ratio(logp, logp_old, clamp)
+        rho = np.exp(lr)
+        return kl * rho, rho * dkl + kl * rho * dlr
+    if form == "straight_through":
+        return kl, logp - ref
+    if form == "importance":
+        return kl, np.minimum(np.exp(logp - logp_old), bound) * (logp - ref)
+    raise NotImplementedError(f"kl_gradient={form!r}")
 
 
 def _log_ratio(logp, logp_old, clamp):
@@ -444,7 +465,13 @@ def trl_grpo(case, **plant):
     if p["beta"] != 0:
         kl_kind = "k3_raw" if p["kl_estimator"] == "k3" else p["kl_estimator"]
         kl, dkl = kl_and_grad(logp, ref, kl_kind)
-        if p["use_bias_correction_kl"]:
+        if p["kl_gradient"] not in (None, "plain", "ratio"):
+            # another framework's form (token-local; TRL clamps no log-ratio)
+            kl, dkl = kl_form_terms(p["kl_gradient"], kl, dkl, logp, ref, logp_old)
+            loss += p["beta"] * float((a * Wk * kl).sum())
+            dlogp = dlogp + p["beta"] * a * Wk * dkl
+        elif p["use_bias_correction_kl"] if p["kl_gradient"] is None else \
+                p["kl_gradient"] == "ratio":
             # per_token_kl * coef_1 (trl 1.16.0), the ratio differentiated too
             loss += p["beta"] * float((a * Wk * kl * coef_1).sum())
             dlogp = dlogp + p["beta"] * a * Wk * dkl * coef_1
@@ -582,8 +609,18 @@ def verl_grpo(case, **plant):
     # the logged mean of -(log-ratio) over the loss's tokens (clamped as the loss clamps it)
     ppo_kl = float((-lr_logged * lm).sum() / lm.sum())
     if p["use_kl_loss"]:
-        kind = {"low_var_kl": "k3"}.get(p["kl_loss_type"], p["kl_loss_type"])
+        name = p["kl_loss_type"].removesuffix("+")
+        kind = {"low_var_kl": "k3"}.get(name, name)
         kl, dkl = kl_and_grad(logp, ref, kind)
+        if p["kl_gradient"] is not None:
+            # another framework's form in place of verl's (the convention kl_gradient)
+            if mode != "vanilla" and p["kl_gradient"] == "ratio":
+                raise NotImplementedError(f"kl_gradient='ratio' with loss_mode={mode!r}")
+            kl, dkl = kl_form_terms(p["kl_gradient"], kl, dkl, logp, ref, logp_old,
+                                    p["log_ratio_clamp"])
+        elif p["kl_loss_type"].endswith("+"):
+            # verl 0.9.1 kl_penalty: k2 - sg(k2) + sg(kl), the gradient k2's
+            dkl = logp - ref
         ak = _verl_aggregation(lm, p["loss_agg_mode"], lm)
         Wk = W if (p["is_weights_on_kl"] and w is not None) else np.ones_like(m)
         loss += p["kl_loss_coef"] * float((ak * Wk * kl).sum())
@@ -671,8 +708,15 @@ def _verl_bypass(p, case, logp, rollout, ref, m, A):
         dlogp = a * W * dloss_t
         ppo_kl = float((-lr * keep).sum() / max(keep.sum(), 1e-8))
     if p["use_kl_loss"]:
-        kind = {"low_var_kl": "k3"}.get(p["kl_loss_type"], p["kl_loss_type"])
+        name = p["kl_loss_type"].removesuffix("+")
+        kind = {"low_var_kl": "k3"}.get(name, name)
         kl, dkl = kl_and_grad(logp, ref, kind)
+        if p["kl_gradient"] is not None:
+            # (old := logp_rollout in bypass mode, for the KL's ratio too)
+            kl, dkl = kl_form_terms(p["kl_gradient"], kl, dkl, logp, ref, rollout,
+                                    p["log_ratio_clamp"])
+        elif p["kl_loss_type"].endswith("+"):
+            dkl = logp - ref
         ak = _verl_aggregation(m, p["loss_agg_mode"], m)
         Wk = w if (reinforce and w is not None and p["is_weights_on_kl"]) else np.ones_like(m)
         loss += p["kl_loss_coef"] * float((ak * Wk * kl * m).sum())
@@ -751,7 +795,31 @@ def openrlhf_grpo(case, **plant):
         kind = "k3" if p["kl_estimator"] == "k3" else p["kl_estimator"]
         kl, dkl = kl_and_grad(logp, ref, kind)
         kl, dkl = np.clip(kl, -10, 10), np.where(np.abs(kl) <= 10, dkl, 0.0)
+        if p["kl_unbiased_gradient"] and p["kl_gradient"] is None:
+            # openrlhf 0.11.2 compute_approx_kl: sg(kl) + w k2 - sg(w k2), the weight
+            # w = min(pi / pi_old, KL_IS_WEIGHT_CLIP) held
+            w_is = np.exp(logp - logp_old)
+            if p["kl_is_bound"] is not None:
+                w_is = np.minimum(w_is, p["kl_is_bound"])
+            dkl = w_is * (logp - ref)
+        seq_ratio = None
+        if p["kl_gradient"] == "ratio" and gspo:
+            # TRL's form at GSPO's level: KL_t s_i, s_i GSPO's sequence ratio (against the
+            # rollout's log-probs where corrected), d s_i / d logp_t = s_i / n_i
+            seq_ratio = np.exp(((logp - old) * lm).sum(axis=1, keepdims=True) / n_i)
+        elif p["kl_gradient"] is not None:
+            # another framework's form in place of OpenRLHF's (the convention kl_gradient;
+            # its PPO loss clamps the log-ratio to [-20, 20])
+            kl, dkl = kl_form_terms(p["kl_gradient"], kl, dkl, logp, ref, logp_old,
+                                    p["log_ratio_clamp"])
         wt = aggregate_weights(lm, "token-mean")
+        if seq_ratio is not None:
+            Wk = W if p["is_weights_on_kl"] else np.ones_like(m)
+            part = wt * Wk * kl * seq_ratio * lm
+            loss += p["init_kl_coef"] * float(part.sum())
+            dlogp = dlogp + p["init_kl_coef"] * (wt * Wk * dkl * seq_ratio * lm + part.sum(
+                axis=1, keepdims=True) / n_i * lm)
+            return {"advantages": A, "policy_loss": loss, "dlogp": dlogp}
         Wk = W if p["is_weights_on_kl"] else np.ones_like(m)
         loss += p["init_kl_coef"] * float((wt * Wk * kl * lm).sum())
         dlogp = dlogp + p["init_kl_coef"] * wt * Wk * dkl * lm

@@ -291,16 +291,51 @@ def test_config_errors_name_the_field(fields, message):
         PPOConfig(**fields)
 
 
-def test_policy_loss_options_refuse_a_form_at_the_sequence_level():
-    from ppo_numpy import PolicyLossOptions
+def test_the_per_token_forms_are_the_same_at_the_sequence_level():
+    """straight_through and importance read no sequence ratio: verl adds its KL loss apart
+    from the policy loss of any loss_mode (gspo included), OpenRLHF weights it by the token
+    ratio whatever policy_loss_type. One response of two tokens, A = 0 (no policy term),
+    beta 1, token mean (weight 1/2): rho = (2, 1/2), d = logp - logp_ref = (1/2, -1/2)."""
+    from ppo_numpy.grads.loss_grads import policy_loss_and_grad
 
-    for form in ("straight_through", "importance"):
-        with pytest.raises(ValueError,
-                           match=f"kl_gradient: '{form}' is written for importance_level"):
-            PolicyLossOptions(kl_gradient=form, importance_level="sequence")
-    # TRL's ratio form has a sequence level (the sequence ratio: test_kl_bias_correction.py)
-    assert PolicyLossOptions(kl_gradient="ratio", importance_level="sequence").kl_gradient \
-        == "ratio"
-    with pytest.raises(ValueError, match="kl_is_bound: must be >= 1"):
-        PolicyLossOptions(kl_is_bound=0.9)
-    assert PolicyLossOptions(kl_gradient="straight_through").kl_is_bound == 10.0
+    logp_old = np.array([[-1.0, -1.5]])
+    logp = logp_old + np.log([2.0, 0.5])
+    ref = logp - np.array([0.5, -0.5])
+    d = logp - ref  # (1/2, -1/2) within an ulp of logp's size
+    A = np.zeros((1, 2))
+    # value: mean of k3 = e^-d - 1 + d: (e^-1/2 + e^1/2 - 2) / 2
+    k3_mean = (math.exp(-0.5) + math.exp(0.5) - 2) / 2
+    want = {"straight_through": 0.5 * d,  # (1/2) d: k2's gradient
+            # (1/2) min(rho, 1.5) d: the bound 1.5 cuts the first token's weight 2
+            "importance": 0.5 * np.array([[1.5, 0.5]]) * d}
+    for form, grad in want.items():
+        for level in ("token", "sequence"):
+            loss, _, dlogp = policy_loss_and_grad(logp, logp_old, A, logp_ref=ref, kl_coef=1.0,
+                                                  kl_gradient=form, kl_is_bound=1.5,
+                                                  importance_level=level)
+            assert loss == pytest.approx(k3_mean, rel=1e-14), (form, level)
+            # (d = 0.5 carries the rounding of logp - ref, |logp| <= 2: 4 ulps of 2)
+            np.testing.assert_allclose(dlogp, grad, rtol=0, atol=4 * 2 * np.finfo(float).eps,
+                                       err_msg=f"{form} {level}")
+
+
+@pytest.mark.parametrize("kwargs, error, message", [
+    (dict(kl_is_bound=0.9), ValueError, "kl_is_bound: must be >= 1"),
+    (dict(kl_is_bound=-1.0), ValueError, "kl_is_bound: must be >= 1"),
+    (dict(kl_is_bound="10"), TypeError, "kl_is_bound: expected a real number"),
+    (dict(kl_gradient="k3+"), ValueError, "kl_gradient: unknown gradient form 'k3+'"),
+])
+def test_policy_loss_options_name_a_bad_kl_field(kwargs, error, message):
+    from ppo_numpy import PolicyLossOptions, policy_loss_and_grad
+
+    with pytest.raises(error) as err:
+        PolicyLossOptions(**kwargs)
+    assert message in str(err.value), str(err.value)
+    # the public loss says the same (its options are built from its keywords)
+    with pytest.raises(error) as err:
+        policy_loss_and_grad([[0.0]], [[0.0]], [[1.0]], logp_ref=[[-0.1]], kl_coef=0.1,
+                             **kwargs)
+    assert message in str(err.value), str(err.value)
+    # a bound of 1 is the smallest (on-policy every weight is 1), None no bound
+    assert PolicyLossOptions(kl_is_bound=1).kl_is_bound == 1.0
+    assert PolicyLossOptions(kl_is_bound=None).kl_is_bound is None

@@ -202,7 +202,7 @@ def test_cli_cases_rollout_omit_and_a_partial_candidate(tmp_path, capsys):
     assert "left out by request (omit=), not compared: stat/rollout_corr/kl" in out
     assert out.splitlines()[-1].startswith("  ") and "coverage:" in out
     (line,) = [t for t in out.splitlines() if t.startswith("  rollout_is,")]
-    assert line.startswith("  rollout_is, on the 15 cases with logp_rollout: compared 'token' (")
+    assert line.startswith("  rollout_is, on the 16 cases with logp_rollout: compared 'token' (")
     # nothing compared: exit 1, the verdict says why
     rc = oracle_main(["compare", f"{src}:token_only", "--preset", "verl-grpo", "--cases",
                       "group-random-0", "--probes", "0"])

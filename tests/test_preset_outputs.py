@@ -1,22 +1,27 @@
-"""Every preset's outputs on the oracle's cases, as recorded before issue 35's restructure.
+"""Every preset's outputs on the oracle's cases, as recorded before the last change to them.
 
-``tests/data/presets/outputs.npz`` was written by ``python -m benchmarks.preset_outputs record``
-on main at ad40319 (the layout before issue 35, with issue 34b's fixes of the verl and TRL
-presets; the first recording, at aaf2c15, matched this branch bit for bit before that merge):
+``tests/data/presets/outputs.npz`` is written by ``python -m benchmarks.preset_outputs record``:
 every preset, every case it takes, and every variant of its parameters the tool runs (the
-defaults, each convention switch's alternatives, each loss type of the critic-free presets):
-64,404 outputs and 226 errors. Nothing here is computed by the code under test: the expected
-numbers were written by the code before the change.
+defaults, each convention switch's alternatives, each loss type of the critic-free presets).
+Nothing here is computed by the code under test at test time: the expected numbers were
+written before the change under test. Its history, each recording made only after
+``compare`` found every run of the one before the same bits (or the change listed):
 
-Recorded again on main at 3c7aa4b (issue 36 merged): 95,014 outputs and 527 errors. Against
-the recording of ad40319 every output of a run both recordings hold is the same bits, but
-the 159 of the ``rollout-nan-padding`` case under ``verl-grpo`` (105) and ``openrlhf-grpo``
-(54): issue 36 gave that case a correction for verl and OpenRLHF, so its inputs changed. The
-rest is new: the third policy's switches and cases (each variant's outputs, and the errors of
-a setting the framework refuses on a case).
-Again after issue 35's names (the whitening's std_eps): the same bits, but the error text of
-the four runs with ``whiten_eps=0.0`` on ``all-equal-rewards`` (trl, trl-0.11, verl,
-openrlhf), which now names ``std_eps``.
+* main at ad40319 (before issue 35's restructure, with issue 34b's fixes): 64,404 outputs and
+  226 errors; issue 35's restructure changed none of them.
+* main after issue 36 (3c7aa4b): 95,014 outputs and 527 errors; changed, the 159 outputs of
+  the ``rollout-nan-padding`` case under ``verl-grpo`` (105) and ``openrlhf-grpo`` (54), as
+  issue 36 gave that case a correction for verl and OpenRLHF (its inputs changed); the rest
+  new (the third policy's switches and cases).
+* after issue 35's names (the whitening's ``std_eps``): the same bits; changed, the error text
+  of the four runs with ``whiten_eps=0.0`` on ``all-equal-rewards`` (trl, trl-0.11, verl,
+  openrlhf), which now names ``std_eps``.
+* after issue 38's merge: 107,585 runs, 107,027 outputs and 558 errors; every earlier run the
+  same bits and text; new, issue 38's cases ``kl-in-loss`` and ``kl-gradient-form`` of verl
+  and openrlhf, ``kl-gradient-form`` and ``rollout-kl-gradient-form`` of verl-grpo and
+  openrlhf-grpo, the switches ``kl_loss_type``, ``kl_unbiased_gradient``, ``kl_is_bound``,
+  ``use_kl_loss`` of openrlhf, and the convention ``kl_gradient`` of the five presets with a
+  KL loss.
 
 On the CPU kind that recorded the file (the same NumPy dispatch targets) every output must be
 the same bits: the restructure moves code, it does not change arithmetic. On another kind

@@ -122,6 +122,7 @@ FD = [
     ("verl", {"use_kl_loss": True, "beta": 0.1, "loss_agg_mode": "seq-mean-token-mean"}),
     ("trl", {}),
     ("openrlhf", {}),
+    ("openrlhf", {"use_kl_loss": True, "beta": 0.05, "loss_agg_mode": "seq-mean-token-mean"}),
     ("deepspeed-chat", {}),
     ("seed", {}),
     ("verl-grpo", {"use_kl_loss": True, "kl_loss_coef": 0.1}),
@@ -233,6 +234,22 @@ def test_a_layout_on_a_preset_without_a_policy_loss():
         values_only(case)
 
 
+def test_openrlhf_grpos_unbiased_kl_with_gspo_against_the_rollout_is_refused_over_layouts():
+    # OpenRLHF weighs its KL gradient against logp_old while GSPO's ratio is taken against
+    # logp_rollout (conventions.md section 18): the step does not reproduce the two at once
+    from ppo_numpy.oracle.group_cases import generate_group_cases
+
+    preset = get_preset("openrlhf-grpo")
+    case = generate_group_cases(0, ["rollout-kl-gradient-form"], preset="openrlhf-grpo")[0]
+    assert "dlogp" in preset(case)
+    B = case["inputs"]["mask"].shape[0]
+    with pytest.raises(ValueError, match=r"layout: openrlhf-grpo's unbiased KL gradient"):
+        preset({**case, "layout": [[list(range(B))]]})
+    # without the unbiased gradient the same case runs over the layout
+    plain = {**case, "params": {**case["params"], "kl_unbiased_gradient": False}}
+    assert "step/dlogp" in preset({**plain, "layout": [[list(range(B))]]})
+
+
 def test_steps_per_generation_needs_trl_grpo_and_a_layout():
     case = step_cases(get_preset("verl"), n_base=1)[0]
     with pytest.raises(ValueError, match=r"steps_per_generation: TRL's GRPOConfig option; "
@@ -266,7 +283,9 @@ def _random_layout(rng, B: int, P: int, K: int) -> list:
 #: the presets whose framework divides by the step's global counts (its normaliser keeps the
 #: full-batch gradient), and those that take each micro-batch's own mean
 GLOBAL = [("seed", {}), ("verl", {}), ("verl", {"loss_agg_mode": "seq-mean-token-mean"}),
-          ("openrlhf", {}), ("verl-grpo", {"use_kl_loss": True, "kl_loss_coef": 0.1}),
+          ("openrlhf", {}),
+          ("openrlhf", {"use_kl_loss": True, "beta": 0.05, "loss_agg_mode": "seq-mean-token-mean"}),
+          ("verl-grpo", {"use_kl_loss": True, "kl_loss_coef": 0.1}),
           ("openrlhf-grpo", {}), ("trl-grpo", {}), ("trl-grpo", {"loss_type": "grpo"})]
 
 

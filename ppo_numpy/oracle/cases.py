@@ -49,6 +49,18 @@ holes-discounted          holes in the mask with gamma 0.9, lam 0.8: skipping a
                           hole and running through it differ
 ========================  ======================================================
 
+The cases of one preset (``PRESET_CASES``: in the default set of the presets they name,
+``generate_cases(seed, preset=name)``, with that preset's parameters; log-ratios of std 0.4
+and two tokens beyond the KL term's bounds, k3 > 10 with rho = 20 and 12.2):
+
+========================  ======================================================
+kl-in-loss                the KL term in the loss, coefficient 0.05 (verl and
+                          OpenRLHF ``use_kl_loss``)
+kl-gradient-form          the same in the framework's other gradient form (verl
+                          ``kl_loss_type="low_var_kl+"``, OpenRLHF
+                          ``kl_unbiased_gradient=True``)
+========================  ======================================================
+
 By name only (``ROLLOUT_CASES``, not in the default set):
 
 ========================  ======================================================
@@ -381,6 +393,27 @@ def _rollout_mismatch(rng):
     return ("logp_rollout 1e-3 to 1.5 from logp_old, one scale per row", inputs, {})
 
 
+def kl_beyond_bounds(inputs: dict, at) -> dict:
+    """Two tokens of ``inputs`` (``at``: their (row, column)) where the KL term's gradient
+    forms part most, written in place: logp - logp_ref = -12 with logp - logp_old = +3
+    (rho = e^3 = 20, beyond OpenRLHF's weight bound 10; k3 = e^12 - 13, beyond the estimate's
+    clamp at 10, where the plain gradient is 0 and the straight-through and importance ones
+    are not), and logp - logp_ref = +12 with logp - logp_old = +2.5 (rho = 12.2; k3 = 11 +
+    e^-12, clamped). Every log-prob stays negative."""
+    (i, j), (k, l) = at
+    for name, first, second in (("logp", -12.5, -0.5), ("logp_ref", -0.5, -12.5),
+                                ("logp_old", -15.5, -3.0)):
+        inputs[name][i, j], inputs[name][k, l] = first, second
+    return inputs
+
+
+def _kl_in_loss(rng):
+    inputs = sample_inputs(rng, mask_from_lengths([6, 4, 5], 6), log_ratio_std=0.4)
+    return ("log-ratios of std 0.4, and two tokens beyond the KL term's bounds (k3 > 10, "
+            "rho = 20 and 12 > OpenRLHF's weight bound 10)",
+            kl_beyond_bounds(inputs, ((0, 1), (2, 0))), {})
+
+
 EDGE_CASES = {
     "length-1": _layout("every response is one token long", mask_from_lengths([1, 1, 1, 1], 5)),
     "left-padding": _layout("left padding: responses end at the last column, the score goes "
@@ -413,6 +446,21 @@ EDGE_CASES = {
 }
 """The named edge cases' builders, ``builder(rng) -> (description, inputs, params)``."""
 
+#: the KL term in the loss (a PPO preset's own option names): plain, and in the framework's
+#: other gradient form (verl's kl_loss_type "+", OpenRLHF's unbiased gradient)
+_KL_IN_LOSS = {"verl": {"use_kl_loss": True, "beta": 0.05},
+               "openrlhf": {"use_kl_loss": True, "beta": 0.05}}
+PRESET_CASES = {
+    "kl-in-loss": (_kl_in_loss, _KL_IN_LOSS),
+    "kl-gradient-form": (_kl_in_loss, {
+        "verl": {**_KL_IN_LOSS["verl"], "kl_loss_type": "low_var_kl+"},
+        "openrlhf": {**_KL_IN_LOSS["openrlhf"], "kl_unbiased_gradient": True}}),
+}
+"""Cases for one PPO preset: each name maps to its builder and the presets it is for, each
+with its parameters (their names differ between frameworks), so that the switches that change
+nothing at the defaults are exercised by the default cases of those presets
+(``cases_for(preset)``; ``generate_cases(seed, preset=name)``)."""
+
 ROLLOUT_CASES = {"rollout-mismatch": _rollout_mismatch}
 """Cases with ``logp_rollout`` (the rollout correction's input), made by name only (not in
 the default set, whose counts the notebooks quote): ``generate_cases(seed, ["rollout-mismatch"])``;
@@ -429,9 +477,11 @@ def edge_case(name: str, seed: int = 0) -> dict:
     return make_case(name, description, inputs, params)
 
 
-def case_names(n_random: int = N_RANDOM) -> list:
-    """Names :func:`generate_cases` makes: ``random-0`` ... then every edge case."""
-    return [f"random-{k}" for k in range(n_random)] + list(EDGE_CASES)
+def case_names(n_random: int = N_RANDOM, preset: str | None = None) -> list:
+    """Names :func:`generate_cases` makes: ``random-0`` ... then every edge case, then those
+    of :data:`PRESET_CASES` for ``preset``."""
+    own = [n for n, (_, by_preset) in PRESET_CASES.items() if preset in by_preset]
+    return [f"random-{k}" for k in range(n_random)] + list(EDGE_CASES) + own
 
 
 def check_names(names, default) -> list:
@@ -441,8 +491,10 @@ def check_names(names, default) -> list:
     return default if names is None else names
 
 
-def generate_cases(seed: int = 0, names=None, *, n_random: int = N_RANDOM) -> list:
-    """Random cases ``random-0`` ... ``random-{n_random - 1}``, then the edge cases.
+def generate_cases(seed: int = 0, names=None, *, n_random: int = N_RANDOM,
+                   preset: str | None = None) -> list:
+    """Random cases ``random-0`` ... ``random-{n_random - 1}``, then the edge cases, then the
+    cases of :data:`PRESET_CASES` for ``preset``.
 
     Parameters
     ----------
@@ -451,11 +503,16 @@ def generate_cases(seed: int = 0, names=None, *, n_random: int = N_RANDOM) -> li
     names : list of str, optional
         Only these cases, in this order: edge case names, ``"random-K"``
         (any K >= 0), or ``"random"`` for all ``n_random`` random cases,
-        ``"edge"`` for all edge cases. ``None``: all of them.
+        ``"edge"`` for all edge cases, ``"rollout"`` for those of :data:`ROLLOUT_CASES`,
+        ``"preset"`` for those of :data:`PRESET_CASES` for ``preset``. ``None``: the
+        random, edge and ``preset``'s cases.
     n_random : int >= 0
         Number of random cases. The odd-numbered ones override gamma and lam
         (:func:`random_params`), the even ones use the preset's defaults;
         ``random-2``, ``random-6``, ... have no padding, the others are right-padded.
+    preset : str, optional
+        A preset's name: its cases of :data:`PRESET_CASES` follow (by default, or by name
+        in ``names``), carrying its parameters. ``None``: none of them.
 
     Returns
     -------
@@ -469,9 +526,10 @@ def generate_cases(seed: int = 0, names=None, *, n_random: int = N_RANDOM) -> li
     """
     if isinstance(n_random, bool) or not isinstance(n_random, int) or n_random < 0:
         raise ValueError(f"n_random: must be a non-negative integer, got {n_random!r}")
-    names = check_names(names, case_names(n_random))
+    names = check_names(names, case_names(n_random, preset))
     aliases = {"random": [f"random-{k}" for k in range(n_random)], "edge": list(EDGE_CASES),
-               "rollout": list(ROLLOUT_CASES)}
+               "rollout": list(ROLLOUT_CASES),
+               "preset": [n for n, (_, by) in PRESET_CASES.items() if preset in by]}
     expanded = []
     for name in names:
         expanded += aliases.get(name, [name])
@@ -484,9 +542,14 @@ def generate_cases(seed: int = 0, names=None, *, n_random: int = N_RANDOM) -> li
             cases.append(random_case(rng, name=name, params=params, padded=k % 4 != 2))
         elif name in EDGE_CASES or name in ROLLOUT_CASES:
             cases.append(edge_case(name, seed))
+        elif name in PRESET_CASES:
+            build, by_preset = PRESET_CASES[name]
+            description, inputs, params = build(case_rng(seed, name))
+            cases.append(make_case(name, description, inputs,
+                                   {**params, **by_preset.get(preset, {})}))
         else:
             raise ValueError(f"names: unknown case {name!r}; valid ones are 'random', 'edge', "
-                             f"'rollout', 'random-K' and "
-                             f"{', '.join([*EDGE_CASES, *ROLLOUT_CASES])}")
+                             f"'rollout', 'preset', 'random-K' and "
+                             f"{', '.join([*EDGE_CASES, *ROLLOUT_CASES, *PRESET_CASES])}")
     return cases
 

@@ -39,6 +39,10 @@ exercised by the default case set:
 ======================  ======================================================
 kl-in-loss              the KL term in the loss, coefficient 0.04 (TRL
                         ``beta``; verl and OpenRLHF ``use_kl_loss``)
+kl-gradient-form        the same in the framework's other gradient form (verl
+                        ``kl_loss_type="low_var_kl+"``, OpenRLHF
+                        ``kl_unbiased_gradient=True``), two tokens beyond the
+                        KL's bounds (k3 > 10, rho > 10)
 cispo-loss              the CISPO loss (TRL ``loss_type="cispo"`` with
                         ``epsilon_high=5``; verl ``loss_mode="cispo"``)
 dr-grpo-loss            TRL's ``loss_type="dr_grpo"`` (its constant length)
@@ -77,6 +81,10 @@ rollout-gate              OpenRLHF's binary-KL token gate [0, 0.05]
 rollout-bypass            verl's bypass mode, PPO-clip, rejection token_k1 at 2
 rollout-bypass-reinforce  verl's bypass mode with the reinforce loss and TIS
 rollout-kl                token weights with the KL term in the loss
+rollout-kl-gradient-form  the same in the framework's other gradient form (verl
+                          low_var_kl+; OpenRLHF's unbiased gradient, weighted
+                          against logp_old, with GSPO's ratio against
+                          logp_rollout)
 rollout-gspo              GSPO with token weights (OpenRLHF: the ratio against
                           logp_rollout)
 rollout-gmpo              verl's GMPO with IcePop weights
@@ -100,6 +108,7 @@ from .cases import (
     GARBAGE,
     case_rng,
     check_names,
+    kl_beyond_bounds,
     make_case,
     mask_from_lengths,
     rollout_log_probs,
@@ -286,6 +295,17 @@ EDGE_CASES = {
     "rollout-one-token": _rollout_one_token,
 }
 
+def _kl_gradient_form(rng):
+    _, inputs = _policy_case("")(rng)
+    return ("3 prompts x 4 responses, log-ratios of std 0.4, the KL term in the loss "
+            "(coefficient 0.04) in the framework's other gradient form, two tokens beyond its "
+            "bounds (k3 > 10, rho = 20 and 12 > OpenRLHF's weight bound 10)",
+            kl_beyond_bounds(inputs, ((0, 0), (5, 0))))
+
+
+_KL_IN_LOSS = {"trl-grpo": {"beta": 0.04},
+               "verl-grpo": {"use_kl_loss": True, "kl_loss_coef": 0.04},
+               "openrlhf-grpo": {"use_kl_loss": True, "init_kl_coef": 0.04}}
 #: row scales of the rollout noise of the cases that switch a correction on: token ratios
 #: from about e^-2 to e^2 and responses' products beyond both bounds of [0.5, 2]
 MIXED = (0.05, 0.3, 0.7, 1.2)
@@ -303,10 +323,11 @@ _TRUNCATE = {"trl-grpo": {"vllm_importance_sampling_mode": "token_truncate",
                                "is_correction_threshold": (0.5, 2.0)}}
 PRESET_CASES = {
     "kl-in-loss": (_policy_case("3 prompts x 4 responses, log-ratios of std 0.4, the KL term "
-                                "in the loss (coefficient 0.04)"),
-                   {"trl-grpo": {"beta": 0.04},
-                    "verl-grpo": {"use_kl_loss": True, "kl_loss_coef": 0.04},
-                    "openrlhf-grpo": {"use_kl_loss": True, "init_kl_coef": 0.04}}),
+                                "in the loss (coefficient 0.04)"), _KL_IN_LOSS),
+    # verl's kl_loss_type with the suffix "+", OpenRLHF's unbiased gradient
+    "kl-gradient-form": (_kl_gradient_form, {
+        "verl-grpo": {**_KL_IN_LOSS["verl-grpo"], "kl_loss_type": "low_var_kl+"},
+        "openrlhf-grpo": {**_KL_IN_LOSS["openrlhf-grpo"], "kl_unbiased_gradient": True}}),
     "cispo-loss": (_policy_case("3 prompts x 4 responses, log-ratios of std 1, the CISPO loss",
                                 log_ratio_std=1.0),
                    {"trl-grpo": {"loss_type": "cispo", "epsilon_high": 5.0},
@@ -383,6 +404,18 @@ PRESET_CASES = {
          "openrlhf-grpo": {"use_kl_loss": True, "init_kl_coef": 0.04,
                            "is_correction_level": "token",
                            "is_correction_threshold": (0.5, 2.0)}}),
+    # the KL term's gradient forms with token weights: OpenRLHF's importance weight is against
+    # logp_old while GSPO's ratio is against logp_rollout
+    "rollout-kl-gradient-form": (_rollout_case(
+        "token weights and the KL term in the loss (coefficient 0.04) in the framework's "
+        "other gradient form: verl low_var_kl+ with token TIS at 2; OpenRLHF's unbiased "
+        "gradient with GSPO's ratio against logp_rollout"),
+        {"verl-grpo": {"use_kl_loss": True, "kl_loss_coef": 0.04,
+                       "kl_loss_type": "low_var_kl+", "rollout_is": "token",
+                       "rollout_is_threshold": 2.0},
+         "openrlhf-grpo": {"use_kl_loss": True, "init_kl_coef": 0.04,
+                           "kl_unbiased_gradient": True, "policy_loss_type": "gspo",
+                           "is_correction_level": "token"}}),
     "rollout-gspo": (_rollout_case(
         "GSPO's sequence ratio with token weights: TRL's row mean of token_truncate weights; "
         "verl's per-token TIS weights; OpenRLHF's ratio against logp_rollout"),
@@ -482,9 +515,10 @@ def cases_for(preset, seed: int = 0, names=None) -> list:
     inputs have ``groups``), else :func:`ppo_numpy.oracle.cases.generate_cases`."""
     from .cases import generate_cases
 
+    name = getattr(preset, "name", None)
     if "groups" in getattr(preset, "input_names", ()):
-        return generate_group_cases(seed, names, preset=getattr(preset, "name", None))
-    return generate_cases(seed, names)
+        return generate_group_cases(seed, names, preset=name)
+    return generate_cases(seed, names, preset=name)
 
 
 #: the layouts of :func:`step_cases`: label -> (ranks, micro-batches per rank, deal)

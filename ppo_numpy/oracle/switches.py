@@ -69,6 +69,18 @@ class Switch:
 SWITCHES = {}
 """param -> :class:`Switch`: the one table of conventions (``docs/oracle.md`` prints it)."""
 
+_VERL_KL_ESTIMATES = {"kl": "k1 = logp - logp_ref", "k1": "k1 = logp - logp_ref",
+                      "abs": "|logp - logp_ref|", "mse": "k2 = (logp - logp_ref)^2 / 2",
+                      "k2": "k2 = (logp - logp_ref)^2 / 2",
+                      "low_var_kl": "k3 clamped to [-10, 10] (low_var_kl)",
+                      "k3": "k3 clamped to [-10, 10] (as low_var_kl)"}
+#: verl 0.9.1's kl_loss_type: each estimate differentiated as it is, and with the suffix "+"
+#: its value with k2's gradient (core_algos.kl_penalty: k2 - sg(k2) + sg(k))
+_VERL_KL_LOSS_TYPES = {
+    **{k: f"is {v}" for k, v in _VERL_KL_ESTIMATES.items()},
+    **{f"{k}+": f"is {v} in value, with k2's gradient logp - logp_ref (verl's '+': "
+                f"straight through)" for k, v in _VERL_KL_ESTIMATES.items()}}
+
 
 def add_switch(switch: Switch) -> Switch:
     """Add ``switch`` to :data:`SWITCHES` (ValueError if its parameter is there already)."""
@@ -189,12 +201,25 @@ for _s in (
            default="is {v:g}"),
     Switch("init_kl_coef", "the KL coefficient", {0.0: "is 0 (no KL term)"},
            default="is {v:g}"),
-    Switch("kl_loss_type", "the KL loss's estimator",
-           {"kl": "is k1 = logp - logp_ref", "k1": "is k1 = logp - logp_ref",
-            "abs": "is |logp - logp_ref|", "mse": "is k2 = (logp - logp_ref)^2 / 2",
-            "k2": "is k2 = (logp - logp_ref)^2 / 2",
-            "low_var_kl": "is k3 clamped to [-10, 10] (low_var_kl)",
-            "k3": "is k3 clamped to [-10, 10] (as low_var_kl)"}),
+    Switch("kl_loss_type", "the KL loss's estimator and gradient", _VERL_KL_LOSS_TYPES),
+    # the KL term's gradient forms (ppo_numpy.ppo.kl_gradient)
+    Switch("kl_unbiased_gradient", "the KL loss's gradient",
+           {True: "is min(pi_theta / pi_old, bound) (logp - logp_ref) per token, the "
+                  "estimate's value kept (OpenRLHF's unbiased_gradient: importance-weighted "
+                  "k2, the weight a constant)",
+            False: "is the estimate's own derivative"}),
+    Switch("kl_gradient", "the KL term's gradient",
+           {None: "is the form the framework's own option gives",
+            "plain": "is the estimate's own derivative",
+            "ratio": "is that of KL_t times the ratio pi_theta / pi_old, both differentiated "
+                     "(TRL's use_bias_correction_kl)",
+            "straight_through": "is k2's, logp - logp_ref, the estimate's value kept (verl's "
+                                "'+')",
+            "importance": "is min(pi_theta / pi_old, 10) (logp - logp_ref), the estimate's "
+                          "value kept (OpenRLHF's unbiased_gradient)"}),
+    Switch("kl_is_bound", "the KL gradient's importance weight",
+           {None: "is pi_theta / pi_old, unbounded"},
+           default="is min(pi_theta / pi_old, {v:g}) (OpenRLHF's KL_IS_WEIGHT_CLIP is 10)"),
     Switch("log_ratio_max", "GSPO's sequence log-ratio", {None: "is not capped"},
            default="is capped at {v:g} before exp"),
     Switch("max_completion_length", "Dr. GRPO's constant length",
@@ -569,6 +594,11 @@ register_switches("verl", {
                          "algorithm.use_kl_in_reward=False"),
     "use_kl_loss": ((True,), "verl/trainer/config/_generated_ppo_trainer.yaml "
                     "actor.use_kl_loss=False"),
+    "kl_loss_type": (("low_var_kl+", "low_var_kl"), f"{_VERL_ALGOS} kl_penalty (lines "
+                     "2188-2213), actor.kl_loss_type='low_var_kl'"),
+    # (another framework's KL gradient form: named where a verl candidate takes it)
+    "kl_gradient": (("ratio", "importance"), f"{_VERL_ALGOS} kl_penalty (lines 2188-2213): "
+                    "the form of actor.kl_loss_type"),
     "log_ratio_clamp": ((None,), f"{_VERL_VANILLA}: clamp(log_prob - old_log_prob, -20, 20)"),
     "dual_clip": ((None,), f"{_VERL_VANILLA}, clip_ratio_c=3"),
     "epsilon_high": ((0.28,), f"{_VERL_VANILLA}, clip_ratio_high=0.2"),
@@ -577,6 +607,16 @@ register_switches("verl", {
                         "values - cliprange_value, values + cliprange_value)"),
 })
 _OPENRLHF_ADV = "experience_maker.py compute_advantages_and_returns"
+_OPENRLHF_KL = "openrlhf 0.11.2 openrlhf/models/utils.py compute_approx_kl (lines 121-128)"
+#: OpenRLHF's KL loss's gradient: unbiased_gradient, and the bound of its weight
+_OPENRLHF_KL_GRADIENT = {
+    "kl_unbiased_gradient": ((True, False), f"{_OPENRLHF_KL}, --algo.kl.unbiased_gradient "
+                             "False"),
+    "kl_gradient": (("ratio", "straight_through"), f"{_OPENRLHF_KL}: the form of "
+                    "--algo.kl.unbiased_gradient"),
+    "kl_is_bound": ((None,), f"{_OPENRLHF_KL}: w = exp(log_probs - log_probs_old)"
+                    ".clamp(max=KL_IS_WEIGHT_CLIP), KL_IS_WEIGHT_CLIP = 10.0 (line 66)"),
+}
 _OPENRLHF_PL = "openrlhf/models/loss.py PolicyLoss"
 register_switches("openrlhf", {
     "score_position": (("after-last", "last-column"), "openrlhf/models/utils.py "
@@ -598,6 +638,9 @@ register_switches("openrlhf", {
     "epsilon_high": ((0.28,), f"{_OPENRLHF_PL}, eps_clip 0.2"),
     "loss_agg_mode": (("seq-mean-token-mean",), "openrlhf/models/loss.py aggregate_loss, "
                       "token-mean"),
+    "use_kl_loss": ((True,), "openrlhf/trainer/ppo_utils/experience_maker.py make_experience: "
+                    "the KL in the rewards unless --algo.kl.use_loss"),
+    **_OPENRLHF_KL_GRADIENT,
 })
 # why: OpenRLHF and DeepSpeed-Chat log no value clip fraction, and the two forms of the
 # value clip change their value loss and gradient by an ulp at most: value_clip_form is
@@ -655,8 +698,11 @@ register_switches("verl-grpo", {
     "loss_agg_mode": (_AGG, f"{_VERL} agg_loss, actor.loss_agg_mode='token-mean'"),
     "use_kl_loss": ((True,), "verl 0.9.1 actor.use_kl_loss=False"),
     "kl_loss_coef": ((0.0, 0.1), "verl 0.9.1 actor.kl_loss_coef=0.001"),
-    "kl_loss_type": (("k1", "k2", "abs"), f"{_VERL} kl_penalty_forward, "
+    "kl_loss_type": (("k1", "k2", "abs", "low_var_kl+", "low_var_kl"),
+                     f"{_VERL} kl_penalty (lines 2188-2213), "
                      "actor.kl_loss_type='low_var_kl'"),
+    "kl_gradient": (("ratio", "importance"), f"{_VERL} kl_penalty (lines 2188-2213): the "
+                    "form of actor.kl_loss_type"),
     "use_kl_in_reward": ((True,), "verl 0.9.1 verl/trainer/ppo/ray_trainer.py "
                          "apply_kl_penalty, algorithm.use_kl_in_reward=False"),
     "log_ratio_clamp": ((None,), f"{_VERL} compute_policy_loss_vanilla: "
@@ -690,6 +736,7 @@ register_switches("openrlhf-grpo", {
     "kl_estimator": (("k2", "k3"), f"{_ORLHF}/models/utils.py compute_approx_kl, "
                      "--kl_estimator k1"),
     "log_ratio_clamp": ((None,), f"{_ORLHF_PL}: ppo's log-ratio clamp(min=-20.0, max=20.0)"),
+    **_OPENRLHF_KL_GRADIENT,
 })
 
 # The third policy and the loss family of the critic-free presets (issue 36): each option of
@@ -717,6 +764,8 @@ register_switches("trl-grpo", {
                               "per_token_logps.detach())"),
     "use_bias_correction_kl": ((False,), f"{_TRL_LOSS}: per_token_kl * coef_1, "
                                f"{_TRL_CFG}.use_bias_correction_kl=True"),
+    "kl_gradient": (("straight_through", "importance"), f"{_TRL_LOSS}: per_token_kl * coef_1 "
+                    "(lines 3104-3105), the form of use_bias_correction_kl"),
     "is_sequence_weight": (("geometric-mean",), f"{_TRL_ADV}: exp(per_token_logps_diff"
                            ".sum(dim=-1))"),
     "rejection": (("mask",), f"{_TRL_LOSS}: per_token_loss * off_policy_mask, the mask of "

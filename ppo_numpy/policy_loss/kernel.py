@@ -34,7 +34,7 @@ from ..ppo.ratio import loss_ratio, sequence_log_ratio
 from .options import PolicyLossOptions
 
 __all__ = ["APPROX_KL", "PolicyLossForward", "dkl_term", "kl_agg", "kl_correction_ratio",
-           "kl_divs", "kl_term", "policy_loss_backward", "policy_loss_forward",
+           "kl_divs", "kl_loss_and_grad", "kl_term", "policy_loss_backward", "policy_loss_forward",
            "policy_loss_kernel", "policy_loss_stats"]
 
 #: the approx-KL statistics ``ppo_policy_loss`` reports by default (``approx_kl=True``)
@@ -59,13 +59,15 @@ class PolicyLossForward:
     extra: dict | None = None             # the member's intermediates
     term: np.ndarray | None = None        # the per-token objective term: w_t surrogate_t
     kl: np.ndarray | None = None          # the KL term's KL_t (kl_coef > 0), else None
+    kl_log_ratio: np.ndarray | None = None  # logp_t - the log-prob the KL's importance
+    #                           weight is taken against, when not logp_old (kl_logp_old)
     policy_loss: float = 0.0              # -aggregate(term)
     kl_loss: float = 0.0                  # aggregate(KL_t), 0.0 without a KL term
     loss: float = 0.0                     # policy_loss + kl_coef kl_loss
 
 
 def policy_loss_forward(logp, logp_old, A, m, opts: PolicyLossOptions, logp_ref=None, *,
-                        is_weights=None, divs=None, divs_kl=None):
+                         is_weights=None, divs=None, divs_kl=None, kl_logp_old=None):
     """The policy loss on checked arrays (unchecked kernel), every intermediate named.
 
     ``logp``, ``logp_old``, ``A`` (and ``logp_ref`` when ``opts.kl_coef > 0``, and
@@ -74,8 +76,11 @@ def policy_loss_forward(logp, logp_old, A, m, opts: PolicyLossOptions, logp_ref=
     ``ppo_numpy.ppo.aggregation.divisors`` to aggregate with instead of those of
     ``opts.agg`` on these rows (a micro-batch's share of a step, ``ppo_numpy.step``); the
     KL term takes them too unless it has its own ``kl_agg``, whose share of a step is
-    ``divs_kl`` (OpenRLHF's token mean beside GSPO's sequence mean). Returns a
-    :class:`PolicyLossForward`.
+    ``divs_kl`` (OpenRLHF's token mean beside GSPO's sequence mean). ``kl_logp_old``: the
+    log-probs the KL term's importance weight (``kl_gradient="importance"``) is taken
+    against where they are not ``logp_old`` (OpenRLHF 0.11.2's GSPO with a rollout
+    correction takes its sequence ratio against the rollout's log-probs and its KL weight
+    against pi_old's); ``None``: ``logp_old``. Returns a :class:`PolicyLossForward`.
 
     >>> f = policy_loss_forward(np.log([1.5, 0.5, 1.1]), np.zeros(3), np.array([2.0, -1, 1]),
     ...                         np.ones(3, bool), PolicyLossOptions())
@@ -87,6 +92,8 @@ def policy_loss_forward(logp, logp_old, A, m, opts: PolicyLossOptions, logp_ref=
     # the clip range [1 - eps, 1 + eps_high]
     f = PolicyLossForward(logp, log_ratio, log_rho, log_w, rho, 1 - opts.epsilon,
                           1 + opts.eps_high)
+    if kl_logp_old is not None:
+        f.kl_log_ratio = logp - kl_logp_old
     # the member's term (min(rho A, clip(rho) A) for the default, "clip")
     f.surrogate, f.is_weights, f.extra = LOSSES[opts.loss_type].forward(
         logp, logp_old, f, A, m, opts, is_weights)
@@ -202,10 +209,34 @@ def dkl_term(f: PolicyLossForward, logp_ref, m, opts: PolicyLossOptions, divs=No
 
 def _kl_form(f: PolicyLossForward, logp_ref, m, opts: PolicyLossOptions):
     """(value, d value / d logp) of the KL term's form ``opts.kl_gradient`` (not plain), its
-    ratio rho_t = exp(logp_t - logp_old_t) the token ratio before any clamp (TRL's
-    ``coef_1``)."""
-    return kl_term_kernel(f.logp, logp_ref, f.log_ratio, m, opts.kl_estimator,
+    ratio rho_t = exp(logp_t - logp_old_t) the token ratio before any clamp (OpenRLHF's
+    ``exp(log_probs - log_probs_old)``), against ``kl_logp_old`` where the forward had one."""
+    log_ratio = f.log_ratio if f.kl_log_ratio is None else f.kl_log_ratio
+    return kl_term_kernel(f.logp, logp_ref, log_ratio, m, opts.kl_estimator,
                           opts.kl_gradient, opts.kl_is_bound, opts.kl_clamp)
+
+
+def kl_loss_and_grad(logp, logp_ref, m, opts: PolicyLossOptions, log_ratio=None, divs=None,
+                     weights=None):
+    """The KL term alone, beside a loss that is not this frame's (unchecked kernel): ``(KL_t,
+    aggregate(w_t KL_t), d aggregate(w_t KL_t) / d logp)`` in the form ``opts.kl_gradient``,
+    with the KL term's aggregation (:func:`kl_agg`); ``weights`` w_t held constant (``None``:
+    1). ``log_ratio`` = logp - logp_old for the forms that read the ratio (``None``: rho = 1;
+    ``"ratio"`` needs it). verl's bypass mode adds its KL loss so to its own policy loss
+    (``presets._verl.verl_bypass_loss``)."""
+    if log_ratio is None and opts.kl_gradient == "ratio":
+        raise ValueError("log_ratio: kl_gradient='ratio' multiplies KL_t by the ratio "
+                         "exp(logp - logp_old), which needs it")
+    zero = np.zeros_like(logp) if log_ratio is None else log_ratio
+    # (the ratio of "ratio" from the log-ratio clamped as the loss clamps it, as the frame's)
+    c = opts.log_ratio_clamp
+    log_rho = zero if c is None else np.clip(zero, -c, c)
+    f = PolicyLossForward(logp, zero, log_rho, log_rho, None, 0.0, 0.0)
+    kl = kl_term(f, logp_ref, m, opts)
+    weighted = kl if weights is None else kl * weights
+    kl_loss = float(aggregate_kernel(weighted, m, *kl_agg(opts), kl_divs(opts, divs)))
+    dkl = dkl_term(f, logp_ref, m, opts, kl_divs(opts, divs))
+    return kl, kl_loss, dkl if weights is None else weights * dkl
 
 
 # --- the statistics --------------------------------------------------------------------------
@@ -261,12 +292,13 @@ def policy_loss_stats(f: PolicyLossForward, A, m, opts: PolicyLossOptions, *,
 
 
 def policy_loss_kernel(logp, logp_old, A, m, opts: PolicyLossOptions, logp_ref=None, *,
-                       is_weights=None, approx_kl=APPROX_KL, divs=None, divs_kl=None):
+                        is_weights=None, approx_kl=APPROX_KL, divs=None, divs_kl=None,
+                        kl_logp_old=None):
     """``(forward, stats, dlogp)`` of checked arrays: the forward's names, the statistics and
     d loss / d logp in one call (unchecked kernel: the presets, the toy policy's loss and
-    :func:`ppo_numpy.policy_loss_and_grad` use it); ``divs``, ``divs_kl`` as
-    :func:`policy_loss_forward`'s."""
+    :func:`ppo_numpy.policy_loss_and_grad` use it); ``divs``, ``divs_kl`` and ``kl_logp_old``
+    as :func:`policy_loss_forward`'s."""
     f = policy_loss_forward(logp, logp_old, A, m, opts, logp_ref, is_weights=is_weights,
-                            divs=divs, divs_kl=divs_kl)
+                            divs=divs, divs_kl=divs_kl, kl_logp_old=kl_logp_old)
     return (f, policy_loss_stats(f, A, m, opts, approx_kl=approx_kl),
             policy_loss_backward(f, A, m, opts, logp_ref, divs, divs_kl))

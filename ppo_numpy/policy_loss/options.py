@@ -121,7 +121,10 @@ class PolicyLossOptions:
         even where the ratio is 1. ``"straight_through"`` KL_t's value with k2's gradient
         (verl's ``k3+``); ``"importance"`` KL_t's value with the gradient min(rho,
         kl_is_bound) (logp - logp_ref), the weight a constant (OpenRLHF 0.11.2's
-        ``unbiased_gradient``). These two need ``importance_level="token"``.
+        ``unbiased_gradient``). These two are per token at either ``importance_level``:
+        neither reads the sequence ratio (verl adds its KL loss apart from the policy loss
+        of any ``loss_mode``; OpenRLHF weights it by the token ratio whatever
+        ``policy_loss_type``).
     kl_ratio_level : {None, "token", "sequence"}
         The level of ``"ratio"``'s ratio; ``None`` (default): ``importance_level``. (TRL's
         VESPO takes its own weight per token but multiplies the KL by the ratio of
@@ -234,11 +237,6 @@ class PolicyLossOptions:
         if self.kl_ratio_level is not None:
             check_level(self.kl_ratio_level, "kl_ratio_level")
         set_(self, "kl_is_bound", check_is_bound(self.kl_is_bound, "kl_is_bound"))
-        if self.kl_gradient in ("straight_through", "importance") and \
-                self.importance_level != "token":
-            raise ValueError(f"kl_gradient: {self.kl_gradient!r} is written for "
-                             "importance_level='token'; at 'sequence' use 'plain' or "
-                             "'ratio' (TRL weights the KL by the sequence ratio)")
         # each member checks the fields it reads, and the combinations it cannot take when
         # it is the loss chosen (ppo_numpy.family.losses.entry)
         for name, loss in LOSSES.items():

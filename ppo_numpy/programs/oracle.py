@@ -38,6 +38,7 @@ import json
 import sys
 
 from ..oracle.cases import EDGE_CASES, N_RANDOM, generate_cases
+from ..oracle.cases import PRESET_CASES as PPO_PRESET_CASES
 from ..oracle.group_cases import (
     PRESET_CASES,
     SELECTIONS,
@@ -60,17 +61,23 @@ def cmd_list(args) -> int:
     for case in generate_cases(args.seed, list(EDGE_CASES)):
         params = ", ".join(f"{k}={v:g}" for k, v in case["params"].items())
         print(f"  {case['name']:<22} {case['description']}" + (f" [{params}]" if params else ""))
+    _list_preset_cases(PPO_PRESET_CASES, generate_cases, args.seed)
     print("\ncases of the critic-free presets (trl-grpo, verl-grpo, openrlhf-grpo; --cases "
           "also takes " + "; ".join(f"'{w}' = {what}" for w, what in SELECTIONS.items())
           + "):")
     for case in generate_group_cases(args.seed):
         print(f"  {case['name']:<22} {case['description']}")
-    for name, (_, by_preset) in PRESET_CASES.items():
+    _list_preset_cases(PRESET_CASES, generate_group_cases, args.seed)
+    return 0
+
+
+def _list_preset_cases(table, generate, seed) -> None:
+    """The cases of one preset each (``PRESET_CASES``), with that preset's parameters."""
+    for name, (_, by_preset) in table.items():
         for preset, params in by_preset.items():
-            case = generate_group_cases(args.seed, [name], preset=preset)[0]
+            case = generate(seed, [name], preset=preset)[0]
             values = ", ".join(f"{k}={v!r}" for k, v in params.items())
             print(f"  {name:<22} {case['description']} [{preset}: {values}]")
-    return 0
 
 
 def cmd_export(args) -> int:

@@ -28,8 +28,8 @@ READ_IN = {
     "verl-grpo": "verl 0.9.1 verl/trainer/ppo/ray_trainer.py (compute_advantage), "
                  "verl/trainer/ppo/core_algos.py (the estimators, the policy losses, agg_loss), "
                  "verl/workers/utils/losses.py ppo_loss",
-    "openrlhf": "OpenRLHF 0.11.2 openrlhf/trainer/ray/ppo_actor.py (PolicyLoss, lines 76-86), "
-                "ppo_critic.py (ValueLoss), trainer/ppo_utils/experience_maker.py",
+    "openrlhf": "OpenRLHF 0.11.2 openrlhf/trainer/ray/ppo_actor.py (PolicyLoss, lines 76-86; "
+                "the KL loss), ppo_critic.py (ValueLoss), trainer/ppo_utils/experience_maker.py",
     "openrlhf-grpo": "OpenRLHF 0.11.2 openrlhf/trainer/ray/ppo_actor.py (PolicyLoss, lines "
                      "76-86; the KL loss), trainer/ppo_utils/experience_maker.py",
 }
@@ -94,9 +94,6 @@ PINNED["verl-grpo"].update(_VERL_SHARED)
 PINNED["verl"]["CriticConfig.loss_scale_factor"] = (
     None, "the file's ${oc.select:actor_rollout_ref.actor.loss_scale_factor,null}: " + _SCALE)
 PINNED["verl"].update({
-    "ActorConfig.kl_loss_type": ("low_var_kl", "preset verl's KL loss is verl's default "
-                                               "low_var_kl (k3 clamped to [-10, 10]); "
-                                               "kl_estimator is the reward's KL"),
     "ActorConfig.policy_loss.loss_mode": ("vanilla", "preset verl is PPO's clipped loss; "
                                                      "the other modes are verl-grpo's"),
 })

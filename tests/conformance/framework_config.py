@@ -264,7 +264,7 @@ VERL = {"gamma": ["algorithm.gamma"], "lam": ["algorithm.lam"],
         # (the file's critic.loss_agg_mode is ${oc.select:actor_rollout_ref.actor.
         # loss_agg_mode,token-mean}: the actor's)
         "loss_agg_mode": [_A + "loss_agg_mode", "critic.loss_agg_mode"],
-        "use_kl_loss": [_A + "use_kl_loss"],
+        "use_kl_loss": [_A + "use_kl_loss"], "kl_loss_type": [_A + "kl_loss_type"],
         **{k: [v] for k, v in _ROLLOUT.items()}}
 #: preset verl-grpo option -> the trainer configuration's paths
 VERL_GRPO = {"adv_estimator": ["algorithm.adv_estimator"],
@@ -383,6 +383,12 @@ def _eps_high_to(value):
     return value
 
 
+def _threshold_to(value):
+    """``is_correction_threshold`` as OpenRLHF's ``nargs="+"`` list: [LOW, HIGH], or [HIGH]
+    for one number (its upper bound alone; ``openrlhf_args`` inserts the low 0)."""
+    return list(value) if isinstance(value, (tuple, list)) else [float(value)]
+
+
 #: preset openrlhf / openrlhf-grpo option -> (parser option, to OpenRLHF, back to the
 #: preset's spelling)
 OPENRLHF_COMMON = {
@@ -394,13 +400,16 @@ OPENRLHF_COMMON = {
     "is_correction_level": ("--algo.advantage.is_correction_level", None, None),
     "is_correction_mode": ("--algo.advantage.is_correction_mode", None, None),
     "is_correction_gating": ("--algo.advantage.is_correction_gating", None, None),
-    "is_correction_threshold": ("--algo.advantage.is_correction_threshold", list, tuple),
+    "is_correction_threshold": ("--algo.advantage.is_correction_threshold", _threshold_to,
+                                tuple),
+    "kl_unbiased_gradient": ("--algo.kl.unbiased_gradient", None, None),
 }
 OPENRLHF = {**OPENRLHF_COMMON,
             "lam": ("--algo.advantage.lambd", float, float),
             "beta": ("--algo.kl.init_coef", None, None),
             "value_clip": ("--critic.value_clip", None, None),
-            "loss_agg_mode": ("--actor.loss_agg_mode", None, None)}
+            "loss_agg_mode": ("--actor.loss_agg_mode", None, None),
+            "use_kl_loss": ("--algo.kl.use_loss", None, None)}
 OPENRLHF_GRPO = {**OPENRLHF_COMMON,
                  "advantage_estimator": ("--algo.advantage.estimator", None, None),
                  "init_kl_coef": ("--algo.kl.init_coef", None, None),

@@ -238,16 +238,22 @@ def with_options(cases: list, combos: list) -> list:
 
 def oracle_cases(preset_name: str, options: dict, rng, seed: int = 0) -> list:
     """The oracle's own cases for the preset, each with up to
-    :data:`MAX_GRID_ON_ORACLE_CASES` option combinations covering every value."""
+    :data:`MAX_GRID_ON_ORACLE_CASES` option combinations covering every value; then the
+    cases that carry the preset's own parameters (``PRESET_CASES``: the KL term in its
+    gradient forms with tokens beyond the frameworks' bounds, the corrections switched on),
+    once each with those parameters (a grid would overwrite them)."""
     preset = get_preset(preset_name)
     # (the PPO presets' rollout-correction cases are made by name: ROLLOUT_CASES)
-    base = (generate_group_cases(seed) if "groups" in preset.input_names
+    groups = "groups" in preset.input_names
+    base = (generate_group_cases(seed) if groups
             else generate_cases(seed) + generate_cases(seed, list(ROLLOUT_CASES)))
+    own = (generate_group_cases if groups else generate_cases)(seed, ["preset"],
+                                                               preset=preset_name)
     n = min(MAX_GRID_ON_ORACLE_CASES, max(1, math.prod(len(v) for v in options.values())))
     out = []
     for case in base:
         out += with_options([case] * n, option_combinations(options, rng, n))
-    return out
+    return out + own
 
 
 # ---------------------------------------------------------------------------------------

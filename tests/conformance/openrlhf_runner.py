@@ -2,12 +2,13 @@
 ``openrlhf-grpo``.
 
 Called: ``openrlhf.models.utils.compute_approx_kl`` (the rollout KL, as ``make_experience``
-calls it, and the KL loss as ``ppo_actor.py`` does), ``RemoteExperienceMaker.
-compute_advantages_and_returns`` on a stand-in experience maker (its ``strategy.args``,
-``kl_ctl`` and ``advantage_estimator``; the real ``get_advantages_and_returns`` and
-``get_cumulative_returns`` bound to it) and real ``Experience`` objects, which runs
-``compute_reward``, GAE or the returns-to-go and the batch normalisation;
-``openrlhf.models.PolicyLoss``, ``ValueLoss`` and ``aggregate_loss``. Gradients: autograd.
+calls it, and the KL loss as ``ppo_actor.py`` does, ``unbiased_gradient`` included),
+``RemoteExperienceMaker.compute_advantages_and_returns`` on a stand-in experience maker (its
+``strategy.args``, ``kl_ctl`` and ``advantage_estimator``; the real
+``get_advantages_and_returns`` and ``get_cumulative_returns`` bound to it) and real
+``Experience`` objects, which runs ``compute_reward``, GAE or the returns-to-go and the batch
+normalisation; ``openrlhf.models.PolicyLoss``, ``ValueLoss`` and ``aggregate_loss``.
+Gradients: autograd.
 """
 
 from __future__ import annotations
@@ -91,7 +92,11 @@ def openrlhf_ppo(case: dict, log: set | None = None) -> dict:
     x = case["inputs"]
     B = x["mask"].shape[0]
     args = parsed_args("openrlhf", case, log)
-    kl = rollout_kl(x, args.algo.kl.estimator)
+    # (make_experience: with --algo.kl.use_loss the experience's KL is zeros, the KL is in the
+    # actor's loss)
+    use_kl_loss = args.algo.kl.use_loss
+    kl = (torch.zeros_like(tensor(x["logp_old"])) if use_kl_loss
+          else rollout_kl(x, args.algo.kl.estimator))
     exp = experience(x, kl, index=range(B), values=x["old_values"])
     clip_range = tuple(args.reward.clip_range)
     coef = args.algo.kl.init_coef
@@ -112,16 +117,36 @@ def openrlhf_ppo(case: dict, log: set | None = None) -> dict:
     vl = ValueLoss(args.critic.value_clip)(values, tensor(x["old_values"]), exp.returns,
                                            action_mask=exp.action_mask)
     m = exp.action_mask
+    total, stat_kl = pl, item(info_kl.mean())
+    if use_kl_loss:
+        kl_loss = actor_kl_loss(args, logp, x, m)
+        total = pl + kl_loss * coef
+        stat_kl = item(kl_loss)
     out = {"rewards": numpy(rewards * m), "advantages": numpy(exp.advantages),
-           "returns": numpy(exp.returns), "policy_loss": item(pl), "value_loss": item(vl),
-           "dlogp": grad_of(pl, logp), "dvalues": grad_of(vl, values),
+           "returns": numpy(exp.returns), "policy_loss": item(total), "value_loss": item(vl),
+           "dlogp": grad_of(total, logp), "dvalues": grad_of(vl, values),
            "stat/policy_loss": item(pl), "stat/ppo_clip_ratio": item(clip_ratio),
            "stat/ppo_kl": item(ppo_kl), "stat/critic_loss": item(vl),
            "stat/values": item(masked_mean(values, m)),
-           "stat/kl": item(info_kl.mean()), "stat/reward": item(tensor(x["scores"]).mean())}
+           "stat/kl": stat_kl, "stat/reward": item(tensor(x["scores"]).mean())}
     if vllm_kl is not None:
         out.update({"stat/vllm_kl": item(vllm_kl), "stat/is_filter_ratio": item(filtered)})
     return out
+
+
+def actor_kl_loss(args, logp, x: dict, m):
+    """The KL loss of ``trainer/ray/ppo_actor.py`` ``training_step`` (lines 318-331), before
+    its coefficient: ``compute_approx_kl`` of the current log-probs against the reference's,
+    with the experience's ``action_log_probs`` (logp_old) as ``log_probs_old`` and
+    ``--algo.kl.unbiased_gradient``; zeros for ``--algo.kl.init_coef`` 0; aggregated by
+    ``aggregate_loss`` over the action mask (its token mean)."""
+    if args.algo.kl.init_coef > 0:
+        kl = compute_approx_kl(logp, tensor(x["logp_ref"]), log_probs_old=tensor(x["logp_old"]),
+                               kl_estimator=args.algo.kl.estimator,
+                               unbiased_gradient=args.algo.kl.unbiased_gradient)
+    else:
+        kl = torch.zeros_like(logp)
+    return aggregate_loss(kl, m)
 
 
 def policy_loss_of(args) -> PolicyLoss:
@@ -200,11 +225,7 @@ def openrlhf_grpo(case: dict, log: set | None = None) -> dict:
     if use_kl_loss:
         # ppo_actor.py: the KL loss of the current policy against the reference (zeros for
         # init_coef 0), aggregated as the policy loss (a token mean)
-        kl_now = (compute_approx_kl(logp, tensor(x["logp_ref"]),
-                                    log_probs_old=tensor(x["logp_old"]),
-                                    kl_estimator=args.algo.kl.estimator)
-                  if coef > 0 else torch.zeros_like(logp))
-        kl_loss = aggregate_loss(kl_now, m)
+        kl_loss = actor_kl_loss(args, logp, x, m)
         total = pl + kl_loss * coef
         stats["kl"] = item(kl_loss)
     else:

@@ -13,7 +13,7 @@ DIFFERENCES = [
      "`_compute_loss` multiplies the per-token k3 by the differentiable ratio coef_1 before "
      "`delta` clamps it; the preset had no such option and the runner switched it off by hand "
      "(`kl-in-loss`: -0.095772 vs TRL's -0.096402)",
-     "`use_bias_correction_kl` (default True); the runner takes TRL's default",
+     "`use_bias_correction_kl` (default True); compared with both values (the grid)",
      "tests/test_kl_bias_correction.py"),
     ("trl-grpo", "TRL 1.16.0 logs `reward_std` as `nanstd` of every reward of the batch; the "
      "preset logged the mean of the group stds (1.7293 vs 1.6417 on `rollout-close`)",

@@ -23,6 +23,7 @@ from ...policy_loss.options import PolicyLossOptions
 from ...ppo.aggregation import aggregate_kernel, aggregation_weights
 from ...ppo.gae import gae_kernel
 from ...ppo.kl import kl_estimate_kernel, kl_shaped_rewards_kernel
+from ...ppo.kl_gradient import check_form
 from ...ppo.value_loss import (
     check_value_clip,
     check_value_clip_form,
@@ -334,15 +335,16 @@ def masked_whiten(x, m, shift_mean=True, *, ddof=1, eps=1e-8, eps_mode="add"):
 
 def preset_loss_options(p: dict, agg: str = "token-mean", kl=None, norm=None) -> PolicyLossOptions:
     """The policy-loss options of a preset's parameters: ``epsilon`` and, where the framework
-    has them, ``epsilon_high``, ``dual_clip``, ``log_ratio_clamp``; with ``kl = (coef,
-    estimator, clamp)`` the KL term ``coef * aggregate(KL(logp || logp_ref), agg)`` in the
-    loss instead of the rewards (verl ``use_kl_loss``); ``norm`` the divisor of the modes that
-    take one (:func:`verl_trainer_agg`)."""
-    coef, estimator, clamp = kl or (0.0, "k3", None)
+    has them, ``epsilon_high``, ``dual_clip``, ``log_ratio_clamp``; with ``kl`` (a dict of the
+    KL fields of :class:`~ppo_numpy.PolicyLossOptions`: ``kl_coef``, ``kl_estimator``,
+    ``kl_clamp``, and where the framework sets them ``kl_gradient``, ``kl_is_bound``,
+    ``kl_agg``) the KL term ``kl_coef * aggregate(KL(logp || logp_ref))`` in the loss instead
+    of the rewards (verl ``use_kl_loss``); ``norm`` the divisor of the modes that take one
+    (:func:`verl_trainer_agg`)."""
     return PolicyLossOptions(epsilon=p["epsilon"], epsilon_high=p.get("epsilon_high"),
                              dual_clip=p.get("dual_clip"),
                              log_ratio_clamp=p.get("log_ratio_clamp"), agg=agg, norm=norm,
-                             kl_coef=coef, kl_estimator=estimator, kl_clamp=clamp)
+                             **(kl or {}))
 
 
 def losses(x: Rollout, advantages, returns, p: dict, agg: str = "token-mean", *, mask,
@@ -383,11 +385,12 @@ def losses(x: Rollout, advantages, returns, p: dict, agg: str = "token-mean", *,
 
 def step_losses(step, x: Rollout, advantages, returns, p: dict, agg: str = "token-mean", *,
                 mask, normaliser, value_normaliser, value_mask=None, kl=None,
-                is_weights=None, norm=None, stats=False):
+                is_weights=None, norm=None, stats=False, kl_normaliser=None):
     """The step of :func:`losses` (same arguments) over ``step``'s layout:
     ``(outputs, passes, value)``: ``step/losses``, ``step/dlogp`` with each micro-batch
     normalised by ``normaliser``, ``step/value_losses``, ``step/dvalues`` by
-    ``value_normaliser`` (``presets/_step.py``); ``passes`` each micro-batch's policy forward (and
+    ``value_normaliser`` (``presets/_step.py``), the KL term by ``kl_normaliser`` where it
+    has its own (None: ``normaliser``); ``passes`` each micro-batch's policy forward (and
     statistics with ``stats``); ``value`` the value loss's per micro-batch
     (``_step.value_step``)."""
     out, passes = policy_step(
@@ -395,7 +398,7 @@ def step_losses(step, x: Rollout, advantages, returns, p: dict, agg: str = "toke
         where_valid(mask, advantages), mask, preset_loss_options(p, agg, kl, norm), normaliser,
         where_valid(mask, x.logp_ref),
         is_weights=None if is_weights is None else where_valid(mask, is_weights), stats=stats,
-        weighted_kl=third_policy.kl_weights_on("preset", p))
+        kl_normaliser=kl_normaliser, weighted_kl=third_policy.kl_weights_on("preset", p))
     vm = mask if value_mask is None else value_mask
     v, v_old, R = (where_valid(vm, a) for a in (x.values, x.old_values, returns))
     value_out, value = value_step(step, value_normaliser, v, v_old, R, vm, p["value_clip"],
@@ -550,6 +553,17 @@ def _optional_bound(p: dict, key: str, name: str, *, positive: bool):
     if value is None:
         return None
     return check_scalar(value, f"{name}: {key}", low=0, low_open=positive, allow_exact=False)
+
+
+def kl_form(name: str, p: dict, own: str) -> str:
+    """The KL term's gradient form (``PolicyLossOptions.kl_gradient``): ``own``, the form the
+    framework's options give (TRL ``use_bias_correction_kl``, verl a ``kl_loss_type`` ending in
+    "+", OpenRLHF ``kl_unbiased_gradient``), unless the convention ``kl_gradient`` names
+    another (``None``: the framework's). A form no option of the framework gives is there for
+    the diagnosis: it names a candidate that differentiates the KL term as another framework
+    does (``docs/conventions.md`` section 18)."""
+    form = p.get("kl_gradient")
+    return own if form is None else check_form(form, f"{name}: kl_gradient")
 
 
 def _flag(p: dict, key: str, name: str) -> bool:

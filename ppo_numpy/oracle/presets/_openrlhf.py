@@ -1,5 +1,6 @@
 """OpenRLHF's helpers for its presets (``openrlhf``, ``openrlhf-grpo``): the rollout
-correction of OpenRLHF 0.11.2 (``--algo.advantage.is_correction_*``)."""
+correction of OpenRLHF 0.11.2 (``--algo.advantage.is_correction_*``) and its KL loss
+(``--algo.kl.use_loss``, ``--algo.kl.unbiased_gradient``)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,46 @@ from ...mismatch.correction import (
     rollout_divergence_gate,
     rollout_importance_weights,
 )
+from ...ppo.kl_gradient import check_is_bound
 from . import _third_policy as third_policy
-from ._common import mean_over, need_rollout
+from ._common import _flag, kl_form, mean_over, need_rollout
+
+# -- OpenRLHF 0.11.2 (--algo.kl.use_loss): the KL term of the actor's loss
+
+#: OpenRLHF 0.11.2 ``openrlhf/models/utils.py`` ``compute_approx_kl`` clamps every estimate
+#: to [-10, 10] (line 113)
+OPENRLHF_KL_CLAMP = 10.0
+
+
+def openrlhf_kl_loss(name: str, p: dict, coef: float, clamp=OPENRLHF_KL_CLAMP) -> dict:
+    """The KL fields of the policy-loss options for OpenRLHF 0.11.2's KL loss
+    (``--algo.kl.use_loss``; ``trainer/ray/ppo_actor.py`` ``training_step``, lines
+    318-331): ``coef``
+    times the token mean (``aggregate_loss``'s default, whatever ``loss_agg_mode``) of
+    ``compute_approx_kl(log_probs, base_action_log_probs, log_probs_old=old_action_log_probs)``
+    of ``kl_estimator``, clamped to [-10, 10] (``clamp``: the preset's ``kl_clamp``, where it
+    has one).
+
+    ``kl_unbiased_gradient`` (``--algo.kl.unbiased_gradient``, default False): the
+    estimate's value with the gradient of ``w k2``, ``w = sg(min(pi_theta / pi_old, 10))``
+    (``compute_approx_kl``, lines 121-128: ``value.detach() + w k2 - (w k2).detach()``; the
+    bound is the module's ``KL_IS_WEIGHT_CLIP = 10.0``, line 66, the convention
+    ``kl_is_bound``), so every token
+    gets w (logp - logp_ref), unclamped: ``kl_gradient="importance"``. pi_old is the
+    experience's ``action_log_probs``, the actor's log-probs at experience time (logp_old),
+    also where GSPO's ratio is taken against the rollout's (the caller passes logp_old as
+    ``kl_logp_old``). Without the flag the estimate is differentiated as it is. (The clamp
+    ``log_ratio.clamp(min=-10)`` inside k3, line 108, changes neither: at d = -10, k3 = e^10 -
+    11 > 10, beyond the estimate's clamp.) The value OpenRLHF returns with the flag is
+    ``(v + w k2) - w k2`` in float32, v up to a rounding at the ulp of v + w k2; the preset
+    returns v."""
+    unbiased = _flag(p, "kl_unbiased_gradient", name)
+    bound = check_is_bound(p["kl_is_bound"], f"{name}: kl_is_bound")
+    return dict(kl_coef=coef, kl_estimator=p["kl_estimator"], kl_clamp=clamp,
+                kl_agg="token-mean",
+                kl_gradient=kl_form(name, p, "importance" if unbiased else "plain"),
+                kl_is_bound=bound)
+
 
 # -- OpenRLHF 0.11.2 (--algo.advantage.is_correction_*)
 

@@ -120,25 +120,29 @@ def kl_weights_on(name, p) -> bool:
     return bool(value)
 
 
-def policy_loss(name, p, logp, logp_old, A, m, opts, logp_ref=None, *, is_weights=None):
+def policy_loss(name, p, logp, logp_old, A, m, opts, logp_ref=None, *, is_weights=None,
+                kl_logp_old=None):
     """``policy_loss_kernel`` with the rollout weights on the policy term, and on the KL term
     too under ``is_weights_on_kl=True``: loss = -agg(w term) + beta agg(w KL_t),
     d/dlogp of the KL part w_t times the unweighted one's at token t (exact when the KL
     term is token-local, or its weights are one per response: a weight constant along the
-    response scales the response's KL terms and so their gradient)."""
+    response scales the response's KL terms and so their gradient). ``kl_logp_old``: as
+    ``policy_loss_kernel``'s (the KL weight's pi_old where it is not ``logp_old``)."""
     pl, st, dlogp = policy_loss_kernel(logp, logp_old, A, m, opts, logp_ref,
-                                       is_weights=is_weights)
+                                       is_weights=is_weights, kl_logp_old=kl_logp_old)
     if not kl_weights_on(name, p) or is_weights is None or opts.kl_coef == 0:
         return pl, st, dlogp
     level = opts.kl_ratio_level or opts.importance_level
     varying = np.any(np.where(m, is_weights, 0.0) != np.where(
         m, np.max(np.where(m, is_weights, -np.inf), axis=-1, keepdims=True), 0.0))
-    if opts.kl_gradient != "plain" and level == "sequence" and varying:
+    # (the forms "straight_through" and "importance" are token-local at either level)
+    if opts.kl_gradient == "ratio" and level == "sequence" and varying:
         raise ValueError(f"{name}: is_weights_on_kl=True with token-varying weights and the "
                          f"sequence ratio's KL correction is not modelled")
     # the KL term's share of dlogp: the call without it subtracted
     _, _, d_policy = policy_loss_kernel(logp, logp_old, A, m, replace(opts, kl_coef=0.0),
-                                        logp_ref, is_weights=is_weights)
+                                        logp_ref, is_weights=is_weights,
+                                        kl_logp_old=kl_logp_old)
     mode, norm = ((opts.agg, opts.norm) if opts.kl_agg in (None, opts.agg)
                   else (opts.kl_agg, None))
     kl_loss = float(aggregate_kernel(np.where(m, is_weights * pl.kl, 0.0), m, mode, norm))

@@ -11,19 +11,52 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from ..._checks import check_choice, where_valid
+from ..._checks import check_choice
 from ...batch import Rollout
 from ...mismatch.correction import (
     CRITERIA,
     rollout_importance_weights,
     rollout_rejection_mask,
 )
-from ...policy_loss.kernel import policy_loss_kernel
+from ...policy_loss.kernel import kl_loss_and_grad, policy_loss_kernel
 from ...ppo.aggregation import aggregate_kernel, aggregation_weights
-from ...ppo.kl import kl_estimate_grad_kernel, kl_estimate_kernel
 from . import _third_policy as third_policy
-from ._common import _flag, mean_over, need_rollout
+from ._common import _flag, mean_over, need_rollout, require_choice
 from ._step import verl_metric
+
+# -- verl 0.9.1: the KL estimators by name (kl_penalty, kl_loss_type)
+
+#: verl 0.9.1 ``core_algos.kl_penalty_forward``'s names -> (estimator, clamp of the estimate):
+#: only the low-variance k3 is clamped, to [-10, 10]
+VERL_KL_TYPES = {"kl": ("k1", None), "k1": ("k1", None), "abs": ("abs", None),
+                 "mse": ("k2", None), "k2": ("k2", None), "low_var_kl": ("k3", 10.0),
+                 "k3": ("k3", 10.0)}
+#: every name verl 0.9.1 takes: each of :data:`VERL_KL_TYPES`, and each with the suffix "+"
+VERL_KL_NAMES = (*VERL_KL_TYPES, *(f"{k}+" for k in VERL_KL_TYPES))
+
+
+def verl_kl_type(name: str, p: dict, key: str) -> tuple:
+    """``(estimator, clamp, gradient form)`` of the verl name ``p[key]`` (``kl_loss_type``,
+    ``kl_penalty``): verl 0.9.1 ``verl/trainer/ppo/core_algos.py`` ``kl_penalty`` (lines
+    2188-2213) strips a "+" suffix, computes the named estimate (``kl_penalty_forward``,
+    lines 2216-2251) and, for a name ending in "+", returns
+    ``k2 - sg(k2) + sg(k)``: the estimate's value with k2's gradient, d = logp - logp_ref,
+    unclamped (``kl_gradient="straight_through"``; for ``"k2+"`` and ``"mse+"`` that is k2's
+    own). Without the suffix the estimate is differentiated as it is (``"plain"``).
+
+    The log-ratio clamp to [-20, 20] inside verl's k3 (line 2242; the estimate's clamp to
+    [-10, 10] is line 2245) changes neither value nor gradient:
+    at |d| = 20, k3 >= e^-20 + 19 > 10, so the clamp of the estimate to 10 (gradient 0) has
+    already cut every token it would touch (``tests/test_kl_gradient_presets.py``).
+
+    >>> verl_kl_type("verl", {"kl_loss_type": "k3+"}, "kl_loss_type")
+    ('k3', 10.0, 'straight_through')
+    """
+    require_choice(name, p, key, VERL_KL_NAMES)
+    value = p[key]
+    estimator, clamp = VERL_KL_TYPES[value.removesuffix("+")]
+    return estimator, clamp, "straight_through" if value.endswith("+") else "plain"
+
 
 # -- verl 0.9.1 (algorithm.rollout_correction)
 
@@ -277,14 +310,11 @@ def verl_bypass_loss(name, x: Rollout, xm: Rollout, A, m, opts, p: dict, dual_cl
         # why: verl 0.9.1 workers/utils/losses.py ppo_loss adds the KL loss over the batch's
         # response mask; the bypass loss's rejection is inside the policy loss only
         # (the convention is_weights_on_kl: the reinforce weights on it too)
-        kl_w = np.ones(m.shape) if w is None or loss_type == "ppo_clip" or \
+        kl_w = None if w is None or loss_type == "ppo_clip" or \
             not third_policy.kl_weights_on(name, p) else np.where(m, w, 0.0)
-        kl = where_valid(m, kl_estimate_kernel(xm.logp, xm.logp_ref, opts.kl_estimator,
-                                               opts.kl_clamp))
-        kl_loss = float(aggregate_kernel(kl * kl_w, m, opts.agg, opts.norm))
-        dlogp = dlogp + opts.kl_coef * kl_w * kl_estimate_grad_kernel(
-            xm.logp, xm.logp_ref, opts.kl_estimator, m, opts.kl_clamp,
-            aggregation_weights(m, opts.agg, opts.norm))
+        _, kl_loss, dkl = kl_loss_and_grad(xm.logp, xm.logp_ref, m, opts,
+                                           log_ratio=xm.logp - xm.logp_old, weights=kl_w)
+        dlogp = dlogp + opts.kl_coef * dkl
         pl = SimpleNamespace(loss=pl.policy_loss + opts.kl_coef * kl_loss,
                              policy_loss=pl.policy_loss, kl_loss=kl_loss)
     return pl, st, dlogp, m

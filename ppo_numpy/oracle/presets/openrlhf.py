@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...batch import Rollout
+from ...ppo.kl_gradient import OPENRLHF_IS_BOUND
 from . import _third_policy as third_policy
 from ._common import (
     FLOAT32_ROUNDING,
@@ -24,12 +25,13 @@ from ._common import (
     step_losses,
     whiten_advantages,
 )
-from ._openrlhf import openrlhf_correction_and_stats, openrlhf_step_stats
+from ._openrlhf import (
+    OPENRLHF_KL_CLAMP,
+    openrlhf_correction_and_stats,
+    openrlhf_kl_loss,
+    openrlhf_step_stats,
+)
 from ._step import normaliser_for
-
-# why: OpenRLHF openrlhf/models/utils.py (0.11.2) compute_approx_kl clamps every
-# estimator to [-10, 10]
-_OPENRLHF_KL_CLAMP = 10.0
 
 
 def _openrlhf(x: Rollout, p: dict, step=None) -> dict:
@@ -66,27 +68,37 @@ def _openrlhf(x: Rollout, p: dict, step=None) -> dict:
       mean's rounding is multiplied by up to 1e4: a lone token's advantage is
       (A - fl32(A)) * 1e4 in the release, not 0 (checked by ``make conformance``,
       docs/conformance.md).
-    * Statistics: ``policy_loss``, ``ppo_clip_ratio``, ``ppo_kl`` (token mean of
-      logp_old - logp, unclamped), ``critic_loss``, ``values`` (token mean of the
+    * ``use_kl_loss`` (``--algo.kl.use_loss``, default False): the KL leaves the rewards
+      (the experience's KL is zeros) and enters the actor's loss: ``beta`` times the token
+      mean (whatever ``loss_agg_mode``) of ``kl_estimator`` of (logp, logp_ref), clamped to
+      [-10, 10] (``trainer/ray/ppo_actor.py`` ``training_step``); with
+      ``kl_unbiased_gradient`` (``--algo.kl.unbiased_gradient``) its gradient is min(pi_theta /
+      pi_old, 10) (logp - logp_ref) per token, the weight a constant
+      (``_openrlhf.openrlhf_kl_loss``; the bound is the convention ``kl_is_bound``).
+    * Statistics: ``policy_loss`` (without the KL loss), ``ppo_clip_ratio``, ``ppo_kl`` (token
+      mean of logp_old - logp, unclamped), ``critic_loss``, ``values`` (token mean of the
       new values), ``kl`` (mean over responses of the token-mean KL; the KL
-      controller's input), ``reward`` (mean raw score).
+      controller's input; with ``use_kl_loss`` the KL loss), ``reward`` (mean raw score).
     * A step over ranks and micro-batches (a case's layout; ``ppo_train``: ``micro_train_
       batch_size`` rows a micro-batch, DeepSpeed's ``gas`` of them a step):
       ``iter_grad_accum_global_norm`` gives every micro-batch of the step the step's token
       count (and count of rows with a token) summed over its micro-batches and all-reduced,
       divided by gas, which DeepSpeed's 1 / gas per backward cancels; ``dp_size`` cancels the
       ranks' average (``normaliser="openrlhf"``, ``openrlhf/utils/loss_utils.py``); the
-      critic's ``ValueLoss`` the same, by tokens. ``step/losses`` is each micro-batch's
-      loss after DeepSpeed's 1 / gas; the statistics as
-      ``_openrlhf.openrlhf_step_stats`` merges them.
+      critic's ``ValueLoss`` the same, by tokens; the KL loss by its token mean, as in
+      ``openrlhf-grpo``. ``step/losses`` is each micro-batch's loss after DeepSpeed's
+      1 / gas; the statistics as ``_openrlhf.openrlhf_step_stats`` merges them.
     """
     name = "openrlhf"
     m = x.mask
     est = p["kl_estimator"]
     check_estimator(name, est, ("k1", "k2", "k3"))
     kl = masked_kl(x.logp_old, x.logp_ref, est, m, clamp=p["kl_clamp"])
-    rewards = shaped_rewards(x, p["beta"], m, est, p["score_position"], kl_clamp=p["kl_clamp"],
-                             score_clip=p["reward_clip_range"])
+    # why: OpenRLHF 0.11.2 experience_maker.py make_experience: with --algo.kl.use_loss the
+    # experience's KL is zeros, so compute_reward adds the score alone; the KL is in the loss
+    in_loss = p["use_kl_loss"]
+    rewards = shaped_rewards(x, 0.0 if in_loss else p["beta"], m, est, p["score_position"],
+                             kl_clamp=p["kl_clamp"], score_clip=p["reward_clip_range"])
     raw_advantages, returns = gae_over(rewards, x.old_values, m, p)
     if int(m.sum()) == 1 and p["whiten_mask"] == "mask":
         # why: OpenRLHF 0.11.2 experience_maker.py compute_advantages_and_returns: with one
@@ -99,17 +111,24 @@ def _openrlhf(x: Rollout, p: dict, step=None) -> dict:
     agg = p["loss_agg_mode"]
     # the rollout correction (--algo.advantage.is_correction_*): PolicyLoss's coefficient
     w, _, rollout_stats = openrlhf_correction_and_stats(name, x, x.on(m), m, p)
+    # why: OpenRLHF 0.11.2 ppo_actor.py training_step adds kl_ctl times the token mean of
+    # compute_approx_kl(logp, logp_ref, log_probs_old=logp_old) to the actor's loss
+    # (its options checked whether or not the KL is in the loss)
+    kl_loss = openrlhf_kl_loss(name, p, p["beta"], p["kl_clamp"])
+    kl_loss = kl_loss if in_loss else None
     # (the convention masked_weights: a gated token in the policy loss's mask or not)
     lm = third_policy.loss_mask(name, p, m, w)
     policy_loss, st, dlogp, vloss, dvalues = losses(
-        x, advantages, returns, p, agg, mask=lm, value_mask=m, is_weights=w)
+        x, advantages, returns, p, agg, mask=lm, value_mask=m, is_weights=w, kl=kl_loss)
     stats = {
-        "policy_loss": policy_loss,
+        # (logged before the KL loss is added: ppo_actor.py metrics["policy_loss"])
+        "policy_loss": st["loss_without_kl"],
         "ppo_clip_ratio": st["clipfrac_active"],
         "ppo_kl": mean_over(masked_kl(x.logp_old, x.logp, "k1", m), m),
         "critic_loss": vloss,
         "values": mean_over(x.values, m),
-        "kl": masked_aggregate(kl, m, "seq-mean-token-mean"),
+        # (with the KL loss, ppo_actor.py logs the KL loss as "kl": 0 for beta 0)
+        "kl": st["kl_loss"] if in_loss else masked_aggregate(kl, m, "seq-mean-token-mean"),
         "reward": mean_rows(x.scores),
         **rollout_stats,
     }
@@ -118,8 +137,9 @@ def _openrlhf(x: Rollout, p: dict, step=None) -> dict:
         B = m.shape[0]
         step_out, passes, value = step_losses(
             step, x, advantages, returns, p, agg, mask=lm, value_mask=m, is_weights=w,
-            stats=True,
+            stats=True, kl=kl_loss,
             normaliser=normaliser_for(p["normaliser"], agg, step=step, n_rows=B),
+            kl_normaliser=normaliser_for(p["normaliser"], "token-mean", step=step, n_rows=B),
             value_normaliser=normaliser_for(p["normaliser"], "token-mean", step=step,
                                             n_rows=B))
         out.update(step_out)
@@ -135,11 +155,13 @@ PRESET = Preset(
     defaults={"gamma": 1.0, "lam": 1.0, "beta": 0.01, "kl_estimator": "k1",
               "reward_clip_range": (-10.0, 10.0), "epsilon": 0.2, "epsilon_high": None,
               "dual_clip": None, "log_ratio_clamp": 20.0, "value_clip": 0.5,
-              "loss_agg_mode": "token-mean",
+              "loss_agg_mode": "token-mean", "use_kl_loss": False,
+              "kl_unbiased_gradient": False,
               # --algo.advantage.is_correction_* (openrlhf 0.11.2 cli/train_ppo_ray.py)
               "is_correction_level": "off", "is_correction_mode": "mask",
               "is_correction_gating": "ratio", "is_correction_threshold": (0.5, 5.0)},
-    conventions={"score_position": "last-token", "kl_clamp": _OPENRLHF_KL_CLAMP,
+    conventions={"score_position": "last-token", "kl_clamp": OPENRLHF_KL_CLAMP,
+                 "kl_is_bound": OPENRLHF_IS_BOUND, "kl_gradient": None,
                  "gae_holes": "decay", "whiten_ddof": 0, "whiten_eps": 1e-8,
                  "whiten_eps_mode": "floor", "whiten_mask": "mask", "shift_mean": True,
                  "value_clip_form": "offset", "normaliser": "openrlhf",
@@ -152,14 +174,14 @@ PRESET = Preset(
                    "clip ratio as a float32 mean: rtol 1e-9 + 16 2^-24 and atol 16 2^-24 for "
                    "rewards up to 10 and whitened advantages of order 1",
     sources=(
-        "OpenRLHF/OpenRLHF: openrlhf/models/utils.py (compute_approx_kl, compute_reward), "
-        "0.11.2",
+        "OpenRLHF/OpenRLHF: openrlhf/models/utils.py (compute_approx_kl, KL_IS_WEIGHT_CLIP, "
+        "compute_reward), 0.11.2",
         "OpenRLHF/OpenRLHF: openrlhf/models/loss.py (aggregate_loss, PolicyLoss, "
         "ValueLoss), 0.11.2",
         "OpenRLHF/OpenRLHF: openrlhf/trainer/ppo_utils/experience_maker.py "
         "(compute_advantages_and_returns, get_advantages_and_returns), 0.11.2",
-        "OpenRLHF/OpenRLHF: openrlhf/trainer/ray/ppo_actor.py, ppo_critic.py (logged "
-        "names), 0.11.2",
+        "OpenRLHF/OpenRLHF: openrlhf/trainer/ray/ppo_actor.py (training_step: the KL loss; "
+        "logged names), ppo_critic.py (logged names), 0.11.2",
         "OpenRLHF/OpenRLHF: openrlhf/cli/train_ppo_ray.py (defaults), 0.11.2",
     ),
     pipeline=_openrlhf,

@@ -9,6 +9,7 @@ from ..._checks import check_bounds
 from ...batch import Rollout
 from ...family.advantages import grpo_advantages, returns_to_go, rloo_advantages
 from ...policy_loss.options import PolicyLossOptions
+from ...ppo.kl_gradient import OPENRLHF_IS_BOUND
 from . import _third_policy as third_policy
 from ._common import (
     FLOAT32_ROUNDING,
@@ -24,7 +25,7 @@ from ._common import (
     policy_result,
     require_choice,
 )
-from ._openrlhf import openrlhf_correction_and_stats, openrlhf_step_stats
+from ._openrlhf import openrlhf_correction_and_stats, openrlhf_kl_loss, openrlhf_step_stats
 from ._step import normaliser_for, policy_step
 
 ESTIMATORS = ("group_norm", "rloo", "reinforce", "reinforce_baseline", "dr_grpo")
@@ -60,7 +61,10 @@ def _openrlhf_grpo(x: Rollout, p: dict, step=None) -> dict:
       the sequence ratio (no cap), the sequence mean of token means. (Checked against the
       released openrlhf 0.11.2 by ``make conformance``, docs/conformance.md.)
     * ``use_kl_loss``: ``init_kl_coef`` times the token mean of ``kl_estimator`` of (logp,
-      logp_ref), clamped to [-10, 10].
+      logp_ref), clamped to [-10, 10]; with ``kl_unbiased_gradient``
+      (``--algo.kl.unbiased_gradient``) its gradient is min(pi_theta / pi_old, 10) (logp -
+      logp_ref) per token, the weight a constant (``_openrlhf.openrlhf_kl_loss``; the bound
+      is the convention ``kl_is_bound``, OpenRLHF's ``KL_IS_WEIGHT_CLIP``).
     * Statistics: ``policy_loss`` (without the KL term), ``ppo_clip_ratio``, ``ppo_kl``,
       ``kl`` (the KL loss's token mean with use_kl_loss, else the mean over responses of
       the token-mean rollout KL), ``reward`` (mean raw score), ``return`` (mean over
@@ -111,6 +115,7 @@ def _openrlhf_grpo(x: Rollout, p: dict, step=None) -> dict:
     if est in ("reinforce", "reinforce_baseline"):
         A = masked_whiten(A, m, ddof=0, eps=1e-8, eps_mode="floor")
     gspo = p["policy_loss_type"] == "gspo"
+    kl = openrlhf_kl_loss(name, p, p["init_kl_coef"] if p["use_kl_loss"] else 0.0)
     opts = PolicyLossOptions(epsilon=p["epsilon"], epsilon_high=p["epsilon_high"],
                              dual_clip=p["dual_clip"],
                              importance_level="sequence" if gspo else "token",
@@ -120,17 +125,19 @@ def _openrlhf_grpo(x: Rollout, p: dict, step=None) -> dict:
                              # log-ratio to [-20, 20] for "ppo" (the convention log_ratio_clamp);
                              # the gspo sequence ratio is not clamped
                              log_ratio_clamp=None if gspo else p["log_ratio_clamp"],
-                             agg="seq-mean-token-mean" if gspo else "token-mean",
-                             kl_coef=p["init_kl_coef"] if p["use_kl_loss"] else 0.0,
-                             kl_estimator=p["kl_estimator"], kl_clamp=10.0, kl_agg="token-mean")
+                             agg="seq-mean-token-mean" if gspo else "token-mean", **kl)
     is_w, old, rollout_stats = openrlhf_correction_and_stats(name, x, xm, m, p,
                                                              p["policy_loss_type"])
-    # (the conventions: a gated token in the loss's mask or not, the weights on the KL term)
+    # (the conventions: a gated token in the loss's mask or not, the weights on the KL term;
+    # the KL's importance weight is against logp_old, the experience's action_log_probs, even
+    # where GSPO's ratio is against logp_rollout)
     lm = third_policy.loss_mask(name, p, m, is_w)
     xl = (np.where(lm, xm.logp, 0.0), np.where(lm, old, 0.0), np.where(lm, A, 0.0))
     w_l = None if is_w is None else np.where(lm, is_w, 0.0)
+    kl_old = np.where(lm, xm.logp_old, 0.0)
     pl, st, dlogp = third_policy.policy_loss(name, p, *xl, lm, opts,
-                                             np.where(lm, xm.logp_ref, 0.0), is_weights=w_l)
+                                             np.where(lm, xm.logp_ref, 0.0), is_weights=w_l,
+                                             kl_logp_old=kl_old)
     n_i = m.sum(axis=-1)
     stats = {
         "policy_loss": pl.policy_loss,
@@ -148,6 +155,11 @@ def _openrlhf_grpo(x: Rollout, p: dict, step=None) -> dict:
     # A and rewards are 0 at padding (returns_to_go, whiten; at_last_token, kl_estimate)
     out = policy_result(A, pl, dlogp, stats, rewards=rewards)
     if step is not None:
+        if opts.kl_coef > 0 and opts.kl_gradient == "importance" and not np.array_equal(
+                xl[1], kl_old):
+            raise ValueError(f"layout: {name}'s unbiased KL gradient with GSPO's ratio against "
+                             "logp_rollout (its KL weight against logp_old) is not reproduced "
+                             "over micro-batches; give no layout")
         B = m.shape[0]
         norm = normaliser_for(p["normaliser"], opts.agg, step=step, n_rows=B)
         kl_norm = normaliser_for(p["normaliser"], "token-mean", step=step, n_rows=B)
@@ -167,7 +179,8 @@ PRESET = Preset(
                 "std + 1e-9, the value clipped to 10 at the last token), the ppo or gspo "
                 "policy loss.",
     defaults={"advantage_estimator": "group_norm", "gamma": 1.0, "init_kl_coef": 0.01,
-              "kl_estimator": "k1", "use_kl_loss": False, "reward_clip_range": (-10.0, 10.0),
+              "kl_estimator": "k1", "use_kl_loss": False, "kl_unbiased_gradient": False,
+              "reward_clip_range": (-10.0, 10.0),
               "epsilon": 0.2, "epsilon_high": None, "dual_clip": None,
               "policy_loss_type": "ppo",
               # --algo.advantage.is_correction_* (openrlhf 0.11.2 cli/train_ppo_ray.py)
@@ -177,14 +190,17 @@ PRESET = Preset(
     # openrlhf/trainer/ppo_utils/experience_maker.py: rewards.std(-1) + 1e-9;
     # openrlhf/models/loss.py PolicyLoss: ppo's log-ratio clamp(min=-20.0, max=20.0))
     conventions={"std_ddof": 1, "std_eps": 1e-9, "std_eps_placement": "std",
-                 "log_ratio_clamp": 20.0, "sequence_gradient": "sequence",
-                 "normaliser": "openrlhf", **third_policy.OPENRLHF},
+                 "log_ratio_clamp": 20.0, "kl_is_bound": OPENRLHF_IS_BOUND, "kl_gradient": None,
+                 "sequence_gradient": "sequence", "normaliser": "openrlhf",
+                 **third_policy.OPENRLHF},
     sources=(
         "OpenRLHF/OpenRLHF: openrlhf/trainer/ppo_utils/experience_maker.py "
         "(compute_advantages_and_returns, get_cumulative_returns), 0.11.2",
-        "OpenRLHF/OpenRLHF: openrlhf/models/utils.py (compute_approx_kl, compute_reward), "
-        "0.11.2",
+        "OpenRLHF/OpenRLHF: openrlhf/models/utils.py (compute_approx_kl, KL_IS_WEIGHT_CLIP, "
+        "compute_reward), 0.11.2",
         "OpenRLHF/OpenRLHF: openrlhf/models/loss.py (PolicyLoss, its is_correction_*), 0.11.2",
+        "OpenRLHF/OpenRLHF: openrlhf/trainer/ray/ppo_actor.py (training_step: the KL loss), "
+        "0.11.2",
         "OpenRLHF/OpenRLHF: openrlhf/cli/train_ppo_ray.py (defaults), 0.11.2",
     ),
     pipeline=_openrlhf_grpo,

@@ -51,7 +51,8 @@ def _seed(x: Rollout, p: dict, step=None) -> dict:
         advantages = whiten_advantages(advantages, m, p)
     policy_loss, st, dlogp, vloss, dvalues = losses(
         x, advantages, returns, p, p["policy_agg"], mask=m, value_agg=p["value_agg"],
-        kl=(p["beta"], est, p["kl_clamp"]) if in_loss else None)
+        kl=dict(kl_coef=p["beta"], kl_estimator=est, kl_clamp=p["kl_clamp"]) if in_loss
+        else None)
     stats = {
         "objective": -policy_loss,
         **{k: st[k] for k in ("clipfrac_active", "clipfrac_outside", "approx_kl_k1",

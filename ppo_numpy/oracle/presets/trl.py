@@ -99,7 +99,8 @@ def _trl(x: Rollout, p: dict, step=None) -> dict:
     advantages = whiten_advantages(raw_advantages, m, p)
     policy_loss, st, dlogp, vloss, dvalues = losses(
         x, advantages, returns, p, mask=m, value_mask=m_p1,
-        kl=(p["beta"], est, p["kl_clamp"]) if in_loss else None)
+        kl=dict(kl_coef=p["beta"], kl_estimator=est, kl_clamp=p["kl_clamp"]) if in_loss
+        else None)
     rho = masked_ratio(x.logp, x.logp_old, m)
     kl_per_row = masked_aggregate(kl, m, "seq-mean-token-sum")
     stats = {

@@ -18,6 +18,7 @@ from ._common import (
     float32_roundings,
     group_advantages,
     group_std,
+    kl_form,
     mean_rows,
     policy_result,
     require_choice,
@@ -128,7 +129,8 @@ def _trl_grpo(x: Rollout, p: dict, step=None) -> dict:
         kl_estimator=p["kl_estimator"], log_ratio_clamp=p["log_ratio_clamp"],
         # why: TRL 1.16.0 multiplies the per-token k3 by coef_1, the ratio of
         # importance_sampling_level (vespo's too), before delta clamps it
-        kl_gradient="ratio" if _flag(p, "use_bias_correction_kl", name) else "plain",
+        kl_gradient=kl_form(name, p, "ratio" if _flag(p, "use_bias_correction_kl", name)
+                            else "plain"),
         kl_ratio_level=level, **vespo)
     # (CISPO's loss is (B, T) at either level: -c A logp_t; the row-mean form is the clip's)
     # (VESPO's weights enter phi per token, whatever the level, which it ignores)
@@ -336,7 +338,8 @@ PRESET = Preset(
     # _generate_and_score_completions, _compute_loss; trl/trainer/utils.py nanstd)
     conventions={"std_ddof": 1, "std_eps": 1e-4, "std_eps_placement": "std",
                  "singleton": "zero", "kl_estimator": "k3", "log_ratio_clamp": None,
-                 "cispo_clip": "max", "is_log_ratio_bound": None, "normaliser": "trl",
+                  "cispo_clip": "max", "is_log_ratio_bound": None, "normaliser": "trl",
+                  "kl_gradient": None,
                  **third_policy.TRL},
     sources=(
         "huggingface/trl: trl/trainer/grpo_trainer.py (GRPOTrainer."

@@ -13,6 +13,7 @@ from ._common import (
     check_estimator,
     float32_roundings,
     gae_over,
+    kl_form,
     losses,
     masked_aggregate,
     masked_kl,
@@ -29,6 +30,7 @@ from ._step import normaliser_for
 from ._verl import (
     verl_bypass_loss,
     verl_correction_before_advantages,
+    verl_kl_type,
     verl_step_stats,
     verl_trainer_agg,
 )
@@ -61,9 +63,11 @@ def _verl(x: Rollout, p: dict, step=None) -> dict:
       V clamped to [V_old - c, V_old + c] (``clip_by_value``: ``value_clip_form="clamp"``),
       same ``loss_agg_mode``.
     * ``use_kl_loss`` (default False, ``actor.use_kl_loss``): the KL as a loss term
-      instead, beta times the ``loss_agg_mode`` aggregate of k3 of the current
-      policy against the reference clamped to [-10, 10] (``kl_loss_type``
-      low_var_kl), added to the policy loss.
+      instead, beta times the ``loss_agg_mode`` aggregate of ``kl_loss_type`` of the current
+      policy against the reference (``actor.kl_loss_type``, default ``low_var_kl``: k3
+      clamped to [-10, 10]; ``kl``, ``abs``, ``mse``, ``k1``, ``k2``, ``k3``; a name with the
+      suffix "+", ``"k3+"``, keeps the estimate's value and takes k2's gradient logp -
+      logp_ref straight through, ``core_algos.kl_penalty``), added to the policy loss.
     * Statistics: ``actor/pg_loss`` (without the KL loss), ``actor/pg_clipfrac``,
       ``actor/ppo_kl`` (k1 of the clamped log-ratio), ``actor/pg_clipfrac_lower`` (dual
       clip active), ``critic/vf_loss``, ``critic/vf_clipfrac``, ``critic/vpred_mean``
@@ -131,9 +135,13 @@ def _verl(x: Rollout, p: dict, step=None) -> dict:
     # why: verl 0.9.1's trainer divides both losses by the mini-batch's token count and row
     # count (batch_num_tokens, global_batch_size), not by what agg_loss would count alone
     agg, trainer_norm = verl_trainer_agg(p["loss_agg_mode"], m)
-    # why: with use_kl_loss, verl core_algos.py kl_penalty "low_var_kl" (k3 clamped to
-    # [-10, 10]) of the current policy against the reference, agg_loss'd, times kl_loss_coef
-    kl_term = (p["beta"], "k3", 10.0) if p["use_kl_loss"] else None
+    # why: with use_kl_loss, verl 0.9.1 core_algos.py kl_penalty of kl_loss_type ("low_var_kl":
+    # k3 clamped to [-10, 10]; a "+" name k2's gradient straight through) of the current
+    # policy against the reference, agg_loss'd, times kl_loss_coef
+    kl_est, kl_clamp, form = verl_kl_type(name, p, "kl_loss_type")
+    form = kl_form(name, p, form)  # (checked whether or not the KL is in the loss)
+    kl_term = (dict(kl_coef=p["beta"], kl_estimator=kl_est, kl_clamp=kl_clamp,
+                    kl_gradient=form) if p["use_kl_loss"] else None)
     # (the convention masked_weights: a masked weight's token in the policy loss's mask and
     # the trainer's count or not; the value loss keeps m)
     lm = third_policy.loss_mask(name, p, m, corr["is_weights"])
@@ -213,7 +221,7 @@ PRESET = Preset(
     defaults={"gamma": 1.0, "lam": 1.0, "beta": 0.001, "use_kl_in_reward": False,
               "kl_estimator": "k1", "epsilon": 0.2, "epsilon_high": 0.2,
               "dual_clip": 3.0, "log_ratio_clamp": 20.0, "value_clip": 0.5,
-              "loss_agg_mode": "token-mean",
+              "loss_agg_mode": "token-mean", "kl_loss_type": "low_var_kl",
               # algorithm.rollout_correction (verl 0.9.1 trainer YAML defaults;
               # rollout_loss_type is its loss_type)
               "rollout_is": None, "rollout_is_threshold": 2.0,
@@ -224,7 +232,8 @@ PRESET = Preset(
                  "whiten_eps": 1e-8, "whiten_eps_mode": "add", "whiten_mask": "mask",
                  "shift_mean": True,
                  "value_clip_form": "clamp", "use_kl_loss": False,
-                 "is_log_ratio_bound": 20.0, "normaliser": "verl", **third_policy.VERL},
+                  "is_log_ratio_bound": 20.0, "normaliser": "verl", "kl_gradient": None,
+                  **third_policy.VERL},
     tolerances={"float64": (float32_roundings(1)["float64"][0], 4 * FLOAT32_ROUNDING)},
     tolerance_note="verl rounds the Bessel factor n / (n - 1) (verl/utils/torch_functional.py "
                    "masked_var: integer mask sums divided in torch) and each clip fraction "
@@ -233,8 +242,8 @@ PRESET = Preset(
                    "2^-24 where the KL loss cancels part of the policy term it scales",
     sources=(
         "volcengine/verl: verl/trainer/ppo/core_algos.py (compute_gae_advantage_return, "
-        "kl_penalty_forward, compute_policy_loss_vanilla, agg_loss, compute_value_loss), "
-        "0.9.1",
+        "kl_penalty, kl_penalty_forward, compute_policy_loss_vanilla, agg_loss, "
+        "compute_value_loss), 0.9.1",
         "volcengine/verl: verl/utils/torch_functional.py (masked_mean, masked_var, "
         "masked_whiten), 0.9.1",
         "volcengine/verl: verl/trainer/ppo/ray_trainer.py (apply_kl_penalty), 0.9.1",

@@ -31,6 +31,7 @@ from ._common import (
     at_last_token,
     broadcast,
     group_advantages,
+    kl_form,
     masked_kl,
     masked_whiten,
     mean_over,
@@ -40,8 +41,10 @@ from ._common import (
 )
 from ._step import normaliser_for, policy_step
 from ._verl import (
+    VERL_KL_NAMES,
     verl_bypass_loss,
     verl_correction_before_advantages,
+    verl_kl_type,
     verl_step_stats,
     verl_trainer_agg,
 )
@@ -50,10 +53,6 @@ ESTIMATORS = ("grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseli
               "opo", "gpg", "grpo_passk", "gdpo")
 LOSS_MODES = ("vanilla", "gspo", "cispo", "sapo", "geo_mean", "gpg", "clip_cov", "kl_cov",
               "dppo_tv", "dppo_kl", "dro")
-#: verl's kl_penalty / kl_loss_type names -> (estimator, clamp of the estimate)
-KL_TYPES = {"kl": ("k1", None), "k1": ("k1", None), "abs": ("abs", None),
-            "mse": ("k2", None), "k2": ("k2", None), "low_var_kl": ("k3", 10.0),
-            "k3": ("k3", 10.0)}
 
 
 def _verl_grpo(x: Rollout, p: dict, step=None) -> dict:
@@ -116,7 +115,12 @@ def _verl_grpo(x: Rollout, p: dict, step=None) -> dict:
       never read, ``ActorConfig`` sets 3.0; log-ratio clamped to [-20, 20]); ``dro``
       (``dro_beta``, no default: required). Each aggregated by ``loss_agg_mode`` unless said.
     * ``use_kl_loss``: ``kl_loss_coef`` times ``kl_loss_type`` (``low_var_kl``: k3 clamped to
-      [-10, 10]) of (logp, logp_ref), aggregated by ``loss_agg_mode``.
+      [-10, 10]) of (logp, logp_ref), aggregated by ``loss_agg_mode``; a name with the suffix
+      "+" (``"k3+"``, ``"low_var_kl+"``, ...: ``core_algos.kl_penalty``) keeps the
+      estimate's value and takes k2's gradient logp - logp_ref, unclamped, by a
+      straight-through form (``kl_gradient="straight_through"``,
+      ``_verl.verl_kl_type``); in ``kl_penalty`` (the reward's KL) the suffix changes
+      nothing: the rewards carry no gradient.
     * ``loss_agg_mode`` ``seq-mean-token-sum-norm`` divides the sum over every token by the
       number of sequences times T (``agg_loss`` in 0.9.1, ``loss_scale_factor`` unset: T);
       the commits of early 2026 divided by T only.
@@ -148,14 +152,15 @@ def _verl_grpo(x: Rollout, p: dict, step=None) -> dict:
     m = x.mask
     xm = x.on(m)
     for key, allowed in (("adv_estimator", ESTIMATORS), ("loss_mode", LOSS_MODES),
-                         ("kl_penalty", tuple(KL_TYPES)), ("kl_loss_type", tuple(KL_TYPES))):
+                         ("kl_penalty", VERL_KL_NAMES), ("kl_loss_type", VERL_KL_NAMES)):
         require_choice(name, p, key, allowed)
     if not np.all(m[:, 0]):
         raise ValueError(f"{name}: mask row {int(np.argmin(m[:, 0]))} does not start at "
                          "column 0; verl places the score at (number of response tokens) - 1")
     rewards = at_last_token(x.scores, m)
     if p["use_kl_in_reward"]:
-        est, clamp = KL_TYPES[p["kl_penalty"]]
+        # (a "+" name: the same value; the rewards carry no gradient)
+        est, clamp, _ = verl_kl_type(name, p, "kl_penalty")
         rewards = rewards - p["kl_coef"] * masked_kl(x.logp_old, x.logp_ref, est, m, clamp)
     s = rewards.sum(axis=-1)  # rewards are 0 at padding (at_last_token, kl_estimate)
     # the rollout correction: rejection replaces the response mask before the advantages
@@ -190,11 +195,15 @@ def _verl_grpo(x: Rollout, p: dict, step=None) -> dict:
     # trainer's count, or not; the bypass mode's loss decides it inside)
     lm = m if corr["bypass"] else third_policy.loss_mask(name, p, m, corr["is_weights"])
     agg, norm = verl_trainer_agg(p["loss_agg_mode"], lm)
+    # why: verl 0.9.1 core_algos.kl_penalty: a name ending in "+" keeps the estimate's
+    # value and takes k2's gradient (k2 - sg(k2) + sg(k)), straight through (the form
+    # checked whether or not the KL is in the loss)
+    kl_est, kl_clamp, form = verl_kl_type(name, p, "kl_loss_type")
+    form = kl_form(name, p, form)
     kl = {}
     if p["use_kl_loss"]:
-        kl_est, kl_clamp = KL_TYPES[p["kl_loss_type"]]
         kl = dict(kl_coef=p["kl_loss_coef"], kl_estimator=kl_est, kl_clamp=kl_clamp,
-                  kl_agg=agg)
+                  kl_agg=agg, kl_gradient=form)
     # the options of each loss_mode besides the clip bounds and the KL term
     clamp = p["log_ratio_clamp"]
     # why: verl's advantages are float32 (the reward tensor's dtype) unless a float64 KL was
@@ -404,7 +413,8 @@ PRESET = Preset(
     conventions={"std_ddof": 1, "std_eps": 1e-6, "std_eps_placement": "std",
                  "singleton": "raw", "log_ratio_clamp": 20.0, "cispo_clip": "range",
                  "log_ratio_max": 10.0, "is_log_ratio_bound": 20.0, "clip_cov_seed": 0,
-                 "sequence_gradient": "token", "normaliser": "verl", **third_policy.VERL},
+                  "sequence_gradient": "token", "normaliser": "verl", "kl_gradient": None,
+                  **third_policy.VERL},
     sources=(
         "volcengine/verl: verl/trainer/ppo/core_algos.py (compute_grpo_outcome_advantage, "
         "compute_rloo_outcome_advantage, compute_reinforce_plus_plus_outcome_advantage, "
