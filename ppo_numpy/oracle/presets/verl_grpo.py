@@ -63,6 +63,13 @@ def _verl_grpo(x: Rollout, p: dict, step=None) -> dict:
     ``compute_remax_outcome_advantage``, ``compute_policy_loss_vanilla``, ``_gspo``,
     ``_cispo``, ``agg_loss``, ``kl_penalty``; ``ray_trainer.py`` ``apply_kl_penalty``).
 
+    The stages, in the order of verl's trainer, one function each: the token rewards
+    (``_token_rewards``), the rollout correction (``_verl.verl_correction_before_advantages``),
+    the advantages (``_advantages``), the loss's options (``_loss_options``: the trainer's
+    denominators, ``_kl_loss_options``, ``_loss_mode_options``), the actor's loss
+    (``_loss_inputs`` and ``_policy_loss``, or ``_verl.verl_bypass_loss``), the statistics
+    (``_statistics``) and the step over a layout (``_verl_grpo_step``).
+
     * Token rewards: the score at the last response token (the response must start at
       column 0, as in the ``verl`` preset); with ``use_kl_in_reward`` minus ``kl_coef`` times
       the ``kl_penalty`` estimate of (logp_old, logp_ref) at every token. The sequence score
@@ -149,11 +156,53 @@ def _verl_grpo(x: Rollout, p: dict, step=None) -> dict:
       by n + 1e-8 and its seq-mean-token-mean by n_i + 1e-8; this preset by n and n_i.
     """
     name = "verl-grpo"
-    m = x.mask
-    xm = x.on(m)
     for key, allowed in (("adv_estimator", ESTIMATORS), ("loss_mode", LOSS_MODES),
                          ("kl_penalty", VERL_KL_NAMES), ("kl_loss_type", VERL_KL_NAMES)):
         require_choice(name, p, key, allowed)
+    # 1. the token rewards: the score at the last token, the KL in the reward
+    rewards, s = _token_rewards(name, x, p)
+    # 2. the rollout correction: rejection replaces the response mask before the advantages
+    corr = verl_correction_before_advantages(name, x, x.mask, p)
+    m = corr["mask"]
+    xm = x.on(x.mask) if corr["xm"] is None else corr["xm"]
+    # 3. the advantages of adv_estimator (and opo's NaN rows: groups without a token)
+    A, no_tokens = _advantages(x, rewards, s, m, p)
+    # 4. the loss's mask and options (the trainer's counts, the KL loss, loss_mode's)
+    # (the convention masked_weights: a masked weight's token in the loss's mask, and in the
+    # trainer's count, or not; the bypass mode's loss decides it inside)
+    lm = m if corr["bypass"] else third_policy.loss_mask(name, p, m, corr["is_weights"])
+    opts = _loss_options(name, p, m, lm, corr["bypass"])
+    # 5. the actor's loss: the bypass mode's, or loss_mode's with the third policy's weights
+    if corr["bypass"]:
+        # (bypass mode's loss is PPO-clip or REINFORCE: rollout_loss_type, not loss_mode)
+        pl, st, dlogp, _ = verl_bypass_loss(name, x, xm, A, m, opts, p, p["clip_ratio_c"])
+        mode = "reinforce" if p["rollout_loss_type"] == "reinforce" else "vanilla"
+    else:
+        xl, A_l, w = _loss_inputs(name, p, xm, A, no_tokens, m, lm, corr["is_weights"])
+        pl, st, dlogp = _policy_loss(name, p, xl, A_l, lm, opts, w)
+        mode = p["loss_mode"]
+    if np.any(no_tokens):
+        pl, dlogp = _nan_advantage_rows(pl, dlogp, no_tokens, x.mask, mode)
+    # 6. the statistics
+    stats = _statistics(x, s, A, m, pl, st, mode, p, corr["stats"])
+    out = policy_result(A, pl, dlogp, stats, rewards=rewards)
+    # 7. the step over the layout's micro-batches (the same mask lm and weights w)
+    if step is not None:
+        if corr["bypass"]:
+            raise ValueError(f"layout: {name}'s bypass mode over micro-batches is not "
+                             "reproduced (its rejection inside the loss against the step's "
+                             "counts); give no layout, or bypass_mode=False")
+        out.update(_verl_grpo_step(step, xl, A_l, lm, opts, p, w, no_tokens, x.mask))
+    return out
+
+
+def _token_rewards(name: str, x: Rollout, p: dict) -> tuple:
+    """The token rewards (B, T) and the sequence scores s (B,), their sum over the response:
+    verl 0.9.1's reward manager puts the score at the last response token
+    (``workers/reward_manager/naive.py``), and with ``use_kl_in_reward``
+    ``ray_trainer.py`` ``apply_kl_penalty`` subtracts ``kl_coef`` times the ``kl_penalty``
+    estimate of (logp_old, logp_ref)."""
+    m = x.mask
     if not np.all(m[:, 0]):
         raise ValueError(f"{name}: mask row {int(np.argmin(m[:, 0]))} does not start at "
                          "column 0; verl places the score at (number of response tokens) - 1")
@@ -162,10 +211,14 @@ def _verl_grpo(x: Rollout, p: dict, step=None) -> dict:
         # (a "+" name: the same value; the rewards carry no gradient)
         est, clamp, _ = verl_kl_type(name, p, "kl_penalty")
         rewards = rewards - p["kl_coef"] * masked_kl(x.logp_old, x.logp_ref, est, m, clamp)
-    s = rewards.sum(axis=-1)  # rewards are 0 at padding (at_last_token, kl_estimate)
-    # the rollout correction: rejection replaces the response mask before the advantages
-    corr = verl_correction_before_advantages(name, x, m, p)
-    m, xm = corr["mask"], (xm if corr["xm"] is None else corr["xm"])
+    return rewards, rewards.sum(axis=-1)  # rewards are 0 at padding (at_last_token, kl_estimate)
+
+
+def _advantages(x: Rollout, rewards, s, m, p: dict) -> tuple:
+    """The advantages A (B, T) of ``adv_estimator`` over the response mask m (after a
+    rejection), and the rows whose advantages are NaN (opo's groups without a token): verl
+    0.9.1 ``ray_trainer.py`` ``compute_advantage``, which calls the estimator's
+    ``core_algos.compute_*_outcome_advantage``."""
     est = p["adv_estimator"]
     if est == "grpo":
         scale = "group" if p["norm_adv_by_std_in_grpo"] else "none"
@@ -187,29 +240,55 @@ def _verl_grpo(x: Rollout, p: dict, step=None) -> dict:
     # why: verl 0.9.1's opo divides 0 by 0 for a group whose tokens were all rejected: those
     # rows' advantages are NaN, read by no loss term (they have no token in the mask)
     no_tokens = np.isnan(A).any(axis=-1) if est == "opo" else np.zeros(len(A), bool)
-    A_loss = np.where(no_tokens[:, None], 0.0, A)
+    return A, no_tokens
+
+
+def _loss_options(name: str, p: dict, m, lm, bypass: bool) -> PolicyLossOptions:
+    """The actor's loss options: the clip bounds, the trainer's denominators over the loss's
+    mask lm, the KL loss (``_kl_loss_options``) and the options of ``loss_mode``
+    (``_loss_mode_options``; vanilla's in bypass mode): verl 0.9.1
+    ``workers/utils/losses.py`` ``ppo_loss`` with the actor's ``ActorConfig`` and
+    ``PolicyLossConfig``."""
     # why: verl 0.9.1's trainer divides the losses by the mini-batch's token count and row
     # count (batch_num_tokens, global_batch_size), not by what agg_loss would count alone;
     # the batch's mask is the unrejected one in bypass mode (its rejection is in the loss)
-    # (the convention masked_weights: a masked weight's token in the loss's mask, and in the
-    # trainer's count, or not; the bypass mode's loss decides it inside)
-    lm = m if corr["bypass"] else third_policy.loss_mask(name, p, m, corr["is_weights"])
     agg, norm = verl_trainer_agg(p["loss_agg_mode"], lm)
+    kl = _kl_loss_options(name, p, agg)
+    mode = _loss_mode_options(p, agg, norm, m)[
+        # why: verl 0.9.1 apply_bypass_mode sets loss_mode="bypass_mode" whatever the actor's
+        # (PPO-clip or REINFORCE over loss_agg_mode): the actor's loss_mode is not used
+        "vanilla" if bypass else p["loss_mode"]]
+    if p["loss_mode"] == "dro" and p["dro_beta"] is None and not bypass:
+        raise ValueError(f"{name}: dro_beta: loss_mode 'dro' needs dro_beta > 0 (verl 0.9.1 "
+                         "policy_loss.dro_beta=None raises)")
+    return PolicyLossOptions(epsilon=p["clip_ratio_low"], epsilon_high=p["clip_ratio_high"],
+                             **mode, **kl)
+
+
+def _kl_loss_options(name: str, p: dict, agg: str) -> dict:
+    """The KL loss's options, {} without ``use_kl_loss``: ``kl_loss_coef`` times the
+    ``kl_loss_type`` estimate of (logp, logp_ref), aggregated by ``loss_agg_mode`` (``agg``):
+    verl 0.9.1 ``workers/utils/losses.py`` ``ppo_loss`` with ``core_algos.kl_penalty``."""
     # why: verl 0.9.1 core_algos.kl_penalty: a name ending in "+" keeps the estimate's
     # value and takes k2's gradient (k2 - sg(k2) + sg(k)), straight through (the form
     # checked whether or not the KL is in the loss)
     kl_est, kl_clamp, form = verl_kl_type(name, p, "kl_loss_type")
     form = kl_form(name, p, form)
-    kl = {}
-    if p["use_kl_loss"]:
-        kl = dict(kl_coef=p["kl_loss_coef"], kl_estimator=kl_est, kl_clamp=kl_clamp,
-                  kl_agg=agg, kl_gradient=form)
-    # the options of each loss_mode besides the clip bounds and the KL term
+    if not p["use_kl_loss"]:
+        return {}
+    return dict(kl_coef=p["kl_loss_coef"], kl_estimator=kl_est, kl_clamp=kl_clamp,
+                kl_agg=agg, kl_gradient=form)
+
+
+def _loss_mode_options(p: dict, agg: str, norm, m) -> dict:
+    """loss_mode -> its options besides the clip bounds and the KL term, every entry built
+    (m: the response mask, for sapo's fixed aggregation): verl 0.9.1 ``core_algos.py``
+    ``get_policy_loss_fn`` and the ``compute_policy_loss_*`` it returns."""
     clamp = p["log_ratio_clamp"]
     # why: verl's advantages are float32 (the reward tensor's dtype) unless a float64 KL was
     # subtracted from the rewards, and sapo's temperatures take their dtype
     tau_dtype = np.float64 if p["use_kl_in_reward"] else np.float32
-    mode = {"vanilla": dict(dual_clip=p["clip_ratio_c"], log_ratio_clamp=clamp, agg=agg,
+    return {"vanilla": dict(dual_clip=p["clip_ratio_c"], log_ratio_clamp=clamp, agg=agg,
                             norm=norm),
             # why: verl 0.9.1 compute_policy_loss_gspo aggregates by the loss_agg_mode it is
             # given (workers/utils/losses.py ppo_loss passes actor.loss_agg_mode)
@@ -239,35 +318,39 @@ def _verl_grpo(x: Rollout, p: dict, step=None) -> dict:
                             dppo_ratio_max=p["clip_ratio_c"]),
             "dppo_kl": dict(loss_type="dppo_kl", log_ratio_clamp=clamp, agg=agg, norm=norm,
                             dppo_ratio_max=p["clip_ratio_c"]),
-            "dro": dict(loss_type="dro", agg=agg, norm=norm, dro_beta=p["dro_beta"])}[
-        # why: verl 0.9.1 apply_bypass_mode sets loss_mode="bypass_mode" whatever the actor's
-        # (PPO-clip or REINFORCE over loss_agg_mode): the actor's loss_mode is not used
-        "vanilla" if corr["bypass"] else p["loss_mode"]]
-    if p["loss_mode"] == "dro" and p["dro_beta"] is None and not corr["bypass"]:
-        raise ValueError(f"{name}: dro_beta: loss_mode 'dro' needs dro_beta > 0 (verl 0.9.1 "
-                         "policy_loss.dro_beta=None raises)")
-    opts = PolicyLossOptions(epsilon=p["clip_ratio_low"], epsilon_high=p["clip_ratio_high"],
-                             **mode, **kl)
-    if corr["bypass"]:
-        # (bypass mode's loss is PPO-clip or REINFORCE: rollout_loss_type, not loss_mode)
-        pl, st, dlogp, m = verl_bypass_loss(name, x, xm, A, m, opts, p, p["clip_ratio_c"])
-        mode = "reinforce" if p["rollout_loss_type"] == "reinforce" else "vanilla"
-    else:
-        # the third policy's conventions: GMPO's mean of the weights, GSPO's gradient, the
-        # weights on the KL term or not (and, in lm, a masked weight's token in the loss)
-        xl = xm if lm is m else xm.on(lm)
-        w = None if corr["is_weights"] is None else np.where(lm, corr["is_weights"], 0.0)
-        if p["loss_mode"] == "geo_mean":
-            w = third_policy.gmpo_row_weights(name, p, w, lm)
-        elif p["loss_mode"] == "gspo" and p["sequence_gradient"] == "sequence":
-            w = third_policy.row_mean(w, lm)
-        with np.errstate(divide="ignore"):  # (GMPO's log(0 + 1e-10 - 1e-10): a weight 0)
-            pl, st, dlogp = third_policy.policy_loss(name, p, xl.logp, xl.logp_old,
-                                                     np.where(lm, A_loss, 0.0), lm, opts,
-                                                     xl.logp_ref, is_weights=w)
-        mode = p["loss_mode"]
-    if np.any(no_tokens):
-        pl, dlogp = _nan_advantage_rows(pl, dlogp, no_tokens, x.mask, mode)
+            "dro": dict(loss_type="dro", agg=agg, norm=norm, dro_beta=p["dro_beta"])}
+
+
+def _loss_inputs(name: str, p: dict, xm: Rollout, A, no_tokens, m, lm, is_weights) -> tuple:
+    """The loss's inputs on its mask lm (m: the response mask): the log-probs, the
+    advantages (0 off lm and in opo's NaN rows) and the third policy's weights (None
+    without a correction) after ``_third_policy``'s conventions (GMPO's mean of the weights,
+    GSPO's gradient): what verl 0.9.1 ``workers/utils/losses.py`` ``ppo_loss`` passes as
+    ``response_mask``, ``advantages`` and ``rollout_is_weights``."""
+    A_loss = np.where(no_tokens[:, None], 0.0, A)
+    xl = xm if lm is m else xm.on(lm)
+    w = None if is_weights is None else np.where(lm, is_weights, 0.0)
+    if p["loss_mode"] == "geo_mean":
+        w = third_policy.gmpo_row_weights(name, p, w, lm)
+    elif p["loss_mode"] == "gspo" and p["sequence_gradient"] == "sequence":
+        w = third_policy.row_mean(w, lm)
+    return xl, np.where(lm, A_loss, 0.0), w
+
+
+def _policy_loss(name: str, p: dict, xl: Rollout, A, lm, opts, w) -> tuple:
+    """(loss, statistics, dlogp) of ``loss_mode`` with the KL loss, the weights w on the
+    KL term or not (the convention is_weights_on_kl): verl 0.9.1 ``workers/utils/losses.py``
+    ``ppo_loss``, its ``policy_loss_fn`` and ``kl_penalty``."""
+    with np.errstate(divide="ignore"):  # (GMPO's log(0 + 1e-10 - 1e-10): a weight 0)
+        return third_policy.policy_loss(name, p, xl.logp, xl.logp_old, A, lm, opts,
+                                        xl.logp_ref, is_weights=w)
+
+
+def _statistics(x: Rollout, s, A, m, pl, st: dict, mode: str, p: dict, corr_stats: dict) -> dict:
+    """The metrics: the actor's (``workers/utils/losses.py`` ``ppo_loss``: ``actor/pg_loss``,
+    the loss_mode's own by ``_loss_stats``, the KL loss's), the batch's
+    (``trainer/ppo/metric_utils.py`` ``compute_data_metrics``: the means of the scores, the
+    sequence rewards s and the advantages over m) and the rollout correction's, verl 0.9.1."""
     stats = {"actor/pg_loss": pl.policy_loss, **_loss_stats(mode, st),
         "critic/score/mean": mean_rows(x.scores),
         "critic/rewards/mean": mean_rows(s),
@@ -276,17 +359,8 @@ def _verl_grpo(x: Rollout, p: dict, step=None) -> dict:
     if p["use_kl_loss"]:
         stats["actor/kl_loss"] = pl.kl_loss
         stats["actor/kl_coef"] = p["kl_loss_coef"]
-    stats.update(corr["stats"])
-    out = policy_result(A, pl, dlogp, stats, rewards=rewards)
-    if step is not None:
-        if corr["bypass"]:
-            raise ValueError(f"layout: {name}'s bypass mode over micro-batches is not "
-                             "reproduced (its rejection inside the loss against the step's "
-                             "counts); give no layout, or bypass_mode=False")
-        # (the third policy's mask lm and weights w, as the one-batch loss above)
-        out.update(_verl_grpo_step(step, xl, np.where(lm, A_loss, 0.0), lm, opts, p, w,
-                                   no_tokens, x.mask))
-    return out
+    stats.update(corr_stats)
+    return stats
 
 
 def _verl_grpo_step(step, xm: Rollout, A, m, opts, p, is_weights, no_tokens, response):
@@ -363,6 +437,8 @@ def _verl_091_estimator(est, x: Rollout, s, m, p):
             * group_advantages(components[:, k], x.groups, p, singleton=p["singleton"],
                                dtype=np.float32) for k in range(K))
     return masked_whiten(broadcast(S, m), m, ddof=1, eps=1e-8)
+
+
 def _loss_stats(mode: str, st: dict) -> dict:
     """The ``actor/`` metrics each loss_mode of verl 0.9.1 returns (core_algos.py: gpg none,
     kl_cov and dro only ``ppo_kl``, kl_cov's the mean |log rho|; sapo's clip fractions 0;
