@@ -243,6 +243,39 @@ def _advantages(x: Rollout, rewards, s, m, p: dict) -> tuple:
     return A, no_tokens
 
 
+def _verl_091_estimator(est, x: Rollout, s, m, p):
+    """The advantages (B, T) of ``opo``, ``gpg``, ``grpo_passk`` and ``gdpo``: verl 0.9.1
+    ``compute_opo_outcome_advantage``, ``compute_gpg_outcome_advantage``,
+    ``compute_grpo_passk_outcome_advantage``, ``compute_gdpo_outcome_advantage``."""
+    if est == "opo":
+        # (a group without tokens: NaN at every position, as verl's (s - 0 / 0) * mask)
+        a = opo_advantages(s, x.groups, m.sum(axis=-1), singleton="raw", empty="nan")
+        return np.where(np.isnan(a)[:, None], np.nan, broadcast(a, m))
+    if est == "gpg":
+        return broadcast(gpg_advantages(s, x.groups, singleton="raw"), m)
+    if est == "grpo_passk":
+        scale = "group" if p["norm_adv_by_std_in_grpo"] else "none"
+        return broadcast(grpo_passk_advantages(s, x.groups, scale=scale, std_eps=p["std_eps"],
+                                               ddof=p["std_ddof"]), m)
+    # why: verl reads the components from the reward function's dict (not the KL-shaped
+    # token_level_rewards), as float32 (compute_gdpo_outcome_advantage)
+    components = x.scores[:, None] if x.reward_components is None else x.reward_components
+    K = components.shape[1]
+    weights = p["gdpo_reward_weights"]
+    if weights is not None and len(weights) != K:
+        raise ValueError(f"verl-grpo: gdpo_reward_weights has {len(weights)} weights for "
+                         f"{K} reward components")
+    if (p["std_ddof"], p["std_eps_placement"]) == (1, "std") and p["std_eps"] > 0:
+        return gdpo_advantages(components, x.groups, m, weights=weights, std_eps=p["std_eps"],
+                               singleton=p["singleton"], dtype=np.float32)
+    # the diagnosis's other group conventions: each component's GRPO by group_advantages,
+    # then gdpo_advantages' weighted sum and whitening (ddof 1, rsqrt(var + 1e-8))
+    S = sum((1.0 if weights is None else weights[k])
+            * group_advantages(components[:, k], x.groups, p, singleton=p["singleton"],
+                               dtype=np.float32) for k in range(K))
+    return masked_whiten(broadcast(S, m), m, ddof=1, eps=1e-8)
+
+
 def _loss_options(name: str, p: dict, m, lm, bypass: bool) -> PolicyLossOptions:
     """The actor's loss options: the clip bounds, the trainer's denominators over the loss's
     mask lm, the KL loss (``_kl_loss_options``) and the options of ``loss_mode``
@@ -346,6 +379,20 @@ def _policy_loss(name: str, p: dict, xl: Rollout, A, lm, opts, w) -> tuple:
                                         xl.logp_ref, is_weights=w)
 
 
+def _nan_advantage_rows(pl, dlogp, rows, response, mode):
+    """What verl 0.9.1 computes from rows whose advantages are NaN (opo's 0 / 0 for a group
+    whose tokens were all rejected): ``agg_loss`` leaves them out (``masked_sum`` takes
+    ``torch.where``; the seq-means mask their row sums), so the loss is the other rows'; but
+    autograd multiplies the zero gradient the mask leaves by the NaN advantage, so the
+    gradient is NaN at every response token of those rows (``response``; then the FSDP
+    engine skips the update, ``optimizer_step``: grad_norm not finite). ``geo_mean`` takes
+    torch.mean over rows, those included: its loss is NaN."""
+    dlogp = np.where(rows[:, None] & response, np.nan, dlogp)
+    if mode == "geo_mean":
+        pl = SimpleNamespace(loss=np.nan, policy_loss=np.nan, kl_loss=pl.kl_loss)
+    return pl, dlogp
+
+
 def _statistics(x: Rollout, s, A, m, pl, st: dict, mode: str, p: dict, corr_stats: dict) -> dict:
     """The metrics: the actor's (``workers/utils/losses.py`` ``ppo_loss``: ``actor/pg_loss``,
     the loss_mode's own by ``_loss_stats``, the KL loss's), the batch's
@@ -361,6 +408,29 @@ def _statistics(x: Rollout, s, A, m, pl, st: dict, mode: str, p: dict, corr_stat
         stats["actor/kl_coef"] = p["kl_loss_coef"]
     stats.update(corr_stats)
     return stats
+
+
+def _loss_stats(mode: str, st: dict) -> dict:
+    """The ``actor/`` metrics each loss_mode of verl 0.9.1 returns (core_algos.py: gpg none,
+    kl_cov and dro only ``ppo_kl``, kl_cov's the mean |log rho|; sapo's clip fractions 0;
+    the bypass mode's ``reinforce`` only ``ppo_kl``)."""
+    if mode == "gpg":
+        return {}
+    if mode == "reinforce":
+        # why: verl 0.9.1 compute_policy_loss_reinforce (bypass mode) logs actor/ppo_kl alone
+        return {"actor/ppo_kl": st["approx_kl_k1"]}
+    if mode in ("kl_cov", "dro"):
+        return {"actor/ppo_kl": st["approx_kl_abs" if mode == "kl_cov" else "approx_kl_k1"]}
+    clipfrac, lower = {"sapo": (0.0, 0.0),
+                       "geo_mean": (st.get("clipfrac_high"), st.get("clipfrac_low")),
+                       "clip_cov": (st.get("cov_selected_frac"), None),
+                       "dppo_tv": (st.get("dppo_masked_frac"), st.get("dppo_truncated_frac")),
+                       "dppo_kl": (st.get("dppo_masked_frac"), st.get("dppo_truncated_frac")),
+                       }.get(mode) or (st["clipfrac_active"], st["dual_clipfrac"])
+    out = {"actor/pg_clipfrac": clipfrac, "actor/ppo_kl": st["approx_kl_k1"]}
+    if lower is not None:
+        out["actor/pg_clipfrac_lower"] = lower
+    return out
 
 
 def _verl_grpo_step(step, xm: Rollout, A, m, opts, p, is_weights, no_tokens, response):
@@ -389,76 +459,6 @@ def _verl_grpo_step(step, xm: Rollout, A, m, opts, p, is_weights, no_tokens, res
                                            else mb.forward.loss for mb in passes])
     out.update(verl_step_stats(step, passes, lambda st: _loss_stats(mode, st),
                                kl_loss=p["use_kl_loss"]))
-    return out
-
-
-def _nan_advantage_rows(pl, dlogp, rows, response, mode):
-    """What verl 0.9.1 computes from rows whose advantages are NaN (opo's 0 / 0 for a group
-    whose tokens were all rejected): ``agg_loss`` leaves them out (``masked_sum`` takes
-    ``torch.where``; the seq-means mask their row sums), so the loss is the other rows'; but
-    autograd multiplies the zero gradient the mask leaves by the NaN advantage, so the
-    gradient is NaN at every response token of those rows (``response``; then the FSDP
-    engine skips the update, ``optimizer_step``: grad_norm not finite). ``geo_mean`` takes
-    torch.mean over rows, those included: its loss is NaN."""
-    dlogp = np.where(rows[:, None] & response, np.nan, dlogp)
-    if mode == "geo_mean":
-        pl = SimpleNamespace(loss=np.nan, policy_loss=np.nan, kl_loss=pl.kl_loss)
-    return pl, dlogp
-
-
-def _verl_091_estimator(est, x: Rollout, s, m, p):
-    """The advantages (B, T) of ``opo``, ``gpg``, ``grpo_passk`` and ``gdpo``: verl 0.9.1
-    ``compute_opo_outcome_advantage``, ``compute_gpg_outcome_advantage``,
-    ``compute_grpo_passk_outcome_advantage``, ``compute_gdpo_outcome_advantage``."""
-    if est == "opo":
-        # (a group without tokens: NaN at every position, as verl's (s - 0 / 0) * mask)
-        a = opo_advantages(s, x.groups, m.sum(axis=-1), singleton="raw", empty="nan")
-        return np.where(np.isnan(a)[:, None], np.nan, broadcast(a, m))
-    if est == "gpg":
-        return broadcast(gpg_advantages(s, x.groups, singleton="raw"), m)
-    if est == "grpo_passk":
-        scale = "group" if p["norm_adv_by_std_in_grpo"] else "none"
-        return broadcast(grpo_passk_advantages(s, x.groups, scale=scale, std_eps=p["std_eps"],
-                                               ddof=p["std_ddof"]), m)
-    # why: verl reads the components from the reward function's dict (not the KL-shaped
-    # token_level_rewards), as float32 (compute_gdpo_outcome_advantage)
-    components = x.scores[:, None] if x.reward_components is None else x.reward_components
-    K = components.shape[1]
-    weights = p["gdpo_reward_weights"]
-    if weights is not None and len(weights) != K:
-        raise ValueError(f"verl-grpo: gdpo_reward_weights has {len(weights)} weights for "
-                         f"{K} reward components")
-    if (p["std_ddof"], p["std_eps_placement"]) == (1, "std") and p["std_eps"] > 0:
-        return gdpo_advantages(components, x.groups, m, weights=weights, std_eps=p["std_eps"],
-                               singleton=p["singleton"], dtype=np.float32)
-    # the diagnosis's other group conventions: each component's GRPO by group_advantages,
-    # then gdpo_advantages' weighted sum and whitening (ddof 1, rsqrt(var + 1e-8))
-    S = sum((1.0 if weights is None else weights[k])
-            * group_advantages(components[:, k], x.groups, p, singleton=p["singleton"],
-                               dtype=np.float32) for k in range(K))
-    return masked_whiten(broadcast(S, m), m, ddof=1, eps=1e-8)
-
-
-def _loss_stats(mode: str, st: dict) -> dict:
-    """The ``actor/`` metrics each loss_mode of verl 0.9.1 returns (core_algos.py: gpg none,
-    kl_cov and dro only ``ppo_kl``, kl_cov's the mean |log rho|; sapo's clip fractions 0;
-    the bypass mode's ``reinforce`` only ``ppo_kl``)."""
-    if mode == "gpg":
-        return {}
-    if mode == "reinforce":
-        # why: verl 0.9.1 compute_policy_loss_reinforce (bypass mode) logs actor/ppo_kl alone
-        return {"actor/ppo_kl": st["approx_kl_k1"]}
-    if mode in ("kl_cov", "dro"):
-        return {"actor/ppo_kl": st["approx_kl_abs" if mode == "kl_cov" else "approx_kl_k1"]}
-    clipfrac, lower = {"sapo": (0.0, 0.0),
-                       "geo_mean": (st.get("clipfrac_high"), st.get("clipfrac_low")),
-                       "clip_cov": (st.get("cov_selected_frac"), None),
-                       "dppo_tv": (st.get("dppo_masked_frac"), st.get("dppo_truncated_frac")),
-                       "dppo_kl": (st.get("dppo_masked_frac"), st.get("dppo_truncated_frac")),
-                       }.get(mode) or (st["clipfrac_active"], st["dual_clipfrac"])
-    out = {"actor/pg_clipfrac": clipfrac, "actor/ppo_kl": st["approx_kl_k1"]}
-    if lower is not None:
-        out["actor/pg_clipfrac_lower"] = lower
     return out
 
 
