@@ -144,9 +144,24 @@ class _Accelerator:
         return x
 
 
-def _trl_trainer(loss_type, K, S, logp_mb, torch):
-    """A stand-in GRPOTrainer with GRPOConfig's defaults (read from the class's fields) and
-    the step's K, S and world size."""
+def num_items_in_batch(layout, rank, k, S, mask, dist, torch):
+    """TRL's ``num_items_in_batch`` for micro-batch ``k`` of ``rank``: the tokens of its
+    generation batch (this rank's micro-batches g S ... g S + S - 1, g = k // S), gathered
+    over the ranks by a real all-gather and summed."""
+    g = k // S
+    gen_rows = [int(i) for mb in layout[rank][g * S:(g + 1) * S] for i in mb]
+    local = mask[gen_rows].sum().to(torch.float64).reshape(1)
+    gathered = [torch.zeros(1, dtype=torch.float64) for _ in range(dist.get_world_size())]
+    dist.all_gather(gathered, local)
+    return torch.cat(gathered).sum()
+
+
+def trl_trainer(loss_type, K, S, current, torch, accelerator, beta=None):
+    """A stand-in GRPOTrainer with GRPOConfig's defaults (read from the class's fields), the
+    step's K (``current_gradient_accumulation_steps``), S (``steps_per_generation``), the
+    accelerator given and ``beta`` (None: GRPOConfig's); its model's log-probs are
+    ``current["logp"]`` when ``_compute_loss`` asks (the caller sets them per micro-batch).
+    ``(trainer, defaults)``."""
     import dataclasses
     from collections import defaultdict
     from types import SimpleNamespace
@@ -163,12 +178,12 @@ def _trl_trainer(loss_type, K, S, logp_mb, torch):
         get_off_policy_mask = staticmethod(GRPOTrainer.get_off_policy_mask)
 
         def _get_per_token_logps_and_entropies(self, *args, **kwargs):
-            return logp_mb, torch.zeros_like(logp_mb), None
+            return current["logp"], torch.zeros_like(current["logp"]), None
 
     t = Trainer()
     t.args = SimpleNamespace(**{**defaults, "steps_per_generation": S})
     eps = defaults["epsilon"]
-    t.loss_type, t.beta = loss_type, defaults["beta"]
+    t.loss_type, t.beta = loss_type, defaults["beta"] if beta is None else beta
     t.epsilon_low = eps
     t.epsilon_high = eps if defaults["epsilon_high"] is None else defaults["epsilon_high"]
     t.importance_sampling_level = defaults["importance_sampling_level"]
@@ -180,7 +195,7 @@ def _trl_trainer(loss_type, K, S, logp_mb, torch):
     t.aux_loss_enabled, t._entropy_bonus_enabled = False, False
     t.current_gradient_accumulation_steps = K
     t.model = SimpleNamespace(training=True)
-    t.accelerator = _Accelerator(torch.distributed.get_world_size())
+    t.accelerator = accelerator
     t._metrics = {"train": defaultdict(list), "eval": defaultdict(list)}
     return t, defaults
 
@@ -192,14 +207,8 @@ def _trl_losses(rank, x, layout, loss_type, S, dist, torch):
     logp = torch.tensor(x["logp"], requires_grad=True)
     losses = []
     for k, rows in enumerate(layout[rank]):
-        # num_items_in_batch: the tokens of this micro-batch's generation batch (its micro-
-        # batches g S ... g S + S - 1 on this rank), gathered over the ranks and summed
-        g = k // S
-        gen_rows = [int(i) for mb in layout[rank][g * S:(g + 1) * S] for i in mb]
-        local = mask[gen_rows].sum().to(torch.float64).reshape(1)
-        gathered = [torch.zeros(1, dtype=torch.float64) for _ in range(dist.get_world_size())]
-        dist.all_gather(gathered, local)
-        trainer, defaults = _trl_trainer(loss_type, K, S, logp[rows], torch)
+        trainer, defaults = trl_trainer(loss_type, K, S, {"logp": logp[rows]}, torch,
+                                        _Accelerator(dist.get_world_size()))
         b = len(rows)
         inputs = {"prompt_ids": torch.zeros((b, 1), dtype=torch.int64),
                   "prompt_mask": torch.ones((b, 1), dtype=torch.int64),
@@ -207,7 +216,7 @@ def _trl_losses(rank, x, layout, loss_type, S, dist, torch):
                   "completion_mask": mask[rows],
                   "advantages": torch.tensor(x["A_row"][rows]),
                   "old_per_token_logps": torch.tensor(x["logp_old"][rows]),
-                  "num_items_in_batch": torch.cat(gathered).sum()}
+                  "num_items_in_batch": num_items_in_batch(layout, rank, k, S, mask, dist, torch)}
         loss = trainer._compute_loss(None, inputs)
         loss.backward()
         losses.append(loss.item())

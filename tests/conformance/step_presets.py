@@ -259,57 +259,20 @@ class _Accelerator:
 
 
 def _trl_job(rank, job, dist, torch):
-    import dataclasses
-    from collections import defaultdict
-    from types import SimpleNamespace
-
-    from trl.trainer.grpo_config import GRPOConfig
-    from trl.trainer.grpo_trainer import GRPOTrainer
+    from .step_distributed import num_items_in_batch, trl_trainer
 
     x, layout, params = job["x"], job["layout"], job["params"]
     K = len(layout[rank])
     S = K if job["S"] is None else job["S"]
-    defaults = {f.name: f.default for f in dataclasses.fields(GRPOConfig)
-                if f.default is not dataclasses.MISSING}
     current = {}
-
-    class Trainer:
-        _compute_loss = GRPOTrainer._compute_loss
-        get_gamma_weights = GRPOTrainer.__dict__["get_gamma_weights"]
-        get_off_policy_mask = staticmethod(GRPOTrainer.get_off_policy_mask)
-
-        def _get_per_token_logps_and_entropies(self, *args, **kwargs):
-            return current["logp"], torch.zeros_like(current["logp"]), None
-
-    t = Trainer()
-    t.args = SimpleNamespace(**{**defaults, "steps_per_generation": S})
-    eps = defaults["epsilon"]
+    # (the trainer's loss_type and beta: the job's, else GRPOConfig's defaults)
+    t, defaults = trl_trainer(params.get("loss_type"), K, S, current, torch,
+                              _Accelerator(dist, torch), beta=params.get("beta"))
     t.loss_type = params.get("loss_type", defaults["loss_type"])
-    t.beta = params.get("beta", defaults["beta"])
-    t.epsilon_low = eps
-    t.epsilon_high = eps if defaults["epsilon_high"] is None else defaults["epsilon_high"]
-    t.importance_sampling_level = defaults["importance_sampling_level"]
-    t.max_completion_length = defaults["max_completion_length"]
-    t.top_entropy_quantile = defaults["top_entropy_quantile"]
-    t.off_policy_mask_threshold = defaults["off_policy_mask_threshold"]
-    t.use_vllm = False
-    t.vllm_importance_sampling_correction = False
-    t.aux_loss_enabled, t._entropy_bonus_enabled = False, False
-    t.current_gradient_accumulation_steps = K
-    t.model = SimpleNamespace(training=True)
-    t.accelerator = _Accelerator(dist, torch)
-    t._metrics = {"train": defaultdict(list), "eval": defaultdict(list)}
     mask = torch.tensor(x["mask"], dtype=torch.int64)
     logp = torch.tensor(x["logp"], requires_grad=True)
     losses = []
     for k, rows in enumerate(layout[rank]):
-        # num_items_in_batch: the tokens of this micro-batch's generation batch (micro-batches
-        # g S ... g S + S - 1 of this rank), gathered over the ranks and summed
-        g = k // S
-        gen_rows = [int(i) for mb in layout[rank][g * S:(g + 1) * S] for i in mb]
-        local = mask[gen_rows].sum().to(torch.float64).reshape(1)
-        gathered = [torch.zeros(1, dtype=torch.float64) for _ in range(dist.get_world_size())]
-        dist.all_gather(gathered, local)
         b = len(rows)
         current["logp"] = logp[rows]
         inputs = {"prompt_ids": torch.zeros((b, 1), dtype=torch.int64),
@@ -319,7 +282,7 @@ def _trl_job(rank, job, dist, torch):
                   "advantages": torch.tensor(job["A_row"][rows]),
                   "old_per_token_logps": torch.tensor(x["logp_old"][rows]),
                   "ref_per_token_logps": torch.tensor(x["logp_ref"][rows]),
-                  "num_items_in_batch": torch.cat(gathered).sum()}
+                  "num_items_in_batch": num_items_in_batch(layout, rank, k, S, mask, dist, torch)}
         loss = t._compute_loss(None, inputs)
         loss.backward()
         losses.append(loss.item())
