@@ -117,6 +117,35 @@ def test_trl_grpo_rule_by_hand():
 
 # ---- finite differences of the summed micro-batch losses ----
 
+
+def test_openrlhf_step_kl_statistic_by_hand():
+    # OpenRLHF 0.11.2 with --algo.kl.use_loss: training_step logs its KL loss as "kl", each
+    # micro-batch's aggregate_loss with the step's counts, S_k / (N / K) * P (S_k the
+    # micro-batch's summed k1 KL logp - logp_ref), and ppo_train weights each by its tokens
+    # n_k over the step's N. Responses of 3, 1, 2 and 2 tokens (N = 8), one per micro-batch,
+    # P = K = 2; per-token KL d: S = (0.5, 1, 1, -0.25). Exact: dyadic values throughout.
+    m = np.array([[1, 1, 1], [1, 0, 0], [1, 1, 0], [1, 1, 0]], dtype=np.float64)
+    d = np.array([[0.5, 0.25, -0.25], [1.0, 0, 0], [0.5, 0.5, 0], [-0.5, 0.25, 0]])
+    logp = np.where(m == 1, -0.75, 0.0)
+
+    def case(layout):
+        return {"name": "kl-statistic", "layout": layout,
+                "inputs": {"logp": logp, "logp_old": logp.copy(), "logp_ref": logp - d,
+                           "values": 0.25 * m, "old_values": 0.25 * m,
+                           "scores": np.array([1.0, 0.0, 1.0, 0.0]), "mask": m}}
+
+    openrlhf = get_preset("openrlhf")
+    out = openrlhf(case([[[0], [1]], [[2], [3]]]), use_kl_loss=True, beta=0.05)
+    # the micro-batches' KL losses S_k / 4 * 2 = (0.25, 0.5, 0.5, -0.125); weighted by
+    # n = (3, 1, 2, 2): (0.75 + 0.5 + 1 - 0.25) / 8 = 0.25, not the token mean 2.25 / 8
+    assert out["step/stat/kl"] == 0.25
+    assert out["stat/kl"] == 2.25 / 8
+    # one rank, one micro-batch: the step's KL loss is the token mean
+    one = openrlhf(case([[[0, 1, 2, 3]]]), use_kl_loss=True, beta=0.05)
+    assert one["step/stat/kl"] == 2.25 / 8
+    # without the KL loss nothing is logged for the step as "kl"
+    assert "step/stat/kl" not in openrlhf(case([[[0], [1]], [[2], [3]]]))
+
 FD = [
     ("verl", {}),
     ("verl", {"use_kl_loss": True, "beta": 0.1, "loss_agg_mode": "seq-mean-token-mean"}),

@@ -161,17 +161,20 @@ def openrlhf_correction_and_stats(name, x: Rollout, xm: Rollout, m, p: dict,
     return w, xm.logp_old, stats
 
 
-def openrlhf_step_stats(step, passes, m, logp, logp_old, value=None, values=None) -> dict:
+def openrlhf_step_stats(step, passes, m, logp, logp_old, value=None, values=None, *,
+                        kl_loss=False) -> dict:
     """The statistics OpenRLHF 0.11.2 logs for one step of several micro-batches (its
     ``gas`` the micro-batches per rank): the actor's (``openrlhf/trainer/ray/ppo_actor.py``
     ``ppo_train``) each micro-batch's value weighted by its tokens, summed over the ranks
     and the step's micro-batches and divided by the step's tokens: ``policy_loss`` (the
     loss ``aggregate_loss`` returns, gas times the backward's after DeepSpeed's 1 / gas),
     ``ppo_clip_ratio`` and ``ppo_kl`` (``PolicyLoss``'s token means of the micro-batch,
-    the raw log-ratio's); the critic's (``ppo_critic.py``: ``strategy.all_reduce``, a mean
-    over the ranks, then the mean over the micro-batches) ``critic_loss`` (gas times the
-    backward's) and ``values``. Empty when the ranks run different numbers of micro-batches
-    (DeepSpeed's gas is one number)."""
+    the raw log-ratio's), with ``kl_loss`` (``--algo.kl.use_loss``) ``kl`` (``training_step``
+    logs its KL loss as ``info["kl"]``, a token-weighted 0-d value: ``aggregate_loss`` with
+    the step's counts, gas times the backward's before its coefficient); the critic's
+    (``ppo_critic.py``: ``strategy.all_reduce``, a mean over the ranks, then the mean over
+    the micro-batches) ``critic_loss`` (gas times the backward's) and ``values``. Empty when
+    the ranks run different numbers of micro-batches (DeepSpeed's gas is one number)."""
     K = step.same_micro_batches()
     if K is None:
         return {}
@@ -185,6 +188,8 @@ def openrlhf_step_stats(step, passes, m, logp, logp_old, value=None, values=None
            "ppo_clip_ratio": token_weighted([mb.stats["clipfrac_active"] for mb in passes]),
            "ppo_kl": token_weighted([kl[mb.rows].sum() / max(c, 1)
                                      for mb, c in zip(passes, n)])}
+    if kl_loss:
+        out["kl"] = token_weighted([K * mb.forward.kl_loss for mb in passes])
     if value is not None:
         # a mean over the ranks of each micro-batch index, then over the micro-batches
         out["critic_loss"] = float(np.mean(K * np.asarray(value)))

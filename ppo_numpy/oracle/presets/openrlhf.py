@@ -144,7 +144,8 @@ def _openrlhf(x: Rollout, p: dict, step=None) -> dict:
                                             n_rows=B))
         out.update(step_out)
         out.update(openrlhf_step_stats(step, passes, m, x.logp, x.logp_old,
-                                       step_out["step/value_losses"], x.values))
+                                       step_out["step/value_losses"], x.values,
+                                       kl_loss=in_loss))
     return out
 
 

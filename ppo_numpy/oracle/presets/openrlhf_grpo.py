@@ -169,7 +169,8 @@ def _openrlhf_grpo(x: Rollout, p: dict, step=None) -> dict:
                                        kl_normaliser=kl_norm, stats=True,
                                        weighted_kl=third_policy.kl_weights_on(name, p))
         out.update(step_out)
-        out.update(openrlhf_step_stats(step, passes, m, xm.logp, xm.logp_old))
+        out.update(openrlhf_step_stats(step, passes, m, xm.logp, xm.logp_old,
+                                       kl_loss=p["use_kl_loss"]))
     return out
 
 
