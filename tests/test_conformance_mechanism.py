@@ -170,3 +170,43 @@ def test_the_step_comparison_names_preset_micro_batch_and_output():
     # a planted wrong normaliser moves every micro-batch of the preset
     planted = step_presets.expected(job, plant="verl")
     assert not np.allclose(planted["step/losses"], want["step/losses"])
+
+
+def test_openrlhfs_float32_kl_slack_is_below_a_wrong_count():
+    # OpenRLHF's KL loss is float32 (step_presets.float32_slack): the slack on the losses, the
+    # gradient and the logged "kl" is derived from u = 2^-24 and the inputs' magnitudes; it
+    # is 0 for a job without the KL loss, and far below what one token more or less in the
+    # step's count N moves (1 / N of the KL part beta kl, of the logged kl, and of a token's
+    # gradient beta / N)
+    import numpy as np
+
+    from tests.conformance import step_presets
+
+    plain = ("openrlhf", {}, "uneven", None)
+    assert step_presets.float32_slack(plain) == {}
+    job = ("openrlhf", {"use_kl_loss": True, "beta": 0.05,
+                        "loss_agg_mode": "seq-mean-token-mean"}, "interleaved", None)
+    slack = step_presets.float32_slack(job)
+    want = step_presets.expected(job)
+    N = int(np.sum(step_presets.step_case(job)["inputs"]["mask"]))
+    assert slack["dlogp"] < 1e-3 * 0.05 / N
+    assert slack["losses"] < 1e-2 * 0.05 * want["step/stat/kl"] / N
+    assert slack["stat/kl"] < 1e-2 * want["step/stat/kl"] / N
+    got = {k: np.array(want[k], copy=True) for k in
+           ("step/losses", "step/value_losses", "step/dlogp", "step/dvalues")}
+    got["stats"] = {"kl": want["step/stat/kl"] + 0.5 * slack["stat/kl"]}
+    got["step/losses"][1] += 0.5 * slack["losses"]
+    assert step_presets.differences(job, got, want) == []
+    got["step/losses"][1] += 2 * slack["losses"]
+    got["step/dlogp"][0, 0] += 2 * slack["dlogp"]
+    got["stats"]["kl"] += 2 * slack["stat/kl"]
+    lines = step_presets.differences(job, got, want)
+    # (the interleaved layout: rank 0 holds rows 0 and 2, then row 4)
+    assert len(lines) == 3, lines
+    assert "interleaved: rank 0 micro-batch 1: step/losses " in lines[0]
+    assert "interleaved: rank 0 micro-batch 0, token (0, 0): step/dlogp " in lines[1]
+    assert "interleaved: step/stat/kl " in lines[2]
+    # derived for k1 without the unbiased gradient only
+    k3 = ("openrlhf", {"use_kl_loss": True, "kl_estimator": "k3"}, "uneven", None)
+    with pytest.raises(ValueError, match="derived for the k1 KL"):
+        step_presets.float32_slack(k3)

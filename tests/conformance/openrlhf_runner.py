@@ -119,7 +119,7 @@ def openrlhf_ppo(case: dict, log: set | None = None) -> dict:
     m = exp.action_mask
     total, stat_kl = pl, item(info_kl.mean())
     if use_kl_loss:
-        kl_loss = actor_kl_loss(args, logp, x, m)
+        kl_loss = actor_kl_loss(args, logp, tensor(x["logp_ref"]), tensor(x["logp_old"]), m)
         total = pl + kl_loss * coef
         stat_kl = item(kl_loss)
     out = {"rewards": numpy(rewards * m), "advantages": numpy(exp.advantages),
@@ -134,19 +134,20 @@ def openrlhf_ppo(case: dict, log: set | None = None) -> dict:
     return out
 
 
-def actor_kl_loss(args, logp, x: dict, m):
+def actor_kl_loss(args, logp, logp_ref, logp_old, m, **loss_batch_info):
     """The KL loss of ``trainer/ray/ppo_actor.py`` ``training_step`` (lines 318-331), before
-    its coefficient: ``compute_approx_kl`` of the current log-probs against the reference's,
-    with the experience's ``action_log_probs`` (logp_old) as ``log_probs_old`` and
+    its coefficient: ``compute_approx_kl`` of the current log-probs against the reference's
+    (tensors), with the experience's ``action_log_probs`` (logp_old) as ``log_probs_old`` and
     ``--algo.kl.unbiased_gradient``; zeros for ``--algo.kl.init_coef`` 0; aggregated by
-    ``aggregate_loss`` over the action mask (its token mean)."""
+    ``aggregate_loss`` over the action mask (its token mean; by the step's counts, given
+    ``loss_batch_info``)."""
     if args.algo.kl.init_coef > 0:
-        kl = compute_approx_kl(logp, tensor(x["logp_ref"]), log_probs_old=tensor(x["logp_old"]),
+        kl = compute_approx_kl(logp, logp_ref, log_probs_old=logp_old,
                                kl_estimator=args.algo.kl.estimator,
                                unbiased_gradient=args.algo.kl.unbiased_gradient)
     else:
         kl = torch.zeros_like(logp)
-    return aggregate_loss(kl, m)
+    return aggregate_loss(kl, m, **loss_batch_info)
 
 
 def policy_loss_of(args) -> PolicyLoss:
@@ -225,7 +226,7 @@ def openrlhf_grpo(case: dict, log: set | None = None) -> dict:
     if use_kl_loss:
         # ppo_actor.py: the KL loss of the current policy against the reference (zeros for
         # init_coef 0), aggregated as the policy loss (a token mean)
-        kl_loss = actor_kl_loss(args, logp, x, m)
+        kl_loss = actor_kl_loss(args, logp, tensor(x["logp_ref"]), tensor(x["logp_old"]), m)
         total = pl + kl_loss * coef
         stats["kl"] = item(kl_loss)
     else:

@@ -266,12 +266,14 @@ def write_report(path: Path, summaries: dict, errors: dict, specs: dict, not_run
             "`value_loss` for `verl-grpo` and `verl`, with the metrics reduced as its workers "
             "reduce them, TRL 1.16.0's `_compute_loss` with a distributed accelerator for "
             "both of `trl-grpo`'s rules, and OpenRLHF 0.11.2's `PolicyLoss` with the counts "
-            "of its `iter_grad_accum_global_norm` for `openrlhf-grpo`, against the presets' "
+            "of its `iter_grad_accum_global_norm` for `openrlhf-grpo` and `openrlhf` (with "
+            "`training_step`'s KL loss and the critic's `ValueLoss`), against the presets' "
             "`step/losses`, `step/dlogp`, "
             "`step/value_losses`, `step/dvalues` and `step/stat/...`. "
             + (f"**{len(step['failures'])} differences** (listed at the end of the run)."
                if step["failures"] else "Every one matches (relative 1e-12; the statistics "
-               "4 2^-24).")
+               "4 2^-24; OpenRLHF's float32 KL loss within the bound derived from 2^-24, "
+               "`step_presets.float32_slack`).")
             + f" {step['seconds']:.0f} s.")
         add("")
         L.extend(table_lines(step))
