@@ -342,14 +342,13 @@ def _loss_inputs(name: str, p: dict, xm: Rollout, A, no_tokens, m, lm, is_weight
     without a correction) after ``_third_policy``'s conventions (GMPO's mean of the weights,
     GSPO's gradient): what verl 0.9.1 ``workers/utils/losses.py`` ``ppo_loss`` passes as
     ``response_mask``, ``advantages`` and ``rollout_is_weights``."""
-    A_loss = np.where(no_tokens[:, None], 0.0, A)
-    xl = xm if lm is m else xm.on(lm)
-    w = None if is_weights is None else np.where(lm, is_weights, 0.0)
+    xl, A_l, w = third_policy.on_loss_mask(xm, np.where(no_tokens[:, None], 0.0, A), m, lm,
+                                           is_weights)
     if p["loss_mode"] == "geo_mean":
         w = third_policy.gmpo_row_weights(name, p, w, lm)
     elif p["loss_mode"] == "gspo" and p["sequence_gradient"] == "sequence":
         w = third_policy.row_mean(w, lm)
-    return xl, np.where(lm, A_loss, 0.0), w
+    return xl, A_l, w
 
 
 def _policy_loss(name: str, p: dict, xl: Rollout, A, lm, opts, w) -> tuple:
