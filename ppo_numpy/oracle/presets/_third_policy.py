@@ -112,6 +112,13 @@ def loss_mask(name, p, m, w, *, allow_empty=False):
     return kept
 
 
+def on_loss_mask(xm, A, m, lm, w) -> tuple:
+    """The loss's inputs on its mask ``lm`` (:func:`loss_mask`'s; ``xm`` the rollout on the
+    response mask ``m``): ``(xm on lm, A 0 off lm, w 0 off lm or None)``."""
+    xl = xm if lm is m else xm.on(lm)
+    return xl, np.where(lm, A, 0.0), None if w is None else np.where(lm, w, 0.0)
+
+
 def kl_weights_on(name, p) -> bool:
     """``is_weights_on_kl`` (False for a preset without a rollout correction)."""
     value = p.get("is_weights_on_kl", False)

@@ -1,6 +1,7 @@
 """verl's helpers for its presets (``verl``, ``verl-grpo``): the rollout correction of
-verl 0.9.1 (``algorithm.rollout_correction``: importance weights, rejection, bypass mode)
-and the trainer's aggregation (``verl_trainer_agg``)."""
+verl 0.9.1 (``algorithm.rollout_correction``: importance weights, rejection, bypass mode),
+the trainer's aggregation (``verl_trainer_agg``) and the stages both presets' pipelines
+share (the score's column, the KL loss's options, the actor's metrics)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from ...mismatch.correction import (
 from ...policy_loss.kernel import kl_loss_and_grad, policy_loss_kernel
 from ...ppo.aggregation import aggregate_kernel, aggregation_weights
 from . import _third_policy as third_policy
-from ._common import _flag, mean_over, need_rollout, require_choice
+from ._common import _flag, kl_form, mean_over, need_rollout, require_choice
 from ._step import verl_metric
 
 # -- verl 0.9.1: the KL estimators by name (kl_penalty, kl_loss_type)
@@ -56,6 +57,66 @@ def verl_kl_type(name: str, p: dict, key: str) -> tuple:
     value = p[key]
     estimator, clamp = VERL_KL_TYPES[value.removesuffix("+")]
     return estimator, clamp, "straight_through" if value.endswith("+") else "plain"
+
+
+def verl_kl_loss_options(name: str, p: dict, coef, agg: str) -> dict:
+    """The KL loss's options, {} without ``use_kl_loss``: ``coef`` (``kl_loss_coef``) times the
+    ``kl_loss_type`` estimate of (logp, logp_ref), aggregated by ``loss_agg_mode`` (``agg``):
+    verl 0.9.1 ``workers/utils/losses.py`` ``ppo_loss`` with ``core_algos.kl_penalty``."""
+    # why: verl 0.9.1 core_algos.kl_penalty: a name ending in "+" keeps the estimate's
+    # value and takes k2's gradient (k2 - sg(k2) + sg(k)), straight through (the form
+    # checked whether or not the KL is in the loss)
+    kl_est, kl_clamp, form = verl_kl_type(name, p, "kl_loss_type")
+    form = kl_form(name, p, form)
+    if not p["use_kl_loss"]:
+        return {}
+    return dict(kl_coef=coef, kl_estimator=kl_est, kl_clamp=kl_clamp, kl_agg=agg,
+                kl_gradient=form)
+
+
+# -- verl 0.9.1: the score's place, the actor's metrics
+
+
+def verl_require_column_0(name: str, m, why: str) -> None:
+    """ValueError unless every response starts at column 0 (``why``: the preset's reason):
+    verl 0.9.1's reward manager puts the score at index (number of response tokens) - 1 of
+    the response (``workers/reward_manager/naive.py``), its last token only then."""
+    if not np.all(m[:, 0]):
+        raise ValueError(f"{name}: mask row {int(np.argmin(m[:, 0]))} does not start at "
+                         f"column 0; {why}")
+
+
+def verl_loss_stats(mode: str, st: dict) -> dict:
+    """The ``actor/`` metrics each loss_mode of verl 0.9.1 returns (core_algos.py: vanilla's
+    ``pg_clipfrac``, ``ppo_kl``, ``pg_clipfrac_lower``; gpg none, kl_cov and dro only
+    ``ppo_kl``, kl_cov's the mean |log rho|; sapo's clip fractions 0; the bypass mode's
+    ``reinforce`` only ``ppo_kl``)."""
+    if mode == "gpg":
+        return {}
+    if mode == "reinforce":
+        # why: verl 0.9.1 compute_policy_loss_reinforce (bypass mode) logs actor/ppo_kl alone
+        return {"actor/ppo_kl": st["approx_kl_k1"]}
+    if mode in ("kl_cov", "dro"):
+        return {"actor/ppo_kl": st["approx_kl_abs" if mode == "kl_cov" else "approx_kl_k1"]}
+    clipfrac, lower = {"sapo": (0.0, 0.0),
+                       "geo_mean": (st.get("clipfrac_high"), st.get("clipfrac_low")),
+                       "clip_cov": (st.get("cov_selected_frac"), None),
+                       "dppo_tv": (st.get("dppo_masked_frac"), st.get("dppo_truncated_frac")),
+                       "dppo_kl": (st.get("dppo_masked_frac"), st.get("dppo_truncated_frac")),
+                       }.get(mode) or (st["clipfrac_active"], st["dual_clipfrac"])
+    out = {"actor/pg_clipfrac": clipfrac, "actor/ppo_kl": st["approx_kl_k1"]}
+    if lower is not None:
+        out["actor/pg_clipfrac_lower"] = lower
+    return out
+
+
+def verl_kl_loss_stats(use_kl_loss: bool, kl_loss, coef) -> dict:
+    """The KL loss's metrics, {} without ``use_kl_loss``."""
+    if not use_kl_loss:
+        return {}
+    # why: verl 0.9.1 ppo_loss logs the KL loss (before kl_loss_coef) and the coefficient,
+    # "kl_loss" and "kl_coef", prefixed "actor/" by ray_trainer.py _update_actor
+    return {"actor/kl_loss": kl_loss, "actor/kl_coef": coef}
 
 
 # -- verl 0.9.1 (algorithm.rollout_correction)
@@ -254,7 +315,8 @@ def verl_trainer_agg(mode: str, batch_mask) -> tuple:
 
 
 def verl_bypass_loss(name, x: Rollout, xm: Rollout, A, m, opts, p: dict, dual_clip):
-    """verl 0.9.1 ``compute_policy_loss_bypass_mode``: old = rollout; the IS weights and the
+    """verl 0.9.1 ``compute_policy_loss_bypass_mode``: ``(loss, statistics, dlogp, the
+    statistics' loss_mode for verl_loss_stats)``; old = rollout; the IS weights and the
     rejection of logp (the current policy, no gradient) against logp_rollout, the loss over
     the kept tokens. ``rollout_loss_type`` (verl's ``rollout_correction.loss_type``)
     ``"ppo_clip"`` (default): the vanilla loss with ratio pi_theta / pi_rollout and no IS
@@ -268,6 +330,8 @@ def verl_bypass_loss(name, x: Rollout, xm: Rollout, A, m, opts, p: dict, dual_cl
     ``clipfrac_active``, ``dual_clipfrac`` and ``approx_kl_k1`` for ppo_clip,
     ``approx_kl_k1`` alone for reinforce (verl logs only ``actor/ppo_kl`` there)."""
     _, loss_type = verl_bypass(name, x, p)
+    # (the loss is PPO-clip or REINFORCE: rollout_loss_type, not loss_mode)
+    mode = "reinforce" if loss_type == "reinforce" else "vanilla"
     w, keep = verl_rollout_correction(name, x, m, p, logp_old=x.on(m).logp)
     if third_policy.check(name, p, "rejection", third_policy.REJECTIONS) == "weight":
         # (the convention rejection="weight": the rejected tokens stay, with weight 0)
@@ -317,7 +381,15 @@ def verl_bypass_loss(name, x: Rollout, xm: Rollout, A, m, opts, p: dict, dual_cl
         dlogp = dlogp + opts.kl_coef * dkl
         pl = SimpleNamespace(loss=pl.policy_loss + opts.kl_coef * kl_loss,
                              policy_loss=pl.policy_loss, kl_loss=kl_loss)
-    return pl, st, dlogp, m
+    return pl, st, dlogp, mode
+
+
+def verl_step_without_bypass(name: str, bypass: bool) -> None:
+    """ValueError for a step over a layout in bypass mode (not reproduced)."""
+    if bypass:
+        raise ValueError(f"layout: {name}'s bypass mode over micro-batches is not "
+                         "reproduced (its rejection inside the loss against the step's "
+                         "counts); give no layout, or bypass_mode=False")
 
 
 def verl_reinforce_loss(xk: Rollout, A, keep, opts, w):

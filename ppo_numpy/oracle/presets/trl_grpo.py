@@ -39,6 +39,12 @@ def _trl_grpo(x: Rollout, p: dict, step=None) -> dict:
     """TRL's ``GRPOTrainer`` (huggingface/trl 1.16.0 ``trl/trainer/grpo_trainer.py``,
     ``_generate_and_score_completions`` and ``_compute_loss``; defaults of ``GRPOConfig``).
 
+    The stages, in the order of TRL's trainer, one function each: the advantages
+    (``_advantages``), the loss's options (``_loss_options``), the rollout correction
+    (``_rollout_correction``: the vLLM ratio, the off-policy mask), the loss on its mask
+    (``_third_policy.on_loss_mask`` and ``_third_policy.policy_loss``), the statistics
+    (``_loss_stats``, ``_reward_stats``) and the step over a layout (``_trl_grpo_step``).
+
     * Advantages: A_i = (s_i - mean_g) / (std_g + 1e-4), torch.std (ddof 1) in float32
       (the conventions ``std_ddof``, ``std_eps``, ``std_eps_placement`` "std" or "var":
       sqrt(var + eps); ``singleton``, ``kl_estimator``, ``log_ratio_clamp`` and
@@ -110,12 +116,49 @@ def _trl_grpo(x: Rollout, p: dict, step=None) -> dict:
     require_choice(name, p, "scale_rewards", SCALES)
     agg, form = LOSS_TYPES[p["loss_type"]]
     level = p["importance_sampling_level"]
-    A = broadcast(group_advantages(x.scores, x.groups, p, scale=SCALES[p["scale_rewards"]],
-                                   singleton=p["singleton"], dtype=np.float32), m)
+    # 1. the advantages: the group-normalised scores at every response token
+    A = _advantages(x, m, p)
+    # 2. the loss's options: loss_type's term and normalisation, the KL term
+    opts = _loss_options(name, p, agg, form, level)
+    # 3. the rollout correction: the vLLM ratio, the off-policy mask, the loss's mask lm
+    # (CISPO's loss is (B, T) at either level: -c A logp_t; the row-mean form is the clip's)
+    # (VESPO's weights enter phi per token, whatever the level, which it ignores)
+    is_w, rollout_stats, lm, row_keep = _rollout_correction(
+        name, x, m, A, p, "token" if form in ("cispo", "vespo") else level)
+    A_loss = A if row_keep is None else A * row_keep
+    # 4. the loss on lm (m, or m without the tokens the conventions masked_weights="drop"
+    # and rejection="mask" take out; the weights on the KL term too under is_weights_on_kl)
+    xl, A_l, w_l = third_policy.on_loss_mask(xm, A_loss, m, lm, is_w)
+    pl, _, dlogp = third_policy.policy_loss(name, p, xl.logp, xl.logp_old, A_l, lm, opts,
+                                            xl.logp_ref, is_weights=w_l)
+    # 5. the statistics: the loss's (of every response token, as TRL logs them), the
+    # rewards', the sampling's
+    f = pl if lm is m else policy_loss_kernel(xm.logp, xm.logp_old, A, m, opts, xm.logp_ref)[0]
+    loss_stats = _loss_stats(f, A, m, p, opts, form, level, is_w, xm, opts.eps_high)
+    stats = {**loss_stats(slice(None)), **_reward_stats(x, p), **rollout_stats}
+    out = policy_result(A, pl, dlogp, stats)  # A is 0 at padding (broadcast)
+    # 6. the step over the layout's micro-batches (the same mask lm and weights w_l)
+    if step is not None:
+        out.update(_trl_grpo_step(step, p, agg, xl, A_l, lm, opts, w_l, loss_stats))
+    return out
+
+
+def _advantages(x: Rollout, m, p: dict):
+    """The advantages (B, T): each response's group-normalised score (``scale_rewards``) at
+    its tokens, computed in float32: trl 1.16.0 ``_generate_and_score_completions``."""
+    return broadcast(group_advantages(x.scores, x.groups, p, scale=SCALES[p["scale_rewards"]],
+                                      singleton=p["singleton"], dtype=np.float32), m)
+
+
+def _loss_options(name: str, p: dict, agg: str, form: str, level: str) -> PolicyLossOptions:
+    """The loss's options: the clip range, ``delta``, the ratio's level, loss_type's per-token
+    form and normalisation (``agg``, ``form``: :data:`LOSS_TYPES`), SAPO's temperatures,
+    VESPO's shapes and the KL term (``beta`` times k3 with ``use_bias_correction_kl``'s
+    gradient): what trl 1.16.0 ``_compute_loss`` reads of ``GRPOConfig``."""
     eps_high = p["epsilon"] if p["epsilon_high"] is None else p["epsilon_high"]
     norm = {"dr_grpo": p["max_completion_length"], "dapo": p["num_items_in_batch"]}.get(agg)
     vespo = {k: p[k] for k in VESPO_OPTIONS}
-    opts = PolicyLossOptions(
+    return PolicyLossOptions(
         # why: TRL applies delta in the clipped loss types only; cispo, sapo and vespo ignore
         # it, and vespo the level (it sums the token log-ratios itself)
         epsilon=p["epsilon"], epsilon_high=eps_high,
@@ -132,46 +175,35 @@ def _trl_grpo(x: Rollout, p: dict, step=None) -> dict:
         kl_gradient=kl_form(name, p, "ratio" if _flag(p, "use_bias_correction_kl", name)
                             else "plain"),
         kl_ratio_level=level, **vespo)
-    # (CISPO's loss is (B, T) at either level: -c A logp_t; the row-mean form is the clip's)
-    # (VESPO's weights enter phi per token, whatever the level, which it ignores)
-    is_w, rollout_stats, lm, row_keep = _rollout_correction(
-        name, x, m, A, p, "token" if form in ("cispo", "vespo") else level)
-    A_loss = A if row_keep is None else A * row_keep
-    # (the loss aggregates over lm: m, or m without the tokens the conventions
-    # masked_weights="drop" and rejection="mask" take out; the weights on the KL term too
-    # under is_weights_on_kl)
-    xl = xm if lm is m else xm.on(lm)
-    A_l = np.where(lm, A_loss, 0.0)
-    w_l = None if is_w is None else np.where(lm, is_w, 0.0)
-    pl, _, dlogp = third_policy.policy_loss(name, p, xl.logp, xl.logp_old, A_l, lm, opts,
-                                            xl.logp_ref, is_weights=w_l)
-    # (the statistics of every response token, as TRL logs them)
-    f = pl if lm is m else policy_loss_kernel(xm.logp, xm.logp_old, A, m, opts, xm.logp_ref)[0]
-    loss_stats = _loss_stats(f, A, m, p, opts, form, level, is_w, xm, eps_high)
-    stats = loss_stats(slice(None))
+
+
+def _reward_stats(x: Rollout, p: dict) -> dict:
+    """The rewards' metrics: ``reward`` (the mean score), ``reward_std``
+    (:func:`batch_reward_std`) and ``frac_reward_zero_std`` (the fraction of responses whose
+    group's std, float32, is 0): trl 1.16.0 ``_generate_and_score_completions``."""
     std = group_std(x.scores, x.groups, dtype=np.float32, ddof=p["std_ddof"])
-    stats.update({"reward": mean_rows(x.scores), "reward_std": batch_reward_std(x.scores),
-                  "frac_reward_zero_std": mean_rows(np.isclose(std, 0.0)), **rollout_stats})
-    out = policy_result(A, pl, dlogp, stats)  # A is 0 at padding (broadcast)
-    if step is not None:
-        B = m.shape[0]
-        norm = normaliser_for(p["normaliser"], agg,
-                              p["max_completion_length"] if agg == "dr_grpo" else None,
-                              step=step, n_rows=B, trl_loss_type=p["loss_type"],
-                              num_items_in_batch=p["num_items_in_batch"])
-        # (the third policy's mask lm and weights, as the one-batch loss above)
-        step_out, _ = policy_step(step, xl.logp, xl.logp_old, A_l, lm, opts, norm,
-                                  xl.logp_ref, is_weights=w_l,
-                                  weighted_kl=third_policy.kl_weights_on(name, p))
-        out.update(step_out)
-        groups = micro_batch_groups(step)
-        if groups is not None:
-            # why: TRL 1.16.0 _compute_loss appends one value per micro-batch, reduced over
-            # the processes (global_masked_mean: sums and counts all-reduced; nanmin / nanmax
-            # of the gathered sequences), and logs the mean of the list
-            per_k = [loss_stats(rows) for rows in groups]
-            out.update({f"step/stat/{k}": float(np.mean([st[k] for st in per_k]))
-                        for k in per_k[0]})
+    return {"reward": mean_rows(x.scores), "reward_std": batch_reward_std(x.scores),
+            "frac_reward_zero_std": mean_rows(np.isclose(std, 0.0))}
+
+
+def _trl_grpo_step(step, p: dict, agg: str, xl: Rollout, A, lm, opts, w, loss_stats) -> dict:
+    """The step's outputs of ``trl-grpo``: each micro-batch's loss on the one-batch loss's
+    mask lm and weights w, normalised by TRL's rules (``normaliser="trl"``); ``step/stat/``
+    the mean over the micro-batch indices of ``loss_stats`` of each index's rows."""
+    norm = normaliser_for(p["normaliser"], agg,
+                          p["max_completion_length"] if agg == "dr_grpo" else None,
+                          step=step, n_rows=lm.shape[0], trl_loss_type=p["loss_type"],
+                          num_items_in_batch=p["num_items_in_batch"])
+    out, _ = policy_step(step, xl.logp, xl.logp_old, A, lm, opts, norm, xl.logp_ref,
+                         is_weights=w, weighted_kl=third_policy.kl_weights_on("trl-grpo", p))
+    groups = micro_batch_groups(step)
+    if groups is not None:
+        # why: TRL 1.16.0 _compute_loss appends one value per micro-batch, reduced over
+        # the processes (global_masked_mean: sums and counts all-reduced; nanmin / nanmax
+        # of the gathered sequences), and logs the mean of the list
+        per_k = [loss_stats(rows) for rows in groups]
+        out.update({f"step/stat/{k}": float(np.mean([st[k] for st in per_k]))
+                    for k in per_k[0]})
     return out
 
 

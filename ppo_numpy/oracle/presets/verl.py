@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import numpy as np
-
 from ...batch import Rollout
 from . import _third_policy as third_policy
 from ._common import (
@@ -13,7 +11,6 @@ from ._common import (
     check_estimator,
     float32_roundings,
     gae_over,
-    kl_form,
     losses,
     masked_aggregate,
     masked_kl,
@@ -30,8 +27,12 @@ from ._step import normaliser_for
 from ._verl import (
     verl_bypass_loss,
     verl_correction_before_advantages,
-    verl_kl_type,
+    verl_kl_loss_options,
+    verl_kl_loss_stats,
+    verl_loss_stats,
+    verl_require_column_0,
     verl_step_stats,
+    verl_step_without_bypass,
     verl_trainer_agg,
 )
 
@@ -42,6 +43,14 @@ _VERL_KL_CLAMP = {"k1": None, "k2": None, "abs": None, "k3": 10.0}
 
 def _verl(x: Rollout, p: dict, step=None) -> dict:
     """verl's PPO with GAE (volcengine/verl 0.9.1).
+
+    The stages, in the order of verl's trainer, one function each: the token rewards
+    (``_token_rewards``), the rollout correction (``_verl.verl_correction_before_advantages``),
+    the advantages and returns (``_advantages``), the losses' arguments (``_loss_arguments``:
+    the trainer's denominators, ``_verl.verl_kl_loss_options``), the actor's and the critic's
+    losses (``_common.losses``; in bypass mode the actor's by ``_verl.verl_bypass_loss``), the
+    statistics (``_loss_stats``, ``_data_stats``, ``_verl.verl_kl_loss_stats``) and the step
+    over a layout (``_verl_step``).
 
     * Score at index (number of response tokens) - 1 of the response
       (verl/workers/reward_manager/naive.py): the last response token when the
@@ -116,102 +125,131 @@ def _verl(x: Rollout, p: dict, step=None) -> dict:
       ``bypass_mode=True`` is an error).
     """
     name = "verl"
+    # 1. the token rewards: the score at the last token, the KL in the reward (its metrics)
+    rewards, kl_stats = _token_rewards(name, x, p)
+    # 2. the rollout correction: the rejection replaces the response mask before GAE, the
+    # whitening and both losses (the KL in the reward ran before, on the response mask)
+    corr = verl_correction_before_advantages(name, x, x.mask, p)
+    m = corr["mask"]
+    # 3. the advantages and returns: GAE over m, the advantages whitened
+    advantages, returns = _advantages(x, rewards, m, p)
+    # 4. the losses' masks, aggregation and KL loss (the trainer's counts)
+    args, trainer_norm = _loss_arguments(name, p, m, corr["is_weights"])
+    # 5. the actor's and the critic's losses; in bypass mode the actor's is the bypass loss
+    policy_loss, st, dlogp, vloss, dvalues = losses(x, advantages, returns, p, **args,
+                                                    value_agg=args["agg"],
+                                                    value_norm=trainer_norm)
+    kl_loss, mode = st["kl_loss"], "vanilla"
+    if corr["bypass"]:
+        # old = rollout, the correction inside the policy loss (the value loss unchanged)
+        pl, bst, dlogp, mode = verl_bypass_loss(
+            name, x, corr["xm"], advantages, m,
+            preset_loss_options(p, args["agg"], args["kl"], trainer_norm), p, p["dual_clip"])
+        policy_loss, kl_loss = pl.loss, pl.kl_loss
+        # (the policy statistics are the bypass loss's: none of the decoupled loss's)
+        st = {"value_clipfrac": st["value_clipfrac"], **bst, "loss_without_kl": pl.policy_loss}
+    # 6. the statistics: the losses', the batch's, the KL loss's and the reward KL's, the
+    # rollout correction's
+    stats = {**_loss_stats(x, m, st, mode, vloss),
+             **_data_stats(x, m, rewards, advantages, returns),
+             **verl_kl_loss_stats(p["use_kl_loss"], kl_loss, p["beta"]), **kl_stats,
+             **corr["stats"]}
+    out = result(rewards, advantages, returns, policy_loss, vloss, dlogp, dvalues, stats)
+    # 7. the step over the layout's micro-batches (the same masks, weights and KL loss)
+    if step is not None:
+        verl_step_without_bypass(name, corr["bypass"])
+        out.update(_verl_step(step, x, advantages, returns, m, p, args))
+    return out
+
+
+def _token_rewards(name: str, x: Rollout, p: dict) -> tuple:
+    """The token rewards (B, T) and the metrics of the KL in them ({} without
+    ``use_kl_in_reward``): verl 0.9.1's reward manager puts the score at the last response
+    token (``workers/reward_manager/naive.py``; ``score_position``), and with
+    ``use_kl_in_reward`` ``ray_trainer.py`` ``apply_kl_penalty`` subtracts beta times the
+    ``kl_estimator`` estimate of (logp_old, logp_ref) over the response mask and returns
+    ``actor/reward_kl_penalty`` and ``actor/reward_kl_penalty_coeff``."""
     m = x.mask
-    if not np.all(m[:, 0]):
-        raise ValueError(f"{name}: mask row {int(np.argmin(m[:, 0]))} does not start at "
-                         "column 0; verl's response part starts with the first generated "
-                         "token and the score index is a count of response tokens")
+    verl_require_column_0(name, m, "verl's response part starts with the first generated "
+                                   "token and the score index is a count of response tokens")
     est = p["kl_estimator"]
     check_estimator(name, est, tuple(_VERL_KL_CLAMP))
     kl = masked_kl(x.logp_old, x.logp_ref, est, m, clamp=_VERL_KL_CLAMP[est])
     rewards = shaped_rewards(x, p["beta"] if p["use_kl_in_reward"] else 0.0, m, est,
                              p["score_position"], kl_clamp=_VERL_KL_CLAMP[est])
-    # the rollout correction (algorithm.rollout_correction): the rejection replaces the
-    # response mask before GAE, the whitening and both losses
-    corr = verl_correction_before_advantages(name, x, m, p)
-    m0, m = m, corr["mask"]  # (apply_kl_penalty ran before, on the response mask m0)
+    if not p["use_kl_in_reward"]:
+        return rewards, {}
+    return rewards, {"actor/reward_kl_penalty": masked_aggregate(kl, m, "seq-mean-token-mean"),
+                     "actor/reward_kl_penalty_coeff": p["beta"]}
+
+
+def _advantages(x: Rollout, rewards, m, p: dict) -> tuple:
+    """The advantages (whitened) and the returns (B, T) over the response mask m (after a
+    rejection): verl 0.9.1 ``core_algos.py`` ``compute_gae_advantage_return`` (GAE with the
+    critic's rollout values, then ``masked_whiten`` of the advantages)."""
     raw_advantages, returns = gae_over(rewards, x.old_values, m, p)
-    advantages = whiten_advantages(raw_advantages, m, p)
+    return whiten_advantages(raw_advantages, m, p), returns
+
+
+def _loss_arguments(name: str, p: dict, m, is_weights) -> tuple:
+    """The arguments ``losses`` and ``step_losses`` both take (the aggregation, the policy
+    loss's mask and denominators, the value loss's mask m, the KL loss, the third policy's
+    weights), and the trainer's denominators over m (the value loss's and the bypass
+    loss's): verl 0.9.1 ``workers/utils/losses.py`` ``ppo_loss`` and ``value_loss`` with the
+    trainer's counts, and the actor's KL loss (``_verl.verl_kl_loss_options``, beta its
+    ``kl_loss_coef``)."""
     # why: verl 0.9.1's trainer divides both losses by the mini-batch's token count and row
     # count (batch_num_tokens, global_batch_size), not by what agg_loss would count alone
     agg, trainer_norm = verl_trainer_agg(p["loss_agg_mode"], m)
-    # why: with use_kl_loss, verl 0.9.1 core_algos.py kl_penalty of kl_loss_type ("low_var_kl":
-    # k3 clamped to [-10, 10]; a "+" name k2's gradient straight through) of the current
-    # policy against the reference, agg_loss'd, times kl_loss_coef
-    kl_est, kl_clamp, form = verl_kl_type(name, p, "kl_loss_type")
-    form = kl_form(name, p, form)  # (checked whether or not the KL is in the loss)
-    kl_term = (dict(kl_coef=p["beta"], kl_estimator=kl_est, kl_clamp=kl_clamp,
-                    kl_gradient=form) if p["use_kl_loss"] else None)
+    kl = verl_kl_loss_options(name, p, p["beta"], agg)
     # (the convention masked_weights: a masked weight's token in the policy loss's mask and
     # the trainer's count or not; the value loss keeps m)
-    lm = third_policy.loss_mask(name, p, m, corr["is_weights"])
+    lm = third_policy.loss_mask(name, p, m, is_weights)
     policy_norm = trainer_norm if lm is m else verl_trainer_agg(p["loss_agg_mode"], lm)[1]
-    policy_loss, st, dlogp, vloss, dvalues = losses(
-        x, advantages, returns, p, agg, mask=lm, value_mask=m, value_agg=agg, kl=kl_term,
-        is_weights=corr["is_weights"], norm=policy_norm, value_norm=trainer_norm)
-    kl_loss = st["kl_loss"]
-    if corr["bypass"]:
-        # old = rollout, the correction inside the policy loss (the value loss unchanged)
-        pl, bst, dlogp, _ = verl_bypass_loss(name, x, corr["xm"], advantages, m,
-                                             preset_loss_options(p, agg, kl_term,
-                                                                 trainer_norm), p,
-                                             p["dual_clip"])
-        policy_loss, kl_loss = pl.loss, pl.kl_loss
-        # (the policy statistics are the bypass loss's: none of the decoupled loss's)
-        st = {"value_clipfrac": st["value_clipfrac"], **bst, "loss_without_kl": pl.policy_loss}
-    stats = {
-        # why: verl 0.9.1 workers/utils/losses.py ppo_loss logs actor/pg_loss before it adds
-        # the KL loss (use_kl_loss), and the policy loss's own metrics: pg_clipfrac and
-        # pg_clipfrac_lower but for the bypass mode's reinforce loss, which logs ppo_kl alone
-        "actor/pg_loss": st["loss_without_kl"],
-        **({"actor/pg_clipfrac": st["clipfrac_active"]} if "clipfrac_active" in st else {}),
-        "actor/ppo_kl": st["approx_kl_k1"],
-        **({"actor/pg_clipfrac_lower": st["dual_clipfrac"]} if "dual_clipfrac" in st else {}),
-        "critic/vf_loss": vloss,
-        "critic/vf_clipfrac": st["value_clipfrac"],
-        "critic/vpred_mean": mean_over(x.values, m),
-        "critic/score/mean": mean_rows(x.scores),
-        "critic/rewards/mean": masked_aggregate(rewards, m, "seq-mean-token-sum"),
-        "critic/advantages/mean": mean_over(advantages, m),
-        "critic/returns/mean": mean_over(returns, m),
-        "critic/values/mean": mean_over(x.old_values, m),
-        "critic/vf_explained_var": 1.0 - masked_var(returns - x.old_values, m, 1)
-        / (masked_var(returns, m, 1) + 1e-5),
-    }
-    if p["use_kl_loss"]:
-        # why: verl 0.9.1 ppo_loss logs the KL loss (before kl_loss_coef) and the coefficient,
-        # "kl_loss" and "kl_coef", prefixed "actor/" by ray_trainer.py _update_actor
-        stats["actor/kl_loss"] = kl_loss
-        stats["actor/kl_coef"] = p["beta"]
-    if p["use_kl_in_reward"]:
-        stats["actor/reward_kl_penalty"] = masked_aggregate(kl, m0, "seq-mean-token-mean")
-        stats["actor/reward_kl_penalty_coeff"] = p["beta"]
-    stats.update(corr["stats"])
-    out = result(rewards, advantages, returns, policy_loss, vloss, dlogp, dvalues, stats)
-    if step is not None:
-        if corr["bypass"]:
-            raise ValueError(f"layout: {name}'s bypass mode over micro-batches is not "
-                             "reproduced (its rejection inside the loss against the step's "
-                             "counts); give no layout, or bypass_mode=False")
-        B = m.shape[0]
-        norm = normaliser_for(p["normaliser"], p["loss_agg_mode"], step=step, n_rows=B)
-        step_out, passes, value = step_losses(
-            step, x, advantages, returns, p, agg, mask=lm, value_mask=m, kl=kl_term,
-            is_weights=corr["is_weights"], norm=policy_norm, normaliser=norm,
-            value_normaliser=norm, stats=True)
-        out.update(step_out)
-        out.update(verl_step_stats(
-            step, passes, _vanilla_stats, kl_loss=p["use_kl_loss"],
-            value=(value, step_out["step/value_losses"]),
-            vpred=[mean_over(x.values[rows], m[rows]) for rank in step.layout
-                   for rows in rank]))
+    return (dict(agg=agg, mask=lm, value_mask=m, kl=kl, is_weights=is_weights,
+                 norm=policy_norm), trainer_norm)
+
+
+def _loss_stats(x: Rollout, m, st: dict, mode: str, vloss) -> dict:
+    """The losses' metrics: the actor's (``workers/utils/losses.py`` ``ppo_loss``:
+    ``actor/pg_loss`` before the KL loss, the loss's own by ``_verl.verl_loss_stats``) and
+    the critic's (``value_loss``: ``critic/vf_loss``, ``vf_clipfrac``, ``vpred_mean`` over
+    m), verl 0.9.1."""
+    # why: verl 0.9.1 workers/utils/losses.py ppo_loss logs actor/pg_loss before it adds
+    # the KL loss (use_kl_loss), and the policy loss's own metrics: pg_clipfrac and
+    # pg_clipfrac_lower but for the bypass mode's reinforce loss, which logs ppo_kl alone
+    return {"actor/pg_loss": st["loss_without_kl"], **verl_loss_stats(mode, st),
+            "critic/vf_loss": vloss,
+            "critic/vf_clipfrac": st["value_clipfrac"],
+            "critic/vpred_mean": mean_over(x.values, m)}
+
+
+def _data_stats(x: Rollout, m, rewards, advantages, returns) -> dict:
+    """The batch's metrics over m: verl 0.9.1 ``trainer/ppo/metric_utils.py``
+    ``compute_data_metrics`` (the means of the scores, the sequence rewards, the advantages,
+    the returns and the rollout values; the explained variance, ddof 1, + 1e-5)."""
+    return {"critic/score/mean": mean_rows(x.scores),
+            "critic/rewards/mean": masked_aggregate(rewards, m, "seq-mean-token-sum"),
+            "critic/advantages/mean": mean_over(advantages, m),
+            "critic/returns/mean": mean_over(returns, m),
+            "critic/values/mean": mean_over(x.old_values, m),
+            "critic/vf_explained_var": 1.0 - masked_var(returns - x.old_values, m, 1)
+            / (masked_var(returns, m, 1) + 1e-5)}
+
+
+def _verl_step(step, x: Rollout, advantages, returns, m, p: dict, args: dict) -> dict:
+    """The step's outputs of ``verl``: ``agg_loss`` with the trainer's counts of the step
+    (``normaliser="verl"``) for the policy loss, its KL loss and the value loss, on the
+    one-batch losses' masks and weights (``args``); the metrics as
+    ``_verl.verl_step_stats`` aggregates them (vanilla's, the critic's)."""
+    norm = normaliser_for(p["normaliser"], p["loss_agg_mode"], step=step, n_rows=m.shape[0])
+    out, passes, value = step_losses(step, x, advantages, returns, p, **args, normaliser=norm,
+                                     value_normaliser=norm, stats=True)
+    out.update(verl_step_stats(
+        step, passes, lambda st: verl_loss_stats("vanilla", st), kl_loss=p["use_kl_loss"],
+        value=(value, out["step/value_losses"]),
+        vpred=[mean_over(x.values[rows], m[rows]) for rank in step.layout for rows in rank]))
     return out
-
-
-def _vanilla_stats(st: dict) -> dict:
-    """verl 0.9.1 ``compute_policy_loss_vanilla``'s metrics of one micro-batch."""
-    return {"actor/pg_clipfrac": st["clipfrac_active"], "actor/ppo_kl": st["approx_kl_k1"],
-            "actor/pg_clipfrac_lower": st["dual_clipfrac"]}
 
 
 PRESET = Preset(

@@ -31,7 +31,6 @@ from ._common import (
     at_last_token,
     broadcast,
     group_advantages,
-    kl_form,
     masked_kl,
     masked_whiten,
     mean_over,
@@ -44,8 +43,13 @@ from ._verl import (
     VERL_KL_NAMES,
     verl_bypass_loss,
     verl_correction_before_advantages,
+    verl_kl_loss_options,
+    verl_kl_loss_stats,
     verl_kl_type,
+    verl_loss_stats,
+    verl_require_column_0,
     verl_step_stats,
+    verl_step_without_bypass,
     verl_trainer_agg,
 )
 
@@ -66,7 +70,7 @@ def _verl_grpo(x: Rollout, p: dict, step=None) -> dict:
     The stages, in the order of verl's trainer, one function each: the token rewards
     (``_token_rewards``), the rollout correction (``_verl.verl_correction_before_advantages``),
     the advantages (``_advantages``), the loss's options (``_loss_options``: the trainer's
-    denominators, ``_kl_loss_options``, ``_loss_mode_options``), the actor's loss
+    denominators, ``_verl.verl_kl_loss_options``, ``_loss_mode_options``), the actor's loss
     (``_loss_inputs`` and ``_policy_loss``, or ``_verl.verl_bypass_loss``), the statistics
     (``_statistics``) and the step over a layout (``_verl_grpo_step``).
 
@@ -174,9 +178,7 @@ def _verl_grpo(x: Rollout, p: dict, step=None) -> dict:
     opts = _loss_options(name, p, m, lm, corr["bypass"])
     # 5. the actor's loss: the bypass mode's, or loss_mode's with the third policy's weights
     if corr["bypass"]:
-        # (bypass mode's loss is PPO-clip or REINFORCE: rollout_loss_type, not loss_mode)
-        pl, st, dlogp, _ = verl_bypass_loss(name, x, xm, A, m, opts, p, p["clip_ratio_c"])
-        mode = "reinforce" if p["rollout_loss_type"] == "reinforce" else "vanilla"
+        pl, st, dlogp, mode = verl_bypass_loss(name, x, xm, A, m, opts, p, p["clip_ratio_c"])
     else:
         xl, A_l, w = _loss_inputs(name, p, xm, A, no_tokens, m, lm, corr["is_weights"])
         pl, st, dlogp = _policy_loss(name, p, xl, A_l, lm, opts, w)
@@ -188,10 +190,7 @@ def _verl_grpo(x: Rollout, p: dict, step=None) -> dict:
     out = policy_result(A, pl, dlogp, stats, rewards=rewards)
     # 7. the step over the layout's micro-batches (the same mask lm and weights w)
     if step is not None:
-        if corr["bypass"]:
-            raise ValueError(f"layout: {name}'s bypass mode over micro-batches is not "
-                             "reproduced (its rejection inside the loss against the step's "
-                             "counts); give no layout, or bypass_mode=False")
+        verl_step_without_bypass(name, corr["bypass"])
         out.update(_verl_grpo_step(step, xl, A_l, lm, opts, p, w, no_tokens, x.mask))
     return out
 
@@ -203,9 +202,7 @@ def _token_rewards(name: str, x: Rollout, p: dict) -> tuple:
     ``ray_trainer.py`` ``apply_kl_penalty`` subtracts ``kl_coef`` times the ``kl_penalty``
     estimate of (logp_old, logp_ref)."""
     m = x.mask
-    if not np.all(m[:, 0]):
-        raise ValueError(f"{name}: mask row {int(np.argmin(m[:, 0]))} does not start at "
-                         "column 0; verl places the score at (number of response tokens) - 1")
+    verl_require_column_0(name, m, "verl places the score at (number of response tokens) - 1")
     rewards = at_last_token(x.scores, m)
     if p["use_kl_in_reward"]:
         # (a "+" name: the same value; the rewards carry no gradient)
@@ -278,7 +275,7 @@ def _verl_091_estimator(est, x: Rollout, s, m, p):
 
 def _loss_options(name: str, p: dict, m, lm, bypass: bool) -> PolicyLossOptions:
     """The actor's loss options: the clip bounds, the trainer's denominators over the loss's
-    mask lm, the KL loss (``_kl_loss_options``) and the options of ``loss_mode``
+    mask lm, the KL loss (``_verl.verl_kl_loss_options``) and the options of ``loss_mode``
     (``_loss_mode_options``; vanilla's in bypass mode): verl 0.9.1
     ``workers/utils/losses.py`` ``ppo_loss`` with the actor's ``ActorConfig`` and
     ``PolicyLossConfig``."""
@@ -286,7 +283,7 @@ def _loss_options(name: str, p: dict, m, lm, bypass: bool) -> PolicyLossOptions:
     # count (batch_num_tokens, global_batch_size), not by what agg_loss would count alone;
     # the batch's mask is the unrejected one in bypass mode (its rejection is in the loss)
     agg, norm = verl_trainer_agg(p["loss_agg_mode"], lm)
-    kl = _kl_loss_options(name, p, agg)
+    kl = verl_kl_loss_options(name, p, p["kl_loss_coef"], agg)
     mode = _loss_mode_options(p, agg, norm, m)[
         # why: verl 0.9.1 apply_bypass_mode sets loss_mode="bypass_mode" whatever the actor's
         # (PPO-clip or REINFORCE over loss_agg_mode): the actor's loss_mode is not used
@@ -296,21 +293,6 @@ def _loss_options(name: str, p: dict, m, lm, bypass: bool) -> PolicyLossOptions:
                          "policy_loss.dro_beta=None raises)")
     return PolicyLossOptions(epsilon=p["clip_ratio_low"], epsilon_high=p["clip_ratio_high"],
                              **mode, **kl)
-
-
-def _kl_loss_options(name: str, p: dict, agg: str) -> dict:
-    """The KL loss's options, {} without ``use_kl_loss``: ``kl_loss_coef`` times the
-    ``kl_loss_type`` estimate of (logp, logp_ref), aggregated by ``loss_agg_mode`` (``agg``):
-    verl 0.9.1 ``workers/utils/losses.py`` ``ppo_loss`` with ``core_algos.kl_penalty``."""
-    # why: verl 0.9.1 core_algos.kl_penalty: a name ending in "+" keeps the estimate's
-    # value and takes k2's gradient (k2 - sg(k2) + sg(k)), straight through (the form
-    # checked whether or not the KL is in the loss)
-    kl_est, kl_clamp, form = verl_kl_type(name, p, "kl_loss_type")
-    form = kl_form(name, p, form)
-    if not p["use_kl_loss"]:
-        return {}
-    return dict(kl_coef=p["kl_loss_coef"], kl_estimator=kl_est, kl_clamp=kl_clamp,
-                kl_agg=agg, kl_gradient=form)
 
 
 def _loss_mode_options(p: dict, agg: str, norm, m) -> dict:
@@ -360,14 +342,13 @@ def _loss_inputs(name: str, p: dict, xm: Rollout, A, no_tokens, m, lm, is_weight
     without a correction) after ``_third_policy``'s conventions (GMPO's mean of the weights,
     GSPO's gradient): what verl 0.9.1 ``workers/utils/losses.py`` ``ppo_loss`` passes as
     ``response_mask``, ``advantages`` and ``rollout_is_weights``."""
-    A_loss = np.where(no_tokens[:, None], 0.0, A)
-    xl = xm if lm is m else xm.on(lm)
-    w = None if is_weights is None else np.where(lm, is_weights, 0.0)
+    xl, A_l, w = third_policy.on_loss_mask(xm, np.where(no_tokens[:, None], 0.0, A), m, lm,
+                                           is_weights)
     if p["loss_mode"] == "geo_mean":
         w = third_policy.gmpo_row_weights(name, p, w, lm)
     elif p["loss_mode"] == "gspo" and p["sequence_gradient"] == "sequence":
         w = third_policy.row_mean(w, lm)
-    return xl, np.where(lm, A_loss, 0.0), w
+    return xl, A_l, w
 
 
 def _policy_loss(name: str, p: dict, xl: Rollout, A, lm, opts, w) -> tuple:
@@ -395,42 +376,15 @@ def _nan_advantage_rows(pl, dlogp, rows, response, mode):
 
 def _statistics(x: Rollout, s, A, m, pl, st: dict, mode: str, p: dict, corr_stats: dict) -> dict:
     """The metrics: the actor's (``workers/utils/losses.py`` ``ppo_loss``: ``actor/pg_loss``,
-    the loss_mode's own by ``_loss_stats``, the KL loss's), the batch's
+    the loss_mode's own by ``_verl.verl_loss_stats``, the KL loss's), the batch's
     (``trainer/ppo/metric_utils.py`` ``compute_data_metrics``: the means of the scores, the
     sequence rewards s and the advantages over m) and the rollout correction's, verl 0.9.1."""
-    stats = {"actor/pg_loss": pl.policy_loss, **_loss_stats(mode, st),
-        "critic/score/mean": mean_rows(x.scores),
-        "critic/rewards/mean": mean_rows(s),
-        "critic/advantages/mean": mean_over(A, m),
-    }
-    if p["use_kl_loss"]:
-        stats["actor/kl_loss"] = pl.kl_loss
-        stats["actor/kl_coef"] = p["kl_loss_coef"]
-    stats.update(corr_stats)
-    return stats
-
-
-def _loss_stats(mode: str, st: dict) -> dict:
-    """The ``actor/`` metrics each loss_mode of verl 0.9.1 returns (core_algos.py: gpg none,
-    kl_cov and dro only ``ppo_kl``, kl_cov's the mean |log rho|; sapo's clip fractions 0;
-    the bypass mode's ``reinforce`` only ``ppo_kl``)."""
-    if mode == "gpg":
-        return {}
-    if mode == "reinforce":
-        # why: verl 0.9.1 compute_policy_loss_reinforce (bypass mode) logs actor/ppo_kl alone
-        return {"actor/ppo_kl": st["approx_kl_k1"]}
-    if mode in ("kl_cov", "dro"):
-        return {"actor/ppo_kl": st["approx_kl_abs" if mode == "kl_cov" else "approx_kl_k1"]}
-    clipfrac, lower = {"sapo": (0.0, 0.0),
-                       "geo_mean": (st.get("clipfrac_high"), st.get("clipfrac_low")),
-                       "clip_cov": (st.get("cov_selected_frac"), None),
-                       "dppo_tv": (st.get("dppo_masked_frac"), st.get("dppo_truncated_frac")),
-                       "dppo_kl": (st.get("dppo_masked_frac"), st.get("dppo_truncated_frac")),
-                       }.get(mode) or (st["clipfrac_active"], st["dual_clipfrac"])
-    out = {"actor/pg_clipfrac": clipfrac, "actor/ppo_kl": st["approx_kl_k1"]}
-    if lower is not None:
-        out["actor/pg_clipfrac_lower"] = lower
-    return out
+    return {"actor/pg_loss": pl.policy_loss, **verl_loss_stats(mode, st),
+            "critic/score/mean": mean_rows(x.scores),
+            "critic/rewards/mean": mean_rows(s),
+            "critic/advantages/mean": mean_over(A, m),
+            **verl_kl_loss_stats(p["use_kl_loss"], pl.kl_loss, p["kl_loss_coef"]),
+            **corr_stats}
 
 
 def _verl_grpo_step(step, xm: Rollout, A, m, opts, p, is_weights, no_tokens, response):
@@ -457,7 +411,7 @@ def _verl_grpo_step(step, xm: Rollout, A, m, opts, p, is_weights, no_tokens, res
         if mode == "geo_mean":
             out["step/losses"] = np.array([np.nan if no_tokens[mb.rows].any()
                                            else mb.forward.loss for mb in passes])
-    out.update(verl_step_stats(step, passes, lambda st: _loss_stats(mode, st),
+    out.update(verl_step_stats(step, passes, lambda st: verl_loss_stats(mode, st),
                                kl_loss=p["use_kl_loss"]))
     return out
 
